@@ -1,0 +1,50 @@
+# One way to start anything. `make run` and `make test` need nothing but python3.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PACKAGES := libs/paycore services/checkout services/sandbox services/webhooks \
+            services/recovery services/dispatcher
+PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
+
+.PHONY: help venv run test test-fast lint typecheck check bench lock clean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.lock $(PYPROJECTS)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+		$(addprefix -e ,$(PACKAGES))
+	touch $(STAMP)
+
+venv: $(STAMP)  ## create .venv and install the pinned workspace
+
+run: $(STAMP)  ## start the whole system on embedded defaults (Ctrl-C stops it)
+	$(BIN)/paycore up
+
+test: $(STAMP)  ## lint, type-check and run every test against real PostgreSQL and the sandbox
+	$(BIN)/ruff check libs services tests bench
+	$(BIN)/mypy
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)  ## run the tests only
+	$(BIN)/python -m pytest -x -q $(PYTEST_ARGS)
+
+lint: $(STAMP)  ## ruff
+	$(BIN)/ruff check libs services tests bench
+
+typecheck: $(STAMP)  ## mypy --strict on libs/paycore
+	$(BIN)/mypy
+
+bench: $(STAMP)  ## benchmarks with same-run baselines (prints ratios; not a test)
+	$(BIN)/python -m bench.checkout
+
+lock:  ## re-pin requirements.lock from a fresh resolve of every pyproject
+	rm -rf /tmp/paycore-lock && $(PYTHON) -m venv /tmp/paycore-lock
+	/tmp/paycore-lock/bin/pip install --quiet $(addprefix ./,$(PACKAGES)) pytest pytest-asyncio ruff mypy
+	/tmp/paycore-lock/bin/pip freeze --exclude-editable | grep -v '^paycore' > requirements.lock
+
+clean:  ## remove the virtualenv and local state
+	rm -rf $(VENV) .paycore

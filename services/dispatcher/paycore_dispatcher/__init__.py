@@ -1,0 +1,1 @@
+"""paycore dispatcher service: placeholder until its issue lands (see README, 'Roadmap')."""

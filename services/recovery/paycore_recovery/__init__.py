@@ -1,0 +1,1 @@
+"""paycore recovery service: placeholder until its issue lands (see README, 'Roadmap')."""

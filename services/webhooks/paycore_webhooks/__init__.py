@@ -1,0 +1,1 @@
+"""paycore webhooks service: placeholder until its issue lands (see README, 'Roadmap')."""

@@ -1,0 +1,1 @@
+"""Shared test infrastructure: real PostgreSQL databases, real HTTP servers."""
