@@ -1,0 +1,230 @@
+"""``PAYCORE_*`` settings, read from the environment and validated at start-up.
+
+A bad value stops the process with a :class:`ConfigError` that names the
+variable. Secrets (API keys, webhook and JWT secrets) are held in
+:class:`Secret` so that neither ``repr`` nor a log line can print them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from paycore.domain import provider_account_id
+
+CARDCO_API_VERSION = "2026-11-01"
+
+# asyncio accepts any finite float, but a budget beyond int32 milliseconds is a
+# misconfiguration; the same conservative bound the reference validates.
+MAX_BUDGET_S = 2_147_483.647
+
+
+class ConfigError(ValueError):
+    """A setting is missing or invalid; ``variable`` names it."""
+
+    def __init__(self, variable: str, message: str) -> None:
+        super().__init__(f"{variable}: {message}")
+        self.variable = variable
+
+
+class Secret:
+    """A string that never appears in ``repr``, ``str`` or logs."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Time budgets, in seconds on the application clock."""
+
+    start_s: float = 5.0  # NotStarted -> Started transaction
+    call_s: float = 15.0  # one provider call
+    record_s: float = 5.0  # recording its outcome
+    max_call_duration_s: float = 30.0  # the payment client's own ceiling
+
+
+@dataclass(frozen=True)
+class ProviderAccountConfig:
+    """One configured Cardco account: where it lives and how to authenticate."""
+
+    provider: str
+    account: str
+    environment: str
+    base_url: str
+    api_key: Secret
+    webhook_secret: Secret | None
+    api_version: str = CARDCO_API_VERSION
+    key_retention_s: int = 86_400
+    escalation_margin_s: int = 7_200
+    lookup_rate_per_s: float = 20.0
+
+    @property
+    def provider_account(self) -> str:
+        return provider_account_id(self.provider, self.account, self.environment)
+
+    @property
+    def payments_endpoint(self) -> str:
+        return self.base_url.rstrip("/") + "/v1/payments"
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str | None
+    kafka_bootstrap: str | None
+    jwt_secret: Secret | None
+    jwks_url: str | None
+    accounts: tuple[ProviderAccountConfig, ...]
+    budgets: Budgets = field(default_factory=Budgets)
+    # Longest expected gap between inserting an attempt and moving it to Started.
+    abandonment_threshold_s: float = 60.0
+    # The provider's normal processing time after a call, before recovery looks.
+    processing_allowance_s: float = 30.0
+    inbound_idempotency_ttl_s: int = 86_400
+
+    @property
+    def default_account(self) -> ProviderAccountConfig:
+        return self.accounts[0]
+
+    def account(self, provider_account: str) -> ProviderAccountConfig | None:
+        for acct in self.accounts:
+            if acct.provider_account == provider_account:
+                return acct
+        return None
+
+
+def _get(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name)
+    if value is None or value.strip() == "":
+        return None
+    return value.strip()
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float, *, allow_zero: bool = False) -> float:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(name, f"must be a number of seconds, got {raw!r}") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(name, f"must be a positive number of seconds, got {raw!r}")
+    if value > MAX_BUDGET_S:
+        raise ConfigError(name, f"must be at most {MAX_BUDGET_S} seconds, got {raw!r}")
+    return value
+
+
+def _url(env: Mapping[str, str], name: str, raw: str) -> str:
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(name, f"must be an absolute http(s) URL, got {raw!r}")
+    return raw.rstrip("/")
+
+
+def validate_budgets(budgets: Budgets) -> Budgets:
+    """Reject budgets that are zero, negative, non-finite or out of range."""
+    for name, value in (
+        ("PAYCORE_START_BUDGET_S", budgets.start_s),
+        ("PAYCORE_CALL_BUDGET_S", budgets.call_s),
+        ("PAYCORE_RECORD_BUDGET_S", budgets.record_s),
+        ("PAYCORE_MAX_CALL_DURATION_S", budgets.max_call_duration_s),
+    ):
+        if not math.isfinite(value) or value <= 0 or value > MAX_BUDGET_S:
+            raise ConfigError(name, f"must be positive and at most {MAX_BUDGET_S} s, got {value!r}")
+    return budgets
+
+
+def load_settings(env: Mapping[str, str] | None = None, *, require_cardco: bool = True) -> Settings:
+    """Read and validate every ``PAYCORE_*`` variable.
+
+    ``require_cardco=False`` lets tools that never call the provider (``paycore
+    migrate``) start without Cardco credentials.
+    """
+    env = os.environ if env is None else env
+
+    budgets = validate_budgets(
+        Budgets(
+            start_s=_seconds(env, "PAYCORE_START_BUDGET_S", 5.0),
+            call_s=_seconds(env, "PAYCORE_CALL_BUDGET_S", 15.0),
+            record_s=_seconds(env, "PAYCORE_RECORD_BUDGET_S", 5.0),
+            max_call_duration_s=_seconds(env, "PAYCORE_MAX_CALL_DURATION_S", 30.0),
+        )
+    )
+
+    jwt_secret = _get(env, "PAYCORE_JWT_SECRET")
+    jwks_url = _get(env, "PAYCORE_JWKS_URL")
+    if jwt_secret is not None and len(jwt_secret) < 32:
+        raise ConfigError("PAYCORE_JWT_SECRET", "must be at least 32 characters for HS256")
+    if jwks_url is not None:
+        jwks_url = _url(env, "PAYCORE_JWKS_URL", jwks_url)
+
+    accounts: list[ProviderAccountConfig] = []
+    base_url = _get(env, "PAYCORE_CARDCO_BASE_URL")
+    if base_url is not None or require_cardco:
+        if base_url is None:
+            raise ConfigError("PAYCORE_CARDCO_BASE_URL", "is required (the Cardco API base URL)")
+        account = _get(env, "PAYCORE_CARDCO_ACCOUNT")
+        if account is None:
+            raise ConfigError("PAYCORE_CARDCO_ACCOUNT", "is required, e.g. acct_store")
+        environment = _get(env, "PAYCORE_CARDCO_ENVIRONMENT") or "test"
+        if environment not in ("test", "live"):
+            raise ConfigError("PAYCORE_CARDCO_ENVIRONMENT", f"must be 'test' or 'live', got {environment!r}")
+        api_key = _get(env, "PAYCORE_CARDCO_API_KEY")
+        if api_key is None:
+            raise ConfigError("PAYCORE_CARDCO_API_KEY", "is required")
+        if not api_key.startswith(f"sk_{environment}_"):
+            raise ConfigError("PAYCORE_CARDCO_API_KEY",
+                              f"must be a {environment}-mode key (sk_{environment}_...)")
+        webhook_secret = _get(env, "PAYCORE_CARDCO_WEBHOOK_SECRET")
+        retention = _seconds(env, "PAYCORE_CARDCO_KEY_RETENTION_S", 86_400)
+        margin = _seconds(env, "PAYCORE_CARDCO_ESCALATION_MARGIN_S", min(7_200.0, retention / 4),
+                          allow_zero=True)
+        if margin >= retention:
+            raise ConfigError("PAYCORE_CARDCO_ESCALATION_MARGIN_S",
+                              "must be smaller than PAYCORE_CARDCO_KEY_RETENTION_S")
+        accounts.append(
+            ProviderAccountConfig(
+                provider="cardco",
+                account=account,
+                environment=environment,
+                base_url=_url(env, "PAYCORE_CARDCO_BASE_URL", base_url),
+                api_key=Secret(api_key),
+                webhook_secret=Secret(webhook_secret) if webhook_secret else None,
+                api_version=_get(env, "PAYCORE_CARDCO_API_VERSION") or CARDCO_API_VERSION,
+                key_retention_s=int(retention),
+                escalation_margin_s=int(margin),
+                lookup_rate_per_s=_seconds(env, "PAYCORE_CARDCO_LOOKUP_RATE_PER_S", 20.0),
+            )
+        )
+
+    return Settings(
+        database_url=_get(env, "PAYCORE_DATABASE_URL"),
+        kafka_bootstrap=_get(env, "PAYCORE_KAFKA_BOOTSTRAP"),
+        jwt_secret=Secret(jwt_secret) if jwt_secret else None,
+        jwks_url=jwks_url,
+        accounts=tuple(accounts),
+        budgets=budgets,
+        abandonment_threshold_s=_seconds(env, "PAYCORE_ABANDONMENT_THRESHOLD_S", 60.0),
+        processing_allowance_s=_seconds(env, "PAYCORE_PROCESSING_ALLOWANCE_S", 30.0),
+        inbound_idempotency_ttl_s=int(_seconds(env, "PAYCORE_IDEMPOTENCY_TTL_S", 86_400)),
+    )

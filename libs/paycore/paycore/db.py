@@ -1,0 +1,91 @@
+"""Connection pool and schema migrations.
+
+Migrations are the numbered ``.sql`` files in ``paycore/migrations``. ``migrate``
+applies the missing ones in order, each in its own transaction, under a
+session advisory lock so that several processes starting at once apply each
+file exactly once; re-running it is a no-op.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+import orjson
+
+log = logging.getLogger("paycore.db")
+
+# An arbitrary constant: the advisory lock that serialises migrations.
+MIGRATION_LOCK_ID = 0x7061_7963_6F72_65  # "paycore"
+
+CREATE_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version     text        PRIMARY KEY,
+    applied_at  timestamptz NOT NULL
+)
+"""
+SELECT_APPLIED = "SELECT version FROM schema_migrations"
+INSERT_APPLIED = "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)"
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: str  # file name without .sql, e.g. "0001_schema"
+    sql: str
+
+
+def migrations() -> list[Migration]:
+    """Every bundled migration, in version order."""
+    folder = importlib.resources.files("paycore") / "migrations"
+    found = [
+        Migration(entry.name.removesuffix(".sql"), entry.read_text(encoding="utf-8"))
+        for entry in folder.iterdir()
+        if entry.name.endswith(".sql")
+    ]
+    return sorted(found, key=lambda m: m.version)
+
+
+async def migrate(dsn: str, *, now: datetime) -> list[str]:
+    """Apply missing migrations; returns the versions applied by this call."""
+    conn: asyncpg.Connection = await asyncpg.connect(dsn)
+    applied_now: list[str] = []
+    try:
+        await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_ID)
+        try:
+            await conn.execute(CREATE_MIGRATIONS_TABLE)
+            done = {r["version"] for r in await conn.fetch(SELECT_APPLIED)}
+            for migration in migrations():
+                if migration.version in done:
+                    continue
+                async with conn.transaction():
+                    await conn.execute(migration.sql)
+                    await conn.execute(INSERT_APPLIED, migration.version, now)
+                log.info("applied migration %s", migration.version)
+                applied_now.append(migration.version)
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_ID)
+    finally:
+        await conn.close()
+    return applied_now
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    # jsonb in and out as Python objects, through orjson.
+    await conn.set_type_codec(
+        "jsonb",
+        encoder=lambda v: orjson.dumps(v).decode(),
+        decoder=orjson.loads,
+        schema="pg_catalog",
+        format="text",
+    )
+
+
+async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+    """An asyncpg pool whose connections encode and decode ``jsonb`` with orjson."""
+    pool: asyncpg.Pool = await asyncpg.create_pool(
+        dsn, min_size=min_size, max_size=max_size, init=_init_connection
+    )
+    return pool

@@ -1,0 +1,154 @@
+"""Attempt states, the transitions allowed between them, and provider outcomes.
+
+This module is the one place that says which state may become which. Every
+writer (checkout, the notification handler, recovery) asks :func:`can_transition`
+before its conditional UPDATE, and the UPDATE itself is conditional on the
+state and version it read.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+class AttemptState(enum.StrEnum):
+    NOT_STARTED = "NotStarted"
+    STARTED = "Started"
+    UNKNOWN = "Unknown"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    NOT_APPLIED = "NotApplied"
+
+
+LIVE_STATES: frozenset[AttemptState] = frozenset(
+    {AttemptState.NOT_STARTED, AttemptState.STARTED, AttemptState.UNKNOWN}
+)
+FINAL_STATES: frozenset[AttemptState] = frozenset(
+    {AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.NOT_APPLIED}
+)
+RESOLVABLE_STATES: frozenset[AttemptState] = frozenset(
+    {AttemptState.STARTED, AttemptState.UNKNOWN}
+)
+
+# The whole state machine. A final state has no way out; Unknown never becomes
+# NotApplied (a later no-effect rejection proves nothing about an earlier send);
+# NotStarted becomes NotApplied only when recovery closes it as never-sent.
+ALLOWED_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
+    AttemptState.NOT_STARTED: frozenset({AttemptState.STARTED, AttemptState.NOT_APPLIED}),
+    AttemptState.STARTED: frozenset(
+        {
+            AttemptState.STARTED,
+            AttemptState.UNKNOWN,
+            AttemptState.SUCCEEDED,
+            AttemptState.FAILED,
+            AttemptState.NOT_APPLIED,
+        }
+    ),
+    AttemptState.UNKNOWN: frozenset(
+        {AttemptState.STARTED, AttemptState.UNKNOWN, AttemptState.SUCCEEDED, AttemptState.FAILED}
+    ),
+    AttemptState.SUCCEEDED: frozenset(),
+    AttemptState.FAILED: frozenset(),
+    AttemptState.NOT_APPLIED: frozenset(),
+}
+
+
+def can_transition(current: AttemptState, target: AttemptState) -> bool:
+    """Whether ``current`` may become ``target``."""
+    return target in ALLOWED_TRANSITIONS[current]
+
+
+class OrderStatus(enum.StrEnum):
+    OPEN = "Open"
+    PAID = "Paid"
+    CANCELLED = "Cancelled"
+
+
+class OutcomeKind(enum.StrEnum):
+    """How one provider call (or one piece of evidence) ended."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # declined by the issuer, or failed: a final outcome
+    NOT_APPLIED = "not_applied"  # rejected before execution on the only send
+    REQUIRES_ACTION = "requires_action"  # Started, with the customer's next action
+    PROCESSING = "processing"  # Started: the provider has it
+    UNKNOWN = "unknown"  # no answer: only evidence resolves it
+
+
+OUTCOME_TARGET_STATE: dict[OutcomeKind, AttemptState] = {
+    OutcomeKind.SUCCEEDED: AttemptState.SUCCEEDED,
+    OutcomeKind.FAILED: AttemptState.FAILED,
+    OutcomeKind.NOT_APPLIED: AttemptState.NOT_APPLIED,
+    OutcomeKind.REQUIRES_ACTION: AttemptState.STARTED,
+    OutcomeKind.PROCESSING: AttemptState.STARTED,
+    OutcomeKind.UNKNOWN: AttemptState.UNKNOWN,
+}
+
+
+@dataclass(frozen=True)
+class ProviderOutcome:
+    """The classified ending of a provider call.
+
+    Build one with the constructors (``ProviderOutcome.unknown(reason)`` and so
+    on). ``reason`` is a short machine-readable string kept for telemetry and the
+    attempt's ``outcome_reason``; it never carries card data or secrets.
+    """
+
+    kind: OutcomeKind
+    reason: str | None = None
+    provider_payment_id: str | None = None
+    provider_status: str | None = None
+    amount_minor: int | None = None
+    currency: str | None = None
+    next_action: dict[str, Any] | None = None
+    next_action_expires_at: datetime | None = None
+    http_status: int | None = None
+    replayed: bool = False
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def target_state(self) -> AttemptState:
+        return OUTCOME_TARGET_STATE[self.kind]
+
+    @property
+    def is_final(self) -> bool:
+        return self.target_state in FINAL_STATES
+
+    @classmethod
+    def unknown(cls, reason: str, **kw: Any) -> ProviderOutcome:
+        return cls(OutcomeKind.UNKNOWN, reason=reason, **kw)
+
+    @classmethod
+    def succeeded(cls, provider_payment_id: str, amount_minor: int, currency: str,
+                  **kw: Any) -> ProviderOutcome:
+        return cls(OutcomeKind.SUCCEEDED, provider_payment_id=provider_payment_id,
+                   provider_status=kw.pop("provider_status", "succeeded"),
+                   amount_minor=amount_minor, currency=currency, **kw)
+
+    @classmethod
+    def failed(cls, reason: str, **kw: Any) -> ProviderOutcome:
+        return cls(OutcomeKind.FAILED, reason=reason, **kw)
+
+    @classmethod
+    def not_applied(cls, reason: str, **kw: Any) -> ProviderOutcome:
+        return cls(OutcomeKind.NOT_APPLIED, reason=reason, **kw)
+
+    @classmethod
+    def processing(cls, provider_payment_id: str, **kw: Any) -> ProviderOutcome:
+        return cls(OutcomeKind.PROCESSING, provider_payment_id=provider_payment_id,
+                   provider_status=kw.pop("provider_status", "processing"), **kw)
+
+    @classmethod
+    def requires_action(cls, provider_payment_id: str, next_action: dict[str, Any],
+                        expires_at: datetime | None, **kw: Any) -> ProviderOutcome:
+        return cls(OutcomeKind.REQUIRES_ACTION, provider_payment_id=provider_payment_id,
+                   provider_status=kw.pop("provider_status", "requires_action"),
+                   next_action=next_action, next_action_expires_at=expires_at, **kw)
+
+
+def provider_account_id(provider: str, account: str, environment: str) -> str:
+    """The internal provider-account id, e.g. ``cardco:acct_store:test``."""
+    return f"{provider}:{account}:{environment}"
