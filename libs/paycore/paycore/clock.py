@@ -23,7 +23,7 @@ class Clock(Protocol):
         """The current time, timezone-aware UTC."""
         ...
 
-    def budget(self, seconds: float) -> contextlib.AbstractAsyncContextManager[None]:
+    def budget(self, seconds: float) -> contextlib.AbstractAsyncContextManager[object]:
         """Cancel the enclosed block after ``seconds`` on this clock, raising ``TimeoutError``."""
         ...
 
@@ -38,7 +38,7 @@ class SystemClock:
     def now(self) -> datetime:
         return datetime.now(UTC)
 
-    def budget(self, seconds: float) -> contextlib.AbstractAsyncContextManager[None]:
+    def budget(self, seconds: float) -> contextlib.AbstractAsyncContextManager[object]:
         return asyncio.timeout(seconds)
 
     async def sleep(self, seconds: float) -> None:
