@@ -1,0 +1,511 @@
+"""The attempt repository: where an attempt is created, started and resolved.
+
+Every function here is one short transaction, and every state change is
+conditional on the state and version read. Lock order is fixed: the order row,
+then the attempt row, then escalation, event and outbox rows. This module is
+the one place where ``Unknown`` becomes ``Succeeded`` (:func:`record_outcome`),
+whichever writer brought the evidence: the checkout endpoint, the notification
+handler or the recovery loop.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from paycore import escalations, outbox
+from paycore.config import ProviderAccountConfig
+from paycore.domain import (
+    FINAL_STATES,
+    AttemptState,
+    OrderStatus,
+    OutcomeKind,
+    ProviderOutcome,
+    can_transition,
+)
+from paycore.events import EventKind, append_event
+from paycore.orders import OrderNotPayable, lock_order
+
+log = logging.getLogger("paycore.attempts")
+
+SELECT_ATTEMPT = "SELECT * FROM payment_attempts WHERE attempt_id = $1"
+
+SELECT_LIVE_ATTEMPT = """
+SELECT * FROM payment_attempts
+WHERE order_id = $1 AND state IN ('NotStarted', 'Started', 'Unknown')
+"""
+
+SELECT_LATEST_ATTEMPT = """
+SELECT * FROM payment_attempts
+WHERE order_id = $1 AND customer_id = $2
+ORDER BY attempt_number DESC
+LIMIT 1
+"""
+
+SELECT_NEXT_ATTEMPT_NUMBER = """
+SELECT COALESCE(MAX(attempt_number), 0) + 1 FROM payment_attempts WHERE order_id = $1
+"""
+
+# The conflict predicate is textually identical to the partial index
+# one_live_attempt_per_order (tested), so a migration cannot change one alone.
+LIVE_ATTEMPT_PREDICATE = "state IN ('NotStarted', 'Started', 'Unknown')"
+
+INSERT_LIVE_ATTEMPT = """
+INSERT INTO payment_attempts (attempt_id, order_id, customer_id, attempt_number, provider_account,
+    endpoint, api_version, client_reference, idempotency_key, request_body, amount_minor, currency,
+    state, created_at, next_check_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'NotStarted', $13, $14)
+ON CONFLICT (order_id) WHERE state IN ('NotStarted', 'Started', 'Unknown') DO NOTHING
+RETURNING *
+"""
+
+SELECT_ORDER_OF_ATTEMPT = "SELECT order_id FROM payment_attempts WHERE attempt_id = $1"
+
+# The Attempt dataclass mirrors the table's columns, so rows come back as ``*``.
+
+# Stamps the key window from the provider-account row in force now: a later
+# configuration change cannot move this attempt's deadline.
+MARK_STARTED = """
+UPDATE payment_attempts a
+SET state = 'Started',
+    first_sent_at = $3,
+    escalation_deadline = $3::timestamptz + pa.key_retention - pa.escalation_margin,
+    next_check_at = $4,
+    version = a.version + 1
+FROM provider_accounts pa
+WHERE a.attempt_id = $1 AND a.version = $2 AND a.state = 'NotStarted'
+  AND pa.provider_account = a.provider_account
+RETURNING a.*
+"""
+
+# Conditional on the state and version read. The lease is released only when
+# the caller presents the current owner and token ($11, $12).
+APPLY_OUTCOME = """
+UPDATE payment_attempts
+SET state = $4,
+    provider_status = $5,
+    next_action = $6,
+    next_action_expires_at = $7,
+    outcome_reason = $8,
+    provider_payment_id = COALESCE(provider_payment_id, $9),
+    next_check_at = $10,
+    version = version + 1,
+    recovery_owner    = CASE WHEN recovery_owner = $11 AND lease_token = $12
+                             THEN NULL ELSE recovery_owner END,
+    lease_acquired_at = CASE WHEN recovery_owner = $11 AND lease_token = $12
+                             THEN NULL ELSE lease_acquired_at END,
+    lease_expires_at  = CASE WHEN recovery_owner = $11 AND lease_token = $12
+                             THEN NULL ELSE lease_expires_at END,
+    lease_token       = CASE WHEN recovery_owner = $11 AND lease_token = $12
+                             THEN NULL ELSE lease_token END
+WHERE attempt_id = $1 AND version = $2 AND state = $3
+RETURNING *
+"""
+
+SELECT_PAYMENT_ID_OWNER = """
+SELECT attempt_id FROM payment_attempts
+WHERE provider_account = $1 AND provider_payment_id = $2 AND attempt_id <> $3
+"""
+
+MARK_ORDER_PAID = """
+UPDATE orders SET status = 'Paid', version = version + 1
+WHERE order_id = $1 AND status = 'Open'
+"""
+
+MAX_REAPPLY = 5
+
+
+class StartResult(enum.Enum):
+    STARTED = "started"  # this caller moved NotStarted -> Started and may send
+    CONFLICT = "conflict"  # confirmed conditional miss: another writer moved it
+    ORDER_NOT_PAYABLE = "order-not-payable"  # cancelled or paid under the order lock
+
+
+class OutcomeNotConfirmed(Exception):
+    """The outcome could not be confirmed as recorded (retries exhausted)."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A recovery worker's claim on an attempt: owner name and fencing token."""
+
+    owner: str
+    token: UUID
+
+
+@dataclass(frozen=True)
+class Attempt:
+    attempt_id: UUID
+    order_id: str
+    customer_id: str
+    attempt_number: int
+    provider_account: str
+    endpoint: str
+    api_version: str
+    client_reference: str
+    idempotency_key: str
+    request_body: str
+    amount_minor: int
+    currency: str
+    state: AttemptState
+    provider_status: str | None
+    next_action: dict[str, Any] | None
+    next_action_expires_at: datetime | None
+    outcome_reason: str | None
+    created_at: datetime
+    first_sent_at: datetime | None
+    escalation_deadline: datetime | None
+    provider_payment_id: str | None
+    recovery_owner: str | None
+    lease_token: UUID | None
+    lease_acquired_at: datetime | None
+    lease_expires_at: datetime | None
+    next_check_at: datetime
+    version: int
+
+    @classmethod
+    def from_record(cls, r: asyncpg.Record) -> Attempt:
+        values = dict(r)
+        values["state"] = AttemptState(values["state"])
+        return cls(**values)
+
+    def action_is_current(self, now: datetime) -> bool:
+        """A customer action is shown only on a Started attempt and only before it expires."""
+        return (
+            self.state is AttemptState.STARTED
+            and self.next_action is not None
+            and (self.next_action_expires_at is None or self.next_action_expires_at > now)
+        )
+
+    def matches(self, amount_minor: int | None, currency: str | None) -> bool:
+        """Whether evidence about amount and currency agrees with this attempt."""
+        return (amount_minor is None or amount_minor == self.amount_minor) and (
+            currency is None or currency.upper() == self.currency
+        )
+
+
+async def get_attempt(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID) -> Attempt:
+    row = await conn.fetchrow(SELECT_ATTEMPT, attempt_id)
+    if row is None:
+        raise LookupError(f"attempt {attempt_id} not found")
+    return Attempt.from_record(row)
+
+
+async def latest_attempt(
+    conn: asyncpg.Connection | asyncpg.Pool, order_id: str, customer_id: str
+) -> Attempt | None:
+    """The order's most recent attempt for this customer (observation only)."""
+    row = await conn.fetchrow(SELECT_LATEST_ATTEMPT, order_id, customer_id)
+    return Attempt.from_record(row) if row is not None else None
+
+
+BodyBuilder = Callable[[str, int, str], str]
+"""(client_reference, amount_minor, currency) -> the serialized request body."""
+
+
+async def get_or_create_live_attempt(
+    pool: asyncpg.Pool,
+    *,
+    order_id: str,
+    customer_id: str,
+    account: ProviderAccountConfig,
+    build_body: BodyBuilder,
+    now: datetime,
+    abandonment_threshold_s: float,
+    actor: str = "endpoint",
+) -> Attempt:
+    """Return the order's live attempt, or record attempt N+1 (NotStarted) with a new key.
+
+    Runs under the order lock, so a double click, second tab or browser retry
+    gets the same attempt. Raises :class:`~paycore.orders.OrderNotFound` for
+    another customer's order and :class:`~paycore.orders.OrderNotPayable` for a
+    paid or cancelled one. A writer that skipped the order lock can still win
+    the partial unique index; then ``ON CONFLICT … DO NOTHING`` returns no row,
+    the transaction is still usable, and the winner is reloaded.
+    """
+    async with pool.acquire() as conn, conn.transaction():
+        order = await lock_order(conn, order_id, customer_id)
+        live = await conn.fetchrow(SELECT_LIVE_ATTEMPT, order_id)
+        if live is not None:
+            return Attempt.from_record(live)
+        why = order.not_payable_reason
+        if why is not None:
+            raise OrderNotPayable(order_id, why)
+        number: int = await conn.fetchval(SELECT_NEXT_ATTEMPT_NUMBER, order_id)
+        reference = f"{order_id}-a{number}"
+        row = await conn.fetchrow(
+            INSERT_LIVE_ATTEMPT,
+            uuid.uuid4(),
+            order_id,
+            customer_id,
+            number,
+            account.provider_account,
+            account.payments_endpoint,
+            account.api_version,
+            reference,
+            str(uuid.uuid4()),  # the attempt's idempotency key: generated once, here
+            build_body(reference, order.amount_minor, order.currency),
+            order.amount_minor,
+            order.currency,
+            now,
+            now + timedelta(seconds=abandonment_threshold_s),
+        )
+        if row is None:
+            winner = await conn.fetchrow(SELECT_LIVE_ATTEMPT, order_id)
+            if winner is None:  # the winner already left the live states; let the caller retry
+                raise OutcomeNotConfirmed(f"live attempt for {order_id} changed during insert")
+            return Attempt.from_record(winner)
+        attempt = Attempt.from_record(row)
+        await append_event(
+            conn, attempt_id=attempt.attempt_id, kind=EventKind.TRANSITION, actor=actor, now=now,
+            detail={"from": None, "to": AttemptState.NOT_STARTED.value, "attempt_number": number},
+        )
+        return attempt
+
+
+async def try_mark_started(
+    pool: asyncpg.Pool,
+    attempt_id: UUID,
+    expected_version: int,
+    *,
+    now: datetime,
+    next_check_at: datetime,
+    actor: str = "endpoint",
+) -> tuple[StartResult, Attempt | None]:
+    """Move NotStarted -> Started on ``expected_version`` and commit the send intent.
+
+    Stamps ``first_sent_at``, the escalation deadline from the provider
+    account's configuration in force now, and ``next_check_at``; re-checks under
+    the order lock that the order is still payable. Exactly one caller gets
+    ``STARTED``. A database failure or unconfirmed commit raises: the write may
+    have committed, so the caller reloads the durable state.
+    """
+    async with pool.acquire() as conn, conn.transaction():
+        order_id = await conn.fetchval(SELECT_ORDER_OF_ATTEMPT, attempt_id)
+        if order_id is None:
+            raise LookupError(f"attempt {attempt_id} not found")
+        order = await lock_order(conn, order_id)
+        if order.not_payable_reason is not None:
+            return StartResult.ORDER_NOT_PAYABLE, None
+        row = await conn.fetchrow(MARK_STARTED, attempt_id, expected_version, now, next_check_at)
+        if row is None:
+            return StartResult.CONFLICT, None
+        attempt = Attempt.from_record(row)
+        await append_event(
+            conn, attempt_id=attempt_id, kind=EventKind.SEND_INTENT, actor=actor, now=now,
+            detail={"endpoint": attempt.endpoint, "api_version": attempt.api_version,
+                    "provider_account": attempt.provider_account, "first_send": True},
+        )
+        await append_event(
+            conn, attempt_id=attempt_id, kind=EventKind.TRANSITION, actor=actor, now=now,
+            detail={"from": AttemptState.NOT_STARTED.value, "to": AttemptState.STARTED.value},
+        )
+        return StartResult.STARTED, attempt
+
+
+def _send_result_detail(outcome: ProviderOutcome) -> dict[str, Any]:
+    return {
+        "outcome": outcome.kind.value,
+        "reason": outcome.reason,
+        "http_status": outcome.http_status,
+        "replayed": outcome.replayed,
+        "provider_payment_id": outcome.provider_payment_id,
+        "provider_status": outcome.provider_status,
+    }
+
+
+def _escalation_key(attempt_id: UUID, reason: str, evidence_key: str | None) -> str:
+    key = f"attempt:{attempt_id}:{reason}"
+    return f"{key}:{evidence_key}" if evidence_key else key
+
+
+async def record_outcome(
+    pool: asyncpg.Pool,
+    attempt_id: UUID,
+    outcome: ProviderOutcome,
+    *,
+    now: datetime,
+    actor: str,
+    recheck_after_s: float,
+    from_send: bool = True,
+    lease: Lease | None = None,
+    evidence_key: str | None = None,
+    max_reapply: int = MAX_REAPPLY,
+) -> Attempt:
+    """Record a provider outcome on a Started or Unknown attempt; return the durable attempt.
+
+    One transaction per try, conditional on the state and version read:
+
+    - a final winner (a notification or lookup got there first) is returned
+      unchanged; a final outcome that contradicts it is escalated, never written;
+    - ``Unknown`` never overwrites a known outcome, nor a Started attempt whose
+      provider status was observed;
+    - a different provider payment id than the recorded one, or one another
+      attempt owns, or an amount or currency that does not match, resolves
+      nothing and is escalated;
+    - on ``Succeeded`` the order is marked Paid and the effect-keyed outbox rows
+      ``attempt:<id>:order-confirmation`` and ``attempt:<id>:fulfillment-request``
+      are queued; any final outcome resolves the attempt's open escalations;
+    - losing a race to a Started or Unknown winner reapplies against the new
+      version, at most ``max_reapply`` times, then raises
+      :class:`OutcomeNotConfirmed`. Constraint violations are not retried.
+
+    ``from_send`` appends a ``send_result`` event (the answer to a send this
+    writer made). A matching ``lease`` is released in the same write.
+    """
+    for _ in range(max_reapply):
+        async with pool.acquire() as conn, conn.transaction():
+            result = await _apply_once(
+                conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
+                from_send=from_send, lease=lease, evidence_key=evidence_key,
+            )
+        if result is not None:
+            return result
+        log.info("outcome write for %s lost a race; reapplying", attempt_id)
+    raise OutcomeNotConfirmed(f"attempt {attempt_id}: outcome not confirmed after {max_reapply} tries")
+
+
+async def _apply_once(
+    conn: asyncpg.Connection,
+    attempt_id: UUID,
+    outcome: ProviderOutcome,
+    *,
+    now: datetime,
+    actor: str,
+    recheck_after_s: float,
+    from_send: bool,
+    lease: Lease | None,
+    evidence_key: str | None,
+) -> Attempt | None:
+    """One try of :func:`record_outcome`; ``None`` means a lost race (reapply)."""
+    order_id = await conn.fetchval(SELECT_ORDER_OF_ATTEMPT, attempt_id)
+    if order_id is None:
+        raise LookupError(f"attempt {attempt_id} not found")
+    order = await lock_order(conn, order_id)
+    attempt = await get_attempt(conn, attempt_id)
+
+    if from_send:
+        await append_event(conn, attempt_id=attempt_id, kind=EventKind.SEND_RESULT, actor=actor,
+                           now=now, detail=_send_result_detail(outcome))
+
+    target = outcome.target_state
+    if attempt.state in FINAL_STATES:
+        if outcome.is_final and target is not attempt.state:
+            await escalations.raise_escalation(
+                conn, key=_escalation_key(attempt_id, "contradiction", evidence_key),
+                reason="contradiction", attempt_id=attempt_id, now=now,
+                detail={"recorded": attempt.state.value, "reported": target.value, "actor": actor},
+            )
+        return attempt
+    if attempt.state is AttemptState.NOT_STARTED:
+        # Only a sender that moved it to Started can have an outcome for it.
+        raise ValueError(f"attempt {attempt_id} is NotStarted; no outcome can be recorded")
+
+    if outcome.kind is OutcomeKind.UNKNOWN and (
+        attempt.state is AttemptState.UNKNOWN or attempt.provider_status is not None
+    ):
+        # Unknown adds no evidence: it never overwrites an observed provider status.
+        return attempt
+
+    identity_problem = await _identity_problem(conn, attempt, outcome)
+    if identity_problem is not None:
+        reason, detail = identity_problem
+        await escalations.raise_escalation(
+            conn, key=_escalation_key(attempt_id, reason, evidence_key), reason=reason,
+            attempt_id=attempt_id, now=now, detail=detail,
+        )
+        return attempt
+
+    if not can_transition(attempt.state, target):
+        raise ValueError(f"transition {attempt.state} -> {target} is not allowed")
+
+    next_check_at = now + timedelta(seconds=recheck_after_s)
+    if outcome.kind is OutcomeKind.REQUIRES_ACTION and outcome.next_action_expires_at is not None:
+        next_check_at = min(next_check_at, max(outcome.next_action_expires_at, now))
+    keeps_action = outcome.kind is OutcomeKind.REQUIRES_ACTION
+    row = await conn.fetchrow(
+        APPLY_OUTCOME,
+        attempt_id,
+        attempt.version,
+        attempt.state.value,
+        target.value,
+        outcome.provider_status,
+        outcome.next_action if keeps_action else None,
+        outcome.next_action_expires_at if keeps_action else None,
+        outcome.reason,
+        outcome.provider_payment_id,
+        next_check_at,
+        lease.owner if lease else None,
+        lease.token if lease else None,
+    )
+    if row is None:
+        return None
+    updated = Attempt.from_record(row)
+    await append_event(
+        conn, attempt_id=attempt_id, kind=EventKind.TRANSITION, actor=actor, now=now,
+        detail={"from": attempt.state.value, "to": target.value, "reason": outcome.reason,
+                "provider_status": outcome.provider_status},
+    )
+    if target in FINAL_STATES:
+        await escalations.resolve_for_attempt(conn, attempt_id, now)
+    if target is AttemptState.SUCCEEDED:
+        await _queue_success_effects(conn, updated, order.status, order.cancel_requested_at, now)
+    return updated
+
+
+async def _identity_problem(
+    conn: asyncpg.Connection, attempt: Attempt, outcome: ProviderOutcome
+) -> tuple[str, dict[str, Any]] | None:
+    """Evidence about a different payment, or a payment that does not match, resolves nothing."""
+    pid = outcome.provider_payment_id
+    if pid is not None:
+        if attempt.provider_payment_id is not None and attempt.provider_payment_id != pid:
+            return "provider-id-conflict", {"recorded": attempt.provider_payment_id, "reported": pid}
+        other = await conn.fetchval(
+            SELECT_PAYMENT_ID_OWNER, attempt.provider_account, pid, attempt.attempt_id
+        )
+        if other is not None:
+            return "provider-id-conflict", {"reported": pid, "owned_by_attempt": str(other)}
+    if not attempt.matches(outcome.amount_minor, outcome.currency):
+        return "mismatch", {"amount_minor": outcome.amount_minor, "currency": outcome.currency,
+                            "provider_payment_id": pid}
+    return None
+
+
+async def _queue_success_effects(
+    conn: asyncpg.Connection,
+    attempt: Attempt,
+    order_status: OrderStatus,
+    cancel_requested_at: datetime | None,
+    now: datetime,
+) -> None:
+    payload = {
+        "order_id": attempt.order_id,
+        "amount_minor": attempt.amount_minor,
+        "currency": attempt.currency,
+        "provider_account": attempt.provider_account,
+        "provider_payment_id": attempt.provider_payment_id,
+    }
+    if order_status is OrderStatus.OPEN:
+        await conn.execute(MARK_ORDER_PAID, attempt.order_id)
+    await outbox.enqueue_effect(conn, attempt_id=attempt.attempt_id, effect="order-confirmation",
+                                payload=payload, now=now)
+    if order_status is OrderStatus.OPEN and cancel_requested_at is None:
+        await outbox.enqueue_effect(conn, attempt_id=attempt.attempt_id, effect="fulfillment-request",
+                                    payload=payload, now=now)
+    else:
+        # The customer cancelled after the send intent: the charge stands, and a
+        # refund is its own operation, decided by a person.
+        await escalations.raise_escalation(
+            conn, key=f"attempt:{attempt.attempt_id}:succeeded-after-cancel",
+            reason="succeeded-after-cancel", attempt_id=attempt.attempt_id, now=now,
+            detail={"order_id": attempt.order_id},
+        )

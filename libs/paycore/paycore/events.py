@@ -1,0 +1,59 @@
+"""The append-only attempt history (``payment_attempt_events``).
+
+The database refuses UPDATE, DELETE and TRUNCATE on the table; this module only
+ever inserts. Details never carry card data or secrets.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+
+class EventKind(enum.StrEnum):
+    SEND_INTENT = "send_intent"
+    SEND_RESULT = "send_result"
+    SEND_ABANDONED = "send_abandoned"
+    NOTIFICATION = "notification"
+    LOOKUP = "lookup"
+    TRANSITION = "transition"
+
+
+INSERT_EVENT = """
+INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
+VALUES ($1, $2, $3, $4, $5)
+RETURNING event_id
+"""
+
+SELECT_HISTORY = """
+SELECT event_id, attempt_id, occurred_at, kind, actor, provider_account, notification_key, detail
+FROM payment_attempt_events
+WHERE attempt_id = $1
+ORDER BY occurred_at, event_id
+"""
+
+
+async def append_event(
+    conn: asyncpg.Connection,
+    *,
+    attempt_id: UUID,
+    kind: EventKind,
+    actor: str,
+    detail: dict[str, Any],
+    now: datetime,
+) -> int:
+    """Append one non-notification event; returns its id."""
+    if kind is EventKind.NOTIFICATION:
+        raise ValueError("notification events are recorded by the notification handler")
+    event_id: int = await conn.fetchval(INSERT_EVENT, attempt_id, now, kind.value, actor, detail)
+    return event_id
+
+
+async def history(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID) -> list[asyncpg.Record]:
+    """Every event of one attempt, oldest first."""
+    rows: list[asyncpg.Record] = await conn.fetch(SELECT_HISTORY, attempt_id)
+    return rows

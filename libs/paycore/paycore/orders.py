@@ -1,0 +1,125 @@
+"""Orders: the serialization point for payment attempts.
+
+Every transaction that touches an order and its attempts locks the order row
+first (``SELECT … FOR UPDATE``), then the attempt row.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from paycore.domain import OrderStatus
+
+
+class OrderNotFound(LookupError):
+    """No such order for this customer (another customer's order is not found either)."""
+
+
+class OrderNotPayable(Exception):
+    """The order is paid, cancelled or has a cancellation requested."""
+
+    def __init__(self, order_id: str, why: str) -> None:
+        super().__init__(f"order {order_id} is not payable: {why}")
+        self.why = why
+
+
+@dataclass(frozen=True)
+class Order:
+    order_id: str
+    customer_id: str
+    amount_minor: int
+    currency: str
+    status: OrderStatus
+    cancel_requested_at: datetime | None
+    created_at: datetime
+    version: int
+
+    @classmethod
+    def from_record(cls, r: asyncpg.Record) -> Order:
+        values = dict(r)
+        values["status"] = OrderStatus(values["status"])
+        return cls(**values)
+
+    @property
+    def not_payable_reason(self) -> str | None:
+        if self.status is OrderStatus.PAID:
+            return "paid"
+        if self.status is OrderStatus.CANCELLED or self.cancel_requested_at is not None:
+            return "cancelled"
+        return None
+
+
+INSERT_ORDER = """
+INSERT INTO orders (order_id, customer_id, amount_minor, currency, created_at)
+VALUES ($1, $2, $3, $4, $5)
+RETURNING *
+"""
+SELECT_ORDER = "SELECT * FROM orders WHERE order_id = $1"
+LOCK_ORDER = "SELECT * FROM orders WHERE order_id = $1 FOR UPDATE"
+HAS_LIVE_ATTEMPT = """
+SELECT EXISTS (SELECT 1 FROM payment_attempts
+               WHERE order_id = $1 AND state IN ('NotStarted', 'Started', 'Unknown'))
+"""
+CANCEL_OUTRIGHT = """
+UPDATE orders SET status = 'Cancelled', cancel_requested_at = $2, version = version + 1
+WHERE order_id = $1 AND status = 'Open'
+RETURNING *
+"""
+REQUEST_CANCEL = """
+UPDATE orders SET cancel_requested_at = $2, version = version + 1
+WHERE order_id = $1 AND status = 'Open' AND cancel_requested_at IS NULL
+RETURNING *
+"""
+
+
+def new_order_id() -> str:
+    return "ord_" + secrets.token_hex(12)
+
+
+async def create_order(
+    conn: asyncpg.Connection | asyncpg.Pool, *, customer_id: str, amount_minor: int, currency: str,
+    now: datetime, order_id: str | None = None,
+) -> Order:
+    row = await conn.fetchrow(INSERT_ORDER, order_id or new_order_id(), customer_id, amount_minor,
+                              currency, now)
+    assert row is not None
+    return Order.from_record(row)
+
+
+async def get_order(conn: asyncpg.Connection | asyncpg.Pool, order_id: str, customer_id: str) -> Order:
+    row = await conn.fetchrow(SELECT_ORDER, order_id)
+    if row is None or row["customer_id"] != customer_id:
+        raise OrderNotFound(order_id)
+    return Order.from_record(row)
+
+
+async def lock_order(conn: asyncpg.Connection, order_id: str, customer_id: str | None = None) -> Order:
+    """Lock the order row (first in the lock order); must run inside a transaction."""
+    row = await conn.fetchrow(LOCK_ORDER, order_id)
+    if row is None or (customer_id is not None and row["customer_id"] != customer_id):
+        raise OrderNotFound(order_id)
+    return Order.from_record(row)
+
+
+async def cancel_order(pool: asyncpg.Pool, order_id: str, customer_id: str, now: datetime) -> Order:
+    """Cancel an order under its lock.
+
+    With no live attempt the order is cancelled outright. With one, the
+    cancellation is recorded as an intent: no new send intent can commit after
+    it, but a dispatch an earlier intent authorised is left to reconciliation.
+    """
+    async with pool.acquire() as conn, conn.transaction():
+        order = await lock_order(conn, order_id, customer_id)
+        if order.status is OrderStatus.PAID:
+            raise OrderNotPayable(order_id, "paid")
+        if order.status is OrderStatus.CANCELLED:
+            return order
+        if await conn.fetchval(HAS_LIVE_ATTEMPT, order_id):
+            row = await conn.fetchrow(REQUEST_CANCEL, order_id, now)
+        else:
+            row = await conn.fetchrow(CANCEL_OUTRIGHT, order_id, now)
+        return Order.from_record(row) if row is not None else order

@@ -1,0 +1,70 @@
+"""Writing downstream work and alerts to the transactional outbox.
+
+Rows are written in the same transaction as their cause. ``dedup_key`` names the
+effect (``attempt:<id>:order-confirmation``), never the trigger and never a fresh
+UUID, so the same effect reached by the endpoint, a notification or a lookup is
+queued once. Business effects carry ``ordering_key = 'attempt:<id>'``; operator
+alerts carry none so they never wait behind business rows.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+ENQUEUE = """
+INSERT INTO outbox_messages (dedup_key, attempt_id, ordering_key, kind, payload, created_at, next_attempt_at)
+VALUES ($1, $2, $3, $4, $5, $6, $6)
+ON CONFLICT (dedup_key) DO NOTHING
+RETURNING message_id
+"""
+
+
+def effect_key(attempt_id: UUID, effect: str) -> str:
+    """The dedup key of one business effect of one attempt."""
+    return f"attempt:{attempt_id}:{effect}"
+
+
+def ordering_key(attempt_id: UUID) -> str:
+    return f"attempt:{attempt_id}"
+
+
+async def enqueue(
+    conn: asyncpg.Connection,
+    *,
+    dedup_key: str,
+    kind: str,
+    payload: dict[str, Any],
+    now: datetime,
+    attempt_id: UUID | None = None,
+    ordering: str | None = None,
+) -> int | None:
+    """Queue one message unless its effect is already queued; returns the new id or None."""
+    body = {"dedup_key": dedup_key, "kind": kind, **payload}
+    message_id: int | None = await conn.fetchval(
+        ENQUEUE, dedup_key, attempt_id, ordering, kind, body, now
+    )
+    return message_id
+
+
+async def enqueue_effect(
+    conn: asyncpg.Connection,
+    *,
+    attempt_id: UUID,
+    effect: str,
+    payload: dict[str, Any],
+    now: datetime,
+) -> int | None:
+    """Queue a business effect of an attempt, in per-attempt order."""
+    return await enqueue(
+        conn,
+        dedup_key=effect_key(attempt_id, effect),
+        kind=effect,
+        payload={"attempt_id": str(attempt_id), **payload},
+        now=now,
+        attempt_id=attempt_id,
+        ordering=ordering_key(attempt_id),
+    )

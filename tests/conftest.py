@@ -1,0 +1,44 @@
+"""Fixtures every suite shares: a real PostgreSQL database per test, the fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import asyncpg
+import pytest
+
+from paycore.clock import FakeClock
+from paycore.db import create_pool
+from tests.support import database
+
+
+@pytest.fixture(scope="session")
+def pg_admin_dsn() -> str:
+    return database.server_dsn()
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_admin_dsn: str) -> Iterator[str]:
+    name = asyncio.run(database.create_template(pg_admin_dsn))
+    yield name
+    asyncio.run(database.drop_database(pg_admin_dsn, name))
+
+
+@pytest.fixture
+async def db_dsn(pg_admin_dsn: str, pg_template: str) -> AsyncIterator[str]:
+    name = await database.create_test_database(pg_admin_dsn, pg_template)
+    yield database.with_database(pg_admin_dsn, name)
+    await database.drop_database(pg_admin_dsn, name)
+
+
+@pytest.fixture
+async def pool(db_dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    p = await create_pool(db_dsn, min_size=1, max_size=20)
+    yield p
+    await p.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
