@@ -1,0 +1,1 @@
+"""HTTP pieces every paycore service shares: problem details, bounded JSON bodies, metrics."""

@@ -1,0 +1,43 @@
+"""Reading request bodies with a size limit, and strict JSON object parsing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+
+from paycore.http.problems import Problem
+
+
+async def read_limited(request: Request, limit: int) -> bytes:
+    """The raw body, or a 413 problem once it exceeds ``limit`` bytes (checked while streaming)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise Problem(413, "body-too-large", "Request body too large", f"The limit is {limit} bytes.")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Problem(413, "body-too-large", "Request body too large", f"The limit is {limit} bytes.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json_object(request: Request, limit: int, *, allow_empty: bool = False) -> dict[str, Any]:
+    """A JSON object body; anything else is a 400/415 problem and nothing is written."""
+    raw = await read_limited(request, limit)
+    if not raw.strip() and allow_empty:
+        return {}
+    content_type = request.headers.get("content-type", "")
+    if content_type.split(";")[0].strip().lower() not in ("application/json", ""):
+        raise Problem(415, "unsupported-media-type", "Unsupported media type",
+                      "Send the body as application/json.")
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise Problem(400, "malformed-json", "Malformed JSON", "The body is not valid JSON.") from None
+    if not isinstance(value, dict):
+        raise Problem(400, "invalid-body", "Invalid body", "The body must be a JSON object.")
+    return value

@@ -1,0 +1,154 @@
+"""Wiring: settings, pool, provider client and routes into one Starlette app.
+
+``create_app_from_env()`` is what ``paycore serve checkout`` runs; tests call
+``create_app`` with a fake clock and their own database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import asyncpg
+from prometheus_client import CollectorRegistry, Counter
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from paycore.accounts import sync_provider_accounts
+from paycore.clock import Clock, SystemClock
+from paycore.config import Settings, load_settings
+from paycore.db import create_pool
+from paycore.http.metrics import metrics_endpoint
+from paycore.http.problems import Problem, problem_response
+from paycore.providers.cardco import CardcoClient
+from paycore_checkout.auth import Authenticator
+from paycore_checkout.payments import CheckoutMetrics, CheckoutPayments
+from paycore_checkout.routes import routes
+
+log = logging.getLogger("paycore.checkout")
+T = TypeVar("T")
+
+
+@dataclass
+class Services:
+    settings: Settings
+    clock: Clock
+    pool: asyncpg.Pool
+    auth: Authenticator
+    payments: CheckoutPayments
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run work that must outlive the request (kept referenced until done)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def drain(self, timeout_s: float) -> None:
+        """On shutdown, let in-flight payments finish recording (bounded)."""
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=timeout_s)
+
+
+class RequestMetrics:
+    """Counts requests by route template and status (pure ASGI, no body buffering)."""
+
+    def __init__(self, app: ASGIApp, counter: Counter) -> None:
+        self.app = app
+        self.counter = counter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def capture(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, capture)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", "unmatched")
+            self.counter.labels(scope["method"], path, str(status)).inc()
+
+
+async def _problem(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Problem)
+    return exc.to_response(instance=request.url.path)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem_response(500, "internal", "Internal error", "The request failed; it is safe to retry.")
+
+
+def create_app(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    pool: asyncpg.Pool | None = None,
+    client: CardcoClient | None = None,
+) -> Starlette:
+    clock = clock or SystemClock()
+    registry = CollectorRegistry()
+    requests_total = Counter("paycore_checkout_requests", "HTTP requests by route and status",
+                             ["method", "route", "status"], registry=registry)
+    metrics = CheckoutMetrics(registry)
+    auth = Authenticator(secret=settings.jwt_secret, jwks_url=settings.jwks_url)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        own_pool = pool is None
+        if settings.database_url is None and pool is None:
+            raise RuntimeError("PAYCORE_DATABASE_URL is not set")
+        db = pool or await create_pool(settings.database_url or "", max_size=20)
+        own_client = client is None
+        cardco = client or CardcoClient(settings.accounts, clock,
+                                        max_call_duration_s=settings.budgets.max_call_duration_s)
+        await sync_provider_accounts(db, settings.accounts, clock.now())
+        services = Services(
+            settings=settings, clock=clock, pool=db, auth=auth,
+            payments=CheckoutPayments(pool=db, client=cardco, clock=clock, settings=settings,
+                                      metrics=metrics),
+        )
+        app.state.services = services
+        log.info("checkout ready: provider account %s", settings.default_account.provider_account)
+        try:
+            yield
+        finally:
+            await services.drain(settings.budgets.call_s + settings.budgets.record_s)
+            if own_client:
+                await cardco.aclose()
+            if own_pool:
+                await db.close()
+
+    app = Starlette(
+        routes=[*routes(), Route("/metrics", metrics_endpoint(registry), methods=["GET"])],
+        lifespan=lifespan,
+        exception_handlers={Problem: _problem, Exception: _unexpected},
+    )
+    app.add_middleware(RequestMetrics, counter=requests_total)
+    return app
+
+
+def create_app_from_env() -> Starlette:
+    """The app ``paycore serve checkout`` runs, configured from ``PAYCORE_*``."""
+    settings = load_settings()
+    if settings.jwt_secret is None and settings.jwks_url is None:
+        from paycore.config import ConfigError
+
+        raise ConfigError("PAYCORE_JWT_SECRET", "is required (or PAYCORE_JWKS_URL)")
+    return create_app(settings)

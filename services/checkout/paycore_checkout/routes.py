@@ -1,0 +1,224 @@
+"""Checkout's HTTP surface.
+
+``POST /orders/{id}/payment`` answers as the reference's endpoint does: 200 for
+Succeeded, Failed and NotApplied and for a current customer action; 202 with the
+status URL while confirmation is pending; 503 + Retry-After only when the
+recorded attempt could not be moved to Started (nothing was sent). The status
+GET is observation only and never sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import asyncpg
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from paycore.domain import AttemptState
+from paycore.http.bodies import read_json_object
+from paycore.http.problems import Problem, problem_response
+from paycore.orders import Order, OrderNotFound, OrderNotPayable, cancel_order, create_order, get_order
+from paycore_checkout import inbound_idempotency as idem
+from paycore_checkout.payments import PaymentStatus
+
+MAX_BODY = 64 * 1024
+ORDER_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+PAYMENT_METHOD = re.compile(r"^tok_[A-Za-z0-9_]{1,100}$")
+CURRENCY = re.compile(r"^[A-Z]{3}$")
+START_RETRY_AFTER_S = 2
+PAY_ENDPOINT = "POST /orders/{order_id}/payment"
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
+
+
+def _strict_fields(body: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise Problem(400, "invalid-body", "Unknown fields", f"Unknown fields: {', '.join(unknown)}.",
+                      errors=[{"field": f, "message": "unknown field"} for f in unknown])
+
+
+def _order_id(request: Request) -> str:
+    order_id: str = request.path_params["order_id"]
+    if not ORDER_ID.match(order_id):
+        raise Problem(404, "order-not-found", "Order not found")
+    return order_id
+
+
+def _order_json(order: Order) -> dict[str, Any]:
+    return {
+        "order_id": order.order_id,
+        "amount_minor": order.amount_minor,
+        "currency": order.currency,
+        "status": order.status.value,
+        "cancel_requested": order.cancel_requested_at is not None,
+    }
+
+
+def status_response(status: PaymentStatus, *, posted: bool) -> Response:
+    """Map the attempt's durable status to the page's next step."""
+    body = status.to_json()
+    if posted and status.state is AttemptState.NOT_STARTED:
+        return problem_response(
+            503, "payment-not-started", "Payment not started; retry",
+            "The payment was recorded but could not be started. Nothing was sent; retry shortly.",
+            headers={"Retry-After": str(START_RETRY_AFTER_S)}, **body,
+        )
+    if status.state in (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.NOT_APPLIED):
+        return _json(body, 200)
+    if status.state is AttemptState.STARTED and status.next_action is not None:
+        return _json(body, 200)  # the customer's step, while it is current
+    return _json(body, 202, headers={"Location": status.status_url})
+
+
+async def create_order_route(request: Request) -> Response:
+    services = request.app.state.services
+    customer = await services.auth.customer_id(request)
+    body = await read_json_object(request, MAX_BODY)
+    _strict_fields(body, {"amount_minor", "currency"})
+    amount, currency = body.get("amount_minor"), body.get("currency")
+    errors = []
+    if type(amount) is not int or amount <= 0 or amount > 10**12:
+        errors.append({"field": "amount_minor", "message": "a positive integer number of minor units"})
+    if not isinstance(currency, str) or not CURRENCY.match(currency):
+        errors.append({"field": "currency", "message": "an ISO 4217 code in upper case, e.g. EUR"})
+    if errors:
+        raise Problem(400, "invalid-body", "Invalid order", "See errors.", errors=errors)
+    assert isinstance(amount, int) and isinstance(currency, str)
+    order = await create_order(services.pool, customer_id=customer, amount_minor=amount,
+                               currency=currency, now=services.clock.now())
+    return _json(_order_json(order), 201, headers={"Location": f"/orders/{order.order_id}"})
+
+
+async def get_order_route(request: Request) -> Response:
+    services = request.app.state.services
+    customer = await services.auth.customer_id(request)
+    try:
+        order = await get_order(services.pool, _order_id(request), customer)
+    except OrderNotFound:
+        raise Problem(404, "order-not-found", "Order not found") from None
+    return _json(_order_json(order))
+
+
+async def cancel_order_route(request: Request) -> Response:
+    services = request.app.state.services
+    customer = await services.auth.customer_id(request)
+    try:
+        order = await cancel_order(services.pool, _order_id(request), customer, services.clock.now())
+    except OrderNotFound:
+        raise Problem(404, "order-not-found", "Order not found") from None
+    except OrderNotPayable:
+        raise Problem(409, "order-paid", "Order already paid",
+                      "A paid order is not cancelled here; a refund is its own operation.") from None
+    return _json(_order_json(order))
+
+
+async def payment_status_route(request: Request) -> Response:
+    services = request.app.state.services
+    customer = await services.auth.customer_id(request)
+    status = await services.payments.status(_order_id(request), customer)
+    if status is None:
+        raise Problem(404, "payment-not-found", "No payment for this order")
+    return status_response(status, posted=False)
+
+
+async def pay_route(request: Request) -> Response:
+    services = request.app.state.services
+    customer = await services.auth.customer_id(request)
+    order_id = _order_id(request)
+    body = await read_json_object(request, MAX_BODY)
+    _strict_fields(body, {"payment_method"})
+    method = body.get("payment_method")
+    if not isinstance(method, str) or not PAYMENT_METHOD.match(method):
+        # Never echo the value: a client bug could have put card data here.
+        raise Problem(400, "invalid-body", "Invalid payment method",
+                      "payment_method must be a payment-method token (tok_...), never card details.",
+                      errors=[{"field": "payment_method", "message": "a tok_... token"}])
+
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        return await _pay(request, order_id, customer, method)
+
+    key = key.strip().strip('"')
+    if not idem.valid_key(key):
+        raise Problem(400, "invalid-idempotency-key", "Invalid Idempotency-Key",
+                      "1 to 255 visible ASCII characters.")
+    scope = idem.KeyScope(key, PAY_ENDPOINT, customer)
+    fingerprint = idem.fingerprint({"order_id": order_id, "body": body})
+    claim, stored = await idem.claim(services.pool, scope, fingerprint, now=services.clock.now(),
+                                     ttl_s=services.settings.inbound_idempotency_ttl_s)
+    if claim is idem.Claim.MISMATCH:
+        raise Problem(422, "idempotency-key-reused", "Idempotency-Key reused",
+                      "This key was used with a different request.")
+    if claim is idem.Claim.IN_PROGRESS:
+        raise Problem(409, "request-in-progress", "Request in progress",
+                      "The original request with this key is still being processed.",
+                      headers={"Retry-After": "1"})
+    if claim is idem.Claim.REPLAY and stored is not None:
+        return Response(stored.body, status_code=stored.status,
+                        headers={**stored.headers, "Idempotent-Replayed": "true"})
+
+    try:
+        response = await _pay(request, order_id, customer, method)
+    except Problem as problem:
+        response = problem.to_response()
+    except BaseException:
+        await asyncio.shield(idem.release(services.pool, scope))
+        raise
+    if response.status_code >= 500:
+        # A retryable answer is not the request's result: let the retry run again.
+        await asyncio.shield(idem.release(services.pool, scope))
+    else:
+        headers = {k: v for k, v in response.headers.items()
+                   if k.lower() in ("content-type", "location", "retry-after")}
+        stored_response = idem.StoredResponse(response.status_code, headers, bytes(response.body))
+        await asyncio.shield(idem.complete(services.pool, scope, stored_response))
+    return response
+
+
+async def _pay(request: Request, order_id: str, customer: str, method: str) -> Response:
+    services = request.app.state.services
+    # The payment runs as its own task: a customer closing the tab cancels this
+    # handler at most, never the provider call or the recording of its outcome.
+    task = services.spawn(services.payments.pay(order_id, customer, method))
+    try:
+        status = await asyncio.shield(task)
+    except OrderNotFound:
+        raise Problem(404, "order-not-found", "Order not found") from None
+    except OrderNotPayable as exc:
+        raise Problem(409, f"order-{exc.why}", f"Order is {exc.why}",
+                      "This order cannot take a new payment.") from None
+    return status_response(status, posted=True)
+
+
+async def healthz(request: Request) -> Response:
+    return _json({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    services = request.app.state.services
+    try:
+        async with asyncio.timeout(2):
+            await services.pool.fetchval("SELECT 1")
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        return problem_response(503, "not-ready", "Database unreachable")
+    return _json({"status": "ready"})
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/orders", create_order_route, methods=["POST"]),
+        Route("/orders/{order_id}", get_order_route, methods=["GET"]),
+        Route("/orders/{order_id}/payment", pay_route, methods=["POST"]),
+        Route("/orders/{order_id}/payment/status", payment_status_route, methods=["GET"]),
+        Route("/orders/{order_id}/cancel", cancel_order_route, methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+    ]
