@@ -11,6 +11,7 @@ import pytest
 from paycore.clock import FakeClock
 from paycore.db import create_pool
 from tests.support import database
+from tests.support.stack import Stack, running_stack
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +43,10 @@ async def pool(db_dsn: str) -> AsyncIterator[asyncpg.Pool]:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+@pytest.fixture
+async def stack(pool: asyncpg.Pool, db_dsn: str) -> AsyncIterator[Stack]:
+    """Sandbox + checkout as real HTTP servers on a fresh database and a fake clock."""
+    async for s in running_stack(pool, db_dsn):
+        yield s

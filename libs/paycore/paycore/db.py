@@ -8,10 +8,10 @@ file exactly once; re-running it is a no-op.
 
 from __future__ import annotations
 
-import importlib.resources
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 import asyncpg
 import orjson
@@ -39,11 +39,10 @@ class Migration:
 
 def migrations() -> list[Migration]:
     """Every bundled migration, in version order."""
-    folder = importlib.resources.files("paycore") / "migrations"
+    # A plain path, not importlib.resources: editable installs on 3.11 confuse the latter.
+    folder = Path(__file__).parent / "migrations"
     found = [
-        Migration(entry.name.removesuffix(".sql"), entry.read_text(encoding="utf-8"))
-        for entry in folder.iterdir()
-        if entry.name.endswith(".sql")
+        Migration(entry.stem, entry.read_text(encoding="utf-8")) for entry in folder.glob("*.sql")
     ]
     return sorted(found, key=lambda m: m.version)
 

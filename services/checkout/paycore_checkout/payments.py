@@ -117,10 +117,17 @@ class CheckoutPayments:
                                       description=f"order {order_id}")
 
         created_at = self.clock.now()
-        attempt = await get_or_create_live_attempt(
-            self.pool, order_id=order_id, customer_id=customer_id, account=account, build_body=body,
-            now=created_at, abandonment_threshold_s=self.settings.abandonment_threshold_s,
-        )
+        try:
+            attempt = await get_or_create_live_attempt(
+                self.pool, order_id=order_id, customer_id=customer_id, account=account, build_body=body,
+                now=created_at, abandonment_threshold_s=self.settings.abandonment_threshold_s,
+            )
+        except OrderNotPayable as exc:
+            # A retry after success only reports the payment that took effect.
+            paid = await latest_attempt(self.pool, order_id, customer_id) if exc.why == "paid" else None
+            if paid is None or paid.state is not AttemptState.SUCCEEDED:
+                raise
+            return self._status(paid)
         if attempt.state is not AttemptState.NOT_STARTED:
             return self._status(attempt)  # someone already sent it: this click only reports
         if attempt.created_at == created_at:
