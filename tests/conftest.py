@@ -50,3 +50,10 @@ async def stack(pool: asyncpg.Pool, db_dsn: str) -> AsyncIterator[Stack]:
     """Sandbox + checkout as real HTTP servers on a fresh database and a fake clock."""
     async for s in running_stack(pool, db_dsn):
         yield s
+
+
+@pytest.fixture
+def free_tcp_port() -> int:
+    from tests.support.servers import free_port
+
+    return free_port()
