@@ -36,16 +36,22 @@ async def _reachable(dsn: str) -> bool:
     return True
 
 
-def server_dsn() -> str:
+async def find_server_dsn() -> str:
+    """The admin DSN of the PostgreSQL server tests and benchmarks use."""
     configured = os.environ.get("PAYCORE_TEST_DATABASE_URL")
     if configured:
         return configured
-    if asyncio.run(_reachable(LOCAL_SERVER)):
+    if await _reachable(LOCAL_SERVER):
         return LOCAL_SERVER
     from paycore.runtime.embedded import start_embedded_postgres
 
+    # No server here: an embedded one, kept under .paycore/ between runs.
     server = start_embedded_postgres(Path(".paycore/test-pg"))
-    return server.dsn
+    return server.admin_dsn
+
+
+def server_dsn() -> str:
+    return asyncio.run(find_server_dsn())
 
 
 async def create_template(admin_dsn: str) -> str:

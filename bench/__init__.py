@@ -1,0 +1,1 @@
+"""Benchmarks: each prints a result beside a baseline measured in the same run."""

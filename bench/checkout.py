@@ -1,0 +1,134 @@
+"""Checkout throughput against the sandbox, beside a same-run pgbench baseline.
+
+Workload: ``tok_visa`` payments, 4 concurrent clients for 30 s (``PAYCORE_BENCH_SECONDS``,
+``PAYCORE_BENCH_CLIENTS``), one checkout process and one sandbox process, on
+orders created beforehand. Baseline: pgbench running the SQL statements one
+checkout issues (create attempt, mark started, record outcome) at the same
+concurrency and duration on a separate fresh database. The ratio says how much
+of the database's capacity for this work the whole service path delivers.
+
+Run: ``make bench``. Prints; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import time
+from urllib.parse import parse_qs, urlsplit
+
+import asyncpg
+import httpx
+import jwt
+
+from bench.common import Latencies, bench_database, free_port, repo_root, service, wait_http
+from paycore.accounts import sync_provider_accounts
+from paycore.clock import SystemClock
+from paycore.config import load_settings
+
+SECONDS = float(os.environ.get("PAYCORE_BENCH_SECONDS", "30"))
+CLIENTS = int(os.environ.get("PAYCORE_BENCH_CLIENTS", "4"))
+ORDERS = int(os.environ.get("PAYCORE_BENCH_ORDERS", "60000"))
+JWT_SECRET = "bench-secret-bench-secret-bench-secret-0123"
+
+SEED_ORDERS = """
+INSERT INTO orders (order_id, customer_id, amount_minor, currency, created_at)
+SELECT 'bench-' || n, $2, 4999, 'EUR', now() FROM generate_series(1, $1) AS n
+"""
+
+
+async def run_checkout(dsn: str) -> tuple[int, float, Latencies, int]:
+    sandbox_port, checkout_port = free_port(), free_port()
+    env = {
+        "PAYCORE_DATABASE_URL": dsn,
+        "PAYCORE_JWT_SECRET": JWT_SECRET,
+        "PAYCORE_CARDCO_BASE_URL": f"http://127.0.0.1:{sandbox_port}",
+        "PAYCORE_CARDCO_ACCOUNT": "acct_store",
+        "PAYCORE_CARDCO_ENVIRONMENT": "test",
+        "PAYCORE_CARDCO_API_KEY": "sk_test_acct_store_local",
+    }
+    conn = await asyncpg.connect(dsn)
+    await conn.execute(SEED_ORDERS, ORDERS, "cus_bench")
+    await conn.close()
+    token = jwt.encode({"sub": "cus_bench", "exp": int(time.time()) + 3600}, JWT_SECRET, algorithm="HS256")
+    headers = {"Authorization": f"Bearer {token}"}
+    next_order = iter(range(1, ORDERS + 1))
+    samples: list[float] = []
+    errors = 0
+
+    with service("sandbox", sandbox_port, env), service("checkout", checkout_port, env):
+        base = f"http://127.0.0.1:{checkout_port}"
+        await wait_http(f"http://127.0.0.1:{sandbox_port}/_sandbox/payments")
+        await wait_http(f"{base}/healthz")
+        limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
+        async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=60) as http:
+            stop_at = time.perf_counter() + SECONDS
+
+            async def client() -> None:
+                nonlocal errors
+                while time.perf_counter() < stop_at:
+                    order = f"bench-{next(next_order)}"
+                    t0 = time.perf_counter()
+                    r = await http.post(f"/orders/{order}/payment", json={"payment_method": "tok_visa"})
+                    samples.append(time.perf_counter() - t0)
+                    if r.status_code != 200 or r.json()["state"] != "Succeeded":
+                        errors += 1
+
+            started = time.perf_counter()
+            await asyncio.gather(*(client() for _ in range(CLIENTS)))
+            elapsed = time.perf_counter() - started
+    return len(samples), elapsed, Latencies(samples), errors
+
+
+async def run_pgbench(dsn: str) -> tuple[float, float] | None:
+    if shutil.which("pgbench") is None:
+        return None
+    settings = load_settings({
+        "PAYCORE_CARDCO_BASE_URL": "http://127.0.0.1:1", "PAYCORE_CARDCO_ACCOUNT": "acct_store",
+        "PAYCORE_CARDCO_API_KEY": "sk_test_acct_store_local",
+    })
+    conn = await asyncpg.connect(dsn)
+    await sync_provider_accounts(conn, settings.accounts, SystemClock().now())
+    await conn.execute(SEED_ORDERS, ORDERS * 4, "cus_bench")
+    await conn.execute("CREATE SEQUENCE bench_order_seq")
+    await conn.close()
+    parts = urlsplit(dsn)
+    socket_dir = parse_qs(parts.query).get("host", [None])[0]  # embedded servers use a socket
+    env = {**os.environ, "PGHOST": socket_dir or parts.hostname or "127.0.0.1",
+           "PGPORT": str(parts.port or 5432), "PGUSER": parts.username or "postgres",
+           "PGDATABASE": parts.path.lstrip("/")}
+    script = repo_root() / "bench" / "checkout_baseline.sql"
+    run = await asyncio.to_thread(
+        subprocess.run,
+        ["pgbench", "-n", "-M", "simple", "-c", str(CLIENTS), "-j", str(min(CLIENTS, 2)),
+         "-T", str(int(SECONDS)), "-r", "-f", str(script)],
+        env=env, capture_output=True, text=True, check=True,
+    )
+    out = run.stdout
+    tps = float(re.search(r"tps = ([0-9.]+)", out).group(1))  # type: ignore[union-attr]
+    latency = float(re.search(r"latency average = ([0-9.]+) ms", out).group(1))  # type: ignore[union-attr]
+    return tps, latency
+
+
+async def main() -> None:
+    print(f"checkout bench: {CLIENTS} clients x {SECONDS:.0f} s, tok_visa, one checkout process")
+    async with bench_database() as dsn:
+        count, elapsed, lat, errors = await run_checkout(dsn)
+    rate = count / elapsed
+    print(f"  checkout: {rate:8.1f} payments/s  p50 {lat.p50_ms:6.1f} ms  p99 {lat.p99_ms:6.1f} ms"
+          f"  ({count} payments, {errors} not Succeeded)")
+    async with bench_database() as dsn:
+        baseline = await run_pgbench(dsn)
+    if baseline is None:
+        print("  baseline: pgbench not found; no ratio")
+        return
+    tps, avg_ms = baseline
+    print(f"  baseline: {tps:8.1f} checkouts/s of SQL via pgbench (avg {avg_ms:.1f} ms), same clients")
+    print(f"  ratio   : {rate / tps:8.3f}  (checkout payments/s ÷ pgbench checkout-SQL/s)")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,97 @@
+"""Benchmark plumbing: a database, services as child processes, latency statistics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import httpx
+
+from paycore.clock import SystemClock
+from paycore.db import migrate
+from tests.support.database import find_server_dsn, with_database
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def bench_database() -> AsyncIterator[str]:
+    """A fresh, migrated database on the bench server; dropped afterwards."""
+    admin = os.environ.get("PAYCORE_BENCH_DATABASE_URL") or await find_server_dsn()
+    name = f"paycore_bench_{uuid.uuid4().hex[:8]}"
+    conn = await asyncpg.connect(admin)
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    await conn.close()
+    dsn = with_database(admin, name)
+    await migrate(dsn, now=SystemClock().now())
+    try:
+        yield dsn
+    finally:
+        conn = await asyncpg.connect(admin)
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.close()
+
+
+@contextlib.contextmanager
+def service(name: str, port: int, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """``paycore serve NAME`` as a child process; terminated on exit."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "paycore.cli", "serve", name, "--host", "127.0.0.1", "--port", str(port)],
+        env={**os.environ, "PAYCORE_LOG_LEVEL": "WARNING", **env},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+async def wait_http(url: str, within_s: float = 30) -> None:
+    deadline = time.monotonic() + within_s
+    async with httpx.AsyncClient() as http:
+        while True:
+            try:
+                await http.get(url)
+                return
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+
+
+@dataclass(frozen=True)
+class Latencies:
+    samples: list[float]
+
+    @property
+    def p50_ms(self) -> float:
+        return statistics.median(self.samples) * 1000 if self.samples else float("nan")
+
+    @property
+    def p99_ms(self) -> float:
+        if len(self.samples) < 2:
+            return float("nan")
+        return statistics.quantiles(self.samples, n=100)[98] * 1000
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
