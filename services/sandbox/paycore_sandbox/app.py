@@ -1,0 +1,62 @@
+"""The ASGI application: routes, error handlers and lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from paycore_sandbox import api, control
+from paycore_sandbox.errors import ApiError
+from paycore_sandbox.settings import SandboxSettings
+from paycore_sandbox.state import Sandbox
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    # Unknown paths and methods get contract-shaped errors too.
+    assert isinstance(exc, HTTPException)
+    code = {404: "resource_missing", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return ApiError(exc.status_code, "invalid_request", code, str(exc.detail),
+                    headers=exc.headers).response()
+
+
+def create_app(settings: SandboxSettings | None = None) -> Starlette:
+    """The sandbox as an ASGI app; ``app.state.sandbox`` is its runtime."""
+    sandbox = Sandbox(settings or SandboxSettings.default())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        # Release held requests and stop timers so shutdown never hangs.
+        await sandbox.aclose()
+
+    routes = [
+        Route("/v1/payments", api.create_payment, methods=["POST"]),
+        Route("/v1/payments", api.list_payments, methods=["GET"]),
+        Route("/v1/payments/{payment_id}", api.get_payment, methods=["GET"]),
+        Route("/_sandbox/payments", control.ledger, methods=["GET"]),
+        Route("/_sandbox/payments/{payment_id}/action", control.payment_action,
+              methods=["POST"]),
+        Route("/_sandbox/payments/{payment_id}/refund", control.payment_refund,
+              methods=["POST"]),
+        Route("/_sandbox/faults", control.add_faults, methods=["POST"]),
+        Route("/_sandbox/faults", control.list_faults, methods=["GET"]),
+        Route("/_sandbox/faults", control.clear_faults, methods=["DELETE"]),
+        Route("/_sandbox/clock", control.advance_clock, methods=["POST"]),
+        Route("/_sandbox/clock", control.get_clock, methods=["GET"]),
+        Route("/_sandbox/reset", control.reset, methods=["POST"]),
+        Route("/_sandbox/requests", control.captured_requests, methods=["GET"]),
+        Route("/_sandbox/events", control.events, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        exception_handlers={ApiError: control.api_error_handler, HTTPException: _http_error},
+        lifespan=lifespan,
+    )
+    app.state.sandbox = sandbox
+    return app

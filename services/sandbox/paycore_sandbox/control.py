@@ -1,0 +1,135 @@
+"""Control endpoints under ``/_sandbox/`` (no auth: the CLI binds to loopback).
+
+Contract endpoints: ``GET /_sandbox/payments``, ``POST|DELETE /_sandbox/faults``,
+``POST /_sandbox/clock``, ``POST /_sandbox/payments/{id}/action``,
+``POST /_sandbox/payments/{id}/refund``.
+
+Sandbox extensions for tests: ``GET /_sandbox/faults`` (active rules),
+``GET /_sandbox/clock``, ``POST /_sandbox/reset`` (forget everything, release
+held requests), ``GET /_sandbox/requests`` (every ``/v1`` request, in arrival
+order, Authorization reduced to ``sk_test``/``sk_live``) and
+``GET /_sandbox/events`` (webhook events generated so far; ``?payment=`` filters).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from paycore_sandbox import lifecycle
+from paycore_sandbox.api import sandbox_of
+from paycore_sandbox.errors import ApiError, JSONResponse, invalid_param, not_found
+from paycore_sandbox.faults import parse_rules
+from paycore_sandbox.ledger import Payment
+from paycore_sandbox.state import Sandbox
+from paycore_sandbox.validation import parse_json
+
+
+def _fresh(request: Request) -> Sandbox:
+    """The sandbox, with time-driven changes applied (reads are never stale)."""
+    sandbox = sandbox_of(request)
+    lifecycle.sweep(sandbox.state, sandbox.clock.now())
+    return sandbox
+
+
+async def _json_object(request: Request, *, optional: bool = False) -> dict[str, Any]:
+    raw = await request.body()
+    if optional and not raw.strip():
+        return {}
+    body = parse_json(raw)
+    if not isinstance(body, dict):
+        raise invalid_param(None, "The request body must be a JSON object.")
+    return body
+
+
+def _payment(sandbox: Sandbox, request: Request) -> Payment:
+    payment_id = request.path_params["payment_id"]
+    payment = sandbox.state.ledger.get(payment_id)
+    if payment is None:
+        raise not_found(f"No such payment: {payment_id}")
+    return payment
+
+
+async def ledger(request: Request) -> Response:
+    sandbox = _fresh(request)
+    filters = {k: v for k, v in request.query_params.items()
+               if k in ("account", "environment", "reference", "idempotency_key")}
+    rows = [p.to_ledger() for p in sandbox.state.ledger]
+    rows = [r for r in rows if all(r[k] == v for k, v in filters.items())]
+    return JSONResponse({"data": rows})
+
+
+async def add_faults(request: Request) -> Response:
+    sandbox = sandbox_of(request)
+    rules = parse_rules(await _json_object(request))
+    sandbox.state.faults.add(rules)
+    return await list_faults(request)
+
+
+async def list_faults(request: Request) -> Response:
+    rules = sandbox_of(request).state.faults.rules()
+    return JSONResponse({"rules": [r.to_json() for r in rules]})
+
+
+async def clear_faults(request: Request) -> Response:
+    sandbox_of(request).state.faults.clear()
+    return JSONResponse({"rules": []})
+
+
+async def advance_clock(request: Request) -> Response:
+    sandbox = sandbox_of(request)
+    seconds = (await _json_object(request)).get("advance_seconds")
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) \
+            or not math.isfinite(seconds) or seconds < 0:
+        raise invalid_param("advance_seconds", "advance_seconds must be a number >= 0.")
+    sandbox.clock.advance(seconds)
+    return await get_clock(request)
+
+
+async def get_clock(request: Request) -> Response:
+    sandbox = _fresh(request)
+    return JSONResponse({"now": sandbox.clock.now(), "offset_s": sandbox.clock.offset_s})
+
+
+async def payment_action(request: Request) -> Response:
+    sandbox = sandbox_of(request)
+    result = (await _json_object(request)).get("result")
+    if result not in ("succeeded", "failed"):
+        raise invalid_param("result", "result must be 'succeeded' or 'failed'.")
+    payment = _payment(sandbox, request)
+    lifecycle.complete_action(sandbox.state, sandbox.clock.now(), payment, result)
+    return JSONResponse(payment.to_public())
+
+
+async def payment_refund(request: Request) -> Response:
+    sandbox = _fresh(request)
+    amount = (await _json_object(request, optional=True)).get("amount")
+    if amount is not None and (isinstance(amount, bool) or not isinstance(amount, int)):
+        raise invalid_param("amount", "amount must be an integer in minor units.")
+    payment = _payment(sandbox, request)
+    lifecycle.refund(sandbox.state, payment, amount)
+    return JSONResponse(payment.to_public())
+
+
+async def reset(request: Request) -> Response:
+    sandbox_of(request).reset()
+    return JSONResponse({"reset": True})
+
+
+async def captured_requests(request: Request) -> Response:
+    entries = sandbox_of(request).state.requests.all()
+    return JSONResponse({"data": [e.to_json() for e in entries]})
+
+
+async def events(request: Request) -> Response:
+    sandbox = _fresh(request)
+    found = sandbox.state.events.events(request.query_params.get("payment"))
+    return JSONResponse({"data": [e.to_json() for e in found]})
+
+
+async def api_error_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return exc.response()

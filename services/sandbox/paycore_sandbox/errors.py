@@ -1,0 +1,80 @@
+"""Contract-shaped error bodies and the orjson response class.
+
+Every error is ``{"error": {"type", "code", "message", "param"?}}``; raising
+:class:`ApiError` anywhere below a handler turns into exactly that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+
+class JSONResponse(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def error_body(type_: str, code: str, message: str, param: str | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"type": type_, "code": code, "message": message}
+    if param is not None:
+        error["param"] = param
+    return {"error": error}
+
+
+class ApiError(Exception):
+    """An error answer; carries everything needed to render it."""
+
+    def __init__(self, status: int, type_: str, code: str, message: str, *,
+                 param: str | None = None, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type_
+        self.code = code
+        self.message = message
+        self.param = param
+        self.headers = dict(headers or {})
+
+    def body(self) -> bytes:
+        return orjson.dumps(error_body(self.type, self.code, self.message, self.param))
+
+    def response(self) -> Response:
+        return Response(self.body(), status_code=self.status, headers=self.headers,
+                        media_type="application/json")
+
+
+def invalid_param(param: str | None, message: str) -> ApiError:
+    return ApiError(400, "invalid_request", "parameter_invalid", message, param=param)
+
+
+def unauthorized(message: str) -> ApiError:
+    return ApiError(401, "authentication_error", "invalid_api_key", message)
+
+
+def forbidden(message: str) -> ApiError:
+    return ApiError(403, "permission_error", "account_mismatch", message)
+
+
+def not_found(message: str) -> ApiError:
+    return ApiError(404, "invalid_request", "resource_missing", message)
+
+
+def rate_limited(retry_after_s: int) -> ApiError:
+    return ApiError(429, "rate_limit_error", "rate_limited", "Too many requests; slow down.",
+                    headers={"Retry-After": str(max(1, retry_after_s))})
+
+
+def not_processed() -> ApiError:
+    return ApiError(503, "api_error", "not_processed",
+                    "The request was not processed; it is safe to retry.",
+                    headers={"Retry-After": "1"})
+
+
+def internal() -> ApiError:
+    return ApiError(500, "api_error", "internal",
+                    "An internal error occurred; the payment may or may not exist.")

@@ -1,0 +1,98 @@
+"""Payments and the ledger: every payment ever created, in creation order."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from paycore_sandbox.settings import Environment, SandboxAccount
+
+PaymentStatus = Literal["processing", "requires_action", "succeeded", "declined",
+                        "failed", "canceled"]
+FINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "declined", "failed", "canceled"})
+
+
+def new_payment_id() -> str:
+    return "pay_" + secrets.token_hex(12)
+
+
+@dataclass
+class Payment:
+    id: str
+    account: str
+    environment: Environment
+    amount: int
+    currency: str
+    reference: str
+    payment_method: str
+    idempotency_key: str
+    created: int
+    status: PaymentStatus
+    decline_code: str | None = None
+    amount_refunded: int = 0
+    next_action: dict[str, Any] | None = None
+    description: str | None = None
+    return_url: str | None = None
+    # Sandbox clock time at which a tok_async payment succeeds.
+    completes_at: float | None = None
+
+    @property
+    def livemode(self) -> bool:
+        return self.environment == "live"
+
+    def visible_to(self, account: SandboxAccount) -> bool:
+        return self.account == account.account and self.environment == account.environment
+
+    def to_public(self) -> dict[str, Any]:
+        """The wire payment object, exactly the contract's fields."""
+        return {
+            "id": self.id, "object": "payment", "account": self.account,
+            "livemode": self.livemode, "amount": self.amount, "currency": self.currency,
+            "reference": self.reference, "status": self.status,
+            "decline_code": self.decline_code, "amount_refunded": self.amount_refunded,
+            "next_action": dict(self.next_action) if self.next_action else None,
+            "created": self.created,
+        }
+
+    def to_ledger(self) -> dict[str, Any]:
+        """The control-plane view: the wire object plus who asked and how."""
+        entry = self.to_public()
+        entry.update({
+            "environment": self.environment,
+            "provider_account": f"cardco:{self.account}:{self.environment}",
+            "idempotency_key": self.idempotency_key,
+            "payment_method": self.payment_method,
+            "description": self.description,
+            "return_url": self.return_url,
+        })
+        return entry
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self._payments: dict[str, Payment] = {}  # insertion order == creation order
+
+    def add(self, payment: Payment) -> None:
+        self._payments[payment.id] = payment
+
+    def get(self, payment_id: str) -> Payment | None:
+        return self._payments.get(payment_id)
+
+    def find_for(self, account: SandboxAccount, payment_id: str) -> Payment | None:
+        payment = self._payments.get(payment_id)
+        return payment if payment is not None and payment.visible_to(account) else None
+
+    def by_reference(self, account: SandboxAccount, reference: str) -> list[Payment]:
+        return [p for p in self._payments.values()
+                if p.visible_to(account) and p.reference == reference]
+
+    def pending(self) -> list[Payment]:
+        return [p for p in self._payments.values() if p.status not in FINAL_STATUSES]
+
+    def __iter__(self) -> Iterator[Payment]:
+        return iter(list(self._payments.values()))
+
+    def __len__(self) -> int:
+        return len(self._payments)

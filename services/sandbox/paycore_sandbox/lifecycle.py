@@ -1,0 +1,91 @@
+"""Payment state changes, each emitting its webhook event.
+
+Time-driven changes (tok_async completion, 3-D Secure expiry) are applied by
+:func:`sweep`, which runs lazily before every read and from a timer, so a
+lookup is never stale and events are emitted even if nobody looks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Literal
+
+from paycore_sandbox.errors import ApiError, invalid_param
+from paycore_sandbox.ledger import Payment, PaymentStatus, new_payment_id
+from paycore_sandbox.settings import SandboxAccount
+from paycore_sandbox.state import Sandbox, SandboxState
+from paycore_sandbox.validation import CreateRequest
+
+# A timer may fire a hair early relative to the wall clock; this margin makes
+# the timer's sweep always see the change as due.
+_TIMER_MARGIN_S = 0.05
+
+
+def create_payment(sandbox: Sandbox, state: SandboxState, account: SandboxAccount,
+                   req: CreateRequest, idempotency_key: str) -> Payment:
+    now = sandbox.clock.now()
+    payment = Payment(
+        id=new_payment_id(), account=account.account, environment=account.environment,
+        amount=req.amount, currency=req.currency, reference=req.reference,
+        payment_method=req.payment_method, idempotency_key=idempotency_key,
+        created=int(now), status=req.outcome.status, decline_code=req.outcome.decline_code,
+        description=req.description, return_url=req.return_url,
+    )
+    if payment.status == "requires_action":
+        expires_at = payment.created + sandbox.settings.action_expiry_s
+        payment.next_action = {"type": "redirect_to_url",
+                               "url": f"https://sandbox.cardco.test/3ds/{payment.id}",
+                               "expires_at": expires_at}
+        _sweep_later(sandbox, state, expires_at - now)
+    elif payment.status == "processing":
+        payment.completes_at = now + sandbox.settings.async_delay_s
+        _sweep_later(sandbox, state, sandbox.settings.async_delay_s)
+    state.ledger.add(payment)
+    state.events.emit(payment, f"payment.{payment.status}")
+    return payment
+
+
+def _sweep_later(sandbox: Sandbox, state: SandboxState, delay_s: float) -> None:
+    async def timer() -> None:
+        await asyncio.sleep(max(0.0, delay_s) + _TIMER_MARGIN_S)
+        sweep(state, sandbox.clock.now())
+
+    sandbox.spawn(timer())
+
+
+def sweep(state: SandboxState, now: float) -> None:
+    for payment in state.ledger.pending():
+        if payment.status == "processing" and payment.completes_at is not None \
+                and now >= payment.completes_at:
+            _transition(state, payment, "succeeded")
+        elif payment.status == "requires_action" and payment.next_action is not None \
+                and now >= payment.next_action["expires_at"]:
+            _transition(state, payment, "canceled")
+
+
+def _transition(state: SandboxState, payment: Payment, status: PaymentStatus) -> None:
+    payment.status = status
+    payment.next_action = None
+    payment.completes_at = None
+    state.events.emit(payment, f"payment.{status}")
+
+
+def complete_action(state: SandboxState, now: float, payment: Payment,
+                    result: Literal["succeeded", "failed"]) -> None:
+    sweep(state, now)  # an expired action can no longer be completed
+    if payment.status != "requires_action":
+        raise ApiError(409, "invalid_request", "payment_unexpected_state",
+                       f"Payment is {payment.status}, not requires_action.")
+    _transition(state, payment, result)
+
+
+def refund(state: SandboxState, payment: Payment, amount: int | None) -> None:
+    if payment.status != "succeeded":
+        raise ApiError(409, "invalid_request", "payment_unexpected_state",
+                       f"Only succeeded payments can be refunded; this one is {payment.status}.")
+    remaining = payment.amount - payment.amount_refunded
+    amount = remaining if amount is None else amount
+    if amount <= 0 or amount > remaining:
+        raise invalid_param("amount", f"amount must be between 1 and {remaining}.")
+    payment.amount_refunded += amount
+    state.events.emit(payment, "payment.refunded")

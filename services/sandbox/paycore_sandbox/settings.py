@@ -1,0 +1,211 @@
+"""Sandbox configuration: the merchant accounts it knows and its timing knobs.
+
+Every value is validated up front so a bad config file fails at start-up with
+a message naming the field, never later in the middle of a test.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, cast
+
+Environment = Literal["test", "live"]
+ENVIRONMENTS: tuple[Environment, ...] = ("test", "live")
+
+CONFIG_ENV = "PAYCORE_SANDBOX_CONFIG"
+RETENTION_ENV = "PAYCORE_SANDBOX_KEY_RETENTION_S"
+
+
+def _fixed_secret(account: str, environment: str) -> str:
+    # Deterministic per account and environment, so local runs and tests can
+    # verify signatures without sharing configuration; never a real secret.
+    raw = hashlib.sha256(f"paycore-sandbox:{account}:{environment}".encode()).digest()[:24]
+    return "whsec_" + base64.b64encode(raw).decode("ascii")
+
+
+@dataclass(frozen=True)
+class SandboxAccount:
+    """One merchant account in one environment, with its own key and secret."""
+
+    account: str
+    environment: Environment
+    api_key: str
+    webhook_secret: str
+    lookup_rate_per_s: float = 50.0
+    lookup_burst: int = 50
+
+    @property
+    def livemode(self) -> bool:
+        return self.environment == "live"
+
+    @property
+    def provider_account_id(self) -> str:
+        """paycore's internal id for this account, ``cardco:<account>:<env>``."""
+        return f"cardco:{self.account}:{self.environment}"
+
+    def validate(self, where: str) -> None:
+        if not isinstance(self.account, str) or not self.account.startswith("acct_"):
+            raise ValueError(f"{where}.account must be a string starting with 'acct_'")
+        if self.environment not in ENVIRONMENTS:
+            raise ValueError(f"{where}.environment must be 'test' or 'live'")
+        prefix = f"sk_{self.environment}_"
+        if not isinstance(self.api_key, str) or not self.api_key.startswith(prefix) \
+                or len(self.api_key) <= len(prefix):
+            raise ValueError(f"{where}.api_key must start with {prefix!r} for a "
+                             f"{self.environment} account")
+        _validate_secret(self.webhook_secret, f"{where}.webhook_secret")
+        if isinstance(self.lookup_rate_per_s, bool) \
+                or not isinstance(self.lookup_rate_per_s, int | float) \
+                or not math.isfinite(self.lookup_rate_per_s) or self.lookup_rate_per_s <= 0:
+            raise ValueError(f"{where}.lookup_rate_per_s must be a positive number")
+        if isinstance(self.lookup_burst, bool) or not isinstance(self.lookup_burst, int) \
+                or self.lookup_burst < 1:
+            raise ValueError(f"{where}.lookup_burst must be an integer >= 1")
+
+
+def _validate_secret(secret: object, where: str) -> None:
+    if not isinstance(secret, str) or not secret.startswith("whsec_"):
+        raise ValueError(f"{where} must be a string starting with 'whsec_'")
+    try:
+        decoded = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"{where} must be 'whsec_' followed by base64") from None
+    if len(decoded) < 16:
+        raise ValueError(f"{where} must decode to at least 16 bytes")
+
+
+def _default_accounts() -> list[SandboxAccount]:
+    return [
+        SandboxAccount("acct_store", "test", "sk_test_acct_store_local",
+                       _fixed_secret("acct_store", "test")),
+        SandboxAccount("acct_store", "live", "sk_live_acct_store_local",
+                       _fixed_secret("acct_store", "live")),
+        SandboxAccount("acct_other", "test", "sk_test_acct_other_local",
+                       _fixed_secret("acct_other", "test")),
+    ]
+
+
+@dataclass
+class SandboxSettings:
+    """Accounts plus timing. All times are sandbox-clock seconds unless noted."""
+
+    accounts: list[SandboxAccount] = field(default_factory=_default_accounts)
+    key_retention_s: int = 86400
+    action_expiry_s: int = 900
+    # tok_async turns succeeded this long after creation (sandbox clock).
+    async_delay_s: float = 1.0
+    # Upper bound (real seconds) a "no response" fault holds a request open.
+    hang_limit_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @classmethod
+    def default(cls) -> SandboxSettings:
+        return cls()
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> SandboxSettings:
+        """Settings from ``PAYCORE_SANDBOX_CONFIG`` (JSON file) and
+        ``PAYCORE_SANDBOX_KEY_RETENTION_S``; defaults for whatever is unset."""
+        env = dict(os.environ) if environ is None else environ
+        data: dict[str, Any] = {}
+        path = env.get(CONFIG_ENV)
+        if path:
+            try:
+                loaded = json.loads(Path(path).read_text(encoding="utf-8"))
+            except OSError as exc:
+                raise ValueError(f"{CONFIG_ENV}: cannot read {path}: {exc}") from None
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{CONFIG_ENV}: {path} is not valid JSON: {exc}") from None
+            if not isinstance(loaded, dict):
+                raise ValueError(f"{CONFIG_ENV}: {path} must contain a JSON object")
+            data = loaded
+        retention = env.get(RETENTION_ENV)
+        if retention is not None and retention.strip():
+            try:
+                data["key_retention_s"] = int(retention)
+            except ValueError:
+                raise ValueError(f"{RETENTION_ENV} must be an integer number of seconds, "
+                                 f"got {retention!r}") from None
+        return cls.from_mapping(data)
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> SandboxSettings:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown sandbox setting(s): {', '.join(unknown)}")
+        kwargs: dict[str, Any] = {k: v for k, v in data.items() if k != "accounts"}
+        if "accounts" in data:
+            kwargs["accounts"] = _accounts_from(data["accounts"])
+        return cls(**kwargs)
+
+    def validate(self) -> None:
+        if not isinstance(self.accounts, list) or not self.accounts:
+            raise ValueError("accounts must be a non-empty list")
+        seen_keys: set[str] = set()
+        seen_scopes: set[tuple[str, str]] = set()
+        for i, acct in enumerate(self.accounts):
+            where = f"accounts[{i}]"
+            if not isinstance(acct, SandboxAccount):
+                raise ValueError(f"{where} must be a SandboxAccount")
+            acct.validate(where)
+            if acct.api_key in seen_keys:
+                raise ValueError(f"{where}.api_key is used by another account")
+            if (acct.account, acct.environment) in seen_scopes:
+                raise ValueError(f"{where}: {acct.account}/{acct.environment} is listed twice")
+            seen_keys.add(acct.api_key)
+            seen_scopes.add((acct.account, acct.environment))
+        _positive_int(self.key_retention_s, "key_retention_s")
+        _positive_int(self.action_expiry_s, "action_expiry_s")
+        _non_negative_number(self.async_delay_s, "async_delay_s")
+        _non_negative_number(self.hang_limit_s, "hang_limit_s")
+
+    def account_for_key(self, api_key: str) -> SandboxAccount | None:
+        for acct in self.accounts:
+            if acct.api_key == api_key:
+                return acct
+        return None
+
+
+def _accounts_from(raw: object) -> list[SandboxAccount]:
+    if not isinstance(raw, list) or not raw:
+        raise ValueError("accounts must be a non-empty list")
+    allowed = {f.name for f in fields(SandboxAccount)}
+    out: list[SandboxAccount] = []
+    for i, item in enumerate(raw):
+        where = f"accounts[{i}]"
+        if not isinstance(item, dict):
+            raise ValueError(f"{where} must be an object")
+        unknown = sorted(set(item) - allowed)
+        if unknown:
+            raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}")
+        for name in ("account", "environment", "api_key"):
+            if name not in item:
+                raise ValueError(f"{where}.{name} is required")
+        entry = dict(item)
+        entry.setdefault("webhook_secret",
+                         _fixed_secret(str(entry["account"]), str(entry["environment"])))
+        acct = SandboxAccount(**cast(dict[str, Any], entry))
+        acct.validate(where)
+        out.append(acct)
+    return out
+
+
+def _positive_int(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer (seconds), got {value!r}")
+
+
+def _non_negative_number(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a non-negative number (seconds), got {value!r}")

@@ -1,0 +1,91 @@
+"""The sandbox's runtime: settings, clock, background tasks and the resettable state.
+
+Everything ``/_sandbox/reset`` forgets lives in one :class:`SandboxState`; a
+reset swaps in a fresh one. Work still running against the old state (a
+request mid-execution) finishes harmlessly into the discarded object instead
+of leaking into the new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from paycore_sandbox.capture import RequestLog
+from paycore_sandbox.clock import SandboxClock
+from paycore_sandbox.faults import FaultBook, HoldGate
+from paycore_sandbox.idempotency import IdempotencyStore
+from paycore_sandbox.ledger import Ledger
+from paycore_sandbox.ratelimit import TokenBucket
+from paycore_sandbox.settings import SandboxAccount, SandboxSettings
+from paycore_sandbox.webhooks import DeliverHook, WebhookEmitter
+
+log = logging.getLogger("paycore_sandbox")
+
+
+class SandboxState:
+    def __init__(self, sandbox: Sandbox) -> None:
+        settings = sandbox.settings
+        self.ledger = Ledger()
+        self.keys = IdempotencyStore(settings.key_retention_s)
+        self.faults = FaultBook()
+        self.requests = RequestLog()
+        self.events = WebhookEmitter(sandbox.clock, sandbox.spawn, sandbox.webhook_deliver)
+        self.gate = HoldGate()
+        self._buckets = {
+            (a.account, a.environment): TokenBucket(a.lookup_rate_per_s, a.lookup_burst)
+            for a in settings.accounts
+        }
+
+    def bucket(self, account: SandboxAccount) -> TokenBucket:
+        return self._buckets[(account.account, account.environment)]
+
+
+class Sandbox:
+    def __init__(self, settings: SandboxSettings, clock: SandboxClock | None = None,
+                 webhook_deliver: DeliverHook | None = None) -> None:
+        self.settings = settings
+        self.clock = clock or SandboxClock()
+        self.webhook_deliver = webhook_deliver
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._resettable: set[asyncio.Task[Any]] = set()
+        self.state = SandboxState(self)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], *,
+              survives_reset: bool = False) -> asyncio.Task[Any]:
+        """Run ``coro`` in the background, keeping a reference until it ends.
+
+        Timers, late arrivals and deliveries are cancelled by a reset; request
+        executions (``survives_reset``) are not, because a client is awaiting them.
+        """
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        if not survives_reset:
+            self._resettable.add(task)
+        task.add_done_callback(self._forget)
+        return task
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        self._resettable.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("sandbox background task failed", exc_info=task.exception())
+
+    def reset(self) -> None:
+        old = self.state
+        old.gate.release_all()
+        for task in list(self._resettable):
+            task.cancel()
+        self.clock.reset()
+        self.state = SandboxState(self)
+
+    async def aclose(self) -> None:
+        self.state.gate.release_all()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,95 @@
+"""Helpers for talking to the sandbox over HTTP in tests."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx
+
+VERSION = "2026-11-01"
+STORE_TEST_KEY = "sk_test_acct_store_local"
+STORE_LIVE_KEY = "sk_live_acct_store_local"
+OTHER_TEST_KEY = "sk_test_acct_other_local"
+
+T = TypeVar("T")
+
+
+def auth(account: str = "acct_store", api_key: str = STORE_TEST_KEY) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}", "Cardco-Account": account,
+            "Cardco-Version": VERSION}
+
+
+def new_key() -> str:
+    return str(uuid.uuid4())
+
+
+def new_reference() -> str:
+    return "ORD-" + uuid.uuid4().hex[:10]
+
+
+def payment_body(reference: str | None = None, payment_method: str = "tok_visa",
+                 amount: int = 4999, currency: str = "EUR") -> dict[str, Any]:
+    return {"amount": amount, "currency": currency, "payment_method": payment_method,
+            "reference": reference or new_reference(), "description": "order",
+            "return_url": "https://shop.example/return"}
+
+
+async def create(client: httpx.AsyncClient, body: Any, *, key: str | None = None,
+                 account: str = "acct_store", api_key: str = STORE_TEST_KEY,
+                 raw_key_header: str | None = None) -> httpx.Response:
+    headers = auth(account, api_key)
+    headers["Idempotency-Key"] = raw_key_header or f'"{key or new_key()}"'
+    return await client.post("/v1/payments", json=body, headers=headers)
+
+
+async def ledger(client: httpx.AsyncClient, **filters: str) -> list[dict[str, Any]]:
+    response = await client.get("/_sandbox/payments", params=filters)
+    assert response.status_code == 200
+    data: list[dict[str, Any]] = response.json()["data"]
+    return data
+
+
+async def captured(client: httpx.AsyncClient) -> list[dict[str, Any]]:
+    data: list[dict[str, Any]] = (await client.get("/_sandbox/requests")).json()["data"]
+    return data
+
+
+async def events(client: httpx.AsyncClient, payment_id: str) -> list[dict[str, Any]]:
+    response = await client.get("/_sandbox/events", params={"payment": payment_id})
+    data: list[dict[str, Any]] = response.json()["data"]
+    return data
+
+
+async def add_faults(client: httpx.AsyncClient, *rules: dict[str, Any]) -> None:
+    response = await client.post("/_sandbox/faults", json={"rules": list(rules)})
+    assert response.status_code == 200, response.text
+
+
+async def advance(client: httpx.AsyncClient, seconds: float) -> None:
+    response = await client.post("/_sandbox/clock", json={"advance_seconds": seconds})
+    assert response.status_code == 200, response.text
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], *, within_s: float = 5.0,
+                     what: str = "condition") -> T:
+    """Poll ``probe`` until it returns something truthy, or fail at the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {within_s}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def error_of(response: httpx.Response) -> dict[str, Any]:
+    body: dict[str, Any] = response.json()
+    assert set(body) == {"error"}, body
+    error: dict[str, Any] = body["error"]
+    assert {"type", "code", "message"} <= set(error), error
+    return error

@@ -1,0 +1,191 @@
+"""Fault injection: every request fault, matching, probability/times, webhook rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.sandbox.support import (
+    OTHER_TEST_KEY,
+    add_faults,
+    auth,
+    captured,
+    create,
+    error_of,
+    eventually,
+    ledger,
+    new_key,
+    payment_body,
+)
+
+
+async def _no_answer(impatient: httpx.AsyncClient, body: dict[str, Any], key: str) -> None:
+    with pytest.raises(httpx.ReadTimeout):
+        await create(impatient, body, key=key)
+
+
+async def test_drop_request_is_never_processed(client: httpx.AsyncClient,
+                                               impatient: httpx.AsyncClient) -> None:
+    key, body = new_key(), payment_body()
+    await add_faults(client, {"fault": "drop_request", "match": {"any": True}, "times": 1})
+    await _no_answer(impatient, body, key)
+    [seen] = await captured(client)  # it did arrive, and was never processed
+    assert (seen["fault"], seen["status"]) == ("drop_request", None)
+    assert await ledger(client) == []
+    # Other requests were never blocked, and the key was never stored.
+    retry = await create(client, body, key=key)
+    assert retry.status_code == 201
+    assert "Idempotent-Replayed" not in retry.headers
+
+
+async def test_lose_response_is_processed(client: httpx.AsyncClient,
+                                          impatient: httpx.AsyncClient) -> None:
+    key, body = new_key(), payment_body()
+    await add_faults(client, {"fault": "lose_response",
+                              "match": {"reference": body["reference"]}, "times": 1})
+    await _no_answer(impatient, body, key)
+    [entry] = await ledger(client)
+    assert (entry["idempotency_key"], entry["status"]) == (key, "succeeded")
+    replay = await create(client, body, key=key)
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert replay.json()["id"] == entry["id"]
+
+
+async def test_late_arrival_is_processed_later(client: httpx.AsyncClient,
+                                               impatient: httpx.AsyncClient) -> None:
+    key, body = new_key(), payment_body()
+    await add_faults(client, {"fault": "late_arrival", "match": {"any": True}, "times": 1,
+                              "delay_ms": 1500})
+    await _no_answer(impatient, body, key)
+    assert await ledger(client) == []  # not yet
+
+    async def arrived() -> list[dict[str, Any]]:
+        return await ledger(client)
+
+    [entry] = await eventually(arrived, what="the late arrival to be processed")
+    assert entry["idempotency_key"] == key
+
+
+async def test_late_arrival_after_retry_does_not_double_charge(
+        client: httpx.AsyncClient, impatient: httpx.AsyncClient) -> None:
+    key, body = new_key(), payment_body()
+    await add_faults(client, {"fault": "late_arrival", "match": {"any": True}, "times": 1,
+                              "delay_ms": 800})
+    await _no_answer(impatient, body, key)
+    retry = await create(client, body, key=key)
+    assert retry.status_code == 201
+
+    async def late_one_processed() -> dict[str, Any] | None:
+        late = (await captured(client))[0]
+        return late if late["status"] is not None else None
+
+    late = await eventually(late_one_processed, what="the late arrival to be processed")
+    # It found the retry's completed key and replayed instead of charging again.
+    assert (late["fault"], late["status"], late["replayed"]) == ("late_arrival", 201, True)
+    assert len(await ledger(client)) == 1
+
+
+async def test_delay_answers_late(client: httpx.AsyncClient,
+                                  impatient: httpx.AsyncClient) -> None:
+    body = payment_body()
+    await add_faults(client, {"fault": "delay", "match": {"any": True}, "times": 2,
+                              "delay_ms": 600})
+    await _no_answer(impatient, body, new_key())  # longer than the client's patience
+    assert len(await ledger(client)) == 1          # ...but processed
+    answered = await create(client, payment_body())
+    assert answered.status_code == 201
+
+
+async def test_malformed_body(client: httpx.AsyncClient) -> None:
+    key, body = new_key(), payment_body()
+    await add_faults(client, {"fault": "malformed_body", "match": {"any": True}, "times": 1})
+    response = await create(client, body, key=key)
+    assert response.status_code == 201
+    assert response.content
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(response.content)
+    [entry] = await ledger(client)
+    replay = await create(client, body, key=key)
+    assert replay.json()["id"] == entry["id"]
+
+
+async def test_empty_body(client: httpx.AsyncClient) -> None:
+    key, body = new_key(), payment_body()
+    await add_faults(client, {"fault": "empty_body", "match": {"any": True}, "times": 1})
+    response = await create(client, body, key=key)
+    assert (response.status_code, response.content) == (201, b"")
+    [entry] = await ledger(client)
+    assert (await create(client, body, key=key)).json()["id"] == entry["id"]
+
+
+async def test_faults_apply_to_lookups(client: httpx.AsyncClient) -> None:
+    payment = (await create(client, payment_body())).json()
+    await add_faults(client, {"fault": "not_processed_503",
+                              "match": {"reference": payment["reference"]}, "times": 1},
+                     {"fault": "error_500_after",
+                      "match": {"operation": "lookup"}, "times": 1})
+    by_id = await client.get(f"/v1/payments/{payment['id']}", headers=auth())
+    assert by_id.status_code == 503  # matched through the payment found
+    by_ref = await client.get("/v1/payments", params={"reference": "x"}, headers=auth())
+    assert by_ref.status_code == 500
+    assert error_of(by_ref)["code"] == "internal"
+    assert (await client.get(f"/v1/payments/{payment['id']}", headers=auth())).status_code \
+        == 200
+
+
+async def test_match_by_account_and_operation(client: httpx.AsyncClient) -> None:
+    await add_faults(client, {"fault": "rate_limit",
+                              "match": {"account": "acct_other", "operation": "create"}})
+    mine = await create(client, payment_body())
+    assert mine.status_code == 201
+    theirs = await create(client, payment_body(), account="acct_other", api_key=OTHER_TEST_KEY)
+    assert theirs.status_code == 429
+    lookup = await client.get("/v1/payments", params={"reference": "x"},
+                              headers=auth("acct_other", OTHER_TEST_KEY))
+    assert lookup.status_code == 200
+
+
+async def test_times_and_probability(client: httpx.AsyncClient) -> None:
+    await add_faults(client, {"fault": "not_processed_503", "match": {"any": True},
+                              "probability": 0},
+                     {"fault": "rate_limit", "match": {"any": True}, "times": 2})
+    statuses = [(await create(client, payment_body())).status_code for _ in range(3)]
+    assert statuses == [429, 429, 201]
+    rules = (await client.get("/_sandbox/faults")).json()["rules"]
+    assert [r["fault"] for r in rules] == ["not_processed_503"]  # exhausted rule removed
+    cleared = await client.delete("/_sandbox/faults")
+    assert cleared.json() == {"rules": []}
+
+
+async def test_webhook_faults_are_accepted_and_stored(client: httpx.AsyncClient) -> None:
+    rules = [{"fault": f, "match": {"any": True}, "times": 1} for f in (
+        "webhook_duplicate", "webhook_delay", "webhook_drop_first", "webhook_unstable_ids")]
+    await add_faults(client, *rules)
+    listed = (await client.get("/_sandbox/faults")).json()["rules"]
+    assert [r["fault"] for r in listed] == [r["fault"] for r in rules]
+    assert listed[1]["delay_ms"] == 1000
+    # They never touch /v1 requests.
+    assert (await create(client, payment_body())).status_code == 201
+
+
+@pytest.mark.parametrize(("rules", "param"), [
+    ([{"fault": "explode", "match": {"any": True}}], "rules[0].fault"),
+    ([{"fault": "delay"}], "rules[0].match"),
+    ([{"fault": "delay", "match": {"any": False}}], "rules[0].match.any"),
+    ([{"fault": "delay", "match": {"colour": "red"}}], "rules[0].match.colour"),
+    ([{"fault": "delay", "match": {"operation": "refund"}}], "rules[0].match.operation"),
+    ([{"fault": "delay", "match": {"any": True}, "probability": 2}], "rules[0].probability"),
+    ([{"fault": "delay", "match": {"any": True}, "times": 0}], "rules[0].times"),
+    ([{"fault": "delay", "match": {"any": True}, "delay_ms": -1}], "rules[0].delay_ms"),
+    ([{"fault": "delay", "match": {"any": True}}, "nope"], "rules[1]"),
+    ("nope", "rules"),
+])
+async def test_invalid_rules_are_rejected_whole(client: httpx.AsyncClient, rules: Any,
+                                                param: str) -> None:
+    response = await client.post("/_sandbox/faults", json={"rules": rules})
+    assert response.status_code == 400
+    assert error_of(response)["param"] == param
+    assert (await client.get("/_sandbox/faults")).json() == {"rules": []}
