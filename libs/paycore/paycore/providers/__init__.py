@@ -1,0 +1,1 @@
+"""Payment-provider adapters (:mod:`paycore.providers.cardco`)."""
