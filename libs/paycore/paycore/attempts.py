@@ -133,6 +133,10 @@ class OutcomeNotConfirmed(Exception):
     """The outcome could not be confirmed as recorded (retries exhausted)."""
 
 
+class _LostRace(Exception):
+    """The conditional write matched no row: another writer moved the attempt first."""
+
+
 @dataclass(frozen=True)
 class Lease:
     """A recovery worker's claim on an attempt: owner name and fencing token."""
@@ -362,14 +366,15 @@ async def record_outcome(
     writer made). A matching ``lease`` is released in the same write.
     """
     for _ in range(max_reapply):
-        async with pool.acquire() as conn, conn.transaction():
-            result = await _apply_once(
-                conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
-                from_send=from_send, lease=lease, evidence_key=evidence_key,
-            )
-        if result is not None:
-            return result
-        log.info("outcome write for %s lost a race; reapplying", attempt_id)
+        try:
+            async with pool.acquire() as conn, conn.transaction():
+                return await _apply_once(
+                    conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
+                    from_send=from_send, lease=lease, evidence_key=evidence_key,
+                )
+        except _LostRace:
+            # Rolled back whole (events included); reapply against the new version.
+            log.info("outcome write for %s lost a race; reapplying", attempt_id)
     raise OutcomeNotConfirmed(f"attempt {attempt_id}: outcome not confirmed after {max_reapply} tries")
 
 
@@ -384,8 +389,8 @@ async def _apply_once(
     from_send: bool,
     lease: Lease | None,
     evidence_key: str | None,
-) -> Attempt | None:
-    """One try of :func:`record_outcome`; ``None`` means a lost race (reapply)."""
+) -> Attempt:
+    """One try of :func:`record_outcome`; raises :class:`_LostRace` to roll back and reapply."""
     order_id = await conn.fetchval(SELECT_ORDER_OF_ATTEMPT, attempt_id)
     if order_id is None:
         raise LookupError(f"attempt {attempt_id} not found")
@@ -447,7 +452,7 @@ async def _apply_once(
         lease.token if lease else None,
     )
     if row is None:
-        return None
+        raise _LostRace
     updated = Attempt.from_record(row)
     await append_event(
         conn, attempt_id=attempt_id, kind=EventKind.TRANSITION, actor=actor, now=now,
