@@ -387,3 +387,47 @@ async def test_another_customers_order_is_404(stack: Stack) -> None:
 async def test_paying_an_unknown_order_is_404(stack: Stack) -> None:
     r = await stack.shop.pay("ord_" + uuid.uuid4().hex[:24])
     assert r.status_code == 404
+
+
+async def test_stored_customer_action_is_returned_by_status_get_after_a_restart(
+    stack: Stack, db_dsn: str,
+) -> None:
+    order = await stack.shop.create_order()
+    action = (await stack.shop.pay(order, "tok_3ds")).json()["next_action"]
+    assert action is not None
+    # A new checkout process on the same database: the action comes from the row.
+    restarted = create_app(checkout_settings(stack.sandbox.url, db_dsn), clock=stack.clock)
+    async with serve_asgi(restarted) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        r = await Shop(http, "cus_alice").status(order)
+    assert r.status_code == 200
+    assert r.json()["next_action"] == action
+
+
+async def test_customer_closing_the_tab_during_the_started_transition_leaves_it_confirmed(
+    stack: Stack,
+) -> None:
+    order = await stack.shop.create_order()
+    account = stack.settings.default_account
+    await get_or_create_live_attempt(
+        stack.pool, order_id=order, customer_id="cus_alice", account=account,
+        build_body=lambda ref, amt, cur: build_request_body(
+            amount_minor=amt, currency=cur, payment_method="tok_visa", reference=ref),
+        now=stack.clock.now(), abandonment_threshold_s=60)
+    conn, tx = await _hold_attempt_row(stack, order)  # the Started transition will wait
+    try:
+        leaving = asyncio.create_task(stack.shop.pay(order, timeout=httpx.Timeout(0.3)))
+        await eventually(lambda: _someone_waits_on_a_lock(stack), what="start transition blocked")
+        with pytest.raises(httpx.TimeoutException):
+            await leaving  # the customer gives up and the connection closes
+    finally:
+        await tx.rollback()
+        await stack.pool.release(conn)
+
+    async def settled() -> bool:
+        rows = await attempts_of(stack, order)
+        return rows[0]["state"] == "Succeeded"
+
+    await eventually(settled, what="the transition and the payment to complete without the client")
+    [row] = await attempts_of(stack, order)
+    assert row["first_sent_at"] is not None
+    assert len(await stack.sandbox.ledger()) == 1
