@@ -359,7 +359,7 @@ async def record_outcome(
       ``attempt:<id>:order-confirmation`` and ``attempt:<id>:fulfillment-request``
       are queued; any final outcome resolves the attempt's open escalations;
     - losing a race to a Started or Unknown winner reapplies against the new
-      version, at most ``max_reapply`` times, then raises
+      version, in at most ``max_reapply`` tries in all, then raises
       :class:`OutcomeNotConfirmed`. Constraint violations are not retried.
 
     ``from_send`` appends a ``send_result`` event (the answer to a send this
@@ -403,7 +403,16 @@ async def _apply_once(
 
     target = outcome.target_state
     if attempt.state in FINAL_STATES:
-        if outcome.is_final and target is not attempt.state:
+        # Evidence about another payment, or one that does not match, is escalated
+        # even after resolution: it may be a second charge.
+        identity = await _identity_problem(conn, attempt, outcome)
+        if identity is not None:
+            reason, detail = identity
+            await escalations.raise_escalation(
+                conn, key=_escalation_key(attempt_id, reason, evidence_key), reason=reason,
+                attempt_id=attempt_id, now=now, detail=detail,
+            )
+        elif outcome.is_final and target is not attempt.state:
             await escalations.raise_escalation(
                 conn, key=_escalation_key(attempt_id, "contradiction", evidence_key),
                 reason="contradiction", attempt_id=attempt_id, now=now,

@@ -70,9 +70,10 @@ CREATE TABLE payment_attempts (
     CONSTRAINT ck_payment_currency CHECK (currency ~ '^[A-Z]{3}$'),
     CONSTRAINT ck_payment_version CHECK (version >= 0),
     -- Never sent: NotStarted, or NotApplied because recovery closed it as never-sent.
-    -- Everything else crossed the send boundary.
+    -- Everything else crossed the send boundary. IS NOT DISTINCT FROM, not '=': a NULL
+    -- reason must not turn the whole CHECK into NULL, which PostgreSQL would accept.
     CONSTRAINT ck_payment_attempt_send_boundary CHECK (
-        ((state = 'NotStarted' OR (state = 'NotApplied' AND outcome_reason = 'never-sent'))
+        ((state = 'NotStarted' OR (state = 'NotApplied' AND outcome_reason IS NOT DISTINCT FROM 'never-sent'))
             AND first_sent_at IS NULL AND escalation_deadline IS NULL)
         OR (state <> 'NotStarted' AND outcome_reason IS DISTINCT FROM 'never-sent'
             AND first_sent_at IS NOT NULL AND escalation_deadline IS NOT NULL)),
