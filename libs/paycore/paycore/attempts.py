@@ -344,9 +344,32 @@ async def record_outcome(
     evidence_key: str | None = None,
     max_reapply: int = MAX_REAPPLY,
 ) -> Attempt:
-    """Record a provider outcome on a Started or Unknown attempt; return the durable attempt.
+    """Record a provider outcome in its own transaction; see :func:`apply_outcome`."""
+    async with pool.acquire() as conn, conn.transaction():
+        return await apply_outcome(
+            conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
+            from_send=from_send, lease=lease, evidence_key=evidence_key, max_reapply=max_reapply,
+        )
 
-    One transaction per try, conditional on the state and version read:
+
+async def apply_outcome(
+    conn: asyncpg.Connection,
+    attempt_id: UUID,
+    outcome: ProviderOutcome,
+    *,
+    now: datetime,
+    actor: str,
+    recheck_after_s: float,
+    from_send: bool = True,
+    lease: Lease | None = None,
+    evidence_key: str | None = None,
+    max_reapply: int = MAX_REAPPLY,
+) -> Attempt:
+    """Apply a provider outcome to a Started or Unknown attempt; return the durable attempt.
+
+    Runs inside the caller's transaction (the notification handler records its
+    notification in the same one), each try in a savepoint. Conditional on the
+    state and version read:
 
     - a final winner (a notification or lookup got there first) is returned
       unchanged; a final outcome that contradicts it is escalated, never written;
@@ -358,22 +381,24 @@ async def record_outcome(
     - on ``Succeeded`` the order is marked Paid and the effect-keyed outbox rows
       ``attempt:<id>:order-confirmation`` and ``attempt:<id>:fulfillment-request``
       are queued; any final outcome resolves the attempt's open escalations;
-    - losing a race to a Started or Unknown winner reapplies against the new
-      version, in at most ``max_reapply`` tries in all, then raises
-      :class:`OutcomeNotConfirmed`. Constraint violations are not retried.
+    - losing a race to a Started or Unknown winner rolls back that try's
+      savepoint only and reapplies against the new version, in at most
+      ``max_reapply`` tries in all, then raises :class:`OutcomeNotConfirmed`.
+      Constraint violations are not retried.
 
     ``from_send`` appends a ``send_result`` event (the answer to a send this
     writer made). A matching ``lease`` is released in the same write.
     """
     for _ in range(max_reapply):
         try:
-            async with pool.acquire() as conn, conn.transaction():
+            async with conn.transaction():  # a savepoint inside the caller's transaction
                 return await _apply_once(
                     conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
                     from_send=from_send, lease=lease, evidence_key=evidence_key,
                 )
         except _LostRace:
-            # Rolled back whole (events included); reapply against the new version.
+            # Only this try is rolled back (its events included); the caller's
+            # earlier writes, such as a notification record, stay.
             log.info("outcome write for %s lost a race; reapplying", attempt_id)
     raise OutcomeNotConfirmed(f"attempt {attempt_id}: outcome not confirmed after {max_reapply} tries")
 
