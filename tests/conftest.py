@@ -12,6 +12,7 @@ from paycore.clock import FakeClock
 from paycore.db import create_pool
 from tests.support import database
 from tests.support.stack import Stack, running_stack
+from tests.support.webhooks import WebhookStack, running_webhook_stack
 
 
 @pytest.fixture(scope="session")
@@ -57,3 +58,10 @@ def free_tcp_port() -> int:
     from tests.support.servers import free_port
 
     return free_port()
+
+
+@pytest.fixture
+async def hooks(pool: asyncpg.Pool, db_dsn: str) -> AsyncIterator[WebhookStack]:
+    """Sandbox, checkout and webhook intake as real HTTP servers on a fresh database."""
+    async for s in running_webhook_stack(pool, db_dsn):
+        yield s

@@ -50,6 +50,14 @@ ORDER BY attempt_number DESC
 LIMIT 1
 """
 
+SELECT_BY_CLIENT_REFERENCE = """
+SELECT * FROM payment_attempts WHERE provider_account = $1 AND client_reference = $2
+"""
+
+SELECT_BY_PROVIDER_PAYMENT_ID = """
+SELECT * FROM payment_attempts WHERE provider_account = $1 AND provider_payment_id = $2
+"""
+
 SELECT_NEXT_ATTEMPT_NUMBER = """
 SELECT COALESCE(MAX(attempt_number), 0) + 1 FROM payment_attempts WHERE order_id = $1
 """
@@ -208,6 +216,22 @@ async def latest_attempt(
 ) -> Attempt | None:
     """The order's most recent attempt for this customer (observation only)."""
     row = await conn.fetchrow(SELECT_LATEST_ATTEMPT, order_id, customer_id)
+    return Attempt.from_record(row) if row is not None else None
+
+
+async def find_by_client_reference(
+    conn: asyncpg.Connection, provider_account: str, reference: str
+) -> Attempt | None:
+    """The attempt this account and reference identify (unique by constraint)."""
+    row = await conn.fetchrow(SELECT_BY_CLIENT_REFERENCE, provider_account, reference)
+    return Attempt.from_record(row) if row is not None else None
+
+
+async def find_by_provider_payment_id(
+    conn: asyncpg.Connection, provider_account: str, provider_payment_id: str
+) -> Attempt | None:
+    """The attempt that recorded this provider payment id in this account (unique by index)."""
+    row = await conn.fetchrow(SELECT_BY_PROVIDER_PAYMENT_ID, provider_account, provider_payment_id)
     return Attempt.from_record(row) if row is not None else None
 
 

@@ -11,7 +11,11 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
+
+import orjson
 
 from paycore.domain import provider_account_id
 
@@ -217,6 +221,11 @@ def load_settings(env: Mapping[str, str] | None = None, *, require_cardco: bool 
             )
         )
 
+    accounts.extend(_accounts_file(env))
+    ids = [a.provider_account for a in accounts]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("PAYCORE_ACCOUNTS_FILE", "configures a provider account twice")
+
     return Settings(
         database_url=_get(env, "PAYCORE_DATABASE_URL"),
         kafka_bootstrap=_get(env, "PAYCORE_KAFKA_BOOTSTRAP"),
@@ -227,4 +236,55 @@ def load_settings(env: Mapping[str, str] | None = None, *, require_cardco: bool 
         abandonment_threshold_s=_seconds(env, "PAYCORE_ABANDONMENT_THRESHOLD_S", 60.0),
         processing_allowance_s=_seconds(env, "PAYCORE_PROCESSING_ALLOWANCE_S", 30.0),
         inbound_idempotency_ttl_s=int(_seconds(env, "PAYCORE_IDEMPOTENCY_TTL_S", 86_400)),
+    )
+
+
+def _accounts_file(env: Mapping[str, str]) -> list[ProviderAccountConfig]:
+    """More Cardco accounts from ``PAYCORE_ACCOUNTS_FILE`` (JSON list).
+
+    Each entry names its secrets by environment variable (``api_key_env``,
+    ``webhook_secret_env``); the file itself never holds a secret.
+    """
+    name = "PAYCORE_ACCOUNTS_FILE"
+    path = _get(env, name)
+    if path is None:
+        return []
+    try:
+        entries = orjson.loads(Path(path).read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ConfigError(name, f"cannot read a JSON list from {path!r}: {type(exc).__name__}") from None
+    if not isinstance(entries, list):
+        raise ConfigError(name, "must hold a JSON list of accounts")
+    return [_account_entry(env, name, i, e) for i, e in enumerate(entries)]
+
+
+def _account_entry(env: Mapping[str, str], name: str, i: int, e: Any) -> ProviderAccountConfig:
+    where = f"{name}[{i}]"
+    if not isinstance(e, dict):
+        raise ConfigError(where, "must be an object")
+    account, environment = e.get("account"), e.get("environment")
+    if not isinstance(account, str) or not account:
+        raise ConfigError(f"{where}.account", "is required")
+    if environment not in ("test", "live"):
+        raise ConfigError(f"{where}.environment", "must be 'test' or 'live'")
+    api_key = _get(env, str(e.get("api_key_env", "")))
+    if api_key is None or not api_key.startswith(f"sk_{environment}_"):
+        raise ConfigError(f"{where}.api_key_env", f"must name a variable holding a sk_{environment}_ key")
+    secret_env = e.get("webhook_secret_env")
+    webhook_secret = _get(env, str(secret_env)) if secret_env else None
+    retention = e.get("key_retention_s", 86_400)
+    margin = e.get("escalation_margin_s", min(7_200, retention // 4 if isinstance(retention, int) else 0))
+    rate = e.get("lookup_rate_per_s", 20.0)
+    if type(retention) is not int or retention <= 0:
+        raise ConfigError(f"{where}.key_retention_s", "must be a positive integer")
+    if type(margin) is not int or not 0 <= margin < retention:
+        raise ConfigError(f"{where}.escalation_margin_s", "must be an integer below key_retention_s")
+    if not isinstance(rate, int | float) or rate <= 0:
+        raise ConfigError(f"{where}.lookup_rate_per_s", "must be positive")
+    return ProviderAccountConfig(
+        provider="cardco", account=account, environment=environment,
+        base_url=_url(env, f"{where}.base_url", str(e.get("base_url", ""))),
+        api_key=Secret(api_key), webhook_secret=Secret(webhook_secret) if webhook_secret else None,
+        api_version=str(e.get("api_version", CARDCO_API_VERSION)), key_retention_s=retention,
+        escalation_margin_s=margin, lookup_rate_per_s=float(rate),
     )

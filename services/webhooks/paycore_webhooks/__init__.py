@@ -1,1 +1,5 @@
-"""paycore webhooks service: placeholder until its issue lands (see README, 'Roadmap')."""
+"""The webhook intake service: verified, deduplicated, conditional notification handling.
+
+:mod:`.handler` is the reference's notification handler, top to bottom;
+:mod:`.app` wires it to ``POST /webhooks/cardco``.
+"""

@@ -340,6 +340,11 @@ def _optional_str(obj: Mapping[str, Any], key: str) -> tuple[bool, str | None]:
     return (value is None or isinstance(value, str)), value
 
 
+def parse_payment(obj: Any) -> ProviderPayment | None:
+    """A payment object, or ``None`` when the JSON does not fit the contract."""
+    return _parse_payment(obj)
+
+
 def _parse_payment(obj: Any) -> ProviderPayment | None:
     """A payment object, or ``None`` when the JSON does not fit the contract."""
     if not isinstance(obj, dict):

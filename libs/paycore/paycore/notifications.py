@@ -1,0 +1,265 @@
+"""Provider notifications: deduplication keys, the durable record, and applying one.
+
+- :func:`notification_key`: the stable event id, or a versioned key synthesized
+  from a canonical form of fields that identify one logical event, or ``None``
+  (each delivery then recorded separately, since NULL keys never collide).
+- :func:`record_notification`: the first write of the handler's transaction,
+  ``ON CONFLICT (provider_account, notification_key) DO NOTHING``.
+- :func:`apply_notification`: the same conditional transition every writer uses
+  (:func:`paycore.attempts.apply_outcome`), plus lifecycle effects (refunds).
+- :func:`attach_notification`: the authorised reconciliation of a stored
+  unmatched notification with its attempt.
+
+The service that receives webhooks (``services/webhooks``) verifies, matches and
+escalates; the rules for what a notification *does* live here, once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+import orjson
+
+from paycore import outbox
+from paycore.attempts import Attempt, apply_outcome, get_attempt
+from paycore.domain import AttemptState, ProviderOutcome
+from paycore.events import EventKind, append_event
+from paycore.orders import lock_order
+
+log = logging.getLogger("paycore.notifications")
+
+KEY_VERSION = "v1"
+HANDLER_ACTOR = "notification-handler"
+# Unresolved evidence (processing, a customer action) is looked at again after this.
+RECHECK_AFTER_S = 60.0
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One verified provider notification, in provider-neutral terms."""
+
+    event_id: str | None
+    event_type: str
+    sequence: int | None
+    payment_id: str | None
+    reference: str | None
+    status: str | None
+    amount_minor: int | None
+    currency: str | None
+    amount_refunded: int
+    payload_account: str | None
+    payload_livemode: bool | None
+    outcome: ProviderOutcome
+    event: dict[str, Any]  # the event as received (no card data or secrets in it)
+
+    @property
+    def is_refund(self) -> bool:
+        return self.event_type.endswith(".refunded")
+
+    def canonical_fields(self) -> dict[str, Any] | None:
+        """The fields that identify one logical event, normalised; ``None`` without all of them."""
+        if None in (self.payment_id, self.status, self.amount_minor, self.currency, self.sequence):
+            return None
+        assert self.payment_id is not None and self.status is not None and self.currency is not None
+        return {
+            "payment_id": self.payment_id.strip(),
+            "type": self.event_type.strip().lower(),
+            "status": self.status.strip().lower(),
+            "amount_minor": int(self.amount_minor or 0),
+            "currency": self.currency.strip().upper(),
+            "sequence": int(self.sequence or 0),
+        }
+
+
+def synthesized_key(fields: dict[str, Any]) -> str:
+    """``v1:`` + SHA-256 of the canonical JSON (sorted keys, no whitespace, integers as integers)."""
+    canonical = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
+    return f"{KEY_VERSION}:{hashlib.sha256(canonical).hexdigest()}"
+
+
+def notification_key(n: Notification) -> str | None:
+    """The event id when present; else a synthesized key where the fields allow; else None."""
+    if n.event_id is not None:
+        return n.event_id
+    fields = n.canonical_fields()
+    return synthesized_key(fields) if fields is not None else None
+
+
+def event_detail(n: Notification, key: str | None) -> dict[str, Any]:
+    """What the event row keeps: the canonical fields (so keys can be recomputed) and the event."""
+    basis = "event-id" if n.event_id is not None else ("synthesized-" + KEY_VERSION if key else "none")
+    return {
+        "key_basis": basis,
+        "canonical": n.canonical_fields(),
+        "event_id": n.event_id,
+        "type": n.event_type,
+        "sequence": n.sequence,
+        "provider_payment_id": n.payment_id,
+        "reference": n.reference,
+        "status": n.status,
+        "amount_minor": n.amount_minor,
+        "currency": n.currency,
+        "payload_account": n.payload_account,
+        "payload_livemode": n.payload_livemode,
+        "event": n.event,
+    }
+
+
+INSERT_KEYED_NOTIFICATION = """
+INSERT INTO payment_attempt_events
+    (attempt_id, occurred_at, kind, actor, provider_account, notification_key, detail)
+VALUES ($1, $2, 'notification', $3, $4, $5, $6)
+ON CONFLICT (provider_account, notification_key) DO NOTHING
+RETURNING event_id
+"""
+
+INSERT_UNKEYED_NOTIFICATION = """
+INSERT INTO payment_attempt_events
+    (attempt_id, occurred_at, kind, actor, provider_account, notification_key, detail)
+VALUES ($1, $2, 'notification', $3, $4, NULL, $5)
+RETURNING event_id
+"""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The result of recording: a new event row, or a duplicate of a committed one."""
+
+    event_id: int | None
+
+    @property
+    def is_duplicate(self) -> bool:
+        return self.event_id is None
+
+
+async def record_notification(
+    conn: asyncpg.Connection, *, provider_account: str, key: str | None, attempt_id: UUID | None,
+    detail: dict[str, Any], now: datetime, actor: str = HANDLER_ACTOR,
+) -> Recorded:
+    """Record a notification first in the handler's transaction.
+
+    A keyed insert that conflicts waits for the other transaction holding the
+    same key: if it commits, this returns a duplicate; if it rolls back, this
+    one proceeds. An unkeyed notification is always a new row.
+    """
+    if key is None:
+        event_id = await conn.fetchval(INSERT_UNKEYED_NOTIFICATION, attempt_id, now, actor,
+                                       provider_account, detail)
+        return Recorded(event_id)
+    event_id = await conn.fetchval(INSERT_KEYED_NOTIFICATION, attempt_id, now, actor, provider_account,
+                                   key, detail)
+    return Recorded(event_id)
+
+
+# -- escalation keys (see the reference's "Escalations") ---------------------------------------
+
+def unmatched_key(provider_account: str, key: str | None, n: Notification) -> str:
+    """Never per delivery: by notification key, else payment id or reference, else one per account."""
+    subject = key or n.payment_id or n.reference
+    if subject is None:
+        return f"notification:{provider_account}:unmatched-unidentified"
+    return f"notification:{provider_account}:{subject}:unmatched"
+
+
+def identity_conflict_key(provider_account: str, key: str | None, n: Notification) -> str:
+    subject = key or n.payment_id
+    if subject is None:  # a conflict needs both identifiers
+        raise ValueError("an identity conflict requires a provider payment id")
+    return f"notification:{provider_account}:{subject}:identity-conflict"
+
+
+def mismatch_key(attempt_id: UUID, key: str | None) -> str:
+    return f"attempt:{attempt_id}:mismatch:{key}" if key else f"attempt:{attempt_id}:mismatch"
+
+
+# -- applying ------------------------------------------------------------------------------
+
+async def apply_notification(
+    conn: asyncpg.Connection, *, attempt: Attempt, n: Notification, key: str | None, now: datetime,
+    actor: str = HANDLER_ACTOR,
+) -> Attempt:
+    """Apply verified, matched evidence to its attempt, inside the caller's transaction.
+
+    Final outcomes resolve a Started or Unknown attempt through the same
+    conditional write as checkout and recovery (same effect-keyed outbox rows,
+    same escalation resolution); processing and requires_action move Unknown to
+    Started and store the action. A refund of a Succeeded attempt is recorded
+    and queues ``attempt:<id>:refund-request`` after the confirmation.
+    """
+    result = await apply_outcome(
+        conn, attempt.attempt_id, n.outcome, now=now, actor=actor, recheck_after_s=RECHECK_AFTER_S,
+        from_send=False, evidence_key=key,
+    )
+    if n.is_refund and result.state is AttemptState.SUCCEEDED and result.provider_payment_id == n.payment_id:
+        await outbox.enqueue_effect(
+            conn, attempt_id=result.attempt_id, effect="refund-request", now=now,
+            payload={"order_id": result.order_id, "amount_refunded_minor": n.amount_refunded,
+                     "currency": result.currency, "provider_account": result.provider_account,
+                     "provider_payment_id": result.provider_payment_id},
+        )
+    return result
+
+
+SELECT_NOTIFICATION = """
+SELECT event_id, attempt_id, provider_account, notification_key, detail
+FROM payment_attempt_events
+WHERE event_id = $1 AND kind = 'notification'
+"""
+
+SELECT_ATTACHMENT = """
+SELECT 1 FROM payment_attempt_events
+WHERE attempt_id = $1 AND kind = 'transition' AND detail ->> 'attached_notification' = $2::text
+"""
+
+RESOLVE_ESCALATION_BY_KEY = """
+UPDATE payment_escalations SET resolved_at = $2, next_reminder_at = NULL
+WHERE escalation_key = $1 AND resolved_at IS NULL
+RETURNING escalation_id
+"""
+
+
+class AttachRefused(Exception):
+    """The stored notification cannot be attached to that attempt."""
+
+
+async def attach_notification(
+    pool: asyncpg.Pool, *, event_id: int, attempt_id: UUID, operator: str, now: datetime,
+) -> Attempt:
+    """Apply a stored unmatched notification to its attempt (authorised reconciliation).
+
+    The notification is not pretended newly delivered: its stored event stays as
+    it is (history is append-only), a ``transition`` event records the
+    attachment by ``operator``, the outcome goes through the normal conditional
+    transition, and the notification's unmatched escalation is resolved.
+    """
+    # The stored event is Cardco's wire format; re-parse it with the same parser.
+    from paycore.providers.cardco_events import parse_event
+
+    async with pool.acquire() as conn, conn.transaction():
+        attempt = await get_attempt(conn, attempt_id)
+        await lock_order(conn, attempt.order_id)
+        row = await conn.fetchrow(SELECT_NOTIFICATION, event_id)
+        if row is None:
+            raise AttachRefused(f"no stored notification {event_id}")
+        if row["attempt_id"] is not None:
+            raise AttachRefused(f"notification {event_id} was matched on arrival")
+        if row["provider_account"] != attempt.provider_account:
+            raise AttachRefused("the notification was verified for another provider account")
+        if await conn.fetchval(SELECT_ATTACHMENT, attempt_id, str(event_id)):
+            raise AttachRefused(f"notification {event_id} is already attached")
+        n = parse_event(orjson.dumps(row["detail"]["event"]))
+        key: str | None = row["notification_key"]
+        await append_event(
+            conn, attempt_id=attempt_id, kind=EventKind.TRANSITION, actor=f"operator-{operator}", now=now,
+            detail={"attached_notification": event_id, "notification_key": key},
+        )
+        result = await apply_notification(conn, attempt=attempt, n=n, key=key, now=now,
+                                          actor=f"operator-{operator}")
+        await conn.fetch(RESOLVE_ESCALATION_BY_KEY, unmatched_key(attempt.provider_account, key, n), now)
+        return result

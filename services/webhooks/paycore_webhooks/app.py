@@ -1,0 +1,141 @@
+"""``POST /webhooks/cardco``: verify, parse, handle, and acknowledge only after commit.
+
+- Unverifiable (missing headers 400; bad, stale or replayed signature 401):
+  problem+json, nothing stored.
+- Body over 256 KiB: 413. Not JSON or not a Cardco event: 400, logged without the body.
+- Any failure before the handler's commit: 500, so the provider redelivers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import asyncpg
+import orjson
+from prometheus_client import CollectorRegistry, Counter
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from paycore.accounts import sync_provider_accounts
+from paycore.clock import Clock, SystemClock
+from paycore.config import ConfigError, ProviderAccountConfig, Settings, load_settings
+from paycore.db import create_pool
+from paycore.http.bodies import read_limited
+from paycore.http.metrics import metrics_endpoint
+from paycore.http.problems import Problem, problem_response
+from paycore.providers.cardco_events import InvalidEvent, parse_event
+from paycore.webhook_signatures import VerificationFailed, Verifier
+from paycore_webhooks.handler import handle_notification
+
+log = logging.getLogger("paycore.webhooks")
+MAX_BODY = 256 * 1024
+
+
+@dataclass
+class Intake:
+    settings: Settings
+    clock: Clock
+    pool: asyncpg.Pool
+    verifier: Verifier[ProviderAccountConfig]
+    deliveries: Counter
+
+
+def verifier_for(settings: Settings) -> Verifier[ProviderAccountConfig]:
+    secrets = [(a, a.webhook_secret.reveal()) for a in settings.accounts if a.webhook_secret is not None]
+    if not secrets:
+        raise ConfigError("PAYCORE_CARDCO_WEBHOOK_SECRET", "is required to receive webhooks")
+    return Verifier(secrets)
+
+
+async def receive_cardco(request: Request) -> Response:
+    intake: Intake = request.app.state.intake
+    body = await read_limited(request, MAX_BODY)
+    try:
+        account = intake.verifier.verify(request.headers, body, now=intake.clock.now())
+    except VerificationFailed as exc:
+        intake.deliveries.labels("rejected-signature").inc()
+        log.warning("webhook rejected: %s", exc.reason)
+        status = 400 if exc.reason == "missing-headers" else 401
+        return problem_response(status, "webhook-unverified", "Webhook not verified", exc.reason)
+    try:
+        notification = parse_event(body)
+        header_id = request.headers.get("webhook-id", "").strip()
+        if notification.event_id is not None and notification.event_id != header_id:
+            raise InvalidEvent("id-differs-from-webhook-id")
+    except InvalidEvent as exc:
+        intake.deliveries.labels("invalid").inc()
+        log.warning("webhook for %s not a Cardco event: %s", account.provider_account, exc)
+        return problem_response(400, "invalid-event", "Not a Cardco event", str(exc))
+    try:
+        result = await handle_notification(intake.pool, account=account, n=notification,
+                                           now=intake.clock.now())
+    except Exception:
+        # Nothing was acknowledged: the provider redelivers, and the redelivery is handled normally.
+        intake.deliveries.labels("error").inc()
+        log.exception("webhook for %s failed before commit", account.provider_account)
+        return problem_response(500, "internal", "Notification not recorded", "Redeliver later.")
+    intake.deliveries.labels(result.value).inc()
+    return Response(orjson.dumps({"result": result.value}), media_type="application/json")
+
+
+async def healthz(request: Request) -> Response:
+    return Response(b'{"status":"ok"}', media_type="application/json")
+
+
+async def readyz(request: Request) -> Response:
+    intake: Intake = request.app.state.intake
+    try:
+        await intake.pool.fetchval("SELECT 1", timeout=2)
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        return problem_response(503, "not-ready", "Database unreachable")
+    return Response(b'{"status":"ready"}', media_type="application/json")
+
+
+async def _problem(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Problem)
+    return exc.to_response(instance=request.url.path)
+
+
+def create_app(
+    settings: Settings, *, clock: Clock | None = None, pool: asyncpg.Pool | None = None
+) -> Starlette:
+    clock = clock or SystemClock()
+    registry = CollectorRegistry()
+    deliveries = Counter("paycore_webhook_deliveries", "Webhook deliveries by result", ["result"],
+                         registry=registry)
+    verifier = verifier_for(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        db = pool or await create_pool(settings.database_url or "", max_size=20)
+        await sync_provider_accounts(db, settings.accounts, clock.now())
+        app.state.intake = Intake(settings, clock, db, verifier, deliveries)
+        try:
+            yield
+        finally:
+            if pool is None:
+                await db.close()
+
+    return Starlette(
+        routes=[
+            Route("/webhooks/cardco", receive_cardco, methods=["POST"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+            Route("/metrics", metrics_endpoint(registry), methods=["GET"]),
+        ],
+        lifespan=lifespan,
+        exception_handlers={Problem: _problem},
+    )
+
+
+def create_app_from_env() -> Starlette:
+    """The app ``paycore serve webhooks`` runs, configured from ``PAYCORE_*``."""
+    settings = load_settings()
+    if settings.database_url is None:
+        raise ConfigError("PAYCORE_DATABASE_URL", "is required")
+    return create_app(settings)
