@@ -36,6 +36,8 @@ COMMANDS = [
     ["run", "recovery"],
     ["run", "dispatcher"],
     ["token"],
+    ["notifications"],
+    ["notifications", "attach"],
 ]
 
 
@@ -210,7 +212,7 @@ def test_sandbox_refuses_a_non_loopback_host(host: str, capsys: pytest.CaptureFi
 
 @pytest.mark.parametrize(
     ("command", "issue"),
-    [(["serve", "webhooks"], 3), (["run", "recovery"], 4), (["run", "dispatcher"], 5)],
+    [(["run", "recovery"], 4), (["run", "dispatcher"], 5)],
 )
 def test_not_yet_implemented_commands(
     command: list[str], issue: int, capsys: pytest.CaptureFixture[str]
@@ -259,12 +261,13 @@ def test_token_uses_a_stable_local_secret(tmp_path: Path, capsys: pytest.Capture
 
 async def test_up_starts_everything_and_stops_on_ctrl_c(tmp_path: Path, fresh_database: str) -> None:
     """``paycore up`` on an external database and an embedded broker, stopped with SIGINT."""
-    checkout_port, sandbox_port = free_port(), free_port()
+    checkout_port, sandbox_port, webhooks_port = free_port(), free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAYCORE_")}
     env.update(PAYCORE_HOME=str(tmp_path / "home"), PAYCORE_DATABASE_URL=fresh_database, PYTHONUNBUFFERED="1")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "paycore.cli", "up",
         "--checkout-port", str(checkout_port), "--sandbox-port", str(sandbox_port),
+        "--webhooks-port", str(webhooks_port),
         env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )
     assert proc.stdout is not None
@@ -288,10 +291,12 @@ async def test_up_starts_everything_and_stops_on_ctrl_c(tmp_path: Path, fresh_da
         assert f"checkout  http://127.0.0.1:{checkout_port}" in output
         assert f"sandbox   http://127.0.0.1:{sandbox_port}" in output
         assert "kafka     127.0.0.1:" in output
-        assert "sandbox  | " in output and "checkout | " in output
+        assert f"webhooks  http://127.0.0.1:{webhooks_port}/webhooks/cardco" in output
+        assert "sandbox  | " in output and "checkout | " in output and "webhooks | " in output
         async with httpx.AsyncClient() as client:
             health = await client.get(f"http://127.0.0.1:{checkout_port}/healthz")
-        assert health.status_code == 200
+            intake = await client.get(f"http://127.0.0.1:{webhooks_port}/healthz")
+        assert health.status_code == 200 and intake.status_code == 200
 
         proc.send_signal(signal.SIGINT)
         async with asyncio.timeout(60):
@@ -301,9 +306,31 @@ async def test_up_starts_everything_and_stops_on_ctrl_c(tmp_path: Path, fresh_da
         assert code == 0, "".join(lines)
         assert not accepts_connections("127.0.0.1", checkout_port)
         assert not accepts_connections("127.0.0.1", sandbox_port)
+        assert not accepts_connections("127.0.0.1", webhooks_port)
         assert "Tansu broker on" in lines[-1]
     finally:
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
+
+
+# --------------------------------------------------------------------------- notifications attach
+
+
+def test_attach_refuses_a_malformed_attempt_id(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PAYCORE_DATABASE_URL", fresh_database)
+    assert main(["notifications", "attach", "1", "not-a-uuid", "--operator", "ops"]) == 2
+    assert "not an attempt id" in capsys.readouterr().err
+
+
+def test_attach_reports_an_unknown_attempt_without_a_traceback(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PAYCORE_DATABASE_URL", fresh_database)
+    assert main(["migrate"]) == 0
+    code = main(["notifications", "attach", "1", "00000000-0000-0000-0000-000000000001", "--operator", "ops"])
+    err = capsys.readouterr().err
+    assert code == 1 and "not found" in err and "Traceback" not in err

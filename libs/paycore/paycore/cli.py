@@ -7,6 +7,7 @@
     paycore serve checkout|sandbox|webhooks [--host H] [--port N]
     paycore run recovery|dispatcher
     paycore token CUSTOMER_ID [--ttl SECONDS]
+    paycore notifications attach EVENT_ID ATTEMPT_ID --operator NAME
 
 Configuration comes from ``PAYCORE_*`` variables (:mod:`paycore.config`). Local
 state -- embedded PostgreSQL data, the generated JWT secret, the broker log --
@@ -44,13 +45,15 @@ DEFAULT_PORTS = {"checkout": 8000, "sandbox": 8100, "webhooks": 8200}
 APP_FACTORIES = {
     "checkout": "paycore_checkout.app:create_app_from_env",
     "sandbox": "paycore.cli:_sandbox_app",
+    "webhooks": "paycore_webhooks.app:create_app_from_env",
 }
-NOT_YET_IMPLEMENTED = {"webhooks": 3, "recovery": 4, "dispatcher": 5}
+NOT_YET_IMPLEMENTED = {"recovery": 4, "dispatcher": 5}
 
 # The local sandbox's built-in development account (not secrets).
 SANDBOX_ACCOUNT = "acct_store"
 SANDBOX_ENVIRONMENT = "test"
 SANDBOX_API_KEY = "sk_test_acct_store_local"
+WEBHOOK_PATH = "/webhooks/cardco"
 
 JWT_SECRET_FILE = "jwt_secret"
 JWT_SECRET_LENGTH = 48
@@ -261,6 +264,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Validate every setting before importing the app: a clear error, not a traceback.
     if name == "checkout":
         load_settings()
+    elif name == "webhooks":
+        from paycore_webhooks.app import verifier_for
+
+        verifier_for(load_settings())
     elif name == "sandbox":
         _sandbox_settings()
     factory = _sandbox_app if name == "sandbox" else _load_factory(APP_FACTORIES[name])
@@ -328,9 +335,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # readiness polls are not news
     home = paycore_home()
     home.mkdir(parents=True, exist_ok=True)
-    ports = {"sandbox": args.sandbox_port, "checkout": args.checkout_port}
-    if ports["sandbox"] == ports["checkout"]:
-        raise CommandError("--sandbox-port and --checkout-port must differ", code=2)
+    ports = {"sandbox": args.sandbox_port, "checkout": args.checkout_port,
+             "webhooks": args.webhooks_port}
+    if len(set(ports.values())) != len(ports):
+        raise CommandError("--sandbox-port, --checkout-port and --webhooks-port must differ", code=2)
     for name, port in ports.items():
         if not port_is_free(LOOPBACK, port):
             raise CommandError(f"{LOOPBACK}:{port} is already in use; pass --{name}-port to choose another")
@@ -338,19 +346,26 @@ def cmd_up(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env["PAYCORE_HOME"] = str(home)
-    sandbox_url = f"http://{LOOPBACK}:{ports['sandbox']}"
-    checkout_url = f"http://{LOOPBACK}:{ports['checkout']}"
+    urls = {name: f"http://{LOOPBACK}:{port}" for name, port in ports.items()}
     local_cardco = not (env.get("PAYCORE_CARDCO_BASE_URL") or "").strip()
     if local_cardco:
         env.update({
-            "PAYCORE_CARDCO_BASE_URL": sandbox_url,
+            "PAYCORE_CARDCO_BASE_URL": urls["sandbox"],
             "PAYCORE_CARDCO_ACCOUNT": SANDBOX_ACCOUNT,
             "PAYCORE_CARDCO_ENVIRONMENT": SANDBOX_ENVIRONMENT,
             "PAYCORE_CARDCO_API_KEY": SANDBOX_API_KEY,
+            "PAYCORE_CARDCO_WEBHOOK_SECRET": _sandbox_webhook_secret(),
         })
+        # The local sandbox delivers its webhooks to the local intake.
+        env.setdefault("PAYCORE_SANDBOX_WEBHOOK_URLS", urls["webhooks"] + WEBHOOK_PATH)
     if base.jwt_secret is None and base.jwks_url is None:
         env["PAYCORE_JWT_SECRET"] = local_jwt_secret(home, create=True) or ""
-    settings = load_settings(env)  # what checkout will see: fail now, before starting anything
+    settings = load_settings(env)  # what the services will see: fail now, before starting anything
+    services = ["sandbox", "checkout"]
+    if any(a.webhook_secret is not None for a in settings.accounts):
+        services.append("webhooks")
+    else:
+        log.warning("no PAYCORE_CARDCO_WEBHOOK_SECRET: not starting the webhook intake")
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(_sigterm_raises_interrupt())
@@ -375,33 +390,51 @@ def cmd_up(args: argparse.Namespace) -> int:
         banner = [
             "",
             "paycore is up -- Ctrl-C stops everything",
-            f"  checkout  {checkout_url}",
-            f"  sandbox   {sandbox_url}"
+            f"  checkout  {urls['checkout']}",
+            f"  sandbox   {urls['sandbox']}"
             + (f"  (Cardco account {SANDBOX_ACCOUNT}, test mode)" if local_cardco else ""),
+        ]
+        if "webhooks" in services:
+            banner.append(f"  webhooks  {urls['webhooks']}{WEBHOOK_PATH}")
+        banner += [
             f"  postgres  {redact_dsn(dsn)}  ({pg_note})",
             f"  kafka     {env['PAYCORE_KAFKA_BOOTSTRAP']}  ({kafka_note})",
             "  token     paycore token <customer-id>   then: Authorization: Bearer <token>",
             "",
         ]
-        code = asyncio.run(_supervise(env, ports, sandbox_url, checkout_url, banner))
+        code = asyncio.run(_supervise(env, services, ports, urls, banner))
         # The event loop's handlers are gone; keep SIGTERM unwinding through the cleanup.
         stack.enter_context(_sigterm_raises_interrupt())
     return code
 
 
+def _sandbox_webhook_secret() -> str:
+    """The local sandbox's built-in webhook secret for acct_store (a development value)."""
+    from paycore_sandbox.settings import SandboxSettings
+
+    for acct in SandboxSettings.default().accounts:
+        if acct.account == SANDBOX_ACCOUNT and acct.environment == SANDBOX_ENVIRONMENT:
+            return acct.webhook_secret
+    raise CommandError("the sandbox has no built-in acct_store test account")
+
+
+# What "ready" means for each service: the sandbox answers anything; the others /healthz.
+READINESS = {"sandbox": ("/", True), "checkout": ("/healthz", False), "webhooks": ("/healthz", False)}
+
+
 async def _supervise(
-    env: dict[str, str], ports: dict[str, int], sandbox_url: str, checkout_url: str, banner: list[str]
+    env: dict[str, str], services: list[str], ports: dict[str, int], urls: dict[str, str],
+    banner: list[str],
 ) -> int:
     from paycore.runtime.supervisor import ServiceSpec, StopRequested, Supervisor, SupervisorError
 
     async with Supervisor() as sup:
         try:
-            await sup.start(ServiceSpec("sandbox", _serve_argv("sandbox", ports["sandbox"]), env))
-            await sup.wait_ready("sandbox", _http_probe(sandbox_url + "/", any_status=True),
-                                 within=READY_WITHIN_S)
-            await sup.start(ServiceSpec("checkout", _serve_argv("checkout", ports["checkout"]), env))
-            await sup.wait_ready("checkout", _http_probe(checkout_url + "/healthz", any_status=False),
-                                 within=READY_WITHIN_S)
+            for name in services:
+                path, any_status = READINESS[name]
+                await sup.start(ServiceSpec(name, _serve_argv(name, ports[name]), env))
+                await sup.wait_ready(name, _http_probe(urls[name] + path, any_status=any_status),
+                                     within=READY_WITHIN_S)
         except StopRequested:
             return 0
         except SupervisorError as exc:
@@ -429,13 +462,15 @@ def build_parser() -> argparse.ArgumentParser:
     up = commands.add_parser(
         "up", help="start everything locally (what `make run` runs); Ctrl-C stops it",
         description="Start embedded PostgreSQL and Tansu unless PAYCORE_DATABASE_URL / "
-                    "PAYCORE_KAFKA_BOOTSTRAP are set, apply migrations, then run the sandbox and "
-                    "checkout as child processes until Ctrl-C.",
+                    "PAYCORE_KAFKA_BOOTSTRAP are set, apply migrations, then run the sandbox, "
+                    "checkout and the webhook intake as child processes until Ctrl-C.",
     )
     up.add_argument("--checkout-port", type=_port, default=DEFAULT_PORTS["checkout"],
                     help="checkout's port on 127.0.0.1 (default %(default)s)")
     up.add_argument("--sandbox-port", type=_port, default=DEFAULT_PORTS["sandbox"],
                     help="the sandbox's port on 127.0.0.1 (default %(default)s)")
+    up.add_argument("--webhooks-port", type=_port, default=DEFAULT_PORTS["webhooks"],
+                    help="the webhook intake's port on 127.0.0.1 (default %(default)s)")
     up.set_defaults(handler=cmd_up)
 
     mig = commands.add_parser(
@@ -453,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (
         ("checkout", "the checkout API"),
         ("sandbox", "the Cardco provider sandbox (loopback only)"),
-        ("webhooks", "the webhook receiver (not yet implemented)"),
+        ("webhooks", "the Cardco webhook intake"),
     ):
         sub = services.add_parser(name, help=text, description=f"Serve {text}.")
         sub.add_argument("--host", default=LOOPBACK, help="address to bind (default %(default)s)")
@@ -480,7 +515,53 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--ttl", type=_positive_int, default=3600,
                        help="lifetime in seconds (default %(default)s)")
     token.set_defaults(handler=cmd_token)
+
+    notes = commands.add_parser("notifications", help="operate on stored provider notifications",
+                                description="Operator tools for stored provider notifications.")
+    note_cmds = notes.add_subparsers(dest="notification_command", required=True, metavar="ACTION")
+    attach = note_cmds.add_parser(
+        "attach", help="apply a stored unmatched notification to its attempt",
+        description="Authorised reconciliation: apply a stored unmatched notification (by its event id "
+                    "in payment_attempt_events) to an attempt through the normal conditional transition, "
+                    "and resolve its unmatched escalation. Needs PAYCORE_DATABASE_URL.",
+    )
+    attach.add_argument("event_id", type=_positive_int, metavar="EVENT_ID")
+    attach.add_argument("attempt_id", metavar="ATTEMPT_ID")
+    attach.add_argument("--operator", required=True, help="who is attaching it (recorded in history)")
+    attach.set_defaults(handler=cmd_notifications_attach)
     return parser
+
+
+def cmd_notifications_attach(args: argparse.Namespace) -> int:
+    import uuid
+
+    from paycore.clock import SystemClock
+    from paycore.db import create_pool
+    from paycore.notifications import AttachRefused, attach_notification
+
+    settings = load_settings(require_cardco=False)
+    if settings.database_url is None:
+        raise ConfigError("PAYCORE_DATABASE_URL", "is required")
+    try:
+        attempt_id = uuid.UUID(args.attempt_id)
+    except ValueError:
+        raise CommandError(f"{args.attempt_id!r} is not an attempt id (a UUID)", code=2) from None
+
+    async def attach() -> str:
+        pool = await create_pool(settings.database_url or "", max_size=2)
+        try:
+            attempt = await attach_notification(pool, event_id=args.event_id, attempt_id=attempt_id,
+                                                operator=args.operator, now=SystemClock().now())
+        finally:
+            await pool.close()
+        return attempt.state.value
+
+    try:
+        state = asyncio.run(attach())
+    except (AttachRefused, LookupError) as exc:
+        raise CommandError(str(exc), code=1) from None
+    print(f"attached notification {args.event_id} to attempt {attempt_id}: now {state}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
