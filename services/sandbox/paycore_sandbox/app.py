@@ -32,7 +32,8 @@ def create_app(settings: SandboxSettings | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
-        # Release held requests and stop timers so shutdown never hangs.
+        # Release held requests, stop timers and webhook deliveries, close the
+        # webhook client, so shutdown never hangs.
         await sandbox.aclose()
 
     routes = [
@@ -52,6 +53,13 @@ def create_app(settings: SandboxSettings | None = None) -> Starlette:
         Route("/_sandbox/reset", control.reset, methods=["POST"]),
         Route("/_sandbox/requests", control.captured_requests, methods=["GET"]),
         Route("/_sandbox/events", control.events, methods=["GET"]),
+        Route("/_sandbox/webhooks/endpoints", control.list_endpoints, methods=["GET"]),
+        Route("/_sandbox/webhooks/endpoints", control.add_endpoint, methods=["POST"]),
+        Route("/_sandbox/webhooks/endpoints", control.clear_endpoints, methods=["DELETE"]),
+        Route("/_sandbox/webhooks/deliveries", control.webhook_deliveries, methods=["GET"]),
+        Route("/_sandbox/webhooks/pending", control.webhook_pending, methods=["GET"]),
+        Route("/_sandbox/webhooks/events/{event_id}/redeliver", control.redeliver_event,
+              methods=["POST"]),
     ]
     app = Starlette(
         routes=routes,

@@ -9,6 +9,11 @@ Sandbox extensions for tests: ``GET /_sandbox/faults`` (active rules),
 held requests), ``GET /_sandbox/requests`` (every ``/v1`` request, in arrival
 order, Authorization reduced to ``sk_test``/``sk_live``) and
 ``GET /_sandbox/events`` (webhook events generated so far; ``?payment=`` filters).
+
+Webhook delivery (sandbox extensions): ``GET|POST|DELETE /_sandbox/webhooks/endpoints``,
+``GET /_sandbox/webhooks/deliveries`` (every attempt, in order; never a
+signature or secret), ``GET /_sandbox/webhooks/pending`` and
+``POST /_sandbox/webhooks/events/{event_id}/redeliver``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from paycore_sandbox.api import sandbox_of
 from paycore_sandbox.errors import ApiError, JSONResponse, invalid_param, not_found
 from paycore_sandbox.faults import parse_rules
 from paycore_sandbox.ledger import Payment
+from paycore_sandbox.settings import webhook_url_problem
 from paycore_sandbox.state import Sandbox
 from paycore_sandbox.validation import parse_json
 
@@ -128,6 +134,47 @@ async def events(request: Request) -> Response:
     sandbox = _fresh(request)
     found = sandbox.state.events.events(request.query_params.get("payment"))
     return JSONResponse({"data": [e.to_json() for e in found]})
+
+
+async def list_endpoints(request: Request) -> Response:
+    return JSONResponse({"data": list(sandbox_of(request).state.webhooks.endpoints)})
+
+
+async def add_endpoint(request: Request) -> Response:
+    sandbox = sandbox_of(request)
+    url = (await _json_object(request)).get("url")
+    problem = webhook_url_problem(url)
+    if problem is not None:
+        raise invalid_param("url", f"url {problem}.")
+    assert isinstance(url, str)
+    sandbox.state.webhooks.add_endpoint(url)
+    return await list_endpoints(request)
+
+
+async def clear_endpoints(request: Request) -> Response:
+    sandbox_of(request).state.webhooks.clear_endpoints()
+    return JSONResponse({"data": []})
+
+
+async def webhook_deliveries(request: Request) -> Response:
+    webhooks = sandbox_of(request).state.webhooks
+    found = webhooks.attempts(event_id=request.query_params.get("event"),
+                              payment_id=request.query_params.get("payment"))
+    return JSONResponse({"data": found})
+
+
+async def webhook_pending(request: Request) -> Response:
+    return JSONResponse({"pending": sandbox_of(request).state.webhooks.pending()})
+
+
+async def redeliver_event(request: Request) -> Response:
+    sandbox = sandbox_of(request)
+    event_id = request.path_params["event_id"]
+    event = sandbox.state.events.get(event_id)
+    if event is None:
+        raise not_found(f"No such event: {event_id}")
+    started = sandbox.state.webhooks.redeliver(event)
+    return JSONResponse({"event": event_id, "deliveries": started})
 
 
 async def api_error_handler(request: Request, exc: Exception) -> Response:

@@ -1,4 +1,4 @@
-"""Fault injection rules for ``/v1`` requests (and, stored for later, webhooks).
+"""Fault injection rules for ``/v1`` requests and webhook deliveries.
 
 A rule is ``{"fault", "match", "probability", "times", "delay_ms"}``. ``match``
 is ``{"reference": R}`` or ``{"any": true}``; as sandbox extensions it may also
@@ -17,6 +17,10 @@ When each fault acts, and why:
 
 One arrival/response fault is chosen per request (the first matching rule that
 fires); ``error_500_after`` is chosen separately at execution time.
+
+Webhook faults (``webhook_*``) are consulted by :mod:`paycore_sandbox.delivery`
+once per emitted event (matching ``reference``/``account`` of the payment,
+operation ``webhook``), never for ``/v1`` requests; see there for ``times``.
 """
 
 from __future__ import annotations
@@ -119,14 +123,19 @@ class FaultBook:
     def rules(self) -> list[FaultRule]:
         return list(self._rules)
 
-    def take(self, ctx: FaultContext, kinds: frozenset[str]) -> FaultRule | None:
-        """The first rule of ``kinds`` matching ``ctx`` that fires, consuming one use."""
+    def take(self, ctx: FaultContext, kinds: frozenset[str], *,
+             consume: bool = True) -> FaultRule | None:
+        """The first rule of ``kinds`` matching ``ctx`` that fires, consuming one use.
+
+        ``consume=False`` leaves ``times`` alone (``webhook_duplicate`` reads
+        ``times`` as a number of copies, not as a use count).
+        """
         for rule in self._rules:
             if rule.fault not in kinds or not rule.match.matches(ctx):
                 continue
             if self._rng.random() >= rule.probability:
                 continue
-            if rule.times is not None:
+            if consume and rule.times is not None:
                 rule.times -= 1
                 if rule.times <= 0:
                     self._rules.remove(rule)
@@ -134,7 +143,7 @@ class FaultBook:
         return None
 
     def webhook_rules(self) -> list[FaultRule]:
-        """Webhook faults, for the webhook sender to consult."""
+        """The active webhook fault rules."""
         return [r for r in self._rules if r.fault in WEBHOOK_FAULTS]
 
 

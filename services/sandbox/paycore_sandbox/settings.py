@@ -15,12 +15,15 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, cast
+from urllib.parse import urlsplit
 
 Environment = Literal["test", "live"]
 ENVIRONMENTS: tuple[Environment, ...] = ("test", "live")
 
 CONFIG_ENV = "PAYCORE_SANDBOX_CONFIG"
 RETENTION_ENV = "PAYCORE_SANDBOX_KEY_RETENTION_S"
+WEBHOOK_URLS_ENV = "PAYCORE_SANDBOX_WEBHOOK_URLS"
+WEBHOOK_TIME_SCALE_ENV = "PAYCORE_SANDBOX_WEBHOOK_TIME_SCALE"
 
 
 def _fixed_secret(account: str, environment: str) -> str:
@@ -103,6 +106,14 @@ class SandboxSettings:
     async_delay_s: float = 1.0
     # Upper bound (real seconds) a "no response" fault holds a request open.
     hang_limit_s: float = 120.0
+    # Where every webhook event is POSTed (absolute http(s) URLs); more can be
+    # added at runtime with POST /_sandbox/webhooks/endpoints.
+    webhook_endpoints: list[str] = field(default_factory=list)
+    # Multiplies every webhook retry delay and webhook_delay fault (real time),
+    # so tests can run the 3-day retry schedule in well under a second.
+    webhook_time_scale: float = 1.0
+    # Real seconds a delivery attempt may take; no 2xx within it is a failure.
+    webhook_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -113,8 +124,10 @@ class SandboxSettings:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> SandboxSettings:
-        """Settings from ``PAYCORE_SANDBOX_CONFIG`` (JSON file) and
-        ``PAYCORE_SANDBOX_KEY_RETENTION_S``; defaults for whatever is unset."""
+        """Settings from ``PAYCORE_SANDBOX_CONFIG`` (JSON file),
+        ``PAYCORE_SANDBOX_KEY_RETENTION_S``, ``PAYCORE_SANDBOX_WEBHOOK_URLS``
+        (comma-separated) and ``PAYCORE_SANDBOX_WEBHOOK_TIME_SCALE``; the
+        variables override the file; defaults for whatever is unset."""
         env = dict(os.environ) if environ is None else environ
         data: dict[str, Any] = {}
         path = env.get(CONFIG_ENV)
@@ -135,6 +148,16 @@ class SandboxSettings:
             except ValueError:
                 raise ValueError(f"{RETENTION_ENV} must be an integer number of seconds, "
                                  f"got {retention!r}") from None
+        urls = env.get(WEBHOOK_URLS_ENV)
+        if urls is not None and urls.strip():
+            data["webhook_endpoints"] = [u.strip() for u in urls.split(",") if u.strip()]
+        scale = env.get(WEBHOOK_TIME_SCALE_ENV)
+        if scale is not None and scale.strip():
+            try:
+                data["webhook_time_scale"] = float(scale)
+            except ValueError:
+                raise ValueError(f"{WEBHOOK_TIME_SCALE_ENV} must be a number, "
+                                 f"got {scale!r}") from None
         return cls.from_mapping(data)
 
     @classmethod
@@ -168,12 +191,42 @@ class SandboxSettings:
         _positive_int(self.action_expiry_s, "action_expiry_s")
         _non_negative_number(self.async_delay_s, "async_delay_s")
         _non_negative_number(self.hang_limit_s, "hang_limit_s")
+        if not isinstance(self.webhook_endpoints, list):
+            raise ValueError("webhook_endpoints must be a list of URLs")
+        for i, url in enumerate(self.webhook_endpoints):
+            problem = webhook_url_problem(url)
+            if problem:
+                raise ValueError(f"webhook_endpoints[{i}] {problem}")
+        _positive_number(self.webhook_time_scale, "webhook_time_scale")
+        _positive_number(self.webhook_timeout_s, "webhook_timeout_s")
 
     def account_for_key(self, api_key: str) -> SandboxAccount | None:
         for acct in self.accounts:
             if acct.api_key == api_key:
                 return acct
         return None
+
+    def account_for(self, account: str, environment: str) -> SandboxAccount | None:
+        for acct in self.accounts:
+            if (acct.account, acct.environment) == (account, environment):
+                return acct
+        return None
+
+
+def webhook_url_problem(url: object) -> str | None:
+    """Why ``url`` is not a usable webhook endpoint, or None when it is."""
+    if not isinstance(url, str) or not url:
+        return "must be a non-empty string"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises on a malformed port
+    except ValueError:
+        return f"is not a valid URL: {url!r}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"must be an absolute http(s) URL, got {url!r}"
+    if any(c.isspace() for c in url):
+        return f"must not contain whitespace, got {url!r}"
+    return None
 
 
 def _accounts_from(raw: object) -> list[SandboxAccount]:
@@ -209,3 +262,9 @@ def _non_negative_number(value: object, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) \
             or not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a non-negative number (seconds), got {value!r}")
+
+
+def _positive_number(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")

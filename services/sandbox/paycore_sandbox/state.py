@@ -14,14 +14,17 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
+import httpx
+
 from paycore_sandbox.capture import RequestLog
 from paycore_sandbox.clock import SandboxClock
+from paycore_sandbox.delivery import WebhookSender
 from paycore_sandbox.faults import FaultBook, HoldGate
 from paycore_sandbox.idempotency import IdempotencyStore
 from paycore_sandbox.ledger import Ledger
 from paycore_sandbox.ratelimit import TokenBucket
 from paycore_sandbox.settings import SandboxAccount, SandboxSettings
-from paycore_sandbox.webhooks import DeliverHook, WebhookEmitter
+from paycore_sandbox.webhooks import WebhookEmitter
 
 log = logging.getLogger("paycore_sandbox")
 
@@ -33,7 +36,9 @@ class SandboxState:
         self.keys = IdempotencyStore(settings.key_retention_s)
         self.faults = FaultBook()
         self.requests = RequestLog()
-        self.events = WebhookEmitter(sandbox.clock, sandbox.spawn, sandbox.webhook_deliver)
+        self.webhooks = WebhookSender(settings, self.faults, sandbox.spawn,
+                                      sandbox.webhook_client)
+        self.events = WebhookEmitter(sandbox.clock, self.webhooks.on_event)
         self.gate = HoldGate()
         self._buckets = {
             (a.account, a.environment): TokenBucket(a.lookup_rate_per_s, a.lookup_burst)
@@ -45,11 +50,10 @@ class SandboxState:
 
 
 class Sandbox:
-    def __init__(self, settings: SandboxSettings, clock: SandboxClock | None = None,
-                 webhook_deliver: DeliverHook | None = None) -> None:
+    def __init__(self, settings: SandboxSettings, clock: SandboxClock | None = None) -> None:
         self.settings = settings
         self.clock = clock or SandboxClock()
-        self.webhook_deliver = webhook_deliver
+        self._client: httpx.AsyncClient | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._resettable: set[asyncio.Task[Any]] = set()
         self.state = SandboxState(self)
@@ -74,8 +78,20 @@ class Sandbox:
         if not task.cancelled() and task.exception() is not None:
             log.error("sandbox background task failed", exc_info=task.exception())
 
+    def webhook_client(self) -> httpx.AsyncClient:
+        """The one HTTP client every webhook delivery shares (created on first use)."""
+        if self._client is None or self._client.is_closed:
+            self._client = httpx.AsyncClient(
+                timeout=self.settings.webhook_timeout_s, follow_redirects=False,
+                # No pool cap: a slow endpoint holding connections never queues others.
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
+                headers={"user-agent": "Cardco-Webhooks/1 (paycore-sandbox)"},
+            )
+        return self._client
+
     def reset(self) -> None:
         old = self.state
+        old.webhooks.close()
         old.gate.release_all()
         for task in list(self._resettable):
             task.cancel()
@@ -83,9 +99,13 @@ class Sandbox:
         self.state = SandboxState(self)
 
     async def aclose(self) -> None:
+        self.state.webhooks.close()
         self.state.gate.release_all()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*tasks, return_exceptions=True)
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()

@@ -1,36 +1,20 @@
 """Webhook events: built on every payment status change and kept in memory.
 
-Today this module only *records* events (``GET /_sandbox/events`` shows them).
-HTTP delivery — Standard Webhooks signing with the account's ``whsec_``
-secret, at-least-once redelivery with backoff, and the webhook faults
-(``webhook_duplicate``, ``webhook_delay``, ``webhook_drop_first``,
-``webhook_unstable_ids``, already accepted and stored by
-:class:`paycore_sandbox.faults.FaultBook`) — lands with the webhooks issue.
-
-The seam for it: register :class:`WebhookEndpoint` objects in
-:attr:`WebhookEmitter.endpoints` and override :meth:`WebhookEmitter.deliver`
-(or pass a ``deliver`` callable). ``emit`` schedules ``deliver`` once per event
-and endpoint, in the background, so a slow endpoint never slows the API.
+``GET /_sandbox/events`` shows them as recorded. Every event is also handed to
+a listener — the :class:`paycore_sandbox.delivery.WebhookSender` of the
+current state — which POSTs it to the configured endpoints, signed, with
+retries and the webhook faults.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from paycore_sandbox.clock import SandboxClock
 from paycore_sandbox.ledger import Payment
-
-Spawn = Callable[[Coroutine[Any, Any, None]], object]
-
-
-@dataclass(frozen=True)
-class WebhookEndpoint:
-    url: str
-    account: str
-    environment: str
 
 
 @dataclass(frozen=True)
@@ -48,6 +32,11 @@ class Event:
     def payment_id(self) -> str:
         return str(self.payment["id"])
 
+    @property
+    def reference(self) -> str | None:
+        ref = self.payment.get("reference")
+        return ref if isinstance(ref, str) else None
+
     def to_json(self) -> dict[str, Any]:
         """The contract's event body."""
         return {"id": self.id, "type": self.type, "created": self.created,
@@ -55,18 +44,16 @@ class Event:
                 "sequence": self.sequence, "data": {"object": dict(self.payment)}}
 
 
-DeliverHook = Callable[[Event, WebhookEndpoint], Awaitable[None]]
+EventListener = Callable[[Event], object]
 
 
 class WebhookEmitter:
-    def __init__(self, clock: SandboxClock, spawn: Spawn,
-                 deliver: DeliverHook | None = None) -> None:
+    def __init__(self, clock: SandboxClock, listener: EventListener | None = None) -> None:
         self._clock = clock
-        self._spawn = spawn
-        self._deliver_hook = deliver
+        self._listener = listener
         self._events: list[Event] = []
+        self._by_id: dict[str, Event] = {}
         self._sequences: dict[str, int] = {}
-        self.endpoints: list[WebhookEndpoint] = []
 
     def emit(self, payment: Payment, type_: str) -> Event:
         sequence = self._sequences.get(payment.id, 0) + 1
@@ -76,15 +63,13 @@ class WebhookEmitter:
                       livemode=payment.livemode, environment=payment.environment,
                       sequence=sequence, payment=payment.to_public())
         self._events.append(event)
-        for endpoint in self.endpoints:
-            if endpoint.account == event.account and endpoint.environment == event.environment:
-                self._spawn(self.deliver(event, endpoint))
+        self._by_id[event.id] = event
+        if self._listener is not None:
+            self._listener(event)
         return event
 
-    async def deliver(self, event: Event, endpoint: WebhookEndpoint) -> None:
-        """Send one event to one endpoint. A no-op until HTTP delivery lands."""
-        if self._deliver_hook is not None:
-            await self._deliver_hook(event, endpoint)
+    def get(self, event_id: str) -> Event | None:
+        return self._by_id.get(event_id)
 
     def events(self, payment_id: str | None = None) -> list[Event]:
         return [e for e in self._events if payment_id is None or e.payment_id == payment_id]
