@@ -75,3 +75,28 @@ async def resolve_for_attempt(conn: asyncpg.Connection, attempt_id: UUID, now: d
     """Close every open episode of an attempt (its payment is settled); no reminder follows."""
     rows = await conn.fetch(RESOLVE_FOR_ATTEMPT, attempt_id, now)
     return [r["escalation_id"] for r in rows]
+
+
+ACKNOWLEDGE = """
+UPDATE payment_escalations SET acknowledged_at = $2, next_reminder_at = $3
+WHERE escalation_id = $1 AND resolved_at IS NULL
+RETURNING escalation_id
+"""
+
+RESOLVE = """
+UPDATE payment_escalations SET resolved_at = $2, next_reminder_at = NULL
+WHERE escalation_id = $1 AND resolved_at IS NULL
+RETURNING escalation_id
+"""
+
+
+async def acknowledge(
+    pool: asyncpg.Pool, escalation_id: int, now: datetime, reminder_interval: timedelta
+) -> bool:
+    """A person has seen it: its own transaction, resetting the reminder schedule; open episodes only."""
+    return await pool.fetchval(ACKNOWLEDGE, escalation_id, now, now + reminder_interval) is not None
+
+
+async def resolve(pool: asyncpg.Pool, escalation_id: int, now: datetime) -> bool:
+    """Close an episode whose condition has ended; no reminder follows. Changes no attempt."""
+    return await pool.fetchval(RESOLVE, escalation_id, now) is not None

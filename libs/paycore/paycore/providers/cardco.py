@@ -609,6 +609,19 @@ class CardcoClient:
             raise _NotBuildable("invalid-body") from None
         return httpx.Request("POST", url, headers=headers, content=content)
 
+    def unbuildable_reason(self, stored: StoredRequest) -> str | None:
+        """Why the stored request cannot be sent as it is now configured, or ``None``.
+
+        Recovery asks this before committing a resend intent: an account no
+        longer configured, an endpoint whose origin changed, or an invalid
+        stored header or body each refuse the resend before anything is sent.
+        """
+        try:
+            self._build_create(stored)
+        except _NotBuildable as exc:
+            return exc.reason
+        return None
+
     async def create_payment(
         self, stored: StoredRequest, *, budget_s: float | None, first_send: bool
     ) -> ProviderOutcome:

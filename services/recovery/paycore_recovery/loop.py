@@ -1,0 +1,377 @@
+"""The recovery loop, top to bottom as in the reference.
+
+For every due attempt, in ``(next_check_at, created_at, attempt_id)`` order:
+claim it, then exactly one of: resolve it from evidence, schedule it and release
+the lease (``finish``), escalate and schedule it in one transaction
+(``escalate_and_finish``), or one of two deliberate exceptions -- a send intent
+whose commit is unknown, and a lost lease -- where the lease simply expires or
+already belongs to someone else. The loop never creates an attempt and never
+sends anything but the attempt's stored request under its own key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from datetime import datetime, timedelta
+from uuid import UUID
+
+import asyncpg
+
+from paycore.attempts import Attempt, Lease, get_attempt, record_outcome
+from paycore.clock import Clock
+from paycore.config import Settings
+from paycore.domain import LIVE_STATES, AttemptState, OrderStatus
+from paycore.events import EventKind, append_event
+from paycore.providers.cardco import CardcoClient, LookupResult, ProviderPayment, StoredRequest
+from paycore_recovery import leases
+from paycore_recovery.metrics import RecoveryMetrics
+from paycore_recovery.pacing import Pacer
+from paycore_recovery.settings import RecoverySettings
+
+log = logging.getLogger("paycore.recovery")
+
+# Database failures and budget expiry while committing an intent: the write may have committed.
+UNCONFIRMED = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+
+
+class Pass(enum.StrEnum):
+    """How one claimed pass over an attempt ended."""
+
+    NOT_CLAIMED = "not-claimed"
+    CLOSED_NEVER_SENT = "closed-never-sent"
+    RESCHEDULED = "rescheduled"
+    RESOLVED = "resolved"
+    OBSERVED = "observed"  # processing / customer action recorded, still live
+    ESCALATED = "escalated"
+    LOOKUP_FAILED = "lookup-failed"
+    PAUSED = "paused"
+    RESENT = "resent"
+    INTENT_REFUSED = "intent-refused"
+    INTENT_UNKNOWN = "intent-unknown"
+    ABANDONED = "abandoned"
+
+
+Checkpoint = Callable[[Attempt], Awaitable[None]]
+
+
+async def _no_pause(attempt: Attempt) -> None:
+    return None
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class RecoveryWorker:
+    def __init__(self, *, pool: asyncpg.Pool, client: CardcoClient, clock: Clock, settings: Settings,
+                 recovery: RecoverySettings, metrics: RecoveryMetrics, owner: str | None = None) -> None:
+        self.pool = pool
+        self.client = client
+        self.clock = clock
+        self.settings = settings
+        self.recovery = recovery
+        self.metrics = metrics
+        self.owner = owner or default_owner()
+        self.actor = f"recovery-{self.owner}"
+        self.pacers = {a.provider_account: Pacer(a.lookup_rate_per_s) for a in settings.accounts}
+        # Seams where a test can hold a worker still, to show what local checks can and cannot do.
+        self.before_final_check: Checkpoint = _no_pause
+        self.after_final_check: Checkpoint = _no_pause
+
+    # -- the sweep -------------------------------------------------------------------------
+
+    async def run_pass(self) -> list[Pass]:
+        """One sweep over due attempts (and due reminders); returns how each pass ended."""
+        from paycore_recovery.reminders import send_due_reminders
+
+        due = await leases.due_attempts(self.pool, self.clock.now(), self.recovery.batch)
+        gate = asyncio.Semaphore(self.recovery.concurrency)
+
+        async def one(attempt_id: UUID) -> Pass:
+            async with gate:
+                return await self.recover(attempt_id)
+
+        results = list(await asyncio.gather(*(one(a) for a in due)))
+        await send_due_reminders(self.pool, self.clock, self.recovery)
+        return results
+
+    async def run_forever(self, stop: asyncio.Event) -> None:
+        log.info("recovery worker %s started", self.owner)
+        while not stop.is_set():
+            try:
+                await self.run_pass()
+                await self.metrics.refresh(self.pool, self.clock.now())
+            except UNCONFIRMED:
+                log.exception("recovery sweep failed; retrying after the interval")
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=self.recovery.interval_s)
+            except TimeoutError:
+                pass
+        log.info("recovery worker %s stopped", self.owner)
+
+    # -- one attempt -----------------------------------------------------------------------
+
+    async def recover(self, attempt_id: UUID) -> Pass:
+        lease = leases.new_lease(self.owner)
+        attempt = await leases.claim(self.pool, attempt_id, lease, self.clock.now(), self.recovery.lease_s)
+        if attempt is None:
+            return Pass.NOT_CLAIMED
+        self.metrics.claims.inc()
+        now = self.clock.now()
+
+        if attempt.state is AttemptState.NOT_STARTED:
+            return await self._not_started(attempt, lease, now)
+
+        if attempt.state is AttemptState.STARTED and attempt.action_is_current(now):
+            return await self._waiting_for_customer(attempt, lease, now)
+        # An expired or superseded action proves nothing and permits no resend: reconcile below.
+
+        if attempt.state is AttemptState.STARTED and attempt.next_action is None:
+            settle_at = attempt.first_sent_at + timedelta(seconds=self._settle_s()) \
+                if attempt.first_sent_at else now
+            if now < settle_at:
+                await leases.finish(self.pool, attempt_id, lease, now, (settle_at - now).total_seconds())
+                return Pass.RESCHEDULED
+
+        # -- the attempt is Unknown, or a stalled Started attempt --
+        return await self._reconcile(attempt, lease)
+
+    def _settle_s(self) -> float:
+        b = self.settings.budgets
+        return b.call_s + b.record_s + self.settings.processing_allowance_s
+
+    async def _not_started(self, attempt: Attempt, lease: Lease, now: datetime) -> Pass:
+        age = (now - attempt.created_at).total_seconds()
+        threshold = self.settings.abandonment_threshold_s
+        if age >= threshold:
+            if await leases.close_never_sent(self.pool, attempt, lease, now, self.actor) is not None:
+                self.metrics.closed_never_sent.inc()
+                return Pass.CLOSED_NEVER_SENT
+            # The endpoint started it first: schedule it for its new state, once.
+            current = await get_attempt(self.pool, attempt.attempt_id)
+            if current.state in LIVE_STATES and await leases.owns_lease(self.pool, current.attempt_id,
+                                                                         lease, now):
+                started = current.state is AttemptState.STARTED
+                delay = self._settle_s() if started else self.recovery.backoff(0)
+                await leases.finish(self.pool, current.attempt_id, lease, now, delay)
+            return Pass.RESCHEDULED
+        # The endpoint is about to send it; recovery never sends a first attempt.
+        await leases.finish(self.pool, attempt.attempt_id, lease, now, threshold - age)
+        return Pass.RESCHEDULED
+
+    def _action_delay(self, attempt: Attempt, now: datetime) -> float:
+        if attempt.next_action_expires_at is None:
+            return self.recovery.action_poll_s
+        until_expiry = (attempt.next_action_expires_at - now).total_seconds()
+        return min(until_expiry, self.recovery.action_poll_s)
+
+    async def _waiting_for_customer(self, attempt: Attempt, lease: Lease, now: datetime) -> Pass:
+        # Never resend: the customer's step is pending.
+        delay = self._action_delay(attempt, now)
+        if attempt.escalation_deadline is not None and now >= attempt.escalation_deadline:
+            # The key window is closing whether or not the customer acts.
+            await self._escalate(attempt, lease, "deadline", delay)
+            return Pass.ESCALATED
+        await leases.finish(self.pool, attempt.attempt_id, lease, now, delay)
+        return Pass.RESCHEDULED
+
+    async def _reconcile(self, attempt: Attempt, lease: Lease) -> Pass:
+        attempt_id = attempt.attempt_id
+        # Send history first: an intent with neither result nor abandonment is an
+        # ambiguous boundary. It is reconciled by the lookup below; no new intent is
+        # appended unless every resend condition holds again.
+        if await leases.latest_send_event(self.pool, attempt_id) == EventKind.SEND_INTENT.value:
+            self.metrics.ambiguous_boundaries.inc()
+            log.info("attempt %s has a send intent without a result: reconciling", attempt_id)
+
+        step = await leases.lookups_so_far(self.pool, attempt_id)
+        backoff = self.recovery.backoff(step)
+        scope = attempt.provider_account
+        now = self.clock.now()
+        paused = await leases.paused_until(self.pool, scope, now)
+        if paused is not None:
+            await leases.finish(self.pool, attempt_id, lease, now, (paused - now).total_seconds())
+            return Pass.PAUSED
+
+        lookup, how = await self._look_up(attempt)
+        await self._record_lookup(attempt, lookup, how)
+        now = self.clock.now()
+
+        if lookup.kind == "failed":
+            # Not "not found": the attempt stays as it is.
+            await leases.finish(self.pool, attempt_id, lease, now, backoff)
+            return Pass.LOOKUP_FAILED
+        if lookup.kind == "rate_limited":
+            # Pause this rate-limit scope only (the account); other accounts go on.
+            wait = lookup.retry_after_s or 1.0
+            await leases.pause_scope(self.pool, scope, now + timedelta(seconds=wait), "429", now)
+            self.metrics.pauses.labels(scope).inc()
+            await leases.finish(self.pool, attempt_id, lease, now, wait)
+            return Pass.PAUSED
+        if lookup.kind == "found":
+            return await self._found(attempt, lease, lookup, backoff)
+
+        # Not found: the attempt stays Unknown.
+        if attempt.escalation_deadline is None or now >= attempt.escalation_deadline:
+            # Past the safe cutoff: send nothing, under any key; keep looking on the slow cadence.
+            await self._escalate(attempt, lease, "deadline", self.recovery.slow_cadence_s)
+            return Pass.ESCALATED
+
+        failing = await self._failing_resend_condition(attempt, now)
+        if failing is not None:
+            await self._escalate(attempt, lease, f"resend-not-safe:{failing}", self.recovery.slow_cadence_s)
+            return Pass.ESCALATED
+
+        return await self._resend(attempt, lease, backoff)
+
+    async def _look_up(self, attempt: Attempt) -> tuple[LookupResult, str]:
+        """By provider payment id if recorded; if that misses or does not match, by reference too."""
+        budget = self.settings.budgets.call_s
+        pacer = self.pacers.get(attempt.provider_account)
+        if attempt.provider_payment_id is not None:
+            if pacer:
+                await pacer.wait()
+            by_id = await self.client.get_payment(attempt.provider_account, attempt.provider_payment_id,
+                                                  budget_s=budget)
+            if by_id.kind in ("failed", "rate_limited"):
+                return by_id, "id"
+            if by_id.kind == "found" and by_id.payment and self._mismatch(attempt, by_id.payment) is None:
+                return by_id, "id"
+            # A miss (replication lag) or a record that does not match: ask by reference before concluding.
+        if pacer:
+            await pacer.wait()
+        return await self.client.find_by_reference(attempt.provider_account, attempt.client_reference,
+                                                   budget_s=budget), "reference"
+
+    async def _record_lookup(self, attempt: Attempt, lookup: LookupResult, how: str) -> None:
+        self.metrics.lookups.labels(lookup.kind).inc()
+        async with self.pool.acquire() as conn:
+            await append_event(
+                conn, attempt_id=attempt.attempt_id, kind=EventKind.LOOKUP, actor=self.actor,
+                now=self.clock.now(),
+                detail={"by": how, "result": lookup.kind, "reason": lookup.reason,
+                        "payments": [{"id": p.id, "status": p.status} for p in lookup.payments]},
+            )
+
+    def _mismatch(self, attempt: Attempt, payment: ProviderPayment) -> str | None:
+        account = self.settings.account(attempt.provider_account)
+        if account is not None and payment.account is not None and payment.account != account.account:
+            return "account"
+        if account is not None and payment.livemode is not None \
+                and payment.livemode != (account.environment == "live"):
+            return "environment"
+        if payment.amount_minor != attempt.amount_minor or payment.currency != attempt.currency:
+            return "amount-or-currency"
+        return None
+
+    async def _found(self, attempt: Attempt, lease: Lease, lookup: LookupResult, backoff: float) -> Pass:
+        payments = lookup.payments
+        distinct = {p.id for p in payments}
+        if len(distinct) > 1:
+            # Two provider payments for one attempt's reference: a person must look.
+            await self._escalate(attempt, lease, "multiple-provider-payments", self.recovery.slow_cadence_s,
+                                 {"provider_payment_ids": sorted(distinct)})
+            return Pass.ESCALATED
+        payment = payments[0]
+        owner = await self.pool.fetchval(
+            "SELECT attempt_id FROM payment_attempts WHERE provider_account = $1"
+            " AND provider_payment_id = $2 AND attempt_id <> $3",
+            attempt.provider_account, payment.id, attempt.attempt_id)
+        if (attempt.provider_payment_id is not None and attempt.provider_payment_id != payment.id) \
+                or owner is not None:
+            # Evidence about a different payment: send nothing, resolve nothing.
+            await self._escalate(attempt, lease, "provider-id-conflict", self.recovery.slow_cadence_s,
+                                 {"recorded": attempt.provider_payment_id, "found": payment.id,
+                                  "owned_by_attempt": str(owner) if owner else None})
+            return Pass.ESCALATED
+        mismatch = self._mismatch(attempt, payment)
+        if mismatch is not None:
+            await self._escalate(attempt, lease, "mismatch", self.recovery.slow_cadence_s,
+                                 {"field": mismatch, "provider_payment_id": payment.id})
+            return Pass.ESCALATED
+
+        # Evidence: resolve a final outcome, or record processing / a customer action
+        # (Unknown -> Started). Valid evidence is applied under the state rules alone, even
+        # if this worker's lease has lapsed; only a lease it still owns is released.
+        outcome = payment.to_outcome()
+        recheck = self.recovery.action_poll_s if payment.status == "requires_action" else backoff
+        recorded = await record_outcome(self.pool, attempt.attempt_id, outcome, now=self.clock.now(),
+                                        actor=self.actor, recheck_after_s=recheck, from_send=False,
+                                        lease=lease)
+        # If that wrote nothing (an already-final winner), still release what is ours.
+        await leases.finish(self.pool, attempt.attempt_id, lease, self.clock.now(), recheck)
+        if recorded.state in (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.NOT_APPLIED):
+            self.metrics.resolved.labels(recorded.state.value).inc()
+            return Pass.RESOLVED
+        return Pass.OBSERVED
+
+    async def _failing_resend_condition(self, attempt: Attempt, now: datetime) -> str | None:
+        """The article's resend conditions, each its own escalation when it fails."""
+        order = await self.pool.fetchrow("SELECT status, cancel_requested_at FROM orders WHERE order_id = $1",
+                                         attempt.order_id)
+        if order is None or order["status"] != OrderStatus.OPEN.value or order["cancel_requested_at"]:
+            return "order-not-payable"
+        if (now - attempt.created_at).total_seconds() > self.recovery.payment_token_ttl_s:
+            return "token-expired"
+        account = self.settings.account(attempt.provider_account)
+        if account is None:
+            return "account-not-configured"
+        if attempt.endpoint != account.payments_endpoint:
+            return "endpoint-changed"
+        unbuildable = self.client.unbuildable_reason(StoredRequest.from_record(asdict(attempt)))
+        if unbuildable is not None:
+            return f"request-not-buildable:{unbuildable}"
+        return None
+
+    async def _resend(self, attempt: Attempt, lease: Lease, backoff: float) -> Pass:
+        attempt_id = attempt.attempt_id
+        try:
+            committed, why = await leases.commit_send_intent(self.pool, attempt, lease, self.clock.now(),
+                                                             self.actor)
+        except UNCONFIRMED as exc:
+            # Unknown commit: send nothing and do not finish (ownership cannot be confirmed).
+            # The next claimed pass finds the intent present or absent and acts on that.
+            log.warning("send intent for %s unconfirmed (%s)", attempt_id, type(exc).__name__)
+            return Pass.INTENT_UNKNOWN
+        if committed is not leases.IntentResult.COMMITTED:
+            log.info("send intent for %s refused: %s", attempt_id, why)
+            await leases.finish(self.pool, attempt_id, lease, self.clock.now(), backoff)
+            return Pass.INTENT_REFUSED
+
+        await self.before_final_check(attempt)
+        # Final local check, just before dispatch.
+        now = self.clock.now()
+        if not await leases.owns_lease(self.pool, attempt_id, lease, now):
+            await leases.record_send_abandoned(self.pool, attempt_id, now, self.actor, "lease-lost")
+            return Pass.ABANDONED  # the new owner schedules it
+        if attempt.escalation_deadline is None or now >= attempt.escalation_deadline:
+            await leases.record_send_abandoned(self.pool, attempt_id, now, self.actor, "deadline-passed")
+            await self._escalate(attempt, lease, "deadline", self.recovery.slow_cadence_s)
+            return Pass.ABANDONED
+        await self.after_final_check(attempt)
+
+        # The stored request, unchanged, under its own key and its own call budget.
+        self.metrics.resends.inc()
+        outcome = await self.client.create_payment(StoredRequest.from_record(asdict(attempt)),
+                                                   budget_s=self.settings.budgets.call_s, first_send=False)
+        recorded = await record_outcome(self.pool, attempt_id, outcome, now=self.clock.now(),
+                                        actor=self.actor, recheck_after_s=backoff, from_send=True,
+                                        lease=lease)
+        await leases.finish(self.pool, attempt_id, lease, self.clock.now(), backoff)
+        if recorded.state in (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.NOT_APPLIED):
+            self.metrics.resolved.labels(recorded.state.value).inc()
+        return Pass.RESENT
+
+    async def _escalate(self, attempt: Attempt, lease: Lease, reason: str, delay_s: float,
+                        detail: dict[str, object] | None = None) -> None:
+        raised = await leases.escalate_and_finish(self.pool, attempt.attempt_id, lease, reason=reason,
+                                                  delay_s=delay_s, now=self.clock.now(), detail=detail)
+        if raised:
+            self.metrics.escalations.labels(reason.split(":")[0]).inc()

@@ -1,0 +1,51 @@
+"""``paycore run recovery``: the worker process (any number may run against one database)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+from prometheus_client import start_http_server
+
+from paycore.accounts import sync_provider_accounts
+from paycore.clock import SystemClock
+from paycore.config import ConfigError, load_settings
+from paycore.db import create_pool
+from paycore.providers.cardco import CardcoClient
+from paycore_recovery.loop import RecoveryWorker
+from paycore_recovery.metrics import RecoveryMetrics
+from paycore_recovery.settings import load_recovery_settings
+
+log = logging.getLogger("paycore.recovery")
+
+
+async def run(*, metrics_port: int | None, owner: str | None = None) -> int:
+    settings = load_settings()
+    if settings.database_url is None:
+        raise ConfigError("PAYCORE_DATABASE_URL", "is required")
+    recovery = load_recovery_settings(settings)
+    clock = SystemClock()
+    metrics = RecoveryMetrics()
+    if metrics_port is not None:
+        start_http_server(metrics_port, addr="127.0.0.1", registry=metrics.registry)
+        log.info("recovery metrics on http://127.0.0.1:%d/metrics", metrics_port)
+    pool = await create_pool(settings.database_url, max_size=recovery.concurrency + 4)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await sync_provider_accounts(pool, settings.accounts, clock.now())
+        async with CardcoClient(settings.accounts, clock,
+                                max_call_duration_s=settings.budgets.max_call_duration_s) as client:
+            worker = RecoveryWorker(pool=pool, client=client, clock=clock, settings=settings,
+                                    recovery=recovery, metrics=metrics, owner=owner)
+            await worker.run_forever(stop)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+        await pool.close()
+    return 0

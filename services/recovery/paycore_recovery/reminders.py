@@ -1,0 +1,58 @@
+"""The reminder job: one conditional claim per open episode, a stored count, an outbox alert.
+
+Two instances racing one episode send one reminder: only the UPDATE that still
+sees the ``next_reminder_at`` it read changes the row and queues
+``escalation:<id>:reminder:<n>``.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import asyncpg
+
+from paycore import outbox
+from paycore.clock import Clock
+from paycore_recovery.settings import RecoverySettings
+
+log = logging.getLogger("paycore.recovery.reminders")
+
+DUE_REMINDERS = """
+SELECT escalation_id, escalation_key, attempt_id, reason, next_reminder_at, acknowledged_at
+FROM payment_escalations
+WHERE resolved_at IS NULL AND next_reminder_at <= $1
+ORDER BY next_reminder_at
+LIMIT $2
+"""
+
+CLAIM_REMINDER = """
+UPDATE payment_escalations
+SET reminder_count = reminder_count + 1, next_reminder_at = $3
+WHERE escalation_id = $1 AND resolved_at IS NULL AND next_reminder_at = $2
+RETURNING reminder_count
+"""
+
+
+async def send_due_reminders(pool: asyncpg.Pool, clock: Clock, settings: RecoverySettings,
+                             limit: int = 100) -> int:
+    """Queue a reminder for every due open episode; returns how many this instance queued."""
+    sent = 0
+    for row in await pool.fetch(DUE_REMINDERS, clock.now(), limit):
+        now = clock.now()
+        acknowledged = row["acknowledged_at"] is not None
+        interval = settings.reminder_ack_interval_s if acknowledged else settings.reminder_interval_s
+        async with pool.acquire() as conn, conn.transaction():
+            count = await conn.fetchval(CLAIM_REMINDER, row["escalation_id"], row["next_reminder_at"],
+                                        now + timedelta(seconds=interval))
+            if count is None:
+                continue  # another instance reminded, or the episode was resolved
+            await outbox.enqueue(
+                conn, dedup_key=f"escalation:{row['escalation_id']}:reminder:{count}", kind="operator-alert",
+                payload={"escalation_id": row["escalation_id"], "escalation_key": row["escalation_key"],
+                         "reason": row["reason"], "alert": "reminder", "reminder": count,
+                         "attempt_id": str(row["attempt_id"]) if row["attempt_id"] else None},
+                now=now, attempt_id=row["attempt_id"], ordering=None,
+            )
+            sent += 1
+    return sent
