@@ -11,6 +11,7 @@ import pytest
 from paycore.clock import FakeClock
 from paycore.db import create_pool
 from tests.support import database
+from tests.support.recovery import RecoveryStack, running_recovery_stack
 from tests.support.stack import Stack, running_stack
 from tests.support.webhooks import WebhookStack, running_webhook_stack
 
@@ -64,4 +65,11 @@ def free_tcp_port() -> int:
 async def hooks(pool: asyncpg.Pool, db_dsn: str) -> AsyncIterator[WebhookStack]:
     """Sandbox, checkout and webhook intake as real HTTP servers on a fresh database."""
     async for s in running_webhook_stack(pool, db_dsn):
+        yield s
+
+
+@pytest.fixture
+async def rec(hooks: WebhookStack) -> AsyncIterator[RecoveryStack]:
+    """Recovery workers on the fake clock, with the sandbox, checkout and intake running."""
+    async for s in running_recovery_stack(hooks):
         yield s
