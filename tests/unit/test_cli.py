@@ -38,6 +38,9 @@ COMMANDS = [
     ["token"],
     ["notifications"],
     ["notifications", "attach"],
+    ["escalations"],
+    ["escalations", "ack"],
+    ["escalations", "resolve"],
 ]
 
 
@@ -212,7 +215,7 @@ def test_sandbox_refuses_a_non_loopback_host(host: str, capsys: pytest.CaptureFi
 
 @pytest.mark.parametrize(
     ("command", "issue"),
-    [(["run", "recovery"], 4), (["run", "dispatcher"], 5)],
+    [(["run", "dispatcher"], 5)],
 )
 def test_not_yet_implemented_commands(
     command: list[str], issue: int, capsys: pytest.CaptureFixture[str]
@@ -261,13 +264,13 @@ def test_token_uses_a_stable_local_secret(tmp_path: Path, capsys: pytest.Capture
 
 async def test_up_starts_everything_and_stops_on_ctrl_c(tmp_path: Path, fresh_database: str) -> None:
     """``paycore up`` on an external database and an embedded broker, stopped with SIGINT."""
-    checkout_port, sandbox_port, webhooks_port = free_port(), free_port(), free_port()
+    checkout_port, sandbox_port, webhooks_port, recovery_port = (free_port() for _ in range(4))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAYCORE_")}
     env.update(PAYCORE_HOME=str(tmp_path / "home"), PAYCORE_DATABASE_URL=fresh_database, PYTHONUNBUFFERED="1")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "paycore.cli", "up",
         "--checkout-port", str(checkout_port), "--sandbox-port", str(sandbox_port),
-        "--webhooks-port", str(webhooks_port),
+        "--webhooks-port", str(webhooks_port), "--recovery-port", str(recovery_port),
         env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )
     assert proc.stdout is not None
@@ -293,6 +296,7 @@ async def test_up_starts_everything_and_stops_on_ctrl_c(tmp_path: Path, fresh_da
         assert "kafka     127.0.0.1:" in output
         assert f"webhooks  http://127.0.0.1:{webhooks_port}/webhooks/cardco" in output
         assert "sandbox  | " in output and "checkout | " in output and "webhooks | " in output
+        assert "recovery | " in output
         async with httpx.AsyncClient() as client:
             health = await client.get(f"http://127.0.0.1:{checkout_port}/healthz")
             intake = await client.get(f"http://127.0.0.1:{webhooks_port}/healthz")

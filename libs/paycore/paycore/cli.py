@@ -6,6 +6,7 @@
     paycore migrate                # apply database migrations
     paycore serve checkout|sandbox|webhooks [--host H] [--port N]
     paycore run recovery|dispatcher
+    paycore escalations ack|resolve ESCALATION_ID --operator NAME
     paycore token CUSTOMER_ID [--ttl SECONDS]
     paycore notifications attach EVENT_ID ATTEMPT_ID --operator NAME
 
@@ -40,14 +41,14 @@ from paycore.config import ConfigError, load_settings
 log = logging.getLogger("paycore.cli")
 
 LOOPBACK = "127.0.0.1"
-DEFAULT_PORTS = {"checkout": 8000, "sandbox": 8100, "webhooks": 8200}
+DEFAULT_PORTS = {"checkout": 8000, "sandbox": 8100, "webhooks": 8200, "recovery": 8300}
 # App factories by import path, resolved only when the service is started.
 APP_FACTORIES = {
     "checkout": "paycore_checkout.app:create_app_from_env",
     "sandbox": "paycore.cli:_sandbox_app",
     "webhooks": "paycore_webhooks.app:create_app_from_env",
 }
-NOT_YET_IMPLEMENTED = {"recovery": 4, "dispatcher": 5}
+NOT_YET_IMPLEMENTED = {"dispatcher": 5}
 
 # The local sandbox's built-in development account (not secrets).
 SANDBOX_ACCOUNT = "acct_store"
@@ -288,7 +289,41 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.worker == "recovery":
+        from paycore_recovery.main import run as run_recovery
+
+        return asyncio.run(run_recovery(metrics_port=args.metrics_port, owner=args.owner))
     raise _not_yet("run", args.worker)
+
+
+def cmd_escalations(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from paycore import escalations
+    from paycore.clock import SystemClock
+    from paycore.db import create_pool
+
+    settings = load_settings(require_cardco=False)
+    if settings.database_url is None:
+        raise ConfigError("PAYCORE_DATABASE_URL", "is required")
+
+    async def act() -> bool:
+        pool = await create_pool(settings.database_url or "", max_size=2)
+        try:
+            now = SystemClock().now()
+            if args.escalation_command == "ack":
+                interval = timedelta(seconds=float(os.environ.get("PAYCORE_REMINDER_ACK_INTERVAL_S", 3600)))
+                return await escalations.acknowledge(pool, args.escalation_id, now, interval)
+            return await escalations.resolve(pool, args.escalation_id, now)
+        finally:
+            await pool.close()
+
+    if not asyncio.run(act()):
+        raise CommandError(f"escalation {args.escalation_id} is not open", code=1)
+    log.info("escalation %s %s by %s", args.escalation_id,
+             "acknowledged" if args.escalation_command == "ack" else "resolved", args.operator)
+    print(f"escalation {args.escalation_id}: {args.escalation_command} done")
+    return 0
 
 
 def cmd_token(args: argparse.Namespace) -> int:
@@ -311,6 +346,8 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 
 def _serve_argv(name: str, port: int) -> list[str]:
+    if name in WORKERS:  # a worker: its port serves only its metrics
+        return [sys.executable, "-m", "paycore.cli", "run", name, "--metrics-port", str(port)]
     return [sys.executable, "-m", "paycore.cli", "serve", name, "--host", LOOPBACK, "--port", str(port)]
 
 
@@ -336,9 +373,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     home = paycore_home()
     home.mkdir(parents=True, exist_ok=True)
     ports = {"sandbox": args.sandbox_port, "checkout": args.checkout_port,
-             "webhooks": args.webhooks_port}
+             "webhooks": args.webhooks_port, "recovery": args.recovery_port}
     if len(set(ports.values())) != len(ports):
-        raise CommandError("--sandbox-port, --checkout-port and --webhooks-port must differ", code=2)
+        raise CommandError("the --*-port options must all differ", code=2)
     for name, port in ports.items():
         if not port_is_free(LOOPBACK, port):
             raise CommandError(f"{LOOPBACK}:{port} is already in use; pass --{name}-port to choose another")
@@ -366,6 +403,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         services.append("webhooks")
     else:
         log.warning("no PAYCORE_CARDCO_WEBHOOK_SECRET: not starting the webhook intake")
+    services.append("recovery")
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(_sigterm_raises_interrupt())
@@ -396,6 +434,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         ]
         if "webhooks" in services:
             banner.append(f"  webhooks  {urls['webhooks']}{WEBHOOK_PATH}")
+        banner.append(f"  recovery  worker; metrics {urls['recovery']}/metrics")
         banner += [
             f"  postgres  {redact_dsn(dsn)}  ({pg_note})",
             f"  kafka     {env['PAYCORE_KAFKA_BOOTSTRAP']}  ({kafka_note})",
@@ -419,7 +458,9 @@ def _sandbox_webhook_secret() -> str:
 
 
 # What "ready" means for each service: the sandbox answers anything; the others /healthz.
-READINESS = {"sandbox": ("/", True), "checkout": ("/healthz", False), "webhooks": ("/healthz", False)}
+READINESS = {"sandbox": ("/", True), "checkout": ("/healthz", False), "webhooks": ("/healthz", False),
+             "recovery": ("/metrics", False)}
+WORKERS = frozenset({"recovery"})
 
 
 async def _supervise(
@@ -471,6 +512,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the sandbox's port on 127.0.0.1 (default %(default)s)")
     up.add_argument("--webhooks-port", type=_port, default=DEFAULT_PORTS["webhooks"],
                     help="the webhook intake's port on 127.0.0.1 (default %(default)s)")
+    up.add_argument("--recovery-port", type=_port, default=DEFAULT_PORTS["recovery"],
+                    help="the recovery worker's metrics port on 127.0.0.1 (default %(default)s)")
     up.set_defaults(handler=cmd_up)
 
     mig = commands.add_parser(
@@ -499,8 +542,17 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a background worker",
                               description="Run a background worker in the foreground.")
     workers = run.add_subparsers(dest="worker", required=True, metavar="WORKER")
+    rec = workers.add_parser(
+        "recovery", help="resolve stalled and Unknown payment attempts",
+        description="Worker: the recovery loop (leases, lookups, same-key resends inside the key "
+                    "window, escalations) and the reminder job. Any number may run at once. Timings "
+                    "come from PAYCORE_RECOVERY_* variables.",
+    )
+    rec.add_argument("--metrics-port", type=_port, default=None,
+                     help="serve Prometheus metrics on 127.0.0.1:PORT")
+    rec.add_argument("--owner", default=None, help="this instance's name in leases (default host-pid-random)")
+    rec.set_defaults(handler=cmd_run)
     for name, text in (
-        ("recovery", "resolve Unknown payment attempts (not yet implemented)"),
         ("dispatcher", "publish outbox events (not yet implemented)"),
     ):
         sub = workers.add_parser(name, help=text, description=f"Worker: {text}.")
@@ -515,6 +567,17 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--ttl", type=_positive_int, default=3600,
                        help="lifetime in seconds (default %(default)s)")
     token.set_defaults(handler=cmd_token)
+
+    esc = commands.add_parser(
+        "escalations", help="acknowledge or resolve an escalation episode",
+        description="Operator tools for escalation episodes. Needs PAYCORE_DATABASE_URL.")
+    esc_cmds = esc.add_subparsers(dest="escalation_command", required=True, metavar="ACTION")
+    for action, text in (("ack", "a person has seen it: reset the reminder schedule"),
+                         ("resolve", "the condition has ended: close the episode (changes no attempt)")):
+        sub = esc_cmds.add_parser(action, help=text, description=text)
+        sub.add_argument("escalation_id", type=_positive_int, metavar="ESCALATION_ID")
+        sub.add_argument("--operator", required=True, help="who is acting (logged)")
+        sub.set_defaults(handler=cmd_escalations)
 
     notes = commands.add_parser("notifications", help="operate on stored provider notifications",
                                 description="Operator tools for stored provider notifications.")
