@@ -41,6 +41,7 @@ typecheck: $(STAMP)  ## mypy --strict on libs/paycore
 bench: $(STAMP)  ## benchmarks with same-run baselines (prints ratios; not a test)
 	$(BIN)/python -m bench.checkout
 	$(BIN)/python -m bench.webhooks
+	$(BIN)/python -m bench.recovery
 
 lock:  ## re-pin requirements.lock from a fresh resolve of every pyproject
 	rm -rf /tmp/paycore-lock && $(PYTHON) -m venv /tmp/paycore-lock

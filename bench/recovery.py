@@ -1,0 +1,172 @@
+"""Recovery sweep rate, beside a same-run baseline of the sandbox's own lookup rate.
+
+Workload: 10,000 due Unknown attempts (``PAYCORE_BENCH_ATTEMPTS``) whose payments
+exist at the sandbox; ``paycore run recovery`` with 1 and then 2 instances
+(separate processes) resolves them by lookup. Baseline: a bare httpx loop doing
+the same reference lookups against the same sandbox at the same concurrency.
+The ratio says how much of the provider's lookup capacity a sweep turns into
+resolved attempts.
+
+Run: ``make bench``. Prints; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+import orjson
+
+from bench.common import bench_database, free_port, service, wait_http
+from paycore.accounts import sync_provider_accounts
+from paycore.clock import SystemClock
+from paycore.config import load_settings
+
+ATTEMPTS = int(os.environ.get("PAYCORE_BENCH_ATTEMPTS", "10000"))
+CONCURRENCY = int(os.environ.get("PAYCORE_BENCH_RECOVERY_CONCURRENCY", "16"))
+API_KEY = "sk_test_acct_store_local"
+HEADERS = {"Authorization": f"Bearer {API_KEY}", "Cardco-Account": "acct_store",
+           "Cardco-Version": "2026-11-01"}
+
+SEED_ATTEMPTS = """
+INSERT INTO orders (order_id, customer_id, amount_minor, currency, created_at)
+SELECT 'rb-' || n, 'cus_bench', 4999, 'EUR', now() - interval '1 hour' FROM generate_series(1, $1) AS n;
+INSERT INTO payment_attempts (attempt_id, order_id, customer_id, attempt_number, provider_account,
+    endpoint, api_version, client_reference, idempotency_key, request_body, amount_minor, currency,
+    state, outcome_reason, created_at, first_sent_at, escalation_deadline, next_check_at)
+SELECT gen_random_uuid(), 'rb-' || n, 'cus_bench', 1, 'cardco:acct_store:test',
+    $2 || '/v1/payments', '2026-11-01', 'rb-' || n || '-a1', gen_random_uuid()::text, '{}', 4999, 'EUR',
+    'Unknown', 'provider.no-response.caller', now() - interval '1 hour', now() - interval '1 hour',
+    now() + interval '20 hours', now() - interval '1 second'
+FROM generate_series(1, $1) AS n;
+"""
+
+
+@contextlib.contextmanager
+def sandbox_config() -> Iterator[Path]:
+    """A sandbox whose lookup limit is far above the sweep, so the bench measures paycore."""
+    config = {"accounts": [{"account": "acct_store", "environment": "test", "api_key": API_KEY,
+                            "lookup_rate_per_s": 1_000_000, "lookup_burst": 1_000_000}]}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "sandbox.json"
+        path.write_bytes(orjson.dumps(config))
+        yield path
+
+
+async def create_payments(http: httpx.AsyncClient) -> None:
+    todo = iter(range(1, ATTEMPTS + 1))
+
+    async def creator() -> None:
+        for n in todo:
+            body = {"amount": 4999, "currency": "EUR", "payment_method": "tok_visa",
+                    "reference": f"rb-{n}-a1"}
+            r = await http.post("/v1/payments", json=body,
+                                headers={**HEADERS, "Idempotency-Key": f'"{uuid.uuid4()}"'})
+            r.raise_for_status()
+
+    await asyncio.gather(*(creator() for _ in range(CONCURRENCY)))
+
+
+async def seed(dsn: str, sandbox_url: str) -> None:
+    settings = load_settings({"PAYCORE_CARDCO_BASE_URL": sandbox_url, "PAYCORE_CARDCO_ACCOUNT": "acct_store",
+                              "PAYCORE_CARDCO_API_KEY": API_KEY})
+    conn = await asyncpg.connect(dsn)
+    await sync_provider_accounts(conn, settings.accounts, SystemClock().now())
+    orders, attempts = SEED_ATTEMPTS.strip().split(";\n")
+    await conn.execute(orders, ATTEMPTS)
+    await conn.execute(attempts, ATTEMPTS, sandbox_url)
+    await conn.close()
+
+
+async def sweep(dsn: str, sandbox_url: str, instances: int) -> float:
+    """Seconds until every seeded attempt is resolved by ``instances`` worker processes."""
+    await seed(dsn, sandbox_url)
+    env = {
+        "PAYCORE_DATABASE_URL": dsn, "PAYCORE_CARDCO_BASE_URL": sandbox_url,
+        "PAYCORE_CARDCO_ACCOUNT": "acct_store", "PAYCORE_CARDCO_ENVIRONMENT": "test",
+        "PAYCORE_CARDCO_API_KEY": API_KEY, "PAYCORE_CARDCO_LOOKUP_RATE_PER_S": "1000000",
+        "PAYCORE_RECOVERY_INTERVAL_S": "0.05", "PAYCORE_RECOVERY_BATCH": "500",
+        "PAYCORE_RECOVERY_CONCURRENCY": str(CONCURRENCY // instances or 1),
+    }
+    conn = await asyncpg.connect(dsn)
+    with contextlib.ExitStack() as stack:
+        started = time.perf_counter()
+        for i in range(instances):
+            stack.enter_context(service_worker(i, env))
+        while await conn.fetchval("SELECT count(*) FROM payment_attempts WHERE state = 'Unknown'"):
+            if time.perf_counter() - started > 600:
+                raise TimeoutError("the sweep did not finish within 10 minutes")
+            await asyncio.sleep(0.1)
+        elapsed = time.perf_counter() - started
+    resolved = await conn.fetchval("SELECT count(*) FROM payment_attempts WHERE state = 'Succeeded'")
+    await conn.close()
+    if resolved != ATTEMPTS:
+        print(f"  warning: {resolved} of {ATTEMPTS} attempts resolved Succeeded")
+    return elapsed
+
+
+@contextlib.contextmanager
+def service_worker(i: int, env: dict[str, str]) -> Iterator[object]:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "paycore.cli", "run", "recovery"],
+                            env={**os.environ, "PAYCORE_LOG_LEVEL": "WARNING", **env},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+async def baseline(http: httpx.AsyncClient) -> float:
+    """Lookups per second from a bare httpx loop: the provider side's capacity."""
+    todo = iter(range(1, ATTEMPTS + 1))
+
+    async def looker() -> None:
+        for n in todo:
+            r = await http.get("/v1/payments", params={"reference": f"rb-{n}-a1"}, headers=HEADERS)
+            r.raise_for_status()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(looker() for _ in range(CONCURRENCY)))
+    return ATTEMPTS / (time.perf_counter() - started)
+
+
+async def main() -> None:
+    print(f"recovery bench: {ATTEMPTS} due Unknown attempts whose payments exist, concurrency {CONCURRENCY}")
+    port = free_port()
+    with sandbox_config() as config:
+        with service("sandbox", port, {"PAYCORE_SANDBOX_CONFIG": str(config)}):
+            url = f"http://127.0.0.1:{port}"
+            await wait_http(url + "/_sandbox/payments")
+            limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
+            async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as http:
+                await create_payments(http)
+                lookups_per_s = await baseline(http)
+            rates = {}
+            for instances in (1, 2):
+                async with bench_database() as dsn:
+                    elapsed = await sweep(dsn, url, instances)
+                rates[instances] = ATTEMPTS / elapsed
+                print(f"  {instances} instance(s): {rates[instances]:8.1f} attempts resolved/s"
+                      f"  ({elapsed:.1f} s, process start-up included)")
+    print(f"  baseline : {lookups_per_s:8.1f} bare httpx reference lookups/s against the same sandbox")
+    for instances, rate in rates.items():
+        print(f"  ratio {instances}: {rate / lookups_per_s:8.3f}  (resolved/s ÷ bare lookups/s)")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
