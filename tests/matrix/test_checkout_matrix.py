@@ -19,6 +19,7 @@ from paycore.clock import FakeClock
 from paycore.domain import ProviderOutcome
 from paycore.providers.cardco import CardcoClient, StoredRequest, build_request_body
 from paycore_checkout.app import create_app
+from tests.support.attempts import recorded_attempt, someone_waits_on_a_lock
 from tests.support.servers import serve_asgi
 from tests.support.stack import Shop, Stack, checkout_settings, eventually
 
@@ -115,12 +116,8 @@ async def test_status_get_for_order_without_payment_is_404_problem(stack: Stack)
 
 async def test_success_recorded_while_new_checkout_arrives_leaves_one_attempt(stack: Stack) -> None:
     order = await stack.shop.create_order()
-    account = stack.settings.default_account
-    attempt = await get_or_create_live_attempt(
-        stack.pool, order_id=order, customer_id="cus_alice", account=account,
-        build_body=lambda ref, amt, cur: build_request_body(
-            amount_minor=amt, currency=cur, payment_method="tok_visa", reference=ref),
-        now=stack.clock.now(), abandonment_threshold_s=60)
+    attempt = await recorded_attempt(stack.pool, stack.clock, stack.settings.default_account, order,
+                               "cus_alice")
     _, started = await try_mark_started(stack.pool, attempt.attempt_id, attempt.version,
                                         now=stack.clock.now(), next_check_at=stack.clock.now())
     assert started is not None
@@ -288,13 +285,6 @@ async def _hold_attempt_row(stack: Stack, order: str) -> tuple[Any, Any]:
     return conn, tx
 
 
-async def _someone_waits_on_a_lock(stack: Stack) -> bool:
-    waiting = await stack.pool.fetchval(
-        "SELECT count(*) FROM pg_stat_activity"
-        " WHERE wait_event_type = 'Lock' AND datname = current_database()")
-    return bool(waiting)
-
-
 async def test_unconfirmed_started_commit_returns_503_retry_after_and_status_202_not_started(
     stack: Stack,
 ) -> None:
@@ -309,7 +299,7 @@ async def test_unconfirmed_started_commit_returns_503_retry_after_and_status_202
     conn, tx = await _hold_attempt_row(stack, order)
     try:
         pending = await pay_in_background(stack.shop, order)
-        await eventually(lambda: _someone_waits_on_a_lock(stack), what="start transition blocked")
+        await eventually(lambda: someone_waits_on_a_lock(stack.pool), what="start transition blocked")
         stack.clock.advance(stack.settings.budgets.start_s)  # the start budget fires
         r = await pending
     finally:
@@ -336,7 +326,7 @@ async def test_unconfirmed_outcome_write_returns_durable_status(stack: Stack) ->
     conn, tx = await _hold_attempt_row(stack, order)  # the record step will block
     try:
         async def record_blocked() -> bool:
-            return stack.clock.pending_timers > 0 and await _someone_waits_on_a_lock(stack)
+            return stack.clock.pending_timers > 0 and await someone_waits_on_a_lock(stack.pool)
         await eventually(record_blocked, what="outcome write blocked")
         stack.clock.advance(stack.settings.budgets.record_s)  # the record budget fires
         r = await pending
@@ -350,12 +340,8 @@ async def test_unconfirmed_outcome_write_returns_durable_status(stack: Stack) ->
 
 async def test_order_cancelled_before_the_started_transition_prevents_the_send(stack: Stack) -> None:
     order = await stack.shop.create_order()
-    account = stack.settings.default_account
-    await get_or_create_live_attempt(
-        stack.pool, order_id=order, customer_id="cus_alice", account=account,
-        build_body=lambda ref, amt, cur: build_request_body(
-            amount_minor=amt, currency=cur, payment_method="tok_visa", reference=ref),
-        now=stack.clock.now(), abandonment_threshold_s=60)
+    await recorded_attempt(stack.pool, stack.clock, stack.settings.default_account, order,
+                               "cus_alice")
     cancelled = await stack.shop.cancel(order)
     assert cancelled.status_code == 200 and cancelled.json()["cancel_requested"] is True
     r = await stack.shop.pay(order)
@@ -407,16 +393,12 @@ async def test_customer_closing_the_tab_during_the_started_transition_leaves_it_
     stack: Stack,
 ) -> None:
     order = await stack.shop.create_order()
-    account = stack.settings.default_account
-    await get_or_create_live_attempt(
-        stack.pool, order_id=order, customer_id="cus_alice", account=account,
-        build_body=lambda ref, amt, cur: build_request_body(
-            amount_minor=amt, currency=cur, payment_method="tok_visa", reference=ref),
-        now=stack.clock.now(), abandonment_threshold_s=60)
+    await recorded_attempt(stack.pool, stack.clock, stack.settings.default_account, order,
+                               "cus_alice")
     conn, tx = await _hold_attempt_row(stack, order)  # the Started transition will wait
     try:
         leaving = asyncio.create_task(stack.shop.pay(order, timeout=httpx.Timeout(0.3)))
-        await eventually(lambda: _someone_waits_on_a_lock(stack), what="start transition blocked")
+        await eventually(lambda: someone_waits_on_a_lock(stack.pool), what="start transition blocked")
         with pytest.raises(httpx.TimeoutException):
             await leaving  # the customer gives up and the connection closes
     finally:

@@ -16,14 +16,12 @@ import orjson
 from paycore.attempts import (
     Attempt,
     get_attempt,
-    get_or_create_live_attempt,
     record_outcome,
-    try_mark_started,
 )
 from paycore.config import ProviderAccountConfig
 from paycore.domain import ProviderOutcome
 from paycore.notifications import attach_notification, synthesized_key
-from paycore.providers.cardco import build_request_body
+from tests.support.attempts import someone_waits_on_a_lock, started_attempt
 from tests.support.stack import eventually
 from tests.support.webhooks import LIVE, OTHER, TEST, WebhookStack, event, payment_object
 
@@ -38,14 +36,8 @@ async def live_attempt(hooks: WebhookStack, provider_account: str = TEST, *, unk
                        customer: str = "cus_alice") -> Attempt:
     """An attempt whose send crossed the boundary (Started), optionally timed out (Unknown)."""
     order = await hooks.shop.as_customer(customer).create_order()
-    attempt = await get_or_create_live_attempt(
-        hooks.pool, order_id=order, customer_id=customer, account=account(hooks, provider_account),
-        build_body=lambda ref, amt, cur: build_request_body(
-            amount_minor=amt, currency=cur, payment_method="tok_visa", reference=ref),
-        now=hooks.clock.now(), abandonment_threshold_s=60)
-    _, started = await try_mark_started(hooks.pool, attempt.attempt_id, attempt.version,
-                                        now=hooks.clock.now(), next_check_at=hooks.clock.now())
-    assert started is not None
+    acct = account(hooks, provider_account)
+    started = await started_attempt(hooks.pool, hooks.clock, acct, order, customer)
     if unknown:
         return await record_outcome(hooks.pool, started.attempt_id,
                                     ProviderOutcome.unknown("provider.no-response.caller"),
@@ -182,12 +174,11 @@ async def test_stored_canonical_fields_recompute_the_synthesized_key(hooks: Webh
     assert row["detail"]["key_basis"] == "synthesized-v1"
 
 
-async def test_two_concurrent_deliveries_of_one_notification_produce_one_handling(
-    hooks: WebhookStack,
-) -> None:
-    attempt = await live_attempt(hooks)
+async def deliver_behind_an_uncommitted_insert(hooks: WebhookStack, attempt: Attempt, *,
+                                               commit: bool) -> dict[str, Any]:
+    """Deliver a notification while another handler's insert of its key is uncommitted,
+    then commit or roll back that insert; returns the delivery's answer."""
     body = succeeded_event(attempt)
-    # The first handler's insert, uncommitted: the second delivery must wait on it.
     conn = await hooks.pool.acquire()
     tx = conn.transaction()
     await tx.start()
@@ -197,18 +188,22 @@ async def test_two_concurrent_deliveries_of_one_notification_produce_one_handlin
         attempt.attempt_id, TEST, body["id"])
     try:
         pending = asyncio.create_task(hooks.deliver(body))
-
-        async def waiting() -> bool:
-            return bool(await hooks.count(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND datname = current_database()"))
-
-        await eventually(waiting, what="the second delivery to wait on the first insert")
-        await tx.commit()
+        await eventually(lambda: someone_waits_on_a_lock(hooks.pool), what="the delivery to wait on it")
+        await (tx.commit() if commit else tx.rollback())
     finally:
         await hooks.pool.release(conn)
     r = await pending
-    assert r.status_code == 200 and r.json()["result"] == "duplicate"
+    assert r.status_code == 200
+    answer: dict[str, Any] = r.json()
+    return answer
+
+
+async def test_two_concurrent_deliveries_of_one_notification_produce_one_handling(
+    hooks: WebhookStack,
+) -> None:
+    attempt = await live_attempt(hooks)
+    answer = await deliver_behind_an_uncommitted_insert(hooks, attempt, commit=True)
+    assert answer["result"] == "duplicate"
     assert await state_of(hooks, attempt) == "Unknown"  # the committed first handler did nothing else
 
 
@@ -216,27 +211,8 @@ async def test_a_delivery_waiting_on_an_insert_that_rolls_back_handles_the_notif
     hooks: WebhookStack,
 ) -> None:
     attempt = await live_attempt(hooks)
-    body = succeeded_event(attempt)
-    conn = await hooks.pool.acquire()
-    tx = conn.transaction()
-    await tx.start()
-    await conn.execute(
-        "INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, provider_account,"
-        " notification_key, detail) VALUES ($1, now(), 'notification', 'notification-handler', $2, $3, '{}')",
-        attempt.attempt_id, TEST, body["id"])
-    try:
-        pending = asyncio.create_task(hooks.deliver(body))
-
-        async def waiting() -> bool:
-            return bool(await hooks.count(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND datname = current_database()"))
-
-        await eventually(waiting, what="the delivery to wait")
-        await tx.rollback()
-    finally:
-        await hooks.pool.release(conn)
-    assert (await pending).json()["result"] == "applied"
+    answer = await deliver_behind_an_uncommitted_insert(hooks, attempt, commit=False)
+    assert answer["result"] == "applied"
     assert await state_of(hooks, attempt) == "Succeeded"
 
 
@@ -491,12 +467,7 @@ async def test_a_concurrent_writer_makes_the_notification_reapply_without_losing
     try:
         pending = asyncio.create_task(hooks.deliver(succeeded_event(attempt)))
 
-        async def waiting() -> bool:
-            return bool(await hooks.count(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND datname = current_database()"))
-
-        await eventually(waiting, what="the notification's write to wait")
+        await eventually(lambda: someone_waits_on_a_lock(hooks.pool), what="the notification's write to wait")
         await tx.commit()
     finally:
         await hooks.pool.release(conn)

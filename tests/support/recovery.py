@@ -145,6 +145,64 @@ class RecoveryStack:
         for client in self.clients:
             await client.aclose()
 
+    # -- more helpers (recovery matrix, more; reminders) -----------------------------------------
+
+    async def not_started_attempt(self, provider_account: str = TEST, customer: str = "cus_alice",
+                                  method: str = "tok_visa") -> Attempt:
+        """A checkout that crashed right after inserting NotStarted (never moved to Started)."""
+        acct = self.hooks.settings.account(provider_account)
+        assert acct is not None
+        order = await self.hooks.shop.as_customer(customer).create_order()
+        return await get_or_create_live_attempt(
+            self.pool, order_id=order, customer_id=customer, account=acct,
+            build_body=lambda ref, amt, cur: build_request_body(
+                amount_minor=amt, currency=cur, payment_method=method, reference=ref),
+            now=self.clock.now(), abandonment_threshold_s=self.hooks.settings.abandonment_threshold_s)
+
+    async def unknown_via_checkout_paying(self, method: str, fault: str, **rule: Any) -> Attempt:
+        """:meth:`unknown_via_checkout`, paying with ``method`` (e.g. ``tok_3ds``)."""
+        await self.sandbox.fault(fault, times=1, **rule)
+        order = await self.hooks.shop.create_order()
+        pending = asyncio.create_task(self.hooks.shop.pay(order, method))
+
+        async def sent() -> bool:
+            return len(await self.sandbox.create_requests()) >= 1 and self.clock.pending_timers > 0
+
+        await eventually(sent, what="the first send to be in flight")
+        self.clock.advance(self.hooks.settings.budgets.call_s)
+        r = await pending
+        assert r.json()["state"] == "Unknown", r.text
+        return await get_attempt(self.pool, UUID(r.json()["attempt_id"]))
+
+    async def unknown_never_sent(self, provider_account: str = TEST, customer: str = "cus_alice") -> Attempt:
+        """Started and recorded Unknown, but the request never reached the provider."""
+        attempt = await self.started_attempt(provider_account, customer)
+        return await record_outcome(self.pool, attempt.attempt_id,
+                                    ProviderOutcome.unknown("provider.no-response.caller"),
+                                    now=self.clock.now(), actor="endpoint", recheck_after_s=60)
+
+    async def due_now(self, attempt: Attempt) -> None:
+        """Make one attempt due at the current time without moving the clock."""
+        await self.pool.execute("UPDATE payment_attempts SET next_check_at = $2 WHERE attempt_id = $1",
+                                attempt.attempt_id, self.clock.now())
+
+    async def current(self, attempt: Attempt) -> Attempt:
+        return await get_attempt(self.pool, attempt.attempt_id)
+
+    async def lookup_events(self, attempt: Attempt) -> list[dict[str, Any]]:
+        rows = await self.pool.fetch(
+            "SELECT detail FROM payment_attempt_events WHERE attempt_id = $1 AND kind = 'lookup'"
+            " ORDER BY event_id", attempt.attempt_id)
+        return [dict(r["detail"]) for r in rows]
+
+    async def lookup_requests(self) -> list[dict[str, Any]]:
+        return [q for q in await self.sandbox.requests()
+                if q["method"] == "GET" and q["path"].startswith("/v1/payments")]
+
+    async def escalation_rows(self) -> list[dict[str, Any]]:
+        rows = await self.pool.fetch("SELECT * FROM payment_escalations ORDER BY escalation_id")
+        return [dict(r) for r in rows]
+
 
 async def running_recovery_stack(hooks: WebhookStack) -> AsyncIterator[RecoveryStack]:
     stack = RecoveryStack(hooks)
