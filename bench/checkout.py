@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
-import shutil
-import subprocess
 import time
-from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 import httpx
 import jwt
 
-from bench.common import Latencies, bench_database, free_port, repo_root, service, wait_http
+from bench.common import Latencies, bench_database, free_port, pgbench, repo_root, service, wait_http
 from paycore.accounts import sync_provider_accounts
 from paycore.clock import SystemClock
 from paycore.config import load_settings
@@ -84,8 +80,6 @@ async def run_checkout(dsn: str) -> tuple[int, float, Latencies, int]:
 
 
 async def run_pgbench(dsn: str) -> tuple[float, float] | None:
-    if shutil.which("pgbench") is None:
-        return None
     settings = load_settings({
         "PAYCORE_CARDCO_BASE_URL": "http://127.0.0.1:1", "PAYCORE_CARDCO_ACCOUNT": "acct_store",
         "PAYCORE_CARDCO_API_KEY": "sk_test_acct_store_local",
@@ -95,22 +89,9 @@ async def run_pgbench(dsn: str) -> tuple[float, float] | None:
     await conn.execute(SEED_ORDERS, ORDERS * 4, "cus_bench")
     await conn.execute("CREATE SEQUENCE bench_order_seq")
     await conn.close()
-    parts = urlsplit(dsn)
-    socket_dir = parse_qs(parts.query).get("host", [None])[0]  # embedded servers use a socket
-    env = {**os.environ, "PGHOST": socket_dir or parts.hostname or "127.0.0.1",
-           "PGPORT": str(parts.port or 5432), "PGUSER": parts.username or "postgres",
-           "PGDATABASE": parts.path.lstrip("/")}
-    script = repo_root() / "bench" / "checkout_baseline.sql"
-    run = await asyncio.to_thread(
-        subprocess.run,
-        ["pgbench", "-n", "-M", "simple", "-c", str(CLIENTS), "-j", str(min(CLIENTS, 2)),
-         "-T", str(int(SECONDS)), "-r", "-f", str(script)],
-        env=env, capture_output=True, text=True, check=True,
-    )
-    out = run.stdout
-    tps = float(re.search(r"tps = ([0-9.]+)", out).group(1))  # type: ignore[union-attr]
-    latency = float(re.search(r"latency average = ([0-9.]+) ms", out).group(1))  # type: ignore[union-attr]
-    return tps, latency
+    # -M simple: the script passes ids between statements as quoted text.
+    return await pgbench(dsn, repo_root() / "bench" / "checkout_baseline.sql", clients=CLIENTS,
+                         seconds=SECONDS, extra=["-M", "simple"])
 
 
 async def main() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -14,6 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 import httpx
@@ -47,13 +50,19 @@ async def bench_database() -> AsyncIterator[str]:
         await conn.close()
 
 
-@contextlib.contextmanager
-def service(name: str, port: int, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+def service(name: str, port: int, env: dict[str, str]) -> contextlib.AbstractContextManager[
+        subprocess.Popen[bytes]]:
     """``paycore serve NAME`` as a child process; terminated on exit."""
+    return paycore_process(["serve", name, "--host", "127.0.0.1", "--port", str(port)], env)
+
+
+@contextlib.contextmanager
+def paycore_process(args: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """``paycore ARGS`` as a child process (quiet logs); terminated on exit."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "paycore.cli", "serve", name, "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-m", "paycore.cli", *args],
         env={**os.environ, "PAYCORE_LOG_LEVEL": "WARNING", **env},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
         yield proc
@@ -95,3 +104,26 @@ class Latencies:
 
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+async def pgbench(dsn: str, script: Path, *, clients: int, seconds: float,
+                  extra: list[str] | None = None) -> tuple[float, float] | None:
+    """Run a pgbench script against ``dsn``; (transactions/s, average latency ms), or None without pgbench."""
+    if shutil.which("pgbench") is None:
+        return None
+    parts = urlsplit(dsn)
+    socket_dir = parse_qs(parts.query).get("host", [None])[0]  # embedded servers use a socket
+    env = {**os.environ, "PGHOST": socket_dir or parts.hostname or "127.0.0.1",
+           "PGPORT": str(parts.port or 5432), "PGUSER": parts.username or "postgres",
+           "PGDATABASE": parts.path.lstrip("/")}
+    run = await asyncio.to_thread(
+        subprocess.run,
+        ["pgbench", "-n", "-c", str(clients), "-j", str(min(clients, 2)), "-T", str(int(seconds)),
+         *(extra or []), "-f", str(script)],
+        env=env, capture_output=True, text=True, check=True,
+    )
+    tps = re.search(r"tps = ([0-9.]+)", run.stdout)
+    latency = re.search(r"latency average = ([0-9.]+) ms", run.stdout)
+    if tps is None or latency is None:
+        raise RuntimeError("unexpected pgbench output:\n" + run.stdout)
+    return float(tps.group(1)), float(latency.group(1))

@@ -25,7 +25,7 @@ import asyncpg
 import httpx
 import orjson
 
-from bench.common import bench_database, free_port, service, wait_http
+from bench.common import bench_database, free_port, paycore_process, service, wait_http
 from paycore.accounts import sync_provider_accounts
 from paycore.clock import SystemClock
 from paycore.config import load_settings
@@ -100,7 +100,7 @@ async def sweep(dsn: str, sandbox_url: str, instances: int) -> float:
     with contextlib.ExitStack() as stack:
         started = time.perf_counter()
         for i in range(instances):
-            stack.enter_context(service_worker(i, env))
+            stack.enter_context(paycore_process(["run", "recovery", "--owner", f"bench-{i}"], env))
         while await conn.fetchval("SELECT count(*) FROM payment_attempts WHERE state = 'Unknown'"):
             if time.perf_counter() - started > 600:
                 raise TimeoutError("the sweep did not finish within 10 minutes")
@@ -111,24 +111,6 @@ async def sweep(dsn: str, sandbox_url: str, instances: int) -> float:
     if resolved != ATTEMPTS:
         print(f"  warning: {resolved} of {ATTEMPTS} attempts resolved Succeeded")
     return elapsed
-
-
-@contextlib.contextmanager
-def service_worker(i: int, env: dict[str, str]) -> Iterator[object]:
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen([sys.executable, "-m", "paycore.cli", "run", "recovery"],
-                            env={**os.environ, "PAYCORE_LOG_LEVEL": "WARNING", **env},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 async def baseline(http: httpx.AsyncClient) -> float:

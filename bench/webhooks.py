@@ -14,17 +14,13 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import re
-import shutil
-import subprocess
 import time
-from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 import httpx
 import orjson
 
-from bench.common import Latencies, bench_database, free_port, repo_root, service, wait_http
+from bench.common import Latencies, bench_database, free_port, pgbench, repo_root, service, wait_http
 from paycore.accounts import sync_provider_accounts
 from paycore.clock import SystemClock
 from paycore.config import load_settings
@@ -130,24 +126,9 @@ async def run_intake(dsn: str) -> tuple[int, float, Latencies, dict[str, int]]:
 
 
 async def run_pgbench(dsn: str) -> tuple[float, float] | None:
-    if shutil.which("pgbench") is None:
-        return None
     await seed(dsn, 1)  # the provider account row the statement names
-    parts = urlsplit(dsn)
-    socket_dir = parse_qs(parts.query).get("host", [None])[0]
-    env = {**os.environ, "PGHOST": socket_dir or parts.hostname or "127.0.0.1",
-           "PGPORT": str(parts.port or 5432), "PGUSER": parts.username or "postgres",
-           "PGDATABASE": parts.path.lstrip("/")}
-    script = repo_root() / "bench" / "webhooks_baseline.sql"
-    run = await asyncio.to_thread(
-        subprocess.run,
-        ["pgbench", "-n", "-c", str(CLIENTS), "-j", str(min(CLIENTS, 2)), "-T", str(int(SECONDS)),
-         "-D", f"keys={EVENTS}", "-f", str(script)],
-        env=env, capture_output=True, text=True, check=True,
-    )
-    tps = float(re.search(r"tps = ([0-9.]+)", run.stdout).group(1))  # type: ignore[union-attr]
-    latency = float(re.search(r"latency average = ([0-9.]+) ms", run.stdout).group(1))  # type: ignore[union-attr]
-    return tps, latency
+    return await pgbench(dsn, repo_root() / "bench" / "webhooks_baseline.sql", clients=CLIENTS,
+                         seconds=SECONDS, extra=["-D", f"keys={EVENTS}"])
 
 
 async def main() -> None:
