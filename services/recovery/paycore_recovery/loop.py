@@ -56,6 +56,7 @@ class Pass(enum.StrEnum):
     INTENT_REFUSED = "intent-refused"
     INTENT_UNKNOWN = "intent-unknown"
     ABANDONED = "abandoned"
+    FAILED = "failed"  # this pass raised; logged, counted, and the lease left to expire
 
 
 Checkpoint = Callable[[Attempt], Awaitable[None]]
@@ -96,7 +97,15 @@ class RecoveryWorker:
 
         async def one(attempt_id: UUID) -> Pass:
             async with gate:
-                return await self.recover(attempt_id)
+                try:
+                    return await self.recover(attempt_id)
+                except Exception:
+                    # One attempt's failure must not stop the sweep for the others. It is
+                    # surfaced (log with traceback, metric), never turned into an outcome;
+                    # the lease expires and a later pass retries from durable state.
+                    log.exception("recovery pass over attempt %s failed", attempt_id)
+                    self.metrics.failures.inc()
+                    return Pass.FAILED
 
         results = list(await asyncio.gather(*(one(a) for a in due)))
         await send_due_reminders(self.pool, self.clock, self.recovery)

@@ -41,6 +41,7 @@ class RecoveryMetrics:
                               registry=r)
         self.closed_never_sent = Counter("paycore_recovery_closed_never_sent",
                                          "Stale NotStarted attempts closed", registry=r)
+        self.failures = Counter("paycore_recovery_pass_failures", "Passes that raised (see logs)", registry=r)
         self.ambiguous_boundaries = Counter("paycore_recovery_ambiguous_send_boundaries",
                                             "Send intents found without a result", registry=r)
 
