@@ -491,8 +491,11 @@ async def _apply_once(
         raise ValueError(f"transition {attempt.state} -> {target} is not allowed")
 
     next_check_at = now + timedelta(seconds=recheck_after_s)
-    if outcome.kind is OutcomeKind.REQUIRES_ACTION and outcome.next_action_expires_at is not None:
-        next_check_at = min(next_check_at, max(outcome.next_action_expires_at, now))
+    expires_at = outcome.next_action_expires_at
+    if outcome.kind is OutcomeKind.REQUIRES_ACTION and expires_at is not None and expires_at > now:
+        # Check again when the action expires, if that comes first; an action already
+        # expired keeps the ordinary delay rather than a zero one.
+        next_check_at = min(next_check_at, expires_at)
     keeps_action = outcome.kind is OutcomeKind.REQUIRES_ACTION
     row = await conn.fetchrow(
         APPLY_OUTCOME,

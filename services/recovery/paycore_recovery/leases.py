@@ -122,6 +122,7 @@ async def owns_lease(pool: asyncpg.Pool, attempt_id: UUID, lease: Lease, now: da
 async def escalate_and_finish(
     pool: asyncpg.Pool, attempt_id: UUID, lease: Lease, *, reason: str, delay_s: float, now: datetime,
     detail: dict[str, Any] | None = None,
+    reminder_interval: timedelta = escalations.DEFAULT_REMINDER_INTERVAL,
 ) -> bool:
     """In one transaction: re-read the attempt FOR UPDATE; only if it is still Started or
     Unknown and this worker owns the lease, open the episode ``attempt:<id>:<reason>``
@@ -141,7 +142,8 @@ async def escalate_and_finish(
         if current.state not in (AttemptState.STARTED, AttemptState.UNKNOWN) or not owned:
             return False  # resolved meanwhile (nobody is alerted about a settled payment), or not ours
         await escalations.raise_escalation(conn, key=f"attempt:{attempt_id}:{reason}", reason=reason,
-                                           attempt_id=attempt_id, now=now, detail=detail or {})
+                                           attempt_id=attempt_id, now=now, detail=detail or {},
+                                           reminder_interval=reminder_interval)
         return await finish(conn, attempt_id, lease, now, delay_s)
 
 

@@ -200,6 +200,12 @@ class RecoveryWorker:
             self.metrics.ambiguous_boundaries.inc()
             log.info("attempt %s has a send intent without a result: reconciling", attempt_id)
 
+        if self.settings.account(attempt.provider_account) is None:
+            # No credentials to look it up or resend it: a person must restore the account.
+            await self._escalate(attempt, lease, "resend-not-safe:account-not-configured",
+                                 self.recovery.slow_cadence_s)
+            return Pass.ESCALATED
+
         step = await leases.lookups_so_far(self.pool, attempt_id)
         backoff = self.recovery.backoff(step)
         scope = attempt.provider_account
@@ -209,8 +215,10 @@ class RecoveryWorker:
             await leases.finish(self.pool, attempt_id, lease, now, (paused - now).total_seconds())
             return Pass.PAUSED
 
-        lookup, how = await self._look_up(attempt)
-        await self._record_lookup(attempt, lookup, how)
+        lookups = await self._look_up(attempt)
+        for result, how in lookups:
+            await self._record_lookup(attempt, result, how)
+        lookup = lookups[-1][0]
         now = self.clock.now()
 
         if lookup.kind == "failed":
@@ -240,24 +248,39 @@ class RecoveryWorker:
 
         return await self._resend(attempt, lease, backoff)
 
-    async def _look_up(self, attempt: Attempt) -> tuple[LookupResult, str]:
-        """By provider payment id if recorded; if that misses or does not match, by reference too."""
+    async def _look_up(self, attempt: Attempt) -> list[tuple[LookupResult, str]]:
+        """By provider payment id if recorded; if that misses or does not match, by reference too.
+
+        Returns every lookup made, in order; the last one decides. A record found by
+        the recorded id that is not this attempt's (another reference, amount or
+        account) is never resolved from, and never hidden by a reference miss: it
+        comes back as the deciding result, so the caller escalates a conflict.
+        """
         budget = self.settings.budgets.call_s
         pacer = self.pacers.get(attempt.provider_account)
+        made: list[tuple[LookupResult, str]] = []
+        foreign: LookupResult | None = None
         if attempt.provider_payment_id is not None:
             if pacer:
                 await pacer.wait()
             by_id = await self.client.get_payment(attempt.provider_account, attempt.provider_payment_id,
                                                   budget_s=budget)
+            made.append((by_id, "id"))
             if by_id.kind in ("failed", "rate_limited"):
-                return by_id, "id"
-            if by_id.kind == "found" and by_id.payment and self._mismatch(attempt, by_id.payment) is None:
-                return by_id, "id"
+                return made
+            if by_id.kind == "found" and by_id.payment is not None:
+                if self._mismatch(attempt, by_id.payment) is None:
+                    return made
+                foreign = by_id
             # A miss (replication lag) or a record that does not match: ask by reference before concluding.
         if pacer:
             await pacer.wait()
-        return await self.client.find_by_reference(attempt.provider_account, attempt.client_reference,
-                                                   budget_s=budget), "reference"
+        by_reference = await self.client.find_by_reference(attempt.provider_account, attempt.client_reference,
+                                                           budget_s=budget)
+        made.append((by_reference, "reference"))
+        if foreign is not None and by_reference.kind == "not_found":
+            made.append((foreign, "id"))  # decide on the record the recorded id points at
+        return made
 
     async def _record_lookup(self, attempt: Attempt, lookup: LookupResult, how: str) -> None:
         self.metrics.lookups.labels(lookup.kind).inc()
@@ -278,6 +301,8 @@ class RecoveryWorker:
             return "environment"
         if payment.amount_minor != attempt.amount_minor or payment.currency != attempt.currency:
             return "amount-or-currency"
+        if payment.reference is not None and payment.reference != attempt.client_reference:
+            return "reference"
         return None
 
     async def _found(self, attempt: Attempt, lease: Lease, lookup: LookupResult, backoff: float) -> Pass:
@@ -301,6 +326,12 @@ class RecoveryWorker:
                                   "owned_by_attempt": str(owner) if owner else None})
             return Pass.ESCALATED
         mismatch = self._mismatch(attempt, payment)
+        if mismatch == "reference":
+            # The record belongs to another attempt's reference: evidence about a different payment.
+            await self._escalate(attempt, lease, "provider-id-conflict", self.recovery.slow_cadence_s,
+                                 {"recorded": attempt.provider_payment_id, "found": payment.id,
+                                  "found_reference": payment.reference})
+            return Pass.ESCALATED
         if mismatch is not None:
             await self._escalate(attempt, lease, "mismatch", self.recovery.slow_cadence_s,
                                  {"field": mismatch, "provider_payment_id": payment.id})
@@ -380,7 +411,8 @@ class RecoveryWorker:
 
     async def _escalate(self, attempt: Attempt, lease: Lease, reason: str, delay_s: float,
                         detail: dict[str, object] | None = None) -> None:
-        raised = await leases.escalate_and_finish(self.pool, attempt.attempt_id, lease, reason=reason,
-                                                  delay_s=delay_s, now=self.clock.now(), detail=detail)
+        raised = await leases.escalate_and_finish(
+            self.pool, attempt.attempt_id, lease, reason=reason, delay_s=delay_s, now=self.clock.now(),
+            detail=detail, reminder_interval=timedelta(seconds=self.recovery.reminder_interval_s))
         if raised:
             self.metrics.escalations.labels(reason.split(":")[0]).inc()
