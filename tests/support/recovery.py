@@ -19,16 +19,15 @@ import asyncpg
 from paycore.attempts import (
     Attempt,
     get_attempt,
-    get_or_create_live_attempt,
     record_outcome,
-    try_mark_started,
 )
 from paycore.config import Settings
 from paycore.domain import ProviderOutcome
-from paycore.providers.cardco import CardcoClient, StoredRequest, build_request_body
+from paycore.providers.cardco import CardcoClient, StoredRequest
 from paycore_recovery.loop import Pass, RecoveryWorker
 from paycore_recovery.metrics import RecoveryMetrics
 from paycore_recovery.settings import RecoverySettings
+from tests.support.attempts import recorded_attempt, started_attempt
 from tests.support.stack import eventually
 from tests.support.webhooks import TEST, WebhookStack
 
@@ -64,18 +63,7 @@ class RecoveryStack:
 
     async def unknown_via_checkout(self, fault: str, **rule: Any) -> Attempt:
         """A checkout whose first send ended without an answer (``fault`` at the sandbox)."""
-        await self.sandbox.fault(fault, times=1, **rule)
-        order = await self.hooks.shop.create_order()
-        pending = asyncio.create_task(self.hooks.shop.pay(order))
-
-        async def sent() -> bool:
-            return len(await self.sandbox.create_requests()) >= 1 and self.clock.pending_timers > 0
-
-        await eventually(sent, what="the first send to be in flight")
-        self.clock.advance(self.hooks.settings.budgets.call_s)
-        r = await pending
-        assert r.json()["state"] == "Unknown", r.text
-        return await get_attempt(self.pool, UUID(r.json()["attempt_id"]))
+        return await self.unknown_via_checkout_paying("tok_visa", fault, **rule)
 
     async def started_attempt(self, provider_account: str = TEST, customer: str = "cus_alice",
                               method: str = "tok_visa") -> Attempt:
@@ -83,15 +71,7 @@ class RecoveryStack:
         acct = self.hooks.settings.account(provider_account)
         assert acct is not None
         order = await self.hooks.shop.as_customer(customer).create_order()
-        attempt = await get_or_create_live_attempt(
-            self.pool, order_id=order, customer_id=customer, account=acct,
-            build_body=lambda ref, amt, cur: build_request_body(
-                amount_minor=amt, currency=cur, payment_method=method, reference=ref),
-            now=self.clock.now(), abandonment_threshold_s=self.hooks.settings.abandonment_threshold_s)
-        _, started = await try_mark_started(self.pool, attempt.attempt_id, attempt.version,
-                                            now=self.clock.now(), next_check_at=self.clock.now())
-        assert started is not None
-        return started
+        return await started_attempt(self.pool, self.clock, acct, order, customer, method)
 
     async def charged_but_unknown(self, provider_account: str = TEST, customer: str = "cus_alice") -> Attempt:
         """Started, sent (the provider charged), and recorded Unknown as if the answer was lost."""
@@ -153,11 +133,7 @@ class RecoveryStack:
         acct = self.hooks.settings.account(provider_account)
         assert acct is not None
         order = await self.hooks.shop.as_customer(customer).create_order()
-        return await get_or_create_live_attempt(
-            self.pool, order_id=order, customer_id=customer, account=acct,
-            build_body=lambda ref, amt, cur: build_request_body(
-                amount_minor=amt, currency=cur, payment_method=method, reference=ref),
-            now=self.clock.now(), abandonment_threshold_s=self.hooks.settings.abandonment_threshold_s)
+        return await recorded_attempt(self.pool, self.clock, acct, order, customer, method)
 
     async def unknown_via_checkout_paying(self, method: str, fault: str, **rule: Any) -> Attempt:
         """:meth:`unknown_via_checkout`, paying with ``method`` (e.g. ``tok_3ds``)."""
