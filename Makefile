@@ -42,6 +42,7 @@ bench: $(STAMP)  ## benchmarks with same-run baselines (prints ratios; not a tes
 	$(BIN)/python -m bench.checkout
 	$(BIN)/python -m bench.webhooks
 	$(BIN)/python -m bench.recovery
+	$(BIN)/python -m bench.relay
 
 lock:  ## re-pin requirements.lock from a fresh resolve of every pyproject
 	rm -rf /tmp/paycore-lock && $(PYTHON) -m venv /tmp/paycore-lock

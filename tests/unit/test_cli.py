@@ -35,6 +35,12 @@ COMMANDS = [
     ["run"],
     ["run", "recovery"],
     ["run", "dispatcher"],
+    ["run", "consumer"],
+    ["run", "alerts"],
+    ["outbox"],
+    ["outbox", "requeue"],
+    ["outbox", "skip"],
+    ["outbox", "purge"],
     ["token"],
     ["notifications"],
     ["notifications", "attach"],
@@ -214,14 +220,16 @@ def test_sandbox_refuses_a_non_loopback_host(host: str, capsys: pytest.CaptureFi
 
 
 @pytest.mark.parametrize(
-    ("command", "issue"),
-    [(["run", "dispatcher"], 5)],
+    "command",
+    [["run", "dispatcher"], ["run", "consumer", "email"], ["run", "alerts"],
+     ["outbox", "requeue", "1", "--operator", "ops", "--reason", "fixed"]],
 )
-def test_not_yet_implemented_commands(
-    command: list[str], issue: int, capsys: pytest.CaptureFixture[str]
+def test_dispatcher_commands_without_a_database_are_configuration_errors(
+    command: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(command) == 2
-    assert f"not yet implemented (issue {issue})" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "PAYCORE_DATABASE_URL" in err and "Traceback" not in err
 
 
 def test_bad_port_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

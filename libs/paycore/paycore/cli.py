@@ -5,7 +5,10 @@
     paycore up                     # everything, on embedded defaults (make run)
     paycore migrate                # apply database migrations
     paycore serve checkout|sandbox|webhooks [--host H] [--port N]
-    paycore run recovery|dispatcher
+    paycore run recovery|dispatcher [--metrics-port N]
+    paycore run consumer fulfillment|email | paycore run alerts
+    paycore outbox requeue|skip MESSAGE_ID --operator NAME --reason TEXT
+    paycore outbox purge [--older-than SECONDS]
     paycore escalations ack|resolve ESCALATION_ID --operator NAME
     paycore token CUSTOMER_ID [--ttl SECONDS]
     paycore notifications attach EVENT_ID ATTEMPT_ID --operator NAME
@@ -41,14 +44,14 @@ from paycore.config import ConfigError, load_settings
 log = logging.getLogger("paycore.cli")
 
 LOOPBACK = "127.0.0.1"
-DEFAULT_PORTS = {"checkout": 8000, "sandbox": 8100, "webhooks": 8200, "recovery": 8300}
+DEFAULT_PORTS = {"checkout": 8000, "sandbox": 8100, "webhooks": 8200, "recovery": 8300, "dispatcher": 8400}
 # App factories by import path, resolved only when the service is started.
 APP_FACTORIES = {
     "checkout": "paycore_checkout.app:create_app_from_env",
     "sandbox": "paycore.cli:_sandbox_app",
     "webhooks": "paycore_webhooks.app:create_app_from_env",
 }
-NOT_YET_IMPLEMENTED = {"dispatcher": 5}
+NOT_YET_IMPLEMENTED: dict[str, int] = {}
 
 # The local sandbox's built-in development account (not secrets).
 SANDBOX_ACCOUNT = "acct_store"
@@ -293,7 +296,54 @@ def cmd_run(args: argparse.Namespace) -> int:
         from paycore_recovery.main import run as run_recovery
 
         return asyncio.run(run_recovery(metrics_port=args.metrics_port, owner=args.owner))
+    if args.worker == "dispatcher":
+        from paycore_dispatcher.commands import run_dispatcher_command
+
+        return run_dispatcher_command(relays=args.relays, metrics_host=args.metrics_host,
+                                      metrics_port=args.metrics_port,
+                                      retention_every_s=None if args.no_retention else args.retention_every)
+    if args.worker == "consumer":
+        from paycore_dispatcher.commands import run_consumer_command
+
+        return run_consumer_command(args.consumer, instance_id=args.instance_id)
+    if args.worker == "alerts":
+        from paycore_dispatcher.commands import run_alerts_command
+
+        return run_alerts_command(instance_id=args.instance_id)
     raise _not_yet("run", args.worker)
+
+
+def cmd_outbox(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from paycore import outbox_admin
+    from paycore.clock import SystemClock
+    from paycore.db import create_pool
+
+    settings = load_settings(require_cardco=False)
+    if settings.database_url is None:
+        raise ConfigError("PAYCORE_DATABASE_URL", "is required")
+
+    async def act() -> str:
+        pool = await create_pool(settings.database_url or "", max_size=2)
+        try:
+            now = SystemClock().now()
+            if args.outbox_command == "purge":
+                older = args.older_than if args.older_than is not None else settings.outbox_retention_s
+                r = await outbox_admin.purge_dispatched(pool, now=now, older_than=timedelta(seconds=older))
+                return f"deleted {r.deleted} dispatched rows; kept {r.archived} dedup keys"
+            action = outbox_admin.requeue if args.outbox_command == "requeue" else outbox_admin.skip
+            done = await action(pool, args.message_id, operator=args.operator, reason=args.reason, now=now)
+            return (f"outbox message {done.message_id}: {done.action} done; resolved escalations "
+                    f"{done.resolved_escalations or 'none'}")
+        finally:
+            await pool.close()
+
+    try:
+        print(asyncio.run(act()))
+    except outbox_admin.OutboxActionRefused as exc:
+        raise CommandError(str(exc), code=1) from None
+    return 0
 
 
 def cmd_escalations(args: argparse.Namespace) -> int:
@@ -373,7 +423,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     home = paycore_home()
     home.mkdir(parents=True, exist_ok=True)
     ports = {"sandbox": args.sandbox_port, "checkout": args.checkout_port,
-             "webhooks": args.webhooks_port, "recovery": args.recovery_port}
+             "webhooks": args.webhooks_port, "recovery": args.recovery_port,
+             "dispatcher": args.dispatcher_port}
     if len(set(ports.values())) != len(ports):
         raise CommandError("the --*-port options must all differ", code=2)
     for name, port in ports.items():
@@ -404,6 +455,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     else:
         log.warning("no PAYCORE_CARDCO_WEBHOOK_SECRET: not starting the webhook intake")
     services.append("recovery")
+    services.append("dispatcher")
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(_sigterm_raises_interrupt())
@@ -420,6 +472,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 
             broker = stack.enter_context(start_tansu(log_path=home / "tansu.log"))
             env["PAYCORE_KAFKA_BOOTSTRAP"] = broker.bootstrap
+            # Tansu rejects the idempotent producer's InitProducerId: off unless set explicitly.
+            env.setdefault("PAYCORE_KAFKA_IDEMPOTENT", "false")
             kafka_note = f"embedded Tansu, in memory; log {home / 'tansu.log'}"
         dsn = env["PAYCORE_DATABASE_URL"]
         applied = _migrate(dsn)
@@ -435,6 +489,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if "webhooks" in services:
             banner.append(f"  webhooks  {urls['webhooks']}{WEBHOOK_PATH}")
         banner.append(f"  recovery  worker; metrics {urls['recovery']}/metrics")
+        banner.append(f"  dispatcher worker; metrics {urls['dispatcher']}/metrics")
         banner += [
             f"  postgres  {redact_dsn(dsn)}  ({pg_note})",
             f"  kafka     {env['PAYCORE_KAFKA_BOOTSTRAP']}  ({kafka_note})",
@@ -459,8 +514,8 @@ def _sandbox_webhook_secret() -> str:
 
 # What "ready" means for each service: the sandbox answers anything; the others /healthz.
 READINESS = {"sandbox": ("/", True), "checkout": ("/healthz", False), "webhooks": ("/healthz", False),
-             "recovery": ("/metrics", False)}
-WORKERS = frozenset({"recovery"})
+             "recovery": ("/metrics", False), "dispatcher": ("/metrics", False)}
+WORKERS = frozenset({"recovery", "dispatcher"})
 
 
 async def _supervise(
@@ -514,6 +569,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the webhook intake's port on 127.0.0.1 (default %(default)s)")
     up.add_argument("--recovery-port", type=_port, default=DEFAULT_PORTS["recovery"],
                     help="the recovery worker's metrics port on 127.0.0.1 (default %(default)s)")
+    up.add_argument("--dispatcher-port", type=_port, default=DEFAULT_PORTS["dispatcher"],
+                    help="the dispatcher's metrics port on 127.0.0.1 (default %(default)s)")
     up.set_defaults(handler=cmd_up)
 
     mig = commands.add_parser(
@@ -552,11 +609,36 @@ def build_parser() -> argparse.ArgumentParser:
                      help="serve Prometheus metrics on 127.0.0.1:PORT")
     rec.add_argument("--owner", default=None, help="this instance's name in leases (default host-pid-random)")
     rec.set_defaults(handler=cmd_run)
-    for name, text in (
-        ("dispatcher", "publish outbox events (not yet implemented)"),
-    ):
-        sub = workers.add_parser(name, help=text, description=f"Worker: {text}.")
-        sub.set_defaults(handler=cmd_run)
+    disp = workers.add_parser(
+        "dispatcher", help="relay outbox rows to Kafka in per-attempt order",
+        description="Worker: the outbox relay (per-attempt order, backoff, dead letters and their "
+                    "escalations) and the retention job. Any number may run at once. Needs "
+                    "PAYCORE_DATABASE_URL and PAYCORE_KAFKA_BOOTSTRAP; see docs/dispatcher.md.",
+    )
+    disp.add_argument("--relays", type=_positive_int, default=1, help="relay loops in this process")
+    disp.add_argument("--metrics-port", type=_port, default=None,
+                      help="serve /metrics and /healthz on --metrics-host:PORT")
+    disp.add_argument("--metrics-host", default=LOOPBACK, help="metrics address (default %(default)s)")
+    disp.add_argument("--retention-every", type=float, default=3600.0, metavar="SECONDS",
+                      help="run the retention job this often (default %(default)s)")
+    disp.add_argument("--no-retention", action="store_true", help="do not run the retention job")
+    disp.set_defaults(handler=cmd_run)
+    cons = workers.add_parser(
+        "consumer", help="a demo downstream consumer of payments.effects",
+        description="Worker: a reference consumer on the consumer helper (inbox deduplication, "
+                    "offsets committed after the database transaction), writing demo_fulfillments or "
+                    "demo_emails.",
+    )
+    cons.add_argument("consumer", choices=["fulfillment", "email"])
+    cons.add_argument("--instance-id", default=None, help="static group membership id (group.instance.id)")
+    cons.set_defaults(handler=cmd_run)
+    alerts = workers.add_parser(
+        "alerts", help="deliver ops.alerts to PAYCORE_ALERT_WEBHOOK_URL",
+        description="Worker: deliver each operator alert once to the configured HTTP endpoint "
+                    "(PAYCORE_ALERT_FORMAT=slack or pagerduty), retrying with backoff.",
+    )
+    alerts.add_argument("--instance-id", default=None, help="static group membership id (group.instance.id)")
+    alerts.set_defaults(handler=cmd_run)
 
     token = commands.add_parser(
         "token", help="print a local development JWT for a customer",
@@ -578,6 +660,24 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("escalation_id", type=_positive_int, metavar="ESCALATION_ID")
         sub.add_argument("--operator", required=True, help="who is acting (logged)")
         sub.set_defaults(handler=cmd_escalations)
+
+    box = commands.add_parser(
+        "outbox", help="operate on dead-lettered outbox rows; retention",
+        description="Operator tools for the outbox (docs/dispatcher.md). Needs PAYCORE_DATABASE_URL.")
+    box_cmds = box.add_subparsers(dest="outbox_command", required=True, metavar="ACTION")
+    for action, text in (("requeue", "put a dead-lettered row back to pending; it is delivered before "
+                                     "the rows after it"),
+                         ("skip", "give up on a dead-lettered row so the rows after it are delivered")):
+        sub = box_cmds.add_parser(action, help=text, description=text)
+        sub.add_argument("message_id", type=_positive_int, metavar="MESSAGE_ID")
+        sub.add_argument("--operator", required=True, help="who is deciding (recorded)")
+        sub.add_argument("--reason", required=True, help="why (recorded)")
+        sub.set_defaults(handler=cmd_outbox)
+    purge = box_cmds.add_parser("purge", help="delete dispatched rows past the replay horizon, keeping "
+                                              "their dedup keys")
+    purge.add_argument("--older-than", type=float, default=None, metavar="SECONDS",
+                       help="horizon (default PAYCORE_OUTBOX_RETENTION_S)")
+    purge.set_defaults(handler=cmd_outbox)
 
     notes = commands.add_parser("notifications", help="operate on stored provider notifications",
                                 description="Operator tools for stored provider notifications.")

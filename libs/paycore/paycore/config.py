@@ -104,6 +104,23 @@ class Settings:
     # The provider's normal processing time after a call, before recovery looks.
     processing_allowance_s: float = 30.0
     inbound_idempotency_ttl_s: int = 86_400
+    # Kafka and the outbox dispatcher (issue 5). None = decide from the broker:
+    # on for real Kafka, off when paycore started the local broker itself.
+    kafka_idempotent: bool | None = None
+    kafka_effects_topic: str = "payments.effects"
+    kafka_alerts_topic: str = "ops.alerts"
+    kafka_effects_partitions: int = 12
+    kafka_alerts_partitions: int = 3
+    kafka_max_request_size: int = 1_048_576  # Kafka's default message.max.bytes
+    outbox_batch_size: int = 500
+    outbox_max_delivery_attempts: int = 10
+    outbox_send_timeout_s: float = 10.0
+    outbox_backoff_base_s: float = 1.0
+    outbox_backoff_max_s: float = 300.0
+    outbox_retention_s: float = 30 * 86_400.0  # the replay horizon for dispatched rows
+    alert_webhook_url: str | None = None
+    alert_format: str = "slack"  # or "pagerduty"
+    pagerduty_routing_key: Secret | None = None
 
     @property
     def default_account(self) -> ProviderAccountConfig:
@@ -236,7 +253,73 @@ def load_settings(env: Mapping[str, str] | None = None, *, require_cardco: bool 
         abandonment_threshold_s=_seconds(env, "PAYCORE_ABANDONMENT_THRESHOLD_S", 60.0),
         processing_allowance_s=_seconds(env, "PAYCORE_PROCESSING_ALLOWANCE_S", 30.0),
         inbound_idempotency_ttl_s=int(_seconds(env, "PAYCORE_IDEMPOTENCY_TTL_S", 86_400)),
+        **_dispatcher_settings(env),
     )
+
+
+def _bool(env: Mapping[str, str], name: str) -> bool | None:
+    raw = _get(env, name)
+    if raw is None:
+        return None
+    value = raw.lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(name, f"must be true or false, got {raw!r}")
+
+
+def _count(env: Mapping[str, str], name: str, default: int, *, maximum: int = 1_000_000_000) -> int:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(name, f"must be a whole number, got {raw!r}") from None
+    if not 1 <= value <= maximum:
+        raise ConfigError(name, f"must be between 1 and {maximum}, got {raw!r}")
+    return value
+
+
+def _topic(env: Mapping[str, str], name: str, default: str) -> str:
+    raw = _get(env, name) or default
+    if len(raw) > 249 or not all(c.isascii() and (c.isalnum() or c in "._-") for c in raw):
+        raise ConfigError(name, f"must be a Kafka topic name (letters, digits, '.', '_', '-'), got {raw!r}")
+    return raw
+
+
+def _dispatcher_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """The optional Kafka, outbox relay and alert-delivery settings."""
+    alert_url = _get(env, "PAYCORE_ALERT_WEBHOOK_URL")
+    alert_format = (_get(env, "PAYCORE_ALERT_FORMAT") or "slack").lower()
+    if alert_format not in ("slack", "pagerduty"):
+        raise ConfigError("PAYCORE_ALERT_FORMAT", f"must be 'slack' or 'pagerduty', got {alert_format!r}")
+    routing_key = _get(env, "PAYCORE_PAGERDUTY_ROUTING_KEY")
+    if alert_format == "pagerduty" and alert_url is not None and routing_key is None:
+        raise ConfigError("PAYCORE_PAGERDUTY_ROUTING_KEY", "is required when PAYCORE_ALERT_FORMAT=pagerduty")
+    base = _seconds(env, "PAYCORE_OUTBOX_BACKOFF_BASE_S", 1.0)
+    ceiling = _seconds(env, "PAYCORE_OUTBOX_BACKOFF_MAX_S", 300.0)
+    if ceiling < base:
+        raise ConfigError("PAYCORE_OUTBOX_BACKOFF_MAX_S", "must not be below PAYCORE_OUTBOX_BACKOFF_BASE_S")
+    return {
+        "kafka_idempotent": _bool(env, "PAYCORE_KAFKA_IDEMPOTENT"),
+        "kafka_effects_topic": _topic(env, "PAYCORE_KAFKA_EFFECTS_TOPIC", "payments.effects"),
+        "kafka_alerts_topic": _topic(env, "PAYCORE_KAFKA_ALERTS_TOPIC", "ops.alerts"),
+        "kafka_effects_partitions": _count(env, "PAYCORE_KAFKA_EFFECTS_PARTITIONS", 12, maximum=10_000),
+        "kafka_alerts_partitions": _count(env, "PAYCORE_KAFKA_ALERTS_PARTITIONS", 3, maximum=10_000),
+        "kafka_max_request_size": _count(env, "PAYCORE_KAFKA_MAX_REQUEST_SIZE", 1_048_576),
+        "outbox_batch_size": _count(env, "PAYCORE_OUTBOX_BATCH_SIZE", 500, maximum=100_000),
+        "outbox_max_delivery_attempts": _count(env, "PAYCORE_OUTBOX_MAX_DELIVERY_ATTEMPTS", 10,
+                                               maximum=1_000),
+        "outbox_send_timeout_s": _seconds(env, "PAYCORE_OUTBOX_SEND_TIMEOUT_S", 10.0),
+        "outbox_backoff_base_s": base,
+        "outbox_backoff_max_s": ceiling,
+        "outbox_retention_s": _seconds(env, "PAYCORE_OUTBOX_RETENTION_S", 30 * 86_400.0),
+        "alert_webhook_url": _url(env, "PAYCORE_ALERT_WEBHOOK_URL", alert_url) if alert_url else None,
+        "alert_format": alert_format,
+        "pagerduty_routing_key": Secret(routing_key) if routing_key else None,
+    }
 
 
 def _accounts_file(env: Mapping[str, str]) -> list[ProviderAccountConfig]:

@@ -1,0 +1,146 @@
+"""Outbox relay throughput beside a same-run baseline of a bare aiokafka producer.
+
+Workload: ``PAYCORE_BENCH_RELAY_ROWS`` outbox rows (default 100,000) over
+``PAYCORE_BENCH_RELAY_ATTEMPTS`` ordering keys (default 10,000), payloads of
+~200 bytes, relayed to a fresh topic by 1 and then 3 relays in one process
+(each with its own producer and database connection), until every row is
+published *and* marked dispatched. Baseline: one bare aiokafka producer sending
+the same payloads with the same keys and ``acks=all``, all in flight at once
+(no per-key acknowledgement wait, no database).
+
+The broker is ``PAYCORE_BENCH_KAFKA_BOOTSTRAP`` (or ``PAYCORE_KAFKA_BOOTSTRAP``),
+else a local Tansu started for the run. Run: ``make bench``. Prints; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Iterator
+
+import asyncpg
+import orjson
+
+from bench.common import bench_database
+from paycore import kafka
+from paycore.clock import SystemClock
+from paycore.db import create_pool
+from paycore.kafka import KafkaSettings
+from paycore_dispatcher.relay import KafkaPublisher, Relay, RelayConfig
+
+ROWS = int(os.environ.get("PAYCORE_BENCH_RELAY_ROWS", "100000"))
+ATTEMPTS = int(os.environ.get("PAYCORE_BENCH_RELAY_ATTEMPTS", "10000"))
+BATCH = int(os.environ.get("PAYCORE_BENCH_RELAY_BATCH", "1000"))
+KINDS = ["order-confirmation", "fulfillment-request", "email-receipt", "loyalty-points", "refund-request"]
+
+
+@contextlib.contextmanager
+def broker() -> Iterator[tuple[str, bool]]:
+    configured = os.environ.get("PAYCORE_BENCH_KAFKA_BOOTSTRAP") or os.environ.get("PAYCORE_KAFKA_BOOTSTRAP")
+    if configured:
+        yield configured, False
+        return
+    from paycore.runtime.embedded import start_tansu
+
+    with start_tansu() as b:
+        yield b.bootstrap, True
+
+
+def workload() -> list[tuple[str, str, str, dict[str, object]]]:
+    keys = [f"attempt:{uuid.uuid4()}" for _ in range(ATTEMPTS)]
+    rows = []
+    for i in range(ROWS):
+        key = keys[i % ATTEMPTS]
+        kind = f"{KINDS[(i // ATTEMPTS) % len(KINDS)]}-{i // ATTEMPTS}"
+        dedup = f"{key}:{kind}"
+        rows.append((dedup, key, kind, {"dedup_key": dedup, "kind": kind, "amount_minor": 4999,
+                                        "currency": "EUR", "note": "x" * 80}))
+    return rows
+
+
+async def seed(dsn: str, rows: list[tuple[str, str, str, dict[str, object]]]) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        now = SystemClock().now()
+        await conn.copy_records_to_table(
+            "outbox_messages", columns=["dedup_key", "ordering_key", "kind", "payload", "created_at",
+                                        "next_attempt_at"],
+            records=[(d, k, kind, orjson.dumps(p).decode(), now, now) for d, k, kind, p in rows])
+    finally:
+        await conn.close()
+
+
+async def run_relays(ks: KafkaSettings, dsn: str, relays: int) -> float:
+    pool = await create_pool(dsn, min_size=relays, max_size=relays + 1)
+    producers = [kafka.producer(ks) for _ in range(relays)]
+    for p in producers:
+        await p.start()
+    try:
+        config = RelayConfig(effects_topic=ks.effects_topic, alerts_topic=ks.alerts_topic, batch_size=BATCH)
+        workers = [Relay(pool, KafkaPublisher(p), SystemClock(), config, name=f"relay-{i}")
+                   for i, p in enumerate(producers)]
+        started = time.perf_counter()
+        done = 0
+
+        async def loop(r: Relay) -> None:
+            nonlocal done
+            idle = 0
+            while done < ROWS and idle < 50:
+                result = await r.run_once()
+                done += result.published
+                idle = idle + 1 if result.claimed == 0 else 0
+                if result.claimed == 0:
+                    await asyncio.sleep(0.01)
+
+        await asyncio.gather(*(loop(w) for w in workers))
+        elapsed = time.perf_counter() - started
+        left = await pool.fetchval("SELECT count(*) FROM outbox_messages WHERE dispatched_at IS NULL")
+        if left:
+            print(f"  warning: {left} rows left undispatched")
+        return elapsed
+    finally:
+        for p in producers:
+            await p.stop()
+        await pool.close()
+
+
+async def run_baseline(ks: KafkaSettings, rows: list[tuple[str, str, str, dict[str, object]]]) -> float:
+    producer = kafka.producer(ks)
+    await producer.start()
+    try:
+        records = [(k.encode(), orjson.dumps(p), [("kind", kind.encode()), ("dedup_key", d.encode())])
+                   for d, k, kind, p in rows]
+        started = time.perf_counter()
+        futures = [await producer.send(ks.effects_topic, value=v, key=k, headers=h) for k, v, h in records]
+        await asyncio.gather(*futures)
+        return time.perf_counter() - started
+    finally:
+        await producer.stop()
+
+
+async def main() -> None:
+    print(f"relay bench: {ROWS} rows over {ATTEMPTS} attempts, batch {BATCH}")
+    rows = workload()
+    with broker() as (bootstrap, local):
+        base = KafkaSettings(bootstrap=bootstrap, idempotent=not local, effects_partitions=12,
+                             alerts_partitions=3)
+        run_id = uuid.uuid4().hex[:6]
+        ks = base.with_topics(f"bench.baseline.{run_id}", f"bench.alerts.{run_id}")
+        await kafka.ensure_topics(ks)
+        baseline = ROWS / await run_baseline(ks, rows)
+        print(f"  baseline : {baseline:9.0f} records/s  bare aiokafka producer, acks=all, all in flight")
+        for relays in (1, 3):
+            ks = base.with_topics(f"bench.effects.{uuid.uuid4().hex[:6]}", ks.alerts_topic)
+            await kafka.ensure_topics(ks)
+            async with bench_database() as dsn:
+                await seed(dsn, rows)
+                rate = ROWS / await run_relays(ks, dsn, relays)
+            print(f"  {relays} relay{'s' if relays > 1 else ' '} : {rate:9.0f} rows/s published and marked"
+                  f"   ratio {rate / baseline:6.3f} of baseline")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

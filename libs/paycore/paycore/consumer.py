@@ -1,0 +1,249 @@
+"""A Kafka consumer helper for downstream systems: effects once, despite redelivery.
+
+Delivery from the outbox to Kafka is at least once, and so is Kafka to a
+consumer. The helper turns that into "each effect once" for a consumer whose
+side effects live in PostgreSQL:
+
+- Each message is handled in one database transaction that first inserts
+  ``(consumer_group, dedup_key)`` into ``consumer_inbox`` with
+  ``ON CONFLICT DO NOTHING``. A key already there means the effect was done: the
+  handler is not called. Otherwise the handler writes its side effect on the same
+  connection, and both commit together. A concurrent duplicate (two members
+  during a rebalance) waits on the first one's uncommitted inbox row.
+- Offsets are committed manually, only after the message's transaction
+  committed: a crash in between redelivers the message, and the inbox turns the
+  redelivery into a no-op.
+- A handler failure rolls the transaction back and retries the same message
+  after a backoff (on the application clock); later messages of that partition
+  wait, so per-key order holds. A message with no ``dedup_key`` cannot be
+  deduplicated: it is logged and skipped.
+- Static membership: pass ``instance_id`` (``group.instance.id``) so a restart
+  within the session timeout keeps its partitions without a rebalance. The local
+  Tansu broker accepts it (see docs/dispatcher.md).
+- Rebalance: when partitions are revoked the helper commits the offsets it has
+  processed for them before giving them up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import orjson
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import CommitFailedError, KafkaError
+
+from paycore import kafka
+from paycore.clock import Clock
+from paycore.kafka import KafkaSettings
+
+log = logging.getLogger("paycore.consumer")
+
+INBOX_INSERT = """
+INSERT INTO consumer_inbox (consumer_group, dedup_key, topic, kafka_partition, kafka_offset, processed_at)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (consumer_group, dedup_key) DO NOTHING
+RETURNING dedup_key
+"""
+
+
+@dataclass(frozen=True)
+class Message:
+    """One Kafka record, decoded: the JSON payload and the headers paycore sets."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: str | None
+    headers: dict[str, str]
+    payload: dict[str, Any]
+
+    @property
+    def dedup_key(self) -> str | None:
+        value = self.payload.get("dedup_key") or self.headers.get("dedup_key")
+        return str(value) if value else None
+
+    @property
+    def kind(self) -> str | None:
+        value = self.headers.get("kind") or self.payload.get("kind")
+        return str(value) if value else None
+
+    @property
+    def message_id(self) -> int | None:
+        raw = self.headers.get("message_id")
+        return int(raw) if raw and raw.isdigit() else None
+
+
+Handler = Callable[[asyncpg.Connection, Message], Awaitable[None]]
+Hook = Callable[[Message], Awaitable[None]]
+
+
+class RetryLater(Exception):
+    """Raised by a handler: roll back and retry this message after a backoff."""
+
+
+def decode(record: Any) -> Message:
+    headers = {k: (v.decode("utf-8", "replace") if v is not None else "") for k, v in record.headers or ()}
+    try:
+        payload = orjson.loads(record.value) if record.value is not None else {}
+    except orjson.JSONDecodeError:
+        payload = {}
+    if not isinstance(payload, dict):
+        payload = {}
+    key = record.key.decode("utf-8", "replace") if record.key is not None else None
+    return Message(record.topic, record.partition, record.offset, key, headers, payload)
+
+
+@dataclass
+class ConsumerStats:
+    handled: int = 0
+    duplicates: int = 0
+    skipped: int = 0
+    retries: int = 0
+    commits: int = 0
+
+
+@dataclass
+class InboxConsumer:
+    """Consume ``topics`` as ``group_id``, running ``handler`` once per dedup key.
+
+    ``after_transaction`` runs after each message's transaction commits and before
+    its offset is committed -- an observation point (and, in tests, the place to
+    simulate a crash between the two).
+    """
+
+    pool: asyncpg.Pool
+    kafka_settings: KafkaSettings
+    topics: tuple[str, ...]
+    group_id: str
+    handler: Handler
+    clock: Clock
+    instance_id: str | None = None
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 3_000
+    max_records: int = 200
+    retry_base_s: float = 0.5
+    retry_max_s: float = 30.0
+    after_transaction: Hook | None = None
+    stats: ConsumerStats = field(default_factory=ConsumerStats)
+    _consumer: AIOKafkaConsumer | None = field(default=None, init=False, repr=False)
+    _processed: dict[TopicPartition, int] = field(default_factory=dict, init=False, repr=False)
+    _committed: dict[TopicPartition, int] = field(default_factory=dict, init=False, repr=False)
+    _assigned: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
+
+    async def wait_assigned(self) -> None:
+        """Returns once the group has assigned this member at least one partition."""
+        await self._assigned.wait()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until ``stop`` is set; commits what it processed, then leaves."""
+        options: dict[str, Any] = {
+            "session_timeout_ms": self.session_timeout_ms,
+            "heartbeat_interval_ms": self.heartbeat_interval_ms,
+        }
+        if self.instance_id is not None:
+            options["group_instance_id"] = self.instance_id
+        consumer = kafka.consumer(self.kafka_settings, group_id=self.group_id, **options)
+        consumer.subscribe(list(self.topics), listener=_Listener(self))
+        self._consumer = consumer
+        await consumer.start()
+        try:
+            while not stop.is_set():
+                batch = await consumer.getmany(timeout_ms=200, max_records=self.max_records)
+                for tp, records in batch.items():
+                    for record in records:
+                        if stop.is_set():
+                            break
+                        if not await self._handle_with_retry(consumer, tp, record, stop):
+                            break  # stopping, or the partition was revoked meanwhile
+                await self.commit()
+            # A clean stop hands over what was processed; a crash (an exception
+            # out of this loop) commits nothing more, like a killed process.
+            with contextlib.suppress(KafkaError, CommitFailedError):
+                await self.commit()
+        finally:
+            self._consumer = None
+            await consumer.stop()
+
+    async def commit(self, partitions: set[TopicPartition] | None = None) -> None:
+        """Commit processed offsets (all, or only ``partitions``) not yet committed."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        offsets = {tp: off for tp, off in self._processed.items()
+                   if self._committed.get(tp) != off and (partitions is None or tp in partitions)}
+        if not offsets:
+            return
+        await consumer.commit(offsets)
+        self._committed.update(offsets)
+        self.stats.commits += 1
+
+    async def _handle_with_retry(
+        self, consumer: AIOKafkaConsumer, tp: TopicPartition, record: Any, stop: asyncio.Event
+    ) -> bool:
+        message = decode(record)
+        failures = 0
+        while True:
+            if tp not in consumer.assignment():
+                return False
+            try:
+                await self._handle(message)
+            except Exception as exc:
+                failures += 1
+                self.stats.retries += 1
+                delay = min(self.retry_max_s, self.retry_base_s * 2 ** (failures - 1))
+                delay *= 0.5 + random.random() / 2  # jitter
+                level = logging.WARNING if isinstance(exc, RetryLater) else logging.ERROR
+                log.log(level, "%s: message %s/%d@%d failed (%s: %s); retrying in %.2f s", self.group_id,
+                        message.topic, message.partition, message.offset, type(exc).__name__, exc, delay,
+                        exc_info=level == logging.ERROR)
+                if stop.is_set():
+                    return False
+                await self.clock.sleep(delay)
+                continue
+            self._processed[tp] = message.offset + 1
+            if self.after_transaction is not None:
+                await self.after_transaction(message)
+            return True
+
+    async def _handle(self, message: Message) -> None:
+        dedup_key = message.dedup_key
+        if dedup_key is None:
+            self.stats.skipped += 1
+            log.error("%s: message %s/%d@%d has no dedup_key; skipped (it cannot be deduplicated)",
+                      self.group_id, message.topic, message.partition, message.offset)
+            return
+        async with self.pool.acquire() as conn, conn.transaction():
+            fresh = await conn.fetchval(INBOX_INSERT, self.group_id, dedup_key, message.topic,
+                                        message.partition, message.offset, self.clock.now())
+            if fresh is None:
+                self.stats.duplicates += 1
+                return
+            await self.handler(conn, message)
+        self.stats.handled += 1
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, owner: InboxConsumer) -> None:
+        self.owner = owner
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        # Graceful rebalance: hand over the revoked partitions at the offsets processed here.
+        try:
+            await self.owner.commit(set(revoked))
+        except (KafkaError, CommitFailedError) as exc:
+            log.warning("%s: could not commit offsets on revoke (%s); the next owner may redeliver, "
+                        "and the inbox deduplicates", self.owner.group_id, exc)
+        for tp in revoked:
+            self.owner._processed.pop(tp, None)
+            self.owner._committed.pop(tp, None)
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        if assigned:
+            self.owner._assigned.set()

@@ -1,0 +1,139 @@
+"""Kafka settings, client factories and topic creation.
+
+Two topics (docs/architecture.md, "Kafka"): ``payments.effects`` carries business
+effects keyed ``attempt:<id>`` so one attempt's effects share a partition in
+outbox order; ``ops.alerts`` carries operator alerts keyed by escalation.
+
+Producer idempotence is a setting: Apache Kafka supports it and it is on by
+default; the local Tansu broker rejects aiokafka's ``InitProducerId`` v0, so it
+is off when paycore started that broker itself (``paycore up`` and the tests set
+``PAYCORE_KAFKA_IDEMPOTENT=false``) or when the variable says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from paycore.config import ConfigError, Settings
+
+log = logging.getLogger("paycore.kafka")
+
+EFFECTS_TOPIC = "payments.effects"
+ALERTS_TOPIC = "ops.alerts"
+TOPIC_ALREADY_EXISTS = 36  # Kafka error code
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    bootstrap: str
+    idempotent: bool = True
+    effects_topic: str = EFFECTS_TOPIC
+    alerts_topic: str = ALERTS_TOPIC
+    effects_partitions: int = 12
+    alerts_partitions: int = 3
+    replication_factor: int = 1
+    max_request_size: int = 1_048_576
+    request_timeout_ms: int = 30_000
+    client_id: str = "paycore"
+
+    def with_topics(self, effects: str, alerts: str) -> KafkaSettings:
+        return replace(self, effects_topic=effects, alerts_topic=alerts)
+
+
+def kafka_settings(settings: Settings, *, local_broker: bool = False) -> KafkaSettings:
+    """Kafka settings from ``PAYCORE_*``; ``local_broker`` says paycore started the broker."""
+    if settings.kafka_bootstrap is None:
+        raise ConfigError("PAYCORE_KAFKA_BOOTSTRAP", "is required (host:port of a Kafka broker)")
+    idempotent = settings.kafka_idempotent
+    if idempotent is None:
+        idempotent = not local_broker
+    return KafkaSettings(
+        bootstrap=settings.kafka_bootstrap,
+        idempotent=idempotent,
+        effects_topic=settings.kafka_effects_topic,
+        alerts_topic=settings.kafka_alerts_topic,
+        effects_partitions=settings.kafka_effects_partitions,
+        alerts_partitions=settings.kafka_alerts_partitions,
+        max_request_size=settings.kafka_max_request_size,
+    )
+
+
+def producer(ks: KafkaSettings, **overrides: Any) -> AIOKafkaProducer:
+    """A producer with ``acks=all``; idempotent when the settings say so. Not started."""
+    options: dict[str, Any] = {
+        "bootstrap_servers": ks.bootstrap,
+        "client_id": ks.client_id,
+        "acks": "all",
+        "enable_idempotence": ks.idempotent,
+        "max_request_size": ks.max_request_size,
+        "request_timeout_ms": ks.request_timeout_ms,
+        "linger_ms": 2,
+    }
+    options.update(overrides)
+    return AIOKafkaProducer(**options)
+
+
+def consumer(ks: KafkaSettings, *topics: str, group_id: str | None, **overrides: Any) -> AIOKafkaConsumer:
+    """A consumer with manual offset commits (``enable_auto_commit=False``). Not started."""
+    options: dict[str, Any] = {
+        "bootstrap_servers": ks.bootstrap,
+        "client_id": ks.client_id,
+        "group_id": group_id,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+    }
+    options.update(overrides)
+    return AIOKafkaConsumer(*topics, **options)
+
+
+def admin(ks: KafkaSettings) -> AIOKafkaAdminClient:
+    return AIOKafkaAdminClient(bootstrap_servers=ks.bootstrap, client_id=ks.client_id,
+                               request_timeout_ms=ks.request_timeout_ms)
+
+
+async def ensure_topics(ks: KafkaSettings) -> list[str]:
+    """Create the effects and alerts topics if missing; returns the names created.
+
+    An existing topic with another partition count is left alone and logged: its
+    partition count is an operations decision (changing it remaps keys).
+    """
+    wanted = {ks.effects_topic: ks.effects_partitions, ks.alerts_topic: ks.alerts_partitions}
+    client = admin(ks)
+    await client.start()
+    try:
+        existing = set(await client.list_topics())
+        missing = [NewTopic(name, n, ks.replication_factor) for name, n in wanted.items()
+                   if name not in existing]
+        created: list[str] = []
+        if missing:
+            response = await client.create_topics(missing)
+            for topic, code, message in _topic_errors(response):
+                if code == 0:
+                    created.append(topic)
+                elif code != TOPIC_ALREADY_EXISTS:  # a concurrent creator is fine
+                    raise RuntimeError(f"cannot create Kafka topic {topic}: error {code} {message}")
+        for described in await client.describe_topics(list(wanted)):
+            name = described.get("topic")
+            count = len(described.get("partitions") or [])
+            if name in wanted and count and count != wanted[name]:
+                log.warning("topic %s has %d partitions, configuration says %d; leaving it as it is",
+                            name, count, wanted[name])
+        for name in created:
+            log.info("created Kafka topic %s with %d partitions", name, wanted[name])
+        return created
+    finally:
+        await client.close()
+
+
+def _topic_errors(response: Any) -> list[tuple[str, int, str | None]]:
+    out: list[tuple[str, int, str | None]] = []
+    for entry in response.topic_errors:
+        topic, code = entry[0], entry[1]
+        message = entry[2] if len(entry) > 2 else None
+        out.append((str(topic), int(code), message))
+    return out

@@ -1,0 +1,170 @@
+"""Operator actions on the outbox: requeue or skip a dead-lettered row; retention.
+
+A dead-lettered business row keeps blocking the later rows of its attempt
+(``ordering_key``): whether a refund may go out after a confirmation that never
+arrived is a business decision, so the dispatcher waits for an operator.
+
+- :func:`requeue` puts the row back to pending, due now, with its attempt count
+  reset; the relay then delivers it before its successors.
+- :func:`skip` gives up on the row: it is marked finished (``dispatched_at`` set,
+  although nothing was published) so its successors flow; the decision, the
+  operator and the row's last error are recorded in ``outbox_operator_actions``.
+
+Both resolve the row's open ``outbox:<message_id>:dead-letter`` escalation in the
+same transaction and record who decided and why.
+
+:func:`purge_dispatched` is the retention job: it deletes rows dispatched before
+``now - older_than`` and keeps their dedup keys in ``outbox_dedup_keys`` so a
+late replay of their cause is still recognised (the migration's trigger makes an
+insert of an archived key a no-op).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import asyncpg
+
+LOCK_ROW = """
+SELECT message_id, ordering_key, dead_lettered_at, dispatched_at, delivery_attempts, last_error
+FROM outbox_messages WHERE message_id = $1
+FOR NO KEY UPDATE
+"""
+
+RECORD_ACTION = """
+INSERT INTO outbox_operator_actions (message_id, action, operator, reason, acted_at, previous_error,
+                                     previous_attempts)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+"""
+
+RESOLVE_DEAD_LETTER_ESCALATION = """
+UPDATE payment_escalations
+SET resolved_at = $2, next_reminder_at = NULL
+WHERE escalation_key = $1 AND resolved_at IS NULL
+RETURNING escalation_id
+"""
+
+REQUEUE = """
+UPDATE outbox_messages
+SET dead_lettered_at = NULL, delivery_attempts = 0, next_attempt_at = $2
+WHERE message_id = $1 AND dispatched_at IS NULL
+"""
+
+SKIP = """
+UPDATE outbox_messages
+SET dead_lettered_at = NULL, dispatched_at = $2, last_error = $3
+WHERE message_id = $1 AND dispatched_at IS NULL
+"""
+
+# Rows locked by a relay or a writer are left for the next run (SKIP LOCKED).
+PURGE = """
+WITH doomed AS (
+    SELECT message_id FROM outbox_messages
+    WHERE dispatched_at IS NOT NULL AND dispatched_at < $1
+    ORDER BY message_id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM outbox_messages m USING doomed d
+    WHERE m.message_id = d.message_id
+    RETURNING m.dedup_key, m.message_id, m.dispatched_at
+), archived AS (
+    INSERT INTO outbox_dedup_keys (dedup_key, message_id, dispatched_at, archived_at)
+    SELECT dedup_key, message_id, dispatched_at, $3 FROM deleted
+    ON CONFLICT (dedup_key) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM deleted) AS deleted, (SELECT count(*) FROM archived) AS archived
+"""
+
+PURGE_KEYS = "DELETE FROM outbox_dedup_keys WHERE dispatched_at < $1"
+
+
+class OutboxActionRefused(Exception):
+    """The row does not exist or is not in a state the action applies to."""
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    message_id: int
+    action: str
+    resolved_escalations: list[int]
+
+
+def dead_letter_escalation_key(message_id: int) -> str:
+    return f"outbox:{message_id}:dead-letter"
+
+
+async def _act(
+    pool: asyncpg.Pool, message_id: int, action: str, *, operator: str, reason: str, now: datetime
+) -> ActionResult:
+    if not operator.strip():
+        raise OutboxActionRefused("an operator name is required")
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(LOCK_ROW, message_id)
+        if row is None:
+            raise OutboxActionRefused(f"outbox message {message_id} does not exist")
+        if row["dispatched_at"] is not None:
+            raise OutboxActionRefused(f"outbox message {message_id} is already dispatched")
+        if row["dead_lettered_at"] is None:
+            raise OutboxActionRefused(
+                f"outbox message {message_id} is not dead-lettered (it is pending or backing off; "
+                "the dispatcher is still trying it)")
+        await conn.execute(RECORD_ACTION, message_id, action, operator.strip(), reason, now,
+                           row["last_error"], row["delivery_attempts"])
+        if action == "requeue":
+            await conn.execute(REQUEUE, message_id, now)
+        else:
+            note = f"skipped by operator {operator.strip()}: {reason}; last error: {row['last_error']}"
+            await conn.execute(SKIP, message_id, now, note[:2000])
+        resolved = await conn.fetch(RESOLVE_DEAD_LETTER_ESCALATION,
+                                    dead_letter_escalation_key(message_id), now)
+    return ActionResult(message_id, action, [r["escalation_id"] for r in resolved])
+
+
+async def requeue(
+    pool: asyncpg.Pool, message_id: int, *, operator: str, reason: str, now: datetime
+) -> ActionResult:
+    """Put a dead-lettered row back to pending, due ``now``, attempts reset."""
+    return await _act(pool, message_id, "requeue", operator=operator, reason=reason, now=now)
+
+
+async def skip(
+    pool: asyncpg.Pool, message_id: int, *, operator: str, reason: str, now: datetime
+) -> ActionResult:
+    """Give up on a dead-lettered row so the rows after it in its attempt can flow."""
+    return await _act(pool, message_id, "skip", operator=operator, reason=reason, now=now)
+
+
+@dataclass(frozen=True)
+class PurgeResult:
+    deleted: int
+    archived: int
+    keys_expired: int
+
+
+async def purge_dispatched(
+    pool: asyncpg.Pool, *, now: datetime, older_than: timedelta, batch_size: int = 5_000,
+    key_horizon: timedelta | None = None,
+) -> PurgeResult:
+    """Delete rows dispatched before ``now - older_than``, archiving their dedup keys.
+
+    Runs in batches of ``batch_size``, one transaction each, until nothing is left.
+    ``key_horizon`` (default: keep forever) expires archived keys older than it.
+    """
+    cutoff = now - older_than
+    deleted = archived = 0
+    while True:
+        async with pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(PURGE, cutoff, batch_size, now)
+        assert row is not None
+        deleted += int(row["deleted"])
+        archived += int(row["archived"])
+        if int(row["deleted"]) < batch_size:
+            break
+    expired = 0
+    if key_horizon is not None:
+        status = await pool.execute(PURGE_KEYS, now - key_horizon)
+        expired = int(status.split()[-1])
+    return PurgeResult(deleted, archived, expired)

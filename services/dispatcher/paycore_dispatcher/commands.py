@@ -1,0 +1,89 @@
+"""What ``paycore run dispatcher|alerts|consumer NAME`` runs (called from paycore.cli).
+
+Each worker validates its settings, installs SIGTERM/Ctrl-C handlers that set a
+stop event, and returns 0 after a clean shutdown (the current pass or message
+finishes and commits; consumers commit their processed offsets and leave).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import httpx
+
+from paycore import kafka
+from paycore.clock import SystemClock
+from paycore.config import ConfigError, Settings, load_settings
+from paycore.db import create_pool
+from paycore.kafka import KafkaSettings
+from paycore_dispatcher.alerts import AlertSender, alert_consumer
+from paycore_dispatcher.demo_consumers import demo_consumer
+from paycore_dispatcher.worker import install_stop_signals, run_dispatcher
+
+log = logging.getLogger("paycore.dispatcher")
+
+
+def _settings() -> tuple[Settings, KafkaSettings]:
+    settings = load_settings(require_cardco=False)
+    if settings.database_url is None:
+        raise ConfigError("PAYCORE_DATABASE_URL", "is required")
+    return settings, kafka.kafka_settings(settings)
+
+
+def run_dispatcher_command(*, relays: int, metrics_host: str, metrics_port: int | None,
+                           retention_every_s: float | None) -> int:
+    settings, ks = _settings()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        await run_dispatcher(settings, ks, stop, relays=relays, metrics_host=metrics_host,
+                             metrics_port=metrics_port, retention_every_s=retention_every_s)
+
+    asyncio.run(main())
+    return 0
+
+
+def run_consumer_command(name: str, *, instance_id: str | None) -> int:
+    settings, ks = _settings()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        await kafka.ensure_topics(ks)
+        pool = await create_pool(settings.database_url or "", max_size=2)
+        try:
+            consumer = demo_consumer(name, pool, ks, SystemClock(), instance_id=instance_id)
+            log.info("consumer %s running (group %s)", name, consumer.group_id)
+            await consumer.run(stop)
+        finally:
+            await pool.close()
+
+    asyncio.run(main())
+    return 0
+
+
+def run_alerts_command(*, instance_id: str | None) -> int:
+    settings, ks = _settings()
+    if settings.alert_webhook_url is None:
+        raise ConfigError("PAYCORE_ALERT_WEBHOOK_URL", "is required (where alerts are posted)")
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        await kafka.ensure_topics(ks)
+        pool = await create_pool(settings.database_url or "", max_size=2)
+        try:
+            async with httpx.AsyncClient(timeout=10.0) as http:
+                key = settings.pagerduty_routing_key.reveal() if settings.pagerduty_routing_key else None
+                sender = AlertSender(http, settings.alert_webhook_url or "", SystemClock(),
+                                     format=settings.alert_format, routing_key=key)
+                consumer = alert_consumer(pool, ks, sender, SystemClock(), instance_id=instance_id)
+                log.info("alert delivery running (%s format)", settings.alert_format)
+                await consumer.run(stop)
+        finally:
+            await pool.close()
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,86 @@
+"""Dispatcher metrics: backlog by kind, oldest pending age, published, failures, dead letters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from paycore.clock import Clock
+from paycore.http.metrics import metrics_endpoint
+from paycore_dispatcher.relay import PassResult
+
+BACKLOG = """
+SELECT kind,
+       count(*) FILTER (WHERE dead_lettered_at IS NULL) AS pending,
+       count(*) FILTER (WHERE dead_lettered_at IS NOT NULL) AS dead,
+       min(created_at) FILTER (WHERE dead_lettered_at IS NULL) AS oldest
+FROM outbox_messages
+WHERE dispatched_at IS NULL
+GROUP BY kind
+"""
+
+
+@dataclass
+class DispatcherMetrics:
+    registry: CollectorRegistry
+    published: Counter
+    failures: Counter
+    dead_letters: Counter
+    backlog: Gauge
+    dead_lettered: Gauge
+    oldest_pending_age: Gauge
+
+    @classmethod
+    def create(cls) -> DispatcherMetrics:
+        registry = CollectorRegistry()
+        return cls(
+            registry=registry,
+            published=Counter("paycore_outbox_published", "Outbox rows published and marked dispatched",
+                              ["kind"], registry=registry),
+            failures=Counter("paycore_outbox_failures", "Failed publish attempts", registry=registry),
+            dead_letters=Counter("paycore_outbox_dead_letters", "Rows dead-lettered by this process",
+                                 registry=registry),
+            backlog=Gauge("paycore_outbox_backlog", "Undispatched rows that are not dead-lettered",
+                          ["kind"], registry=registry),
+            dead_lettered=Gauge("paycore_outbox_dead_lettered", "Dead-lettered rows awaiting an operator",
+                                ["kind"], registry=registry),
+            oldest_pending_age=Gauge("paycore_outbox_oldest_pending_age_seconds",
+                                     "Age of the oldest undispatched, non-dead-lettered row",
+                                     registry=registry),
+        )
+
+    def observe(self, result: PassResult) -> None:
+        for kind, n in result.published_by_kind.items():
+            self.published.labels(kind=kind).inc(n)
+        if result.failed:
+            self.failures.inc(result.failed)
+        if result.dead_lettered:
+            self.dead_letters.inc(result.dead_lettered)
+
+    async def refresh(self, pool: asyncpg.Pool, clock: Clock) -> None:
+        """Re-read the backlog gauges from the database."""
+        rows = await pool.fetch(BACKLOG)
+        now = clock.now()
+        self.backlog.clear()
+        self.dead_lettered.clear()
+        oldest = None
+        for r in rows:
+            self.backlog.labels(kind=r["kind"]).set(r["pending"])
+            self.dead_lettered.labels(kind=r["kind"]).set(r["dead"])
+            if r["oldest"] is not None and (oldest is None or r["oldest"] < oldest):
+                oldest = r["oldest"]
+        self.oldest_pending_age.set(max(0.0, (now - oldest).total_seconds()) if oldest else 0.0)
+
+
+def metrics_app(metrics: DispatcherMetrics) -> Starlette:
+    async def healthz(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    return Starlette(routes=[Route("/metrics", metrics_endpoint(metrics.registry)),
+                             Route("/healthz", healthz)])

@@ -1,0 +1,336 @@
+"""The outbox relay: rows to Kafka in per-attempt order, with backoff and dead letters.
+
+One pass, in one transaction:
+
+1. **Alerts** (``ordering_key IS NULL``): due, pending rows, claimed with
+   ``FOR NO KEY UPDATE SKIP LOCKED``. They never wait behind business rows.
+2. **Business heads**: a due, pending row is *eligible* only if no earlier row
+   with the same ``ordering_key`` is unfinished -- ``dispatched_at IS NULL``,
+   which covers pending, claimed by another relay (locked), backing off, and
+   dead-lettered. The ``NOT EXISTS`` is a plain snapshot read over
+   ``outbox_messages_unfinished_by_order``: it does not skip locked rows, so a
+   predecessor claimed by another relay still blocks. Only then is the row
+   claimed with ``SKIP LOCKED``.
+3. **Chains**: behind each claimed head, the following rows of the same key that
+   are already due are claimed too (a run that stops at the first row that is
+   backing off, dead-lettered or locked by someone else), so a key with many
+   queued effects moves several per pass. Holding the head's lock makes them
+   ours: every other relay's eligibility check sees the head unfinished.
+4. Publish: keys in parallel; within a key one row at a time, each awaited until
+   the broker acknowledges it (``acks=all``, with a send timeout) before the next.
+5. Mark: acknowledged rows get ``dispatched_at`` in a conditional update; a failed
+   row gets ``delivery_attempts + 1``, ``last_error`` and ``next_attempt_at`` with
+   exponential backoff and jitter -- or, at the limit, ``dead_lettered_at`` and an
+   escalation ``outbox:<message_id>:dead-letter`` whose alert is an ordinary
+   alert row. The rows after a failed one in its chain are not sent.
+6. Commit, which releases the claims.
+
+Every timestamp is the application clock's, passed into SQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+from uuid import UUID
+
+import asyncpg
+import orjson
+
+from paycore import escalations
+from paycore.clock import Clock
+from paycore.outbox_admin import dead_letter_escalation_key
+
+log = logging.getLogger("paycore.dispatcher")
+
+SEND_BACKSTOP_S = 5.0
+COLUMNS = "message_id, dedup_key, attempt_id, ordering_key, kind, payload, delivery_attempts"
+
+CLAIM_ALERTS = f"""
+SELECT {COLUMNS}
+FROM outbox_messages
+WHERE ordering_key IS NULL
+  AND dispatched_at IS NULL AND dead_lettered_at IS NULL
+  AND next_attempt_at <= $1
+ORDER BY next_attempt_at, created_at
+LIMIT $2
+FOR NO KEY UPDATE SKIP LOCKED
+"""  # noqa: S608 -- constant column list
+
+# The NOT EXISTS reads the snapshot and ignores row locks: a predecessor that
+# another relay has claimed (locked) is still dispatched_at IS NULL, so it blocks.
+CLAIM_HEADS = f"""
+SELECT {COLUMNS}
+FROM outbox_messages m
+WHERE m.ordering_key IS NOT NULL
+  AND m.dispatched_at IS NULL AND m.dead_lettered_at IS NULL
+  AND m.next_attempt_at <= $1
+  AND NOT EXISTS (
+      SELECT 1 FROM outbox_messages p
+      WHERE p.ordering_key = m.ordering_key
+        AND p.message_id < m.message_id
+        AND p.dispatched_at IS NULL)
+ORDER BY m.next_attempt_at, m.created_at
+LIMIT $2
+FOR NO KEY UPDATE OF m SKIP LOCKED
+"""  # noqa: S608 -- constant column list
+
+# The unfinished rows behind the claimed heads, in order (a plain read: a row
+# locked by someone else is still listed, so the chain can stop before it).
+FOLLOWERS = """
+SELECT message_id, ordering_key, next_attempt_at <= $2 AND dead_lettered_at IS NULL AS due
+FROM outbox_messages
+WHERE ordering_key = ANY($1::text[]) AND dispatched_at IS NULL
+ORDER BY ordering_key, message_id
+"""
+
+LOCK_FOLLOWERS = f"""
+SELECT {COLUMNS}
+FROM outbox_messages
+WHERE message_id = ANY($1::bigint[])
+  AND dispatched_at IS NULL AND dead_lettered_at IS NULL AND next_attempt_at <= $2
+FOR NO KEY UPDATE SKIP LOCKED
+"""  # noqa: S608 -- constant column list
+
+MARK_DISPATCHED = """
+UPDATE outbox_messages
+SET dispatched_at = $2
+WHERE message_id = ANY($1::bigint[]) AND dispatched_at IS NULL AND dead_lettered_at IS NULL
+"""
+
+MARK_FAILED = """
+UPDATE outbox_messages
+SET delivery_attempts = delivery_attempts + 1, last_error = $2, next_attempt_at = $3
+WHERE message_id = $1 AND dispatched_at IS NULL AND dead_lettered_at IS NULL
+RETURNING delivery_attempts
+"""
+
+MARK_DEAD = """
+UPDATE outbox_messages
+SET delivery_attempts = delivery_attempts + 1, last_error = $2, dead_lettered_at = $3
+WHERE message_id = $1 AND dispatched_at IS NULL AND dead_lettered_at IS NULL
+RETURNING delivery_attempts
+"""
+
+
+class Publisher(Protocol):
+    """Sends one record and returns once the broker acknowledged it (or raises)."""
+
+    async def send(self, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+        ...
+
+
+class KafkaPublisher:
+    """A :class:`Publisher` over a started aiokafka producer."""
+
+    def __init__(self, producer: Any) -> None:
+        self.producer = producer
+
+    async def send(self, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+        await self.producer.send_and_wait(topic, value=value, key=key, headers=headers)
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    effects_topic: str
+    alerts_topic: str
+    batch_size: int = 500
+    max_chain: int = 50
+    max_delivery_attempts: int = 10
+    send_timeout_s: float = 10.0
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 300.0
+
+
+@dataclass
+class PassResult:
+    claimed: int = 0
+    published: int = 0
+    failed: int = 0
+    dead_lettered: int = 0
+    published_by_kind: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Row:
+    message_id: int
+    dedup_key: str
+    attempt_id: UUID | None
+    ordering_key: str | None
+    kind: str
+    payload: Any
+    delivery_attempts: int
+
+    @classmethod
+    def of(cls, r: asyncpg.Record) -> Row:
+        return cls(r["message_id"], r["dedup_key"], r["attempt_id"], r["ordering_key"], r["kind"],
+                   r["payload"], r["delivery_attempts"])
+
+
+def backoff(attempts: int, base_s: float, max_s: float, rng: random.Random | None = None) -> float:
+    """Exponential backoff with jitter: ``min(max, base * 2**(attempts-1))`` scaled by 0.5-1.0."""
+    ceiling = min(max_s, base_s * 2.0 ** max(0, min(attempts - 1, 60)))
+    jitter: float = (rng or random).random()
+    return ceiling * (0.5 + jitter / 2)
+
+
+def record_for(row: Row, config: RelayConfig) -> tuple[str, bytes, bytes, list[tuple[str, bytes]]]:
+    """(topic, key, value, headers) for one outbox row."""
+    payload = row.payload if isinstance(row.payload, dict) else {"value": row.payload}
+    if payload.get("dedup_key") != row.dedup_key:
+        payload = {**payload, "dedup_key": row.dedup_key}
+    headers = [("kind", row.kind.encode()), ("dedup_key", row.dedup_key.encode()),
+               ("message_id", str(row.message_id).encode())]
+    if row.attempt_id is not None:
+        headers.append(("attempt_id", str(row.attempt_id).encode()))
+    if row.ordering_key is not None:
+        return config.effects_topic, row.ordering_key.encode(), orjson.dumps(payload), headers
+    escalation_id = payload.get("escalation_id")
+    key = f"escalation:{escalation_id}" if escalation_id is not None else row.dedup_key
+    return config.alerts_topic, key.encode(), orjson.dumps(payload), headers
+
+
+class Relay:
+    """One relay. Any number may run at once, in one process or many."""
+
+    def __init__(
+        self, pool: asyncpg.Pool, publisher: Publisher, clock: Clock, config: RelayConfig,
+        *, name: str = "relay", on_pass: Callable[[PassResult], Awaitable[None] | None] | None = None,
+    ) -> None:
+        self.pool = pool
+        self.publisher = publisher
+        self.clock = clock
+        self.config = config
+        self.name = name
+        self.on_pass = on_pass
+        self.rng = random.Random()
+
+    async def run_once(self) -> PassResult:
+        """One claim-publish-mark pass; returns what it did."""
+        result = PassResult()
+        now = self.clock.now()
+        async with self.pool.acquire() as conn, conn.transaction():
+            alerts = [Row.of(r) for r in await conn.fetch(CLAIM_ALERTS, now, self.config.batch_size)]
+            heads = [Row.of(r) for r in await conn.fetch(CLAIM_HEADS, now, self.config.batch_size)]
+            chains = await self._chains(conn, heads, now)
+            result.claimed = len(alerts) + sum(len(c) for c in chains)
+            if result.claimed == 0:
+                return result
+            # Each alert is its own chain of one; each key's chain is sent in order.
+            outcomes = await asyncio.gather(*(self._send_chain([a]) for a in alerts),
+                                            *(self._send_chain(c) for c in chains))
+            sent: list[Row] = []
+            failures: list[tuple[Row, str]] = []
+            for ok_rows, failure in outcomes:
+                sent.extend(ok_rows)
+                if failure is not None:
+                    failures.append(failure)
+            if sent:
+                await conn.execute(MARK_DISPATCHED, [r.message_id for r in sent], now)
+            for row in sent:
+                result.published_by_kind[row.kind] = result.published_by_kind.get(row.kind, 0) + 1
+            result.published = len(sent)
+            for row, error in failures:
+                dead = await self._record_failure(conn, row, error, now)
+                result.failed += 1
+                result.dead_lettered += int(dead)
+        if self.on_pass is not None:
+            maybe = self.on_pass(result)
+            if maybe is not None:
+                await maybe
+        return result
+
+    async def _chains(self, conn: asyncpg.Connection, heads: list[Row], now: datetime) -> list[list[Row]]:
+        chains: dict[str, list[Row]] = {h.ordering_key or "": [h] for h in heads}
+        if self.config.max_chain <= 1 or not heads:
+            return list(chains.values())
+        followers = await conn.fetch(FOLLOWERS, list(chains), now)
+        wanted: dict[str, list[int]] = {}
+        head_ids = {h.message_id for h in heads}
+        blocked: set[str] = set()
+        for f in followers:
+            key, mid = f["ordering_key"], f["message_id"]
+            if mid in head_ids or key in blocked:
+                continue
+            run = wanted.setdefault(key, [])
+            if not f["due"] or len(run) + 1 >= self.config.max_chain:
+                blocked.add(key)
+                continue
+            run.append(mid)
+        ids = [mid for run in wanted.values() for mid in run]
+        if not ids:
+            return list(chains.values())
+        locked = {r["message_id"]: Row.of(r) for r in await conn.fetch(LOCK_FOLLOWERS, ids, now)}
+        for key, run in wanted.items():
+            for mid in run:
+                row = locked.get(mid)
+                if row is None:  # locked by someone else, or changed: the chain stops here
+                    break
+                chains[key].append(row)
+        return list(chains.values())
+
+    async def _send_chain(self, chain: list[Row]) -> tuple[list[Row], tuple[Row, str] | None]:
+        sent: list[Row] = []
+        for row in chain:
+            try:
+                topic, key, value, headers = record_for(row, self.config)
+                # The budget runs on the application clock; the wall-clock backstop
+                # bounds a send even when that clock is a test's fake one.
+                async with self.clock.budget(self.config.send_timeout_s), \
+                        asyncio.timeout(self.config.send_timeout_s + SEND_BACKSTOP_S):
+                    await self.publisher.send(topic, key, value, headers)
+            except Exception as exc:  # every failure of one send is that row's failure
+                error = f"{type(exc).__name__}: {exc}"[:2000]
+                if isinstance(exc, TimeoutError):
+                    error = f"TimeoutError: no acknowledgement within {self.config.send_timeout_s} s"
+                return sent, (row, error)
+            sent.append(row)
+        return sent, None
+
+    async def _record_failure(self, conn: asyncpg.Connection, row: Row, error: str, now: datetime) -> bool:
+        attempts = row.delivery_attempts + 1
+        if attempts < self.config.max_delivery_attempts:
+            delay = backoff(attempts, self.config.backoff_base_s, self.config.backoff_max_s, self.rng)
+            await conn.execute(MARK_FAILED, row.message_id, error, now + timedelta(seconds=delay))
+            log.warning("%s: outbox message %d (%s) failed attempt %d: %s; retrying in %.1f s",
+                        self.name, row.message_id, row.kind, attempts, error, delay)
+            return False
+        await conn.execute(MARK_DEAD, row.message_id, error, now)
+        log.error("%s: outbox message %d (%s, %s) dead-lettered after %d attempts: %s",
+                  self.name, row.message_id, row.kind, row.dedup_key, attempts, error)
+        if row.ordering_key is None and str(_payload_get(row, "escalation_key")).startswith("outbox:"):
+            # An alert about a dead letter that itself cannot be delivered: raising
+            # another escalation would queue another undeliverable alert, forever.
+            log.critical("%s: the alert for %s cannot be delivered either; see the outbox metrics",
+                         self.name, _payload_get(row, "escalation_key"))
+            return True
+        await escalations.raise_escalation(
+            conn, key=dead_letter_escalation_key(row.message_id), reason="outbox-dead-letter",
+            attempt_id=row.attempt_id, now=now,
+            detail={"message_id": row.message_id, "dedup_key": row.dedup_key, "kind": row.kind,
+                    "ordering_key": row.ordering_key, "delivery_attempts": attempts, "last_error": error},
+        )
+        return True
+
+    async def run(self, stop: asyncio.Event, *, idle_poll_s: float = 0.5) -> None:
+        """Run passes until ``stop`` is set; waits ``idle_poll_s`` (wall time) when idle."""
+        while not stop.is_set():
+            try:
+                result = await self.run_once()
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.error("%s: pass failed (%s); retrying", self.name, exc)
+                result = PassResult()
+            if result.claimed == 0 or result.failed == result.claimed:
+                try:
+                    await asyncio.wait_for(stop.wait(), idle_poll_s)
+                except TimeoutError:
+                    pass
+
+
+def _payload_get(row: Row, name: str) -> Any:
+    return row.payload.get(name) if isinstance(row.payload, dict) else None

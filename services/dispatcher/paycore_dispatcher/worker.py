@@ -1,0 +1,141 @@
+"""``paycore run dispatcher``: relays, a metrics port, retention, clean shutdown.
+
+Creates the topics if missing, starts one producer and ``relays`` relay loops
+(each pass in its own transaction; several processes may run this at once),
+serves ``/metrics`` on ``metrics_port`` when given, runs the retention job every
+``retention_every_s``, and stops on SIGTERM or Ctrl-C after the current pass
+commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import timedelta
+
+import asyncpg
+import uvicorn
+
+from paycore import kafka, outbox_admin
+from paycore.clock import Clock, SystemClock
+from paycore.config import Settings
+from paycore.db import create_pool
+from paycore.kafka import KafkaSettings
+from paycore_dispatcher.metrics import DispatcherMetrics, metrics_app
+from paycore_dispatcher.relay import KafkaPublisher, PassResult, Relay, RelayConfig
+
+log = logging.getLogger("paycore.dispatcher")
+
+METRICS_REFRESH_S = 5.0
+
+
+def relay_config(settings: Settings, ks: KafkaSettings) -> RelayConfig:
+    return RelayConfig(
+        effects_topic=ks.effects_topic, alerts_topic=ks.alerts_topic,
+        batch_size=settings.outbox_batch_size,
+        max_delivery_attempts=settings.outbox_max_delivery_attempts,
+        send_timeout_s=settings.outbox_send_timeout_s,
+        backoff_base_s=settings.outbox_backoff_base_s,
+        backoff_max_s=settings.outbox_backoff_max_s,
+    )
+
+
+class _MetricsServer(uvicorn.Server):
+    """uvicorn without its own signal handling: the worker's stop event owns SIGTERM/Ctrl-C."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@contextlib.asynccontextmanager
+async def serve_metrics(metrics: DispatcherMetrics, host: str, port: int) -> AsyncIterator[None]:
+    server = _MetricsServer(uvicorn.Config(metrics_app(metrics), host=host, port=port,
+                                           log_config=None, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+                raise RuntimeError(f"metrics server on {host}:{port} did not start")
+            await asyncio.sleep(0.01)
+        log.info("dispatcher metrics on http://%s:%d/metrics", host, port)
+        yield
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(task, 5)
+
+
+async def _every(seconds: float, stop: asyncio.Event, job: str, step: Callable[[], Awaitable[None]]) -> None:
+    while not stop.is_set():
+        try:
+            await step()
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("%s failed: %s", job, exc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def run_dispatcher(
+    settings: Settings, ks: KafkaSettings, stop: asyncio.Event, *, clock: Clock | None = None,
+    relays: int = 1, metrics_host: str = "127.0.0.1", metrics_port: int | None = None,
+    retention_every_s: float | None = 3600.0, pool: asyncpg.Pool | None = None,
+) -> None:
+    clock = clock or SystemClock()
+    own_pool = pool is None
+    if pool is None:
+        if settings.database_url is None:
+            raise RuntimeError("PAYCORE_DATABASE_URL is required")
+        pool = await create_pool(settings.database_url, min_size=1, max_size=relays + 2)
+    metrics = DispatcherMetrics.create()
+    producer = kafka.producer(ks)
+    try:
+        await kafka.ensure_topics(ks)
+        await producer.start()
+        publisher = KafkaPublisher(producer)
+        config = relay_config(settings, ks)
+
+        def observe(result: PassResult) -> None:
+            metrics.observe(result)
+
+        workers = [Relay(pool, publisher, clock, config, name=f"relay-{i}", on_pass=observe)
+                   for i in range(relays)]
+        async with contextlib.AsyncExitStack() as stack:
+            if metrics_port is not None:
+                await stack.enter_async_context(serve_metrics(metrics, metrics_host, metrics_port))
+            tasks = [asyncio.create_task(w.run(stop)) for w in workers]
+            assert pool is not None
+            p: asyncpg.Pool = pool
+
+            async def refresh() -> None:
+                await metrics.refresh(p, clock)
+
+            tasks.append(asyncio.create_task(_every(METRICS_REFRESH_S, stop, "metrics refresh", refresh)))
+            if retention_every_s is not None:
+                async def purge() -> None:
+                    r = await outbox_admin.purge_dispatched(
+                        p, now=clock.now(), older_than=timedelta(seconds=settings.outbox_retention_s))
+                    if r.deleted:
+                        log.info("retention: deleted %d dispatched rows, kept %d dedup keys",
+                                 r.deleted, r.archived)
+
+                tasks.append(asyncio.create_task(_every(retention_every_s, stop, "retention", purge)))
+            log.info("dispatcher running: %d relay(s), topics %s and %s, idempotent producer %s",
+                     relays, ks.effects_topic, ks.alerts_topic, "on" if ks.idempotent else "off")
+            await asyncio.gather(*tasks)
+    finally:
+        await producer.stop()
+        if own_pool:
+            await pool.close()
+        log.info("dispatcher stopped")
+
+
+def install_stop_signals(stop: asyncio.Event) -> None:
+    """SIGTERM and Ctrl-C set ``stop``; the loops finish their current pass."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
