@@ -36,12 +36,13 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from paycore.config import ConfigError, load_settings
 
 log = logging.getLogger("paycore.cli")
+T = TypeVar("T")
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORTS = {"checkout": 8000, "sandbox": 8100, "webhooks": 8200, "recovery": 8300, "dispatcher": 8400}
@@ -313,36 +314,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     raise _not_yet("run", args.worker)
 
 
-def cmd_outbox(args: argparse.Namespace) -> int:
-    from datetime import timedelta
-
-    from paycore import outbox_admin
-    from paycore.clock import SystemClock
+def _with_operator_pool(action: Callable[[Any, Any], Awaitable[T]]) -> tuple[Any, T]:
+    """Run an operator ``action(settings, pool)`` on a small pool over PAYCORE_DATABASE_URL."""
     from paycore.db import create_pool
 
     settings = load_settings(require_cardco=False)
     if settings.database_url is None:
         raise ConfigError("PAYCORE_DATABASE_URL", "is required")
 
-    async def act() -> str:
+    async def run() -> T:
         pool = await create_pool(settings.database_url or "", max_size=2)
         try:
-            now = SystemClock().now()
-            if args.outbox_command == "purge":
-                older = args.older_than if args.older_than is not None else settings.outbox_retention_s
-                r = await outbox_admin.purge_dispatched(pool, now=now, older_than=timedelta(seconds=older))
-                return f"deleted {r.deleted} dispatched rows; kept {r.archived} dedup keys"
-            action = outbox_admin.requeue if args.outbox_command == "requeue" else outbox_admin.skip
-            done = await action(pool, args.message_id, operator=args.operator, reason=args.reason, now=now)
-            return (f"outbox message {done.message_id}: {done.action} done; resolved escalations "
-                    f"{done.resolved_escalations or 'none'}")
+            return await action(settings, pool)
         finally:
             await pool.close()
 
+    return settings, asyncio.run(run())
+
+
+def cmd_outbox(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from paycore import outbox_admin
+    from paycore.clock import SystemClock
+
+    async def act(settings: Any, pool: Any) -> str:
+        now = SystemClock().now()
+        if args.outbox_command == "purge":
+            older = args.older_than if args.older_than is not None else settings.outbox_retention_s
+            r = await outbox_admin.purge_dispatched(pool, now=now, older_than=timedelta(seconds=older))
+            return f"deleted {r.deleted} dispatched rows; kept {r.archived} dedup keys"
+        action = outbox_admin.requeue if args.outbox_command == "requeue" else outbox_admin.skip
+        done = await action(pool, args.message_id, operator=args.operator, reason=args.reason, now=now)
+        return (f"outbox message {done.message_id}: {done.action} done; resolved escalations "
+                f"{done.resolved_escalations or 'none'}")
+
     try:
-        print(asyncio.run(act()))
+        _, message = _with_operator_pool(act)
     except outbox_admin.OutboxActionRefused as exc:
         raise CommandError(str(exc), code=1) from None
+    print(message)
     return 0
 
 
@@ -351,24 +362,16 @@ def cmd_escalations(args: argparse.Namespace) -> int:
 
     from paycore import escalations
     from paycore.clock import SystemClock
-    from paycore.db import create_pool
 
-    settings = load_settings(require_cardco=False)
-    if settings.database_url is None:
-        raise ConfigError("PAYCORE_DATABASE_URL", "is required")
+    async def act(settings: Any, pool: Any) -> bool:
+        now = SystemClock().now()
+        if args.escalation_command == "ack":
+            interval = timedelta(seconds=float(os.environ.get("PAYCORE_REMINDER_ACK_INTERVAL_S", 3600)))
+            return await escalations.acknowledge(pool, args.escalation_id, now, interval)
+        return await escalations.resolve(pool, args.escalation_id, now)
 
-    async def act() -> bool:
-        pool = await create_pool(settings.database_url or "", max_size=2)
-        try:
-            now = SystemClock().now()
-            if args.escalation_command == "ack":
-                interval = timedelta(seconds=float(os.environ.get("PAYCORE_REMINDER_ACK_INTERVAL_S", 3600)))
-                return await escalations.acknowledge(pool, args.escalation_id, now, interval)
-            return await escalations.resolve(pool, args.escalation_id, now)
-        finally:
-            await pool.close()
-
-    if not asyncio.run(act()):
+    _, done = _with_operator_pool(act)
+    if not done:
         raise CommandError(f"escalation {args.escalation_id} is not open", code=1)
     log.info("escalation %s %s by %s", args.escalation_id,
              "acknowledged" if args.escalation_command == "ack" else "resolved", args.operator)
@@ -699,28 +702,20 @@ def cmd_notifications_attach(args: argparse.Namespace) -> int:
     import uuid
 
     from paycore.clock import SystemClock
-    from paycore.db import create_pool
     from paycore.notifications import AttachRefused, attach_notification
 
-    settings = load_settings(require_cardco=False)
-    if settings.database_url is None:
-        raise ConfigError("PAYCORE_DATABASE_URL", "is required")
     try:
         attempt_id = uuid.UUID(args.attempt_id)
     except ValueError:
         raise CommandError(f"{args.attempt_id!r} is not an attempt id (a UUID)", code=2) from None
 
-    async def attach() -> str:
-        pool = await create_pool(settings.database_url or "", max_size=2)
-        try:
-            attempt = await attach_notification(pool, event_id=args.event_id, attempt_id=attempt_id,
-                                                operator=args.operator, now=SystemClock().now())
-        finally:
-            await pool.close()
+    async def attach(settings: Any, pool: Any) -> str:
+        attempt = await attach_notification(pool, event_id=args.event_id, attempt_id=attempt_id,
+                                            operator=args.operator, now=SystemClock().now())
         return attempt.state.value
 
     try:
-        state = asyncio.run(attach())
+        _, state = _with_operator_pool(attach)
     except (AttachRefused, LookupError) as exc:
         raise CommandError(str(exc), code=1) from None
     print(f"attached notification {args.event_id} to attempt {attempt_id}: now {state}")
