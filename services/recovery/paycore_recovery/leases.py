@@ -55,7 +55,9 @@ SELECT EXISTS (SELECT 1 FROM payment_attempts
                  AND lease_expires_at > $4)
 """
 
-LOCK_ATTEMPT = "SELECT * FROM payment_attempts WHERE attempt_id = $1 FOR UPDATE"
+# FOR NO KEY UPDATE: the strongest lock a row update needs, and one that does not
+# conflict with the KEY SHARE lock an event or outbox insert takes on its attempt.
+LOCK_ATTEMPT = "SELECT * FROM payment_attempts WHERE attempt_id = $1 FOR NO KEY UPDATE"
 
 CLOSE_NEVER_SENT = """
 UPDATE payment_attempts

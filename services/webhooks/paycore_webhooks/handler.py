@@ -32,6 +32,7 @@ from paycore.notifications import (
     record_notification,
     unmatched_key,
 )
+from paycore.orders import lock_order
 
 
 class DeliveryResult(enum.StrEnum):
@@ -64,6 +65,9 @@ async def handle_notification(
         conflict = (by_reference is not None and by_payment_id is not None
                     and by_reference.attempt_id != by_payment_id.attempt_id)
         attempt = None if conflict else (by_reference or by_payment_id)
+        if attempt is not None:
+            # The fixed lock order (order, then attempt, then event rows) holds here too.
+            await lock_order(conn, attempt.order_id)
 
         recorded = await record_notification(
             conn, provider_account=provider_account, key=key,
