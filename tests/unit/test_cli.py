@@ -346,3 +346,48 @@ def test_attach_reports_an_unknown_attempt_without_a_traceback(
     code = main(["notifications", "attach", "1", "00000000-0000-0000-0000-000000000001", "--operator", "ops"])
     err = capsys.readouterr().err
     assert code == 1 and "not found" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- escalations ack / resolve
+
+
+def test_escalations_ack_then_resolve_and_a_closed_episode_is_refused(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PAYCORE_DATABASE_URL", fresh_database)
+    assert main(["migrate"]) == 0
+
+    async def raise_one() -> int:
+        from paycore.clock import SystemClock
+        from paycore.db import create_pool
+        from paycore.escalations import raise_escalation
+
+        pool = await create_pool(fresh_database, max_size=1)  # jsonb codecs, as the services use
+        try:
+            async with pool.acquire() as conn:
+                escalation_id = await raise_escalation(conn, key="ops:test", reason="test",
+                                                       now=SystemClock().now())
+        finally:
+            await pool.close()
+        assert escalation_id is not None
+        return escalation_id
+
+    async def row(escalation_id: int) -> asyncpg.Record:
+        conn = await asyncpg.connect(fresh_database)
+        try:
+            found = await conn.fetchrow("SELECT * FROM payment_escalations WHERE escalation_id = $1",
+                                        escalation_id)
+        finally:
+            await conn.close()
+        assert found is not None
+        return found
+
+    escalation_id = asyncio.run(raise_one())
+    assert main(["escalations", "ack", str(escalation_id), "--operator", "ops-1"]) == 0
+    acked = asyncio.run(row(escalation_id))
+    assert acked["acknowledged_at"] is not None and acked["next_reminder_at"] > acked["acknowledged_at"]
+    assert main(["escalations", "resolve", str(escalation_id), "--operator", "ops-1"]) == 0
+    resolved = asyncio.run(row(escalation_id))
+    assert resolved["resolved_at"] is not None and resolved["next_reminder_at"] is None
+    assert main(["escalations", "resolve", str(escalation_id), "--operator", "ops-1"]) == 1
+    assert "is not open" in capsys.readouterr().err

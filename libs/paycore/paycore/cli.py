@@ -366,7 +366,9 @@ def cmd_escalations(args: argparse.Namespace) -> int:
     async def act(settings: Any, pool: Any) -> bool:
         now = SystemClock().now()
         if args.escalation_command == "ack":
-            interval = timedelta(seconds=float(os.environ.get("PAYCORE_REMINDER_ACK_INTERVAL_S", 3600)))
+            from paycore_recovery.settings import load_recovery_settings
+
+            interval = timedelta(seconds=load_recovery_settings(settings).reminder_ack_interval_s)
             return await escalations.acknowledge(pool, args.escalation_id, now, interval)
         return await escalations.resolve(pool, args.escalation_id, now)
 
