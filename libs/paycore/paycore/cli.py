@@ -52,7 +52,6 @@ APP_FACTORIES = {
     "sandbox": "paycore.cli:_sandbox_app",
     "webhooks": "paycore_webhooks.app:create_app_from_env",
 }
-NOT_YET_IMPLEMENTED: dict[str, int] = {}
 
 # The local sandbox's built-in development account (not secrets).
 SANDBOX_ACCOUNT = "acct_store"
@@ -72,11 +71,6 @@ class CommandError(Exception):
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
         self.code = code
-
-
-def _not_yet(command: str, name: str) -> CommandError:
-    issue = NOT_YET_IMPLEMENTED[name]
-    return CommandError(f"{command} {name}: not yet implemented (issue {issue})", code=2)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -256,8 +250,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     name: str = args.service
-    if name in NOT_YET_IMPLEMENTED:
-        raise _not_yet("serve", name)
     host: str = args.host
     port: int = args.port if args.port is not None else DEFAULT_PORTS[name]
     if name == "sandbox" and not _is_loopback(host):
@@ -311,7 +303,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from paycore_dispatcher.commands import run_alerts_command
 
         return run_alerts_command(instance_id=args.instance_id)
-    raise _not_yet("run", args.worker)
+    raise CommandError(f"unknown worker {args.worker!r}", code=2)  # argparse admits none
 
 
 def _with_operator_pool(action: Callable[[Any, Any], Awaitable[T]]) -> tuple[Any, T]:
