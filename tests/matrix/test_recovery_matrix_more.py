@@ -738,3 +738,19 @@ async def test_a_configuration_change_does_not_move_a_stamped_deadline_for_recov
     fresh = await rec.started_attempt(customer="cus_bob")
     assert fresh.first_sent_at is not None
     assert fresh.escalation_deadline == fresh.first_sent_at + seconds(3_000)
+
+
+async def test_lookups_that_keep_failing_past_the_deadline_still_escalate_and_keep_looking(
+    rec: RecoveryStack,
+) -> None:
+    attempt = await rec.unknown_via_checkout("lose_response")
+    assert attempt.escalation_deadline is not None
+    rec.clock.advance((attempt.escalation_deadline - rec.clock.now()).total_seconds() + 1)
+    await rec.sandbox.fault("not_processed_503", match={"operation": "lookup"})
+    worker = rec.worker()
+    assert await worker.run_pass() == [Pass.LOOKUP_FAILED]
+    assert await rec.open_escalations() == [f"attempt:{attempt.attempt_id}:deadline"]
+    after = await rec.current(attempt)
+    assert after.state is AttemptState.UNKNOWN and after.recovery_owner is None
+    assert after.next_check_at > rec.clock.now()  # still scheduled: looking goes on
+    assert len(await rec.sends_for(attempt)) == 1  # and nothing is sent past the deadline

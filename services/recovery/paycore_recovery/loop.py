@@ -222,8 +222,12 @@ class RecoveryWorker:
         now = self.clock.now()
 
         if lookup.kind == "failed":
-            # Not "not found": the attempt stays as it is.
-            await leases.finish(self.pool, attempt_id, lease, now, backoff)
+            # Not "not found": the attempt stays as it is. Past the deadline a person
+            # must know even while the provider cannot answer; the lookups go on.
+            if attempt.escalation_deadline is not None and now >= attempt.escalation_deadline:
+                await self._escalate(attempt, lease, "deadline", backoff)
+            else:
+                await leases.finish(self.pool, attempt_id, lease, now, backoff)
             return Pass.LOOKUP_FAILED
         if lookup.kind == "rate_limited":
             # Pause this rate-limit scope only (the account); other accounts go on.
