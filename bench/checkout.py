@@ -20,10 +20,16 @@ import asyncpg
 import httpx
 import jwt
 
-from bench.common import Latencies, bench_database, free_port, pgbench, repo_root, service, wait_http
-from paycore.accounts import sync_provider_accounts
-from paycore.clock import SystemClock
-from paycore.config import load_settings
+from bench.common import (
+    Latencies,
+    bench_database,
+    free_port,
+    pgbench,
+    repo_root,
+    seed_provider_account,
+    service,
+    wait_http,
+)
 
 SECONDS = float(os.environ.get("PAYCORE_BENCH_SECONDS", "30"))
 CLIENTS = int(os.environ.get("PAYCORE_BENCH_CLIENTS", "4"))
@@ -80,12 +86,8 @@ async def run_checkout(dsn: str) -> tuple[int, float, Latencies, int]:
 
 
 async def run_pgbench(dsn: str) -> tuple[float, float] | None:
-    settings = load_settings({
-        "PAYCORE_CARDCO_BASE_URL": "http://127.0.0.1:1", "PAYCORE_CARDCO_ACCOUNT": "acct_store",
-        "PAYCORE_CARDCO_API_KEY": "sk_test_acct_store_local",
-    })
     conn = await asyncpg.connect(dsn)
-    await sync_provider_accounts(conn, settings.accounts, SystemClock().now())
+    await seed_provider_account(conn)
     await conn.execute(SEED_ORDERS, ORDERS * 4, "cus_bench")
     await conn.execute("CREATE SEQUENCE bench_order_seq")
     await conn.close()

@@ -21,7 +21,9 @@ from urllib.parse import parse_qs, urlsplit
 import asyncpg
 import httpx
 
+from paycore.accounts import sync_provider_accounts
 from paycore.clock import SystemClock
+from paycore.config import load_settings
 from paycore.db import migrate
 from tests.support.database import find_server_dsn, with_database
 
@@ -127,3 +129,10 @@ async def pgbench(dsn: str, script: Path, *, clients: int, seconds: float,
     if tps is None or latency is None:
         raise RuntimeError("unexpected pgbench output:\n" + run.stdout)
     return float(tps.group(1)), float(latency.group(1))
+
+
+async def seed_provider_account(conn: asyncpg.Connection, base_url: str = "http://127.0.0.1:1") -> None:
+    """The sandbox's acct_store test account as a ``provider_accounts`` row (no secrets stored)."""
+    settings = load_settings({"PAYCORE_CARDCO_BASE_URL": base_url, "PAYCORE_CARDCO_ACCOUNT": "acct_store",
+                              "PAYCORE_CARDCO_API_KEY": "sk_test_acct_store_local"})
+    await sync_provider_accounts(conn, settings.accounts, SystemClock().now())

@@ -25,10 +25,7 @@ import asyncpg
 import httpx
 import orjson
 
-from bench.common import bench_database, free_port, paycore_process, service, wait_http
-from paycore.accounts import sync_provider_accounts
-from paycore.clock import SystemClock
-from paycore.config import load_settings
+from bench.common import bench_database, free_port, paycore_process, seed_provider_account, service, wait_http
 
 ATTEMPTS = int(os.environ.get("PAYCORE_BENCH_ATTEMPTS", "10000"))
 CONCURRENCY = int(os.environ.get("PAYCORE_BENCH_RECOVERY_CONCURRENCY", "16"))
@@ -76,10 +73,8 @@ async def create_payments(http: httpx.AsyncClient) -> None:
 
 
 async def seed(dsn: str, sandbox_url: str) -> None:
-    settings = load_settings({"PAYCORE_CARDCO_BASE_URL": sandbox_url, "PAYCORE_CARDCO_ACCOUNT": "acct_store",
-                              "PAYCORE_CARDCO_API_KEY": API_KEY})
     conn = await asyncpg.connect(dsn)
-    await sync_provider_accounts(conn, settings.accounts, SystemClock().now())
+    await seed_provider_account(conn, sandbox_url)
     orders, attempts = SEED_ATTEMPTS.strip().split(";\n")
     await conn.execute(orders, ATTEMPTS)
     await conn.execute(attempts, ATTEMPTS, sandbox_url)

@@ -20,10 +20,16 @@ import asyncpg
 import httpx
 import orjson
 
-from bench.common import Latencies, bench_database, free_port, pgbench, repo_root, service, wait_http
-from paycore.accounts import sync_provider_accounts
-from paycore.clock import SystemClock
-from paycore.config import load_settings
+from bench.common import (
+    Latencies,
+    bench_database,
+    free_port,
+    pgbench,
+    repo_root,
+    seed_provider_account,
+    service,
+    wait_http,
+)
 from paycore.webhook_signatures import signed_headers
 from paycore_sandbox.settings import SandboxSettings
 
@@ -62,12 +68,8 @@ def event_body(n: int) -> bytes:
 
 
 async def seed(dsn: str, count: int) -> None:
-    settings = load_settings({
-        "PAYCORE_CARDCO_BASE_URL": "http://127.0.0.1:1", "PAYCORE_CARDCO_ACCOUNT": "acct_store",
-        "PAYCORE_CARDCO_API_KEY": "sk_test_acct_store_local",
-    })
     conn = await asyncpg.connect(dsn)
-    await sync_provider_accounts(conn, settings.accounts, SystemClock().now())
+    await seed_provider_account(conn)
     for statement in SEED.strip().split(";\n"):
         if statement.strip():
             await conn.execute(statement, count)

@@ -24,11 +24,12 @@ from uuid import UUID
 
 import asyncpg
 
-from paycore.attempts import Attempt, Lease, get_attempt, record_outcome
+from paycore.attempts import SELECT_PAYMENT_ID_OWNER, Attempt, Lease, get_attempt, record_outcome
 from paycore.clock import Clock
 from paycore.config import Settings
-from paycore.domain import LIVE_STATES, AttemptState, OrderStatus
+from paycore.domain import LIVE_STATES, AttemptState
 from paycore.events import EventKind, append_event
+from paycore.orders import SELECT_ORDER, Order
 from paycore.providers.cardco import CardcoClient, LookupResult, ProviderPayment, StoredRequest
 from paycore_recovery import leases
 from paycore_recovery.metrics import RecoveryMetrics
@@ -318,10 +319,8 @@ class RecoveryWorker:
                                  {"provider_payment_ids": sorted(distinct)})
             return Pass.ESCALATED
         payment = payments[0]
-        owner = await self.pool.fetchval(
-            "SELECT attempt_id FROM payment_attempts WHERE provider_account = $1"
-            " AND provider_payment_id = $2 AND attempt_id <> $3",
-            attempt.provider_account, payment.id, attempt.attempt_id)
+        owner = await self.pool.fetchval(SELECT_PAYMENT_ID_OWNER, attempt.provider_account, payment.id,
+                                         attempt.attempt_id)
         if (attempt.provider_payment_id is not None and attempt.provider_payment_id != payment.id) \
                 or owner is not None:
             # Evidence about a different payment: send nothing, resolve nothing.
@@ -358,9 +357,8 @@ class RecoveryWorker:
 
     async def _failing_resend_condition(self, attempt: Attempt, now: datetime) -> str | None:
         """The article's resend conditions, each its own escalation when it fails."""
-        order = await self.pool.fetchrow("SELECT status, cancel_requested_at FROM orders WHERE order_id = $1",
-                                         attempt.order_id)
-        if order is None or order["status"] != OrderStatus.OPEN.value or order["cancel_requested_at"]:
+        order = await self.pool.fetchrow(SELECT_ORDER, attempt.order_id)
+        if order is None or Order.from_record(order).not_payable_reason is not None:
             return "order-not-payable"
         if (now - attempt.created_at).total_seconds() > self.recovery.payment_token_ttl_s:
             return "token-expired"
