@@ -18,7 +18,7 @@ from paycore import attempts, db, orders
 from paycore.attempts import Attempt, StartResult
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
-from paycore.domain import LIVE_STATES, AttemptState, ProviderOutcome
+from paycore.domain import LIVE_STATES, AttemptState, OrderStatus, ProviderOutcome
 from paycore.events import history
 
 from .helpers import (
@@ -322,6 +322,25 @@ async def test_an_order_cancelled_before_the_started_transition_prevents_the_sen
     durable = await attempts.get_attempt(pool, attempt.attempt_id)
     assert durable == attempt  # nothing stamped, version unchanged
     assert await event_count(pool, attempt.attempt_id, "send_intent") == 0
+
+
+async def test_a_stale_start_after_another_caller_paid_the_order_is_a_conflict_not_a_refusal(
+    pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig
+) -> None:
+    # Two clicks read the same NotStarted attempt; the first starts it and the
+    # payment succeeds before the second tries to start. The second must learn
+    # that someone else sent it (and report the payment), not that the order
+    # refuses payment: CI once saw this interleaving answer 409 to a double click.
+    order = await new_order(pool, clock)
+    attempt = await live_attempt(pool, clock, account, order)
+    result, started = await start(pool, clock, attempt)
+    assert result is StartResult.STARTED and started is not None
+    await attempts.record_outcome(
+        pool, started.attempt_id, ProviderOutcome.succeeded("pay_1", started.amount_minor, started.currency),
+        now=clock.now(), actor="endpoint", recheck_after_s=RECHECK_S)
+    assert (await orders.get_order(pool, order.order_id, order.customer_id)).status is OrderStatus.PAID
+    assert await start(pool, clock, attempt) == (StartResult.CONFLICT, None)
+    assert await event_count(pool, attempt.attempt_id, "send_intent") == 1
 
 
 async def test_a_provider_account_configuration_change_does_not_move_the_stamped_escalation_deadline_of_an_attempt_already_started(  # noqa: E501

@@ -81,6 +81,10 @@ SELECT_ORDER_OF_ATTEMPT = "SELECT order_id FROM payment_attempts WHERE attempt_i
 
 # Stamps the key window from the provider-account row in force now: a later
 # configuration change cannot move this attempt's deadline.
+SELECT_STATE_AND_VERSION = """
+SELECT state, version FROM payment_attempts WHERE attempt_id = $1
+"""
+
 MARK_STARTED = """
 UPDATE payment_attempts a
 SET state = 'Started',
@@ -313,7 +317,9 @@ async def try_mark_started(
     Stamps ``first_sent_at``, the escalation deadline from the provider
     account's configuration in force now, and ``next_check_at``; re-checks under
     the order lock that the order is still payable. Exactly one caller gets
-    ``STARTED``. A database failure or unconfirmed commit raises: the write may
+    ``STARTED``; a caller whose version is stale gets ``CONFLICT`` even when the
+    order has meanwhile been paid, so it reports the attempt rather than
+    refusing. A database failure or unconfirmed commit raises: the write may
     have committed, so the caller reloads the durable state.
     """
     async with pool.acquire() as conn, conn.transaction():
@@ -321,6 +327,11 @@ async def try_mark_started(
         if order_id is None:
             raise LookupError(f"attempt {attempt_id} not found")
         order = await lock_order(conn, order_id)
+        # The attempt's own version decides first: when another caller already
+        # started it (and perhaps paid the order), this caller only reports.
+        current = await conn.fetchrow(SELECT_STATE_AND_VERSION, attempt_id)
+        if current["version"] != expected_version or current["state"] != AttemptState.NOT_STARTED.value:
+            return StartResult.CONFLICT, None
         if order.not_payable_reason is not None:
             return StartResult.ORDER_NOT_PAYABLE, None
         row = await conn.fetchrow(MARK_STARTED, attempt_id, expected_version, now, next_check_at)

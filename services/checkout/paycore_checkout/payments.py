@@ -36,7 +36,7 @@ from paycore.attempts import (
 from paycore.clock import Clock
 from paycore.config import Settings
 from paycore.domain import AttemptState, ProviderOutcome
-from paycore.orders import OrderNotPayable
+from paycore.orders import OrderNotPayable, get_order
 from paycore.providers.cardco import CardcoClient, StoredRequest, build_request_body
 
 log = logging.getLogger("paycore.checkout")
@@ -123,11 +123,7 @@ class CheckoutPayments:
                 now=created_at, abandonment_threshold_s=self.settings.abandonment_threshold_s,
             )
         except OrderNotPayable as exc:
-            # A retry after success only reports the payment that took effect.
-            paid = await latest_attempt(self.pool, order_id, customer_id) if exc.why == "paid" else None
-            if paid is None or paid.state is not AttemptState.SUCCEEDED:
-                raise
-            return self._status(paid)
+            return await self._not_payable(order_id, customer_id, exc)
         if attempt.state is not AttemptState.NOT_STARTED:
             return self._status(attempt)  # someone already sent it: this click only reports
         if attempt.created_at == created_at:
@@ -148,7 +144,9 @@ class CheckoutPayments:
                         attempt.attempt_id, type(exc).__name__)
             return await self._reload(attempt)
         if result is StartResult.ORDER_NOT_PAYABLE:
-            raise OrderNotPayable(order_id, "cancelled")
+            order = await get_order(self.pool, order_id, customer_id)
+            why = order.not_payable_reason or "cancelled"
+            return await self._not_payable(order_id, customer_id, OrderNotPayable(order_id, why))
         if result is StartResult.CONFLICT or started is None:
             return await self._reload(attempt)
 
@@ -185,6 +183,13 @@ class CheckoutPayments:
                       outcome.kind.value, attempt.attempt_id, type(exc).__name__)
         except Exception:
             pass
+
+    async def _not_payable(self, order_id: str, customer_id: str, exc: OrderNotPayable) -> PaymentStatus:
+        # A retry after success only reports the payment that took effect.
+        paid = await latest_attempt(self.pool, order_id, customer_id) if exc.why == "paid" else None
+        if paid is None or paid.state is not AttemptState.SUCCEEDED:
+            raise exc
+        return self._status(paid)
 
     async def _reload(self, attempt: Attempt) -> PaymentStatus:
         return self._status(await get_attempt(self.pool, attempt.attempt_id))
