@@ -98,6 +98,9 @@ class Settings:
     jwt_secret: Secret | None
     jwks_url: str | None
     accounts: tuple[ProviderAccountConfig, ...]
+    # Least time between two refetches of the JWKS for an unknown ``kid``: a
+    # rotation is picked up after it, and forged kids cannot hammer the IdP.
+    jwks_refetch_cooldown_s: float = 30.0
     budgets: Budgets = field(default_factory=Budgets)
     # Longest expected gap between inserting an attempt and moving it to Started.
     abandonment_threshold_s: float = 60.0
@@ -248,6 +251,7 @@ def load_settings(env: Mapping[str, str] | None = None, *, require_cardco: bool 
         kafka_bootstrap=_get(env, "PAYCORE_KAFKA_BOOTSTRAP"),
         jwt_secret=Secret(jwt_secret) if jwt_secret else None,
         jwks_url=jwks_url,
+        jwks_refetch_cooldown_s=_seconds(env, "PAYCORE_JWKS_REFETCH_COOLDOWN_S", 30.0, allow_zero=True),
         accounts=tuple(accounts),
         budgets=budgets,
         abandonment_threshold_s=_seconds(env, "PAYCORE_ABANDONMENT_THRESHOLD_S", 60.0),

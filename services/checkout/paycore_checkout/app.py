@@ -107,7 +107,8 @@ def create_app(
     requests_total = Counter("paycore_checkout_requests", "HTTP requests by route and status",
                              ["method", "route", "status"], registry=registry)
     metrics = CheckoutMetrics(registry)
-    auth = Authenticator(secret=settings.jwt_secret, jwks_url=settings.jwks_url)
+    auth = Authenticator(secret=settings.jwt_secret, jwks_url=settings.jwks_url,
+                         jwks_refetch_cooldown_s=settings.jwks_refetch_cooldown_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
