@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from datetime import timedelta
+from typing import Any
 from uuid import UUID
 
 from paycore import accounts, orders
-from paycore.attempts import StartResult, get_attempt, record_outcome, try_mark_started
+from paycore.attempts import Attempt, StartResult, get_attempt, record_outcome, try_mark_started
 from paycore.domain import AttemptState, ProviderOutcome
 from paycore_recovery import leases
 from paycore_recovery.loop import Pass
@@ -477,8 +478,7 @@ async def test_a_lookup_by_recorded_payment_id_that_misses_falls_back_to_the_cli
     rec: RecoveryStack,
 ) -> None:
     # The recorded id is wrong: the id lookup misses, the reference lookup finds another id.
-    # (A correct id that misses through replication lag cannot be produced by the sandbox,
-    # which has no fault answering 404 to an existing payment; that variant is not covered.)
+    # (A correct id that misses through replication lag: the replica-lag tests below.)
     attempt = await rec.charged_but_unknown()
     await rec.pool.execute("UPDATE payment_attempts SET provider_payment_id = 'pay_missing'"
                            " WHERE attempt_id = $1", attempt.attempt_id)
@@ -508,6 +508,70 @@ async def test_every_lookup_of_a_fallback_is_recorded_in_the_attempt_history(rec
     assert await rec.worker().run_pass() == [Pass.ESCALATED]
     assert [(e["by"], e["result"]) for e in await rec.lookup_events(attempt)] == [
         ("id", "not_found"), ("reference", "found")]
+
+
+async def charged_unknown_with_its_payment_id(rec: RecoveryStack) -> tuple[Attempt, dict[str, Any]]:
+    """Unknown, charged (succeeded at the provider), the right provider payment id recorded."""
+    attempt = await rec.charged_but_unknown()
+    [payment] = await rec.payments_for(attempt)
+    assert payment["status"] == "succeeded"
+    await rec.pool.execute("UPDATE payment_attempts SET provider_payment_id = $2 WHERE attempt_id = $1",
+                           attempt.attempt_id, payment["id"])
+    attempt = await rec.current(attempt)
+    assert attempt.state is AttemptState.UNKNOWN and attempt.provider_payment_id == payment["id"]
+    return attempt, payment
+
+
+async def active_faults(rec: RecoveryStack) -> list[tuple[str, int | None]]:
+    r = await rec.sandbox.http.get("/_sandbox/faults")
+    r.raise_for_status()
+    return [(rule["fault"], rule["times"]) for rule in r.json()["rules"]]
+
+
+async def assert_resolved_from_the_reference_without_a_resend(rec: RecoveryStack, attempt: Attempt,
+                                                              payment: dict[str, Any]) -> None:
+    after = await rec.current(attempt)
+    assert after.state is AttemptState.SUCCEEDED and after.provider_payment_id == payment["id"]
+    assert after.recovery_owner is None and after.lease_token is None
+    assert [(e["by"], e["result"]) for e in await rec.lookup_events(attempt)] == [
+        ("id", "not_found"), ("reference", "found")]
+    assert [(q["path"], q["status"]) for q in await rec.lookup_requests()] == [
+        (f"/v1/payments/{payment['id']}", 404), ("/v1/payments", 200)]
+    # One payment, one create request (the original send): no resend, no intent to resend.
+    assert [p["id"] for p in await rec.sandbox.ledger()] == [payment["id"]]
+    assert len(await rec.sandbox.create_requests()) == 1
+    history = await rec.history(attempt)
+    assert history.count("send_intent") == 1  # the endpoint's, before the first send
+    assert "send_intent" not in history[history.index("lookup"):]
+    assert await rec.open_escalations() == []
+
+
+async def test_a_payment_id_lookup_that_misses_through_replica_lag_resolves_from_the_reference_lookup(
+    rec: RecoveryStack,
+) -> None:
+    # The recorded id is right and the payment exists, but the by-id read answers 404 once
+    # (a lagging read replica); the reference lookup sees the payment.
+    attempt, payment = await charged_unknown_with_its_payment_id(rec)
+    await rec.sandbox.fault("lookup_stale", times=1, match={"reference": attempt.client_reference})
+    await rec.make_due(attempt)
+    assert await rec.worker().run_pass() == [Pass.RESOLVED]
+    await assert_resolved_from_the_reference_without_a_resend(rec, attempt, payment)
+    assert await active_faults(rec) == []  # the one stale read was used
+
+
+async def test_a_payment_id_lookup_that_always_misses_through_replica_lag_still_resolves_and_never_resends(
+    rec: RecoveryStack,
+) -> None:
+    attempt, payment = await charged_unknown_with_its_payment_id(rec)
+    await rec.sandbox.fault("lookup_stale", match={"operation": "lookup"})  # every by-id lookup
+    await rec.make_due(attempt)
+    worker = rec.worker()
+    assert await worker.run_pass() == [Pass.RESOLVED]
+    await assert_resolved_from_the_reference_without_a_resend(rec, attempt, payment)
+    assert await active_faults(rec) == [("lookup_stale", None)]  # still hiding it by id
+    rec.clock.advance(rec.recovery.slow_cadence_s)
+    assert await worker.run_pass() == []  # final: nothing left to look up or send
+    assert len(await rec.sandbox.create_requests()) == 1
 
 
 async def two_attempts_one_payment(rec: RecoveryStack):  # type: ignore[no-untyped-def]

@@ -1,4 +1,5 @@
-"""Fault injection: every request fault, matching, probability/times, webhook rules."""
+"""Fault injection: every request fault, matching, probability/times, webhook rules, and the
+sandbox extension ``lookup_stale``."""
 
 from __future__ import annotations
 
@@ -134,6 +135,80 @@ async def test_faults_apply_to_lookups(client: httpx.AsyncClient) -> None:
     assert error_of(by_ref)["code"] == "internal"
     assert (await client.get(f"/v1/payments/{payment['id']}", headers=auth())).status_code \
         == 200
+
+
+async def _rules(client: httpx.AsyncClient) -> list[tuple[str, int | None]]:
+    listed = (await client.get("/_sandbox/faults")).json()["rules"]
+    return [(r["fault"], r["times"]) for r in listed]
+
+
+async def test_lookup_stale_answers_a_real_miss_to_lookups_by_id_only(
+        client: httpx.AsyncClient) -> None:
+    stale = (await create(client, payment_body())).json()
+    other = (await create(client, payment_body())).json()
+    await add_faults(client, {"fault": "lookup_stale",
+                              "match": {"reference": stale["reference"]}, "times": 2})
+
+    # By reference it is always there, and that does not use the rule up.
+    by_ref = await client.get("/v1/payments", params={"reference": stale["reference"]},
+                              headers=auth())
+    assert (by_ref.status_code, by_ref.json()) == (200, {"data": [stale]})
+    assert await _rules(client) == [("lookup_stale", 2)]
+
+    # By id: exactly the answer to a payment that does not exist.
+    hidden = await client.get(f"/v1/payments/{stale['id']}", headers=auth())
+    missing = await client.get("/v1/payments/pay_doesnotexist", headers=auth())
+    assert hidden.status_code == missing.status_code == 404
+    assert hidden.headers["content-type"] == missing.headers["content-type"]
+    assert hidden.json() == {"error": {"type": "invalid_request", "code": "resource_missing",
+                                       "message": f"No such payment: {stale['id']}"}}
+    assert missing.json() == {"error": {"type": "invalid_request", "code": "resource_missing",
+                                        "message": "No such payment: pay_doesnotexist"}}
+    # Another reference is not matched; the rule fires `times` times, then is gone.
+    assert (await client.get(f"/v1/payments/{other['id']}", headers=auth())).json() == other
+    assert await _rules(client) == [("lookup_stale", 1)]
+    again = await client.get(f"/v1/payments/{stale['id']}", headers=auth())
+    assert again.status_code == 404
+    assert await _rules(client) == []
+    found = await client.get(f"/v1/payments/{stale['id']}", headers=auth())
+    assert (found.status_code, found.json()) == (200, stale)
+    lookups = [(q["path"], q["status"]) for q in await captured(client) if q["method"] == "GET"]
+    assert lookups == [("/v1/payments", 200), (f"/v1/payments/{stale['id']}", 404),
+                       ("/v1/payments/pay_doesnotexist", 404), (f"/v1/payments/{other['id']}", 200),
+                       (f"/v1/payments/{stale['id']}", 404), (f"/v1/payments/{stale['id']}", 200)]
+    assert len(await ledger(client)) == 2  # hidden, never removed
+
+
+async def test_lookup_stale_follows_match_times_and_probability(client: httpx.AsyncClient) -> None:
+    payment = (await create(client, payment_body())).json()
+    path = f"/v1/payments/{payment['id']}"
+    await add_faults(client,
+                     {"fault": "lookup_stale", "match": {"any": True}, "probability": 0},
+                     {"fault": "lookup_stale", "match": {"account": "acct_other"}},
+                     {"fault": "lookup_stale", "match": {"operation": "create"}})
+    assert (await client.get(path, headers=auth())).status_code == 200
+    assert (await create(client, payment_body())).status_code == 201  # never touches creates
+    await client.delete("/_sandbox/faults")
+
+    await add_faults(client, {"fault": "lookup_stale",
+                              "match": {"account": "acct_store", "operation": "lookup"},
+                              "times": 1})
+    # A payment that does not exist is a miss already: the rule is not used up by it.
+    assert (await client.get("/v1/payments/pay_doesnotexist", headers=auth())).status_code == 404
+    assert await _rules(client) == [("lookup_stale", 1)]
+    assert (await client.get(path, headers=auth())).status_code == 404
+    assert (await client.get(path, headers=auth())).status_code == 200
+
+
+async def test_lookup_stale_is_not_used_up_by_a_lookup_that_failed_first(client: httpx.AsyncClient) -> None:
+    payment = (await create(client, payment_body())).json()
+    path = f"/v1/payments/{payment['id']}"
+    await add_faults(client, {"fault": "error_500_after", "match": {"operation": "lookup"}, "times": 1},
+                     {"fault": "lookup_stale", "match": {"any": True}, "times": 1})
+    assert (await client.get(path, headers=auth())).status_code == 500
+    assert await _rules(client) == [("lookup_stale", 1)]  # the lookup never reached the data
+    assert (await client.get(path, headers=auth())).status_code == 404
+    assert (await client.get(path, headers=auth())).status_code == 200
 
 
 async def test_match_by_account_and_operation(client: httpx.AsyncClient) -> None:

@@ -27,7 +27,7 @@ from paycore_sandbox.errors import (
     rate_limited,
     unauthorized,
 )
-from paycore_sandbox.faults import EXECUTION_FAULTS, FaultContext
+from paycore_sandbox.faults import EXECUTION_FAULTS, STALE_LOOKUP_FAULTS, FaultContext
 from paycore_sandbox.idempotency import (
     Claim,
     KeyRecord,
@@ -183,11 +183,17 @@ async def get_payment(request: Request) -> Response:
 
     def answer() -> Response:
         payment = state.ledger.find_for(account, payment_id)
-        if payment is None:
+        if payment is None or _stale(state, account, payment):
             return not_found(f"No such payment: {payment_id}").response()
         return JSONResponse(payment.to_public())
 
     return await _rate_limited_lookup(request, arrival, ctx, answer)
+
+
+def _stale(state: SandboxState, account: SandboxAccount, payment: Payment) -> bool:
+    """Whether a ``lookup_stale`` rule hides this existing payment from a by-id lookup."""
+    ctx = FaultContext(account.account, "lookup", payment.reference)
+    return state.faults.take(ctx, STALE_LOOKUP_FAULTS) is not None
 
 
 async def list_payments(request: Request) -> Response:

@@ -9,6 +9,11 @@ Sandbox extensions for tests: ``GET /_sandbox/faults`` (active rules),
 held requests), ``GET /_sandbox/requests`` (every ``/v1`` request, in arrival
 order, Authorization reduced to ``sk_test``/``sk_live``) and
 ``GET /_sandbox/events`` (webhook events generated so far; ``?payment=`` filters).
+Beyond the contract's faults, ``POST /_sandbox/faults`` also accepts the
+``account``/``operation`` match keys and the ``lookup_stale`` fault (a by-id
+lookup of an existing payment answers 404 as if it did not exist, as a lagging
+read replica would; by-reference lookups are unaffected); see
+:mod:`paycore_sandbox.faults`.
 
 Webhook delivery (sandbox extensions): ``GET|POST|DELETE /_sandbox/webhooks/endpoints``,
 ``GET /_sandbox/webhooks/deliveries`` (every attempt, in order; never a

@@ -15,8 +15,19 @@ When each fault acts, and why:
 - on the way back (the network ate or mangled the answer): ``lose_response``,
   ``delay``, ``malformed_body``, ``empty_body``.
 
+Sandbox extension beyond the contract: ``lookup_stale`` (a lagging read replica).
+A lookup by payment id (``GET /v1/payments/{id}``) of a payment that exists
+answers the contract's 404 ``resource_missing``, byte for byte what a real miss
+answers. It is consulted at execution time, after the rate limit and
+``error_500_after``, and only when the payment exists (a miss is a miss
+already), so a use of ``times`` is consumed only when a payment was hidden. The
+rule matches on the payment's own reference and account (operation ``lookup``).
+Lookups by reference (``GET /v1/payments?reference=``) never consult it: they
+always see every payment.
+
 One arrival/response fault is chosen per request (the first matching rule that
-fires); ``error_500_after`` is chosen separately at execution time.
+fires); ``error_500_after`` and ``lookup_stale`` are chosen separately at
+execution time.
 
 Webhook faults (``webhook_*``) are consulted by :mod:`paycore_sandbox.delivery`
 once per emitted event (matching ``reference``/``account`` of the payment,
@@ -41,7 +52,8 @@ TRANSPORT_FAULTS = frozenset({
     "rate_limit", "malformed_body", "empty_body",
 })
 EXECUTION_FAULTS = frozenset({"error_500_after"})
-REQUEST_FAULTS = TRANSPORT_FAULTS | EXECUTION_FAULTS
+STALE_LOOKUP_FAULTS = frozenset({"lookup_stale"})  # by-id lookups only; see the module docstring
+REQUEST_FAULTS = TRANSPORT_FAULTS | EXECUTION_FAULTS | STALE_LOOKUP_FAULTS
 WEBHOOK_FAULTS = frozenset({
     "webhook_duplicate", "webhook_delay", "webhook_drop_first", "webhook_unstable_ids",
 })
