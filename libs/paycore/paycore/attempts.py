@@ -327,12 +327,12 @@ async def try_mark_started(
         if order_id is None:
             raise LookupError(f"attempt {attempt_id} not found")
         order = await lock_order(conn, order_id)
-        # The attempt's own version decides first: when another caller already
-        # started it (and perhaps paid the order), this caller only reports.
-        current = await conn.fetchrow(SELECT_STATE_AND_VERSION, attempt_id)
-        if current["version"] != expected_version or current["state"] != AttemptState.NOT_STARTED.value:
-            return StartResult.CONFLICT, None
         if order.not_payable_reason is not None:
+            # The attempt's own version decides first: when another caller already
+            # started it (and perhaps paid the order), this caller only reports.
+            current = await conn.fetchrow(SELECT_STATE_AND_VERSION, attempt_id)
+            if current["version"] != expected_version or current["state"] != AttemptState.NOT_STARTED.value:
+                return StartResult.CONFLICT, None
             return StartResult.ORDER_NOT_PAYABLE, None
         row = await conn.fetchrow(MARK_STARTED, attempt_id, expected_version, now, next_check_at)
         if row is None:
