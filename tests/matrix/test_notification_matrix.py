@@ -96,6 +96,21 @@ async def test_redelivered_keyed_notification_is_recorded_once_returns_success_a
                                         f"attempt:{attempt.attempt_id}:fulfillment-request"]
 
 
+async def test_a_redelivery_of_a_committed_notification_answers_without_waiting_on_the_order_lock(
+    hooks: WebhookStack,
+) -> None:
+    # A provider's retry storm must not queue behind a checkout holding the order:
+    # a key already committed is a duplicate, known from one indexed read.
+    attempt = await live_attempt(hooks)
+    body = succeeded_event(attempt)
+    assert (await hooks.deliver(body)).json() == {"result": "applied"}
+    async with hooks.pool.acquire() as holder, holder.transaction():
+        await holder.execute("SELECT 1 FROM orders WHERE order_id = $1 FOR UPDATE", attempt.order_id)
+        again = await asyncio.wait_for(hooks.deliver(body), timeout=10)
+        assert again.status_code == 200 and again.json() == {"result": "duplicate"}
+    assert len(await notification_rows(hooks)) == 1
+
+
 async def test_same_event_id_under_another_account_is_recorded_separately(hooks: WebhookStack) -> None:
     test_attempt = await live_attempt(hooks, TEST)
     other_attempt = await live_attempt(hooks, OTHER)

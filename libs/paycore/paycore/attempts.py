@@ -32,7 +32,7 @@ from paycore.domain import (
     can_transition,
 )
 from paycore.events import EventKind, append_event
-from paycore.orders import OrderNotPayable, lock_order
+from paycore.orders import OrderNotPayable, lock_order, lock_order_of_attempt
 
 log = logging.getLogger("paycore.attempts")
 
@@ -50,12 +50,11 @@ ORDER BY attempt_number DESC
 LIMIT 1
 """
 
-SELECT_BY_CLIENT_REFERENCE = """
-SELECT * FROM payment_attempts WHERE provider_account = $1 AND client_reference = $2
-"""
-
-SELECT_BY_PROVIDER_PAYMENT_ID = """
-SELECT * FROM payment_attempts WHERE provider_account = $1 AND provider_payment_id = $2
+# Both identities of a notification in one round trip (each side is unique in
+# its account, so at most two rows); a NULL parameter matches nothing.
+SELECT_BY_REFERENCE_OR_PAYMENT_ID = """
+SELECT * FROM payment_attempts
+WHERE provider_account = $1 AND (client_reference = $2 OR provider_payment_id = $3)
 """
 
 SELECT_NEXT_ATTEMPT_NUMBER = """
@@ -74,8 +73,6 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'NotStarted', $13, $1
 ON CONFLICT (order_id) WHERE state IN ('NotStarted', 'Started', 'Unknown') DO NOTHING
 RETURNING *
 """
-
-SELECT_ORDER_OF_ATTEMPT = "SELECT order_id FROM payment_attempts WHERE attempt_id = $1"
 
 # The Attempt dataclass mirrors the table's columns, so rows come back as ``*``.
 
@@ -223,20 +220,22 @@ async def latest_attempt(
     return Attempt.from_record(row) if row is not None else None
 
 
-async def find_by_client_reference(
-    conn: asyncpg.Connection, provider_account: str, reference: str
-) -> Attempt | None:
-    """The attempt this account and reference identify (unique by constraint)."""
-    row = await conn.fetchrow(SELECT_BY_CLIENT_REFERENCE, provider_account, reference)
-    return Attempt.from_record(row) if row is not None else None
+async def find_by_reference_and_payment_id(
+    conn: asyncpg.Connection, provider_account: str, reference: str | None, provider_payment_id: str | None
+) -> tuple[Attempt | None, Attempt | None]:
+    """The attempts this account's client reference and provider payment id identify, independently.
 
-
-async def find_by_provider_payment_id(
-    conn: asyncpg.Connection, provider_account: str, provider_payment_id: str
-) -> Attempt | None:
-    """The attempt that recorded this provider payment id in this account (unique by index)."""
-    row = await conn.fetchrow(SELECT_BY_PROVIDER_PAYMENT_ID, provider_account, provider_payment_id)
-    return Attempt.from_record(row) if row is not None else None
+    Returns ``(by_reference, by_payment_id)``; both are the same attempt when
+    the identities agree, and two different attempts are an identity conflict
+    for the caller to escalate.
+    """
+    rows = await conn.fetch(SELECT_BY_REFERENCE_OR_PAYMENT_ID, provider_account, reference,
+                            provider_payment_id)
+    found = [Attempt.from_record(row) for row in rows]
+    by_reference = next((a for a in found if reference is not None and a.client_reference == reference), None)
+    by_payment_id = next((a for a in found if provider_payment_id is not None
+                          and a.provider_payment_id == provider_payment_id), None)
+    return by_reference, by_payment_id
 
 
 BodyBuilder = Callable[[str, int, str], str]
@@ -323,10 +322,7 @@ async def try_mark_started(
     have committed, so the caller reloads the durable state.
     """
     async with pool.acquire() as conn, conn.transaction():
-        order_id = await conn.fetchval(SELECT_ORDER_OF_ATTEMPT, attempt_id)
-        if order_id is None:
-            raise LookupError(f"attempt {attempt_id} not found")
-        order = await lock_order(conn, order_id)
+        order = await lock_order_of_attempt(conn, attempt_id)
         if order.not_payable_reason is not None:
             # The attempt's own version decides first: when another caller already
             # started it (and perhaps paid the order), this caller only reports.
@@ -451,10 +447,7 @@ async def _apply_once(
     evidence_key: str | None,
 ) -> Attempt:
     """One try of :func:`record_outcome`; raises :class:`_LostRace` to roll back and reapply."""
-    order_id = await conn.fetchval(SELECT_ORDER_OF_ATTEMPT, attempt_id)
-    if order_id is None:
-        raise LookupError(f"attempt {attempt_id} not found")
-    order = await lock_order(conn, order_id)
+    order = await lock_order_of_attempt(conn, attempt_id)
     attempt = await get_attempt(conn, attempt_id)
 
     if from_send:
@@ -546,7 +539,9 @@ async def _identity_problem(
     if pid is not None:
         if attempt.provider_payment_id is not None and attempt.provider_payment_id != pid:
             return "provider-id-conflict", {"recorded": attempt.provider_payment_id, "reported": pid}
-        other = await conn.fetchval(
+        # An id this attempt already recorded is its own: the unique index
+        # (provider_account, provider_payment_id) admits no other owner.
+        other = None if attempt.provider_payment_id == pid else await conn.fetchval(
             SELECT_PAYMENT_ID_OWNER, attempt.provider_account, pid, attempt.attempt_id
         )
         if other is not None:

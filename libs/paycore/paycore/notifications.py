@@ -127,6 +127,20 @@ RETURNING event_id
 """
 
 
+SELECT_NOTIFICATION_RECORDED = """
+SELECT EXISTS (SELECT 1 FROM payment_attempt_events WHERE provider_account = $1 AND notification_key = $2)
+"""
+
+
+async def is_recorded(conn: asyncpg.Connection | asyncpg.Pool, *, provider_account: str, key: str) -> bool:
+    """Whether a notification with this key is already committed for this account.
+
+    Only a shortcut for redeliveries: a ``False`` may be stale by the time the
+    caller records, so :func:`record_notification` stays the arbiter.
+    """
+    return bool(await conn.fetchval(SELECT_NOTIFICATION_RECORDED, provider_account, key))
+
+
 @dataclass(frozen=True)
 class Recorded:
     """The result of recording: a new event row, or a duplicate of a committed one."""

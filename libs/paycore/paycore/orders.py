@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
+from uuid import UUID
 
 import asyncpg
 
@@ -60,6 +61,14 @@ RETURNING *
 """
 SELECT_ORDER = "SELECT * FROM orders WHERE order_id = $1"
 LOCK_ORDER = "SELECT * FROM orders WHERE order_id = $1 FOR UPDATE"
+
+# The order an attempt belongs to, locked in one round trip (an attempt never
+# changes order; the sub-select's row is read, not locked).
+LOCK_ORDER_OF_ATTEMPT = """
+SELECT * FROM orders
+WHERE order_id = (SELECT order_id FROM payment_attempts WHERE attempt_id = $1)
+FOR UPDATE
+"""
 HAS_LIVE_ATTEMPT = """
 SELECT EXISTS (SELECT 1 FROM payment_attempts
                WHERE order_id = $1 AND state IN ('NotStarted', 'Started', 'Unknown'))
@@ -102,6 +111,14 @@ async def lock_order(conn: asyncpg.Connection, order_id: str, customer_id: str |
     row = await conn.fetchrow(LOCK_ORDER, order_id)
     if row is None or (customer_id is not None and row["customer_id"] != customer_id):
         raise OrderNotFound(order_id)
+    return Order.from_record(row)
+
+
+async def lock_order_of_attempt(conn: asyncpg.Connection, attempt_id: UUID) -> Order:
+    """Lock the order of ``attempt_id`` (first in the lock order); raises ``LookupError`` if none."""
+    row = await conn.fetchrow(LOCK_ORDER_OF_ATTEMPT, attempt_id)
+    if row is None:
+        raise LookupError(f"attempt {attempt_id} not found")
     return Order.from_record(row)
 
 

@@ -18,10 +18,10 @@ from uuid import UUID
 import asyncpg
 
 from paycore import escalations
-from paycore.attempts import SELECT_ORDER_OF_ATTEMPT, Attempt, Lease
+from paycore.attempts import Attempt, Lease
 from paycore.domain import AttemptState
 from paycore.events import EventKind, append_event
-from paycore.orders import lock_order
+from paycore.orders import lock_order, lock_order_of_attempt
 
 SELECT_DUE = """
 SELECT attempt_id FROM payment_attempts
@@ -134,8 +134,7 @@ async def escalate_and_finish(
     write never has to retry because of an escalation.
     """
     async with pool.acquire() as conn, conn.transaction():
-        order_id = await conn.fetchval(SELECT_ORDER_OF_ATTEMPT, attempt_id)
-        await lock_order(conn, order_id)
+        await lock_order_of_attempt(conn, attempt_id)
         row = await conn.fetchrow(LOCK_ATTEMPT, attempt_id)
         current = Attempt.from_record(row)
         owned = (current.recovery_owner == lease.owner and current.lease_token == lease.token

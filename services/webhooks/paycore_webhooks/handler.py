@@ -1,7 +1,9 @@
 """The notification handler: one transaction per delivery, in the reference's order.
 
+0. A redelivery of an already committed notification answers "duplicate" from
+   one indexed read, without opening the transaction (a shortcut only).
 1. Match by account + client reference and by account + provider payment id,
-   independently.
+   independently (one query, two answers).
 2. Record the notification first (``ON CONFLICT … DO NOTHING``); a duplicate
    returns before any transition, alert or outbox row.
 3. Identity conflict -> escalation naming both attempts, applied to neither.
@@ -20,13 +22,14 @@ from datetime import datetime
 import asyncpg
 
 from paycore import escalations
-from paycore.attempts import find_by_client_reference, find_by_provider_payment_id
+from paycore.attempts import find_by_reference_and_payment_id
 from paycore.config import ProviderAccountConfig
 from paycore.notifications import (
     Notification,
     apply_notification,
     event_detail,
     identity_conflict_key,
+    is_recorded,
     mismatch_key,
     notification_key,
     record_notification,
@@ -57,60 +60,72 @@ async def handle_notification(
 ) -> DeliveryResult:
     provider_account = account.provider_account
     key = notification_key(n)
-    async with pool.acquire() as conn, conn.transaction():
-        by_reference = (await find_by_client_reference(conn, provider_account, n.reference)
-                        if n.reference else None)
-        by_payment_id = (await find_by_provider_payment_id(conn, provider_account, n.payment_id)
-                         if n.payment_id else None)
-        conflict = (by_reference is not None and by_payment_id is not None
-                    and by_reference.attempt_id != by_payment_id.attempt_id)
-        attempt = None if conflict else (by_reference or by_payment_id)
-        if attempt is not None:
-            # The fixed lock order (order, then attempt, then event rows) holds here too.
-            await lock_order(conn, attempt.order_id)
-
-        recorded = await record_notification(
-            conn, provider_account=provider_account, key=key,
-            attempt_id=attempt.attempt_id if attempt else None, detail=event_detail(n, key), now=now,
-        )
-        if recorded.is_duplicate:
+    async with pool.acquire() as conn:
+        # A redelivery of a committed notification is answered by one indexed read
+        # (history is append-only, so a recorded key stays recorded); the insert
+        # below remains the arbiter between concurrent deliveries.
+        if key is not None and await is_recorded(conn, provider_account=provider_account, key=key):
             return DeliveryResult.DUPLICATE
+        async with conn.transaction():
+            return await _handle(conn, account=account, n=n, key=key, now=now)
 
-        if conflict:
-            assert by_reference is not None and by_payment_id is not None
-            await escalations.raise_escalation(
-                conn, key=identity_conflict_key(provider_account, key, n), reason="identity-conflict",
-                attempt_id=by_reference.attempt_id, now=now,
-                detail={
-                    "reference_attempt_id": str(by_reference.attempt_id),
-                    "provider_payment_id_attempt_id": str(by_payment_id.attempt_id),
-                    "provider_account": provider_account,
-                    "client_reference": n.reference,
-                    "provider_payment_id": n.payment_id,
-                    "notification_event_id": recorded.event_id,
-                },
-            )
-            return DeliveryResult.CONFLICT
 
-        if attempt is None:
-            # Never silently ignored: stored for reconciliation, one episode per subject.
-            await escalations.raise_escalation(
-                conn, key=unmatched_key(provider_account, key, n), reason="unmatched-payment",
-                attempt_id=None, now=now,
-                detail={"provider_account": provider_account, "provider_payment_id": n.payment_id,
-                        "client_reference": n.reference, "notification_event_id": recorded.event_id},
-            )
-            return DeliveryResult.UNMATCHED
+async def _handle(
+    conn: asyncpg.Connection, *, account: ProviderAccountConfig, n: Notification, key: str | None,
+    now: datetime,
+) -> DeliveryResult:
+    provider_account = account.provider_account
+    by_reference, by_payment_id = await find_by_reference_and_payment_id(
+        conn, provider_account, n.reference or None, n.payment_id or None)
+    conflict = (by_reference is not None and by_payment_id is not None
+                and by_reference.attempt_id != by_payment_id.attempt_id)
+    attempt = None if conflict else (by_reference or by_payment_id)
+    if attempt is not None:
+        # The fixed lock order (order, then attempt, then event rows) holds here too.
+        await lock_order(conn, attempt.order_id)
 
-        disagreement = _payload_disagrees(account, n)
-        if disagreement is not None or not attempt.matches(n.amount_minor, n.currency):
-            await escalations.raise_escalation(
-                conn, key=mismatch_key(attempt.attempt_id, key), reason="mismatched-payment",
-                attempt_id=attempt.attempt_id, now=now,
-                detail={"field": disagreement or "amount-or-currency", "amount_minor": n.amount_minor,
-                        "currency": n.currency, "notification_event_id": recorded.event_id},
-            )
-            return DeliveryResult.MISMATCH
+    recorded = await record_notification(
+        conn, provider_account=provider_account, key=key,
+        attempt_id=attempt.attempt_id if attempt else None, detail=event_detail(n, key), now=now,
+    )
+    if recorded.is_duplicate:
+        return DeliveryResult.DUPLICATE
 
-        await apply_notification(conn, attempt=attempt, n=n, key=key, now=now)
-        return DeliveryResult.APPLIED
+    if conflict:
+        assert by_reference is not None and by_payment_id is not None
+        await escalations.raise_escalation(
+            conn, key=identity_conflict_key(provider_account, key, n), reason="identity-conflict",
+            attempt_id=by_reference.attempt_id, now=now,
+            detail={
+                "reference_attempt_id": str(by_reference.attempt_id),
+                "provider_payment_id_attempt_id": str(by_payment_id.attempt_id),
+                "provider_account": provider_account,
+                "client_reference": n.reference,
+                "provider_payment_id": n.payment_id,
+                "notification_event_id": recorded.event_id,
+            },
+        )
+        return DeliveryResult.CONFLICT
+
+    if attempt is None:
+        # Never silently ignored: stored for reconciliation, one episode per subject.
+        await escalations.raise_escalation(
+            conn, key=unmatched_key(provider_account, key, n), reason="unmatched-payment",
+            attempt_id=None, now=now,
+            detail={"provider_account": provider_account, "provider_payment_id": n.payment_id,
+                    "client_reference": n.reference, "notification_event_id": recorded.event_id},
+        )
+        return DeliveryResult.UNMATCHED
+
+    disagreement = _payload_disagrees(account, n)
+    if disagreement is not None or not attempt.matches(n.amount_minor, n.currency):
+        await escalations.raise_escalation(
+            conn, key=mismatch_key(attempt.attempt_id, key), reason="mismatched-payment",
+            attempt_id=attempt.attempt_id, now=now,
+            detail={"field": disagreement or "amount-or-currency", "amount_minor": n.amount_minor,
+                    "currency": n.currency, "notification_event_id": recorded.event_id},
+        )
+        return DeliveryResult.MISMATCH
+
+    await apply_notification(conn, attempt=attempt, n=n, key=key, now=now)
+    return DeliveryResult.APPLIED
