@@ -21,8 +21,8 @@ VALUES (:attempt_id::uuid, now(), 'transition', 'endpoint', '{"from": null, "to"
 COMMIT;
 
 BEGIN;
-SELECT order_id FROM payment_attempts WHERE attempt_id = :attempt_id::uuid;
-SELECT * FROM orders WHERE order_id = :order_id FOR UPDATE;
+SELECT * FROM orders
+WHERE order_id = (SELECT order_id FROM payment_attempts WHERE attempt_id = :attempt_id::uuid) FOR UPDATE;
 UPDATE payment_attempts a
 SET state = 'Started', first_sent_at = now(),
     escalation_deadline = now() + pa.key_retention - pa.escalation_margin,
@@ -37,8 +37,8 @@ VALUES (:attempt_id::uuid, now(), 'transition', 'endpoint', '{"from": "NotStarte
 COMMIT;
 
 BEGIN;
-SELECT order_id FROM payment_attempts WHERE attempt_id = :attempt_id::uuid;
-SELECT * FROM orders WHERE order_id = :order_id FOR UPDATE;
+SELECT * FROM orders
+WHERE order_id = (SELECT order_id FROM payment_attempts WHERE attempt_id = :attempt_id::uuid) FOR UPDATE;
 SELECT * FROM payment_attempts WHERE attempt_id = :attempt_id::uuid;
 INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
 VALUES (:attempt_id::uuid, now(), 'send_result', 'endpoint', '{"outcome": "succeeded"}');
