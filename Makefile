@@ -35,7 +35,7 @@ test-fast: $(STAMP)  ## run the tests only
 lint: $(STAMP)  ## ruff
 	$(BIN)/ruff check libs services tests bench
 
-typecheck: $(STAMP)  ## mypy --strict on libs/paycore
+typecheck: $(STAMP)  ## mypy --strict on libs/paycore and every service
 	$(BIN)/mypy
 
 bench: $(STAMP)  ## benchmarks with same-run baselines (prints ratios; not a test)
