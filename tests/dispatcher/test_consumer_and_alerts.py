@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 import orjson
 import pytest
+from aiokafka.partitioner import murmur2
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -18,7 +19,7 @@ from starlette.routing import Route
 
 from paycore import escalations
 from paycore.clock import FakeClock, SystemClock
-from paycore.consumer import InboxConsumer, Message
+from paycore.consumer import InboxConsumer, Message, _Listener
 from paycore.kafka import KafkaSettings
 from paycore_dispatcher.alerts import AlertSender, alert_consumer
 from paycore_dispatcher.demo_consumers import demo_consumer
@@ -142,6 +143,141 @@ async def test_a_rebalance_between_two_static_members_hands_over_processed_offse
     stop_b.set()
     await asyncio.wait_for(asyncio.gather(task_a, task_b), 15)
     assert await fulfillments(pool) == Counter({k: 1 for k in keys + more})
+
+
+# --------------------------------------------------------------------------- static membership
+
+# Tansu v0.6.0 holds a static member's JoinGroup and SyncGroup for max(3 s, session/2) + 3 s
+# (9 s here) and does not count them as contact: the restarted member keeps its old entry
+# only if its first heartbeat lands within the session timeout of the old one's last.
+# 12 s leaves about 2 s of headroom; at <= 6 s a static restart always rebalances.
+STATIC_GROUP = {**FAST_GROUP, "session_timeout_ms": 12_000}
+
+
+def keys_per_partition(partitions: int, per_partition: int) -> list[str]:
+    """Ordering keys that the producer's default partitioner spreads evenly."""
+    keys: list[str] = []
+    counts = Counter[int]()
+    while len(keys) < partitions * per_partition:
+        key = f"attempt:{uuid.uuid4()}"
+        partition = (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+        if counts[partition] < per_partition:
+            counts[partition] += 1
+            keys.append(key)
+    return keys
+
+
+async def publish_spread(pool: asyncpg.Pool, clock: FakeClock, ks: KafkaSettings, per_partition: int
+                         ) -> list[str]:
+    keys = keys_per_partition(ks.effects_partitions, per_partition)
+    for i, key in enumerate(keys):
+        await queue_bare(pool, clock, key, "fulfillment-request", n=i)
+    async with kafka_publisher(ks) as pub:
+        assert (await relay(pool, pub, clock, ks).run_once()).published == len(keys)
+    return [f"{key}:fulfillment-request" for key in keys]
+
+
+Rebalance = tuple[InboxConsumer, str, frozenset[int]]
+
+
+def record_rebalances(monkeypatch: pytest.MonkeyPatch) -> list[Rebalance]:
+    """Every revoke/assign callback the group makes to any helper, in order."""
+    calls: list[Rebalance] = []
+    revoked, assigned = _Listener.on_partitions_revoked, _Listener.on_partitions_assigned
+
+    async def on_revoked(self: _Listener, tps: Any) -> None:
+        calls.append((self.owner, "revoked", frozenset(tp.partition for tp in tps)))
+        await revoked(self, tps)
+
+    async def on_assigned(self: _Listener, tps: Any) -> None:
+        calls.append((self.owner, "assigned", frozenset(tp.partition for tp in tps)))
+        await assigned(self, tps)
+
+    monkeypatch.setattr(_Listener, "on_partitions_revoked", on_revoked)
+    monkeypatch.setattr(_Listener, "on_partitions_assigned", on_assigned)
+    return calls
+
+
+def of(calls: list[Rebalance], member: InboxConsumer) -> list[tuple[str, frozenset[int]]]:
+    return [(kind, parts) for owner, kind, parts in calls if owner is member]
+
+
+def holding(calls: list[Rebalance], member: InboxConsumer) -> frozenset[int]:
+    """The partitions ``member`` holds after its last callback (none while revoked)."""
+    mine = of(calls, member)
+    return mine[-1][1] if mine and mine[-1][0] == "assigned" else frozenset()
+
+
+async def inbox_partitions(pool: asyncpg.Pool, group: str, keys: list[str]) -> Counter[int]:
+    rows = await pool.fetch("SELECT kafka_partition FROM consumer_inbox WHERE consumer_group = $1 "
+                            "AND dedup_key = ANY($2::text[])", group, keys)
+    return Counter(r["kafka_partition"] for r in rows)
+
+
+async def test_a_static_member_restarting_within_its_session_timeout_gets_its_partitions_back_without_a_rebalance(  # noqa: E501
+    pool: asyncpg.Pool, clock: FakeClock, ks: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = record_rebalances(monkeypatch)
+    first = await publish_spread(pool, clock, ks, 2)
+    group = f"demo-{uuid.uuid4().hex[:6]}"
+    crash = asyncio.Event()
+
+    async def crash_when_told(message: Message) -> None:
+        if crash.is_set():
+            raise SimulatedCrash("after the transaction, before the offset commit")
+
+    def member(name: str, **options: Any) -> InboxConsumer:
+        return demo_consumer("fulfillment", pool, ks, SystemClock(), group_id=group,
+                             instance_id=f"{group}-{name}", **STATIC_GROUP, **options)
+
+    a, b = member("a"), member("b", after_transaction=crash_when_told)
+    stop_a, task_a = await run_consumer(a)
+    _, task_b = await run_consumer(b)
+
+    async def settled() -> bool:
+        held_a, held_b = holding(calls, a), holding(calls, b)
+        return (bool(held_a) and bool(held_b) and not held_a & held_b
+                and len(held_a | held_b) == ks.effects_partitions and a.stats.handled + b.stats.handled == 6)
+
+    await until(settled)
+    before = len(calls)
+    b_partitions = holding(calls, b)
+    b_handled = b.stats.handled
+
+    # B dies abruptly: it commits the effect of its next message, then crashes before the
+    # offset commit. A static member sends no LeaveGroup; the broker only stops hearing from it.
+    crash.set()
+    second = await publish_spread(pool, clock, ks, 2)
+    with pytest.raises(SimulatedCrash):
+        await asyncio.wait_for(task_b, 30)
+    crashed_at = asyncio.get_running_loop().time()
+    assert b.stats.handled == b_handled + 1
+
+    restarted = member("b")
+    stop_r, task_r = await run_consumer(restarted)
+
+    async def caught_up() -> bool:
+        done = sum((await fulfillments(pool)).values())
+        return done >= 12 and restarted.stats.duplicates >= 1
+
+    await until(caught_up)
+    # An absence needs a window, not an event: once the old member's session has run out,
+    # a rebalance that Tansu had not skipped would have reached A's callbacks.
+    session_s = STATIC_GROUP["session_timeout_ms"] / 1000
+    await asyncio.sleep(max(0.0, crashed_at + session_s + 1.0 - asyncio.get_running_loop().time()))
+
+    assert of(calls[before:], a) == [] and of(calls[before:], b) == []
+    assert of(calls, restarted) == [("revoked", frozenset()), ("assigned", b_partitions)]
+    # The one message past B's last offset commit came back and was found in the inbox;
+    # the offsets committed before the crash held, so nothing older was redelivered.
+    assert await inbox_partitions(pool, group, second) == {p: 2 for p in range(ks.effects_partitions)}
+    assert restarted.stats.duplicates == 1
+    assert restarted.stats.handled == 2 * len(b_partitions) - 1
+    assert a.stats.duplicates == 0
+    stop_a.set()
+    stop_r.set()
+    await asyncio.wait_for(asyncio.gather(task_a, task_r), 15)
+    assert await fulfillments(pool) == Counter({k: 1 for k in first + second})
 
 
 # --------------------------------------------------------------------------- alert delivery
