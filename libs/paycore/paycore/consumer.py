@@ -17,9 +17,11 @@ side effects live in PostgreSQL:
   after a backoff (on the application clock); later messages of that partition
   wait, so per-key order holds. A message with no ``dedup_key`` cannot be
   deduplicated: it is logged and skipped.
-- Static membership: pass ``instance_id`` (``group.instance.id``) so a restart
-  within the session timeout keeps its partitions without a rebalance. The local
-  Tansu broker accepts it (see docs/dispatcher.md).
+- Static membership: pass ``instance_id`` (``group.instance.id``) so a quick
+  restart keeps its partitions without a rebalance. Kafka allows the whole
+  session timeout for that; the local Tansu broker holds a static join for
+  max(3 s, session/2) + 3 s and counts it against the session, so there it needs
+  a long session and a short heartbeat (measurements in docs/dispatcher.md).
 - Rebalance: when partitions are revoked the helper commits the offsets it has
   processed for them before giving them up.
 """
