@@ -742,6 +742,42 @@ async def test_any_number_of_recovery_instances_resolve_each_attempt_once(rec: R
     assert await rec.escalation_rows() == []
 
 
+async def test_a_sweep_claims_due_attempts_in_next_check_then_created_then_id_order(
+    rec: RecoveryStack,
+) -> None:
+    a = [await rec.charged_but_unknown(customer=f"cus_order_{i}") for i in range(5)]
+    base = rec.clock.now()
+    # (next_check_at, created_at) per attempt, set against creation order.
+    schedule = {0: (3, 1), 1: (2, 1), 2: (2, 2), 3: (1, 1), 4: (1, 1)}
+    for i, (due_ago, created_ago) in schedule.items():
+        await rec.pool.execute(
+            "UPDATE payment_attempts SET next_check_at = $2, created_at = $3 WHERE attempt_id = $1",
+            a[i].attempt_id, base - timedelta(seconds=due_ago), base - timedelta(hours=created_ago))
+    one_lane = dataclasses.replace(rec.recovery, concurrency=1)
+    assert await rec.worker(recovery=one_lane).run_pass() == [Pass.RESOLVED] * 5
+    rows = await rec.pool.fetch(
+        "SELECT attempt_id FROM payment_attempt_events WHERE kind = 'lookup' AND attempt_id = ANY($1::uuid[])"
+        " ORDER BY event_id", [x.attempt_id for x in a])
+    last_two = sorted([a[3].attempt_id, a[4].attempt_id])  # same due time and creation: by id
+    assert [r["attempt_id"] for r in rows] == [a[0].attempt_id, a[2].attempt_id, a[1].attempt_id, *last_two]
+
+
+async def test_workers_sweeping_together_claim_each_due_attempt_once_and_never_collide(
+    rec: RecoveryStack,
+) -> None:
+    attempts = [await rec.charged_but_unknown(customer=f"cus_swept_{i}") for i in range(12)]
+    await rec.make_due()
+    lanes = dataclasses.replace(rec.recovery, concurrency=4)
+    a, b = rec.worker("a", recovery=lanes), rec.worker("b", recovery=lanes)
+    passes_a, passes_b = await asyncio.gather(a.run_pass(), b.run_pass())
+    # SKIP LOCKED hands each claimer a different attempt: no wasted claim, no second look.
+    assert sorted(passes_a + passes_b) == [Pass.RESOLVED] * 12
+    for attempt in attempts:
+        assert len(await rec.lookup_events(attempt)) == 1
+        assert len(await rec.payments_for(attempt)) == 1
+    assert await a.run_pass() == await b.run_pass() == []
+
+
 async def test_escalation_is_raised_once_per_episode_across_passes_and_two_workers(
     rec: RecoveryStack,
 ) -> None:

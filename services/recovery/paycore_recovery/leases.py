@@ -23,13 +23,25 @@ from paycore.domain import AttemptState
 from paycore.events import EventKind, append_event
 from paycore.orders import lock_order, lock_order_of_attempt
 
-SELECT_DUE = """
-SELECT attempt_id FROM payment_attempts
-WHERE state IN ('NotStarted', 'Started', 'Unknown')
-  AND next_check_at <= $1
-  AND (recovery_owner IS NULL OR lease_expires_at <= $1)
-ORDER BY next_check_at, created_at, attempt_id
-LIMIT $2
+# The reference's claim, applied to the next due attempt in its order:
+# (next_check_at, created_at, attempt_id). SKIP LOCKED hands concurrent claimers
+# (this worker's lanes, other instances) different attempts instead of making them
+# queue on one row and find it taken; the outer predicate repeats the claim's.
+CLAIM_NEXT_DUE = """
+UPDATE payment_attempts
+SET recovery_owner = $1, lease_token = $2, lease_acquired_at = $3, lease_expires_at = $4
+WHERE attempt_id = (
+        SELECT attempt_id FROM payment_attempts
+        WHERE state IN ('NotStarted', 'Started', 'Unknown')
+          AND next_check_at <= $3
+          AND (recovery_owner IS NULL OR lease_expires_at <= $3)
+        ORDER BY next_check_at, created_at, attempt_id
+        LIMIT 1
+        FOR NO KEY UPDATE SKIP LOCKED)
+  AND state IN ('NotStarted', 'Started', 'Unknown')
+  AND next_check_at <= $3
+  AND (recovery_owner IS NULL OR lease_expires_at <= $3)
+RETURNING *
 """
 
 CLAIM = """
@@ -96,14 +108,15 @@ def new_lease(owner: str) -> Lease:
     return Lease(owner=owner, token=uuid.uuid4())
 
 
-async def due_attempts(pool: asyncpg.Pool, now: datetime, limit: int) -> list[UUID]:
-    """Due, unresolved attempts whose lease is free or expired, in the reference's order."""
-    return [r["attempt_id"] for r in await pool.fetch(SELECT_DUE, now, limit)]
+async def claim_next_due(pool: asyncpg.Pool, lease: Lease, now: datetime, lease_s: float) -> Attempt | None:
+    """Claim the next due, unresolved attempt whose lease is free or expired; ``None`` when none is."""
+    row = await pool.fetchrow(CLAIM_NEXT_DUE, lease.owner, lease.token, now, now + timedelta(seconds=lease_s))
+    return Attempt.from_record(row) if row is not None else None
 
 
 async def claim(pool: asyncpg.Pool, attempt_id: UUID, lease: Lease, now: datetime,
                 lease_s: float) -> Attempt | None:
-    """Claim a due attempt with a fresh token; ``None`` when someone else has it or it is not due."""
+    """Claim this due attempt with a fresh token; ``None`` when someone else has it or it is not due."""
     row = await pool.fetchrow(CLAIM, attempt_id, lease.owner, lease.token, now,
                               now + timedelta(seconds=lease_s))
     return Attempt.from_record(row) if row is not None else None

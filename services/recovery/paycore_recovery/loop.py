@@ -90,25 +90,34 @@ class RecoveryWorker:
     # -- the sweep -------------------------------------------------------------------------
 
     async def run_pass(self) -> list[Pass]:
-        """One sweep over due attempts (and due reminders); returns how each pass ended."""
+        """One sweep over due attempts (and due reminders); returns how each pass ended.
+
+        ``concurrency`` lanes each claim the next due attempt in the reference's
+        order and work it, until nothing is due or ``batch`` attempts were claimed.
+        """
         from paycore_recovery.reminders import send_due_reminders
 
-        due = await leases.due_attempts(self.pool, self.clock.now(), self.recovery.batch)
-        gate = asyncio.Semaphore(self.recovery.concurrency)
+        results: list[Pass] = []
+        remaining = self.recovery.batch
 
-        async def one(attempt_id: UUID) -> Pass:
-            async with gate:
+        async def lane() -> None:
+            nonlocal remaining
+            while remaining > 0:
+                remaining -= 1
+                lease = leases.new_lease(self.owner)
                 try:
-                    return await self.recover(attempt_id)
-                except Exception:
-                    # One attempt's failure must not stop the sweep for the others. It is
-                    # surfaced (log with traceback, metric), never turned into an outcome;
-                    # the lease expires and a later pass retries from durable state.
-                    log.exception("recovery pass over attempt %s failed", attempt_id)
+                    attempt = await leases.claim_next_due(self.pool, lease, self.clock.now(),
+                                                          self.recovery.lease_s)
+                except UNCONFIRMED:
+                    # Unknown whether the claim committed: its lease simply expires.
+                    log.exception("claiming the next due attempt failed; ending this lane's sweep")
                     self.metrics.failures.inc()
-                    return Pass.FAILED
+                    return
+                if attempt is None:
+                    return
+                results.append(await self._recover_guarded(attempt, lease))
 
-        results = list(await asyncio.gather(*(one(a) for a in due)))
+        await asyncio.gather(*(lane() for _ in range(self.recovery.concurrency)))
         await send_due_reminders(self.pool, self.clock, self.recovery)
         return results
 
@@ -129,10 +138,27 @@ class RecoveryWorker:
     # -- one attempt -----------------------------------------------------------------------
 
     async def recover(self, attempt_id: UUID) -> Pass:
+        """Claim this attempt, if it is due and free, and work it once."""
         lease = leases.new_lease(self.owner)
         attempt = await leases.claim(self.pool, attempt_id, lease, self.clock.now(), self.recovery.lease_s)
         if attempt is None:
             return Pass.NOT_CLAIMED
+        return await self._recover_claimed(attempt, lease)
+
+    async def _recover_guarded(self, attempt: Attempt, lease: Lease) -> Pass:
+        try:
+            return await self._recover_claimed(attempt, lease)
+        except Exception:
+            # One attempt's failure must not stop the sweep for the others. It is
+            # surfaced (log with traceback, metric), never turned into an outcome;
+            # the lease expires and a later pass retries from durable state.
+            log.exception("recovery pass over attempt %s failed", attempt.attempt_id)
+            self.metrics.failures.inc()
+            return Pass.FAILED
+
+    async def _recover_claimed(self, attempt: Attempt, lease: Lease) -> Pass:
+        """The reference's pass over one claimed attempt, top to bottom."""
+        attempt_id = attempt.attempt_id
         self.metrics.claims.inc()
         now = self.clock.now()
 
