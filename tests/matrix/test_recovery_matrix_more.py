@@ -778,6 +778,23 @@ async def test_workers_sweeping_together_claim_each_due_attempt_once_and_never_c
     assert await a.run_pass() == await b.run_pass() == []
 
 
+async def test_a_sweep_skips_a_due_attempt_whose_row_another_transaction_holds_and_takes_the_next(
+    rec: RecoveryStack,
+) -> None:
+    first, second = [await rec.charged_but_unknown(customer=f"cus_held_{i}") for i in range(2)]
+    await rec.make_due()
+    async with rec.pool.acquire() as holder, holder.transaction():
+        # Another writer (say, a notification being applied) holds the earliest due attempt.
+        await holder.execute("SELECT 1 FROM payment_attempts WHERE attempt_id = $1 FOR NO KEY UPDATE",
+                             first.attempt_id)
+        passes = await asyncio.wait_for(rec.worker().run_pass(), timeout=10)  # never waits on the lock
+        assert passes == [Pass.RESOLVED]
+        assert await rec.state(second) == "Succeeded"
+    assert await rec.state(first) == "Unknown"
+    assert await rec.worker().run_pass() == [Pass.RESOLVED]  # the next sweep takes it
+    assert await rec.state(first) == "Succeeded"
+
+
 async def test_escalation_is_raised_once_per_episode_across_passes_and_two_workers(
     rec: RecoveryStack,
 ) -> None:
