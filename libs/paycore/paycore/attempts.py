@@ -78,10 +78,6 @@ RETURNING *
 
 # Stamps the key window from the provider-account row in force now: a later
 # configuration change cannot move this attempt's deadline.
-SELECT_STATE_AND_VERSION = """
-SELECT state, version FROM payment_attempts WHERE attempt_id = $1
-"""
-
 MARK_STARTED = """
 UPDATE payment_attempts a
 SET state = 'Started',
@@ -326,8 +322,8 @@ async def try_mark_started(
         if order.not_payable_reason is not None:
             # The attempt's own version decides first: when another caller already
             # started it (and perhaps paid the order), this caller only reports.
-            current = await conn.fetchrow(SELECT_STATE_AND_VERSION, attempt_id)
-            if current["version"] != expected_version or current["state"] != AttemptState.NOT_STARTED.value:
+            current = await get_attempt(conn, attempt_id)
+            if current.version != expected_version or current.state is not AttemptState.NOT_STARTED:
                 return StartResult.CONFLICT, None
             return StartResult.ORDER_NOT_PAYABLE, None
         row = await conn.fetchrow(MARK_STARTED, attempt_id, expected_version, now, next_check_at)
