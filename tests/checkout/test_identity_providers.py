@@ -1,8 +1,10 @@
-"""Customer tokens as real identity providers issue them.
+"""Customer tokens as real identity providers issue them; subjects PostgreSQL cannot store.
 
 Keycloak and Auth0 (like Okta and Entra) put ``aud`` in every access token;
 checkout pins the audience and the issuer. Their key sets are served by a real
-local HTTP server at the path each provider uses.
+local HTTP server at the path each provider uses. A subject holding NUL, another
+control character or a lone surrogate is refused at the boundary with a 401,
+and the storefront's keep-alive connection survives it.
 """
 
 from __future__ import annotations
@@ -298,3 +300,40 @@ def test_an_audience_together_with_allow_any_audience_is_a_contradiction() -> No
         checkout_settings("http://127.0.0.1:1", "postgresql://x", PAYCORE_JWT_AUDIENCE="paycore-checkout",
                           PAYCORE_JWT_ALLOW_ANY_AUDIENCE="true")
     assert exc.value.variable == "PAYCORE_JWT_ALLOW_ANY_AUDIENCE"
+
+
+# ---------------------------------------------------------------------------
+# Subjects PostgreSQL cannot store (or nobody should): 401 at the boundary, connection kept
+
+
+def local_port(r: httpx.Response) -> int | None:
+    """The client port of the connection that carried ``r``; None once that connection is closed."""
+    try:
+        port: int = r.extensions["network_stream"].get_extra_info("client_addr")[1]
+    except OSError:
+        return None
+    return port
+
+
+@pytest.mark.parametrize("sub", [
+    "cus\u0000x",  # PostgreSQL refuses NUL in text
+    "cus\ud800x",  # a lone surrogate cannot be encoded as UTF-8
+    "\udc00",
+    "cus\u0007x",  # other control characters: C0, DEL, C1
+    "cus\nx",
+    "cus\u007f",
+    "cus\u0085x",
+])
+async def test_a_subject_with_nul_a_control_character_or_a_lone_surrogate_is_401_keeping_the_connection(
+    stack: Stack, sub: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    refused = await create_order(stack, hs256(sub=sub))
+    refused_on = local_port(refused)
+    assert_401(refused, "subject")
+    accepted = await create_order(stack, hs256())
+    assert accepted.status_code == 201, accepted.text
+    # The same keep-alive connection carried both: the refusal did not reset it.
+    assert refused_on is not None and local_port(accepted) == refused_on
+    assert await order_owners(stack) == ["cus_alice"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text

@@ -8,13 +8,15 @@ unreachable key set is the server's problem, not the customer's: 503, not 401.
 ``aud`` must name one of ``PAYCORE_JWT_AUDIENCE`` and ``iss`` must equal
 ``PAYCORE_JWT_ISSUER`` when they are set (a JWKS requires both, see
 ``paycore.config``). A token with an ``aud`` that no configured audience can
-vouch for is refused unless ``PAYCORE_JWT_ALLOW_ANY_AUDIENCE=true``.
+vouch for is refused unless ``PAYCORE_JWT_ALLOW_ANY_AUDIENCE=true``. The
+subject is checked before it goes anywhere near PostgreSQL.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import unicodedata
 
 import jwt
 import jwt.types
@@ -28,12 +30,25 @@ log = logging.getLogger("paycore.checkout.auth")
 # Seconds: how long a fetched key set is trusted, and how long one fetch may take.
 JWKS_LIFESPAN_S = 300
 JWKS_FETCH_TIMEOUT_S = 5
+MAX_SUBJECT_CHARS = 200
+# Unicode categories a customer id may not hold: control characters (NUL is refused
+# by PostgreSQL text) and surrogates (a lone one cannot be encoded as UTF-8).
+_FORBIDDEN_IN_SUBJECT = frozenset({"Cc", "Cs"})
 
 
 def _invalid_token(detail: str) -> Problem:
     # The token itself is never logged or echoed.
     return Problem(401, "unauthenticated", "Invalid token", detail,
                    headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+
+
+def usable_subject(sub: object) -> str | None:
+    """The customer id a verified token names, or None if it cannot be one."""
+    if not isinstance(sub, str) or not sub.strip() or len(sub) > MAX_SUBJECT_CHARS:
+        return None
+    if any(unicodedata.category(c) in _FORBIDDEN_IN_SUBJECT for c in sub):
+        return None
+    return sub
 
 
 class Authenticator:
@@ -76,8 +91,8 @@ class Authenticator:
                 "The token names an audience (aud) but this service has none configured, so it cannot "
                 "tell whether the token is meant for it. The operator sets PAYCORE_JWT_AUDIENCE "
                 "(or PAYCORE_JWT_ALLOW_ANY_AUDIENCE=true).")
-        sub = claims.get("sub")
-        if not isinstance(sub, str) or not sub.strip() or len(sub) > 200:
+        sub = usable_subject(claims.get("sub"))
+        if sub is None:
             raise _invalid_token("The token has no usable subject.")
         return sub
 
