@@ -6,72 +6,18 @@ take down; checkout fetches it over HTTP exactly as in production.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import asyncpg
 import httpx
 import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
+from tests.support.identity_provider import IdentityProvider
 from tests.support.servers import serve_asgi
 from tests.support.stack import Stack, running_stack
-
-
-@dataclass
-class IdentityProvider:
-    """Signs customer tokens and publishes the public keys as a JWKS."""
-
-    keys: dict[str, Any] = field(default_factory=dict)  # kid -> private key
-    published: set[str] = field(default_factory=set)
-    down: bool = False
-    fetches: int = 0
-
-    def add_rsa_key(self, kid: str, *, publish: bool = True) -> None:
-        self.keys[kid] = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        if publish:
-            self.published.add(kid)
-
-    def add_ec_key(self, kid: str) -> None:
-        self.keys[kid] = ec.generate_private_key(ec.SECP256R1())
-        self.published.add(kid)
-
-    def token(self, customer: str, kid: str, *, exp_in_s: int = 3600) -> str:
-        key = self.keys[kid]
-        algorithm = "ES256" if isinstance(key, ec.EllipticCurvePrivateKey) else "RS256"
-        now = int(time.time())
-        return jwt.encode({"sub": customer, "iat": now, "exp": now + exp_in_s}, key,
-                          algorithm=algorithm, headers={"kid": kid})
-
-    def jwks(self) -> dict[str, Any]:
-        published = []
-        for kid in sorted(self.published):
-            key = self.keys[kid]
-            if isinstance(key, ec.EllipticCurvePrivateKey):
-                jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(key.public_key()))
-                jwk["alg"] = "ES256"
-            else:
-                jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
-                jwk["alg"] = "RS256"
-            published.append({**jwk, "kid": kid, "use": "sig"})
-        return {"keys": published}
-
-    def app(self) -> Starlette:
-        async def keys(request: Request) -> Response:
-            self.fetches += 1
-            if self.down:
-                return Response("unavailable", status_code=503)
-            return JSONResponse(self.jwks())
-
-        return Starlette(routes=[Route("/.well-known/jwks.json", keys)])
 
 
 @dataclass
@@ -85,13 +31,24 @@ class JwksStack:
             headers={"Authorization": f"Bearer {token}"})
 
 
+# With a JWKS, checkout requires the audience and issuer its tokens must name.
+ISSUER = "https://idp.example/"
+AUDIENCE = "paycore-checkout"
+IDP_ENV = {"PAYCORE_JWT_SECRET": "", "PAYCORE_JWT_ISSUER": ISSUER, "PAYCORE_JWT_AUDIENCE": AUDIENCE}
+
+
+def identity_provider() -> IdentityProvider:
+    idp = IdentityProvider(claims={"iss": ISSUER, "aud": AUDIENCE})
+    idp.add_rsa_key("rsa-1")
+    return idp
+
+
 @pytest.fixture
 async def jwks(pool: asyncpg.Pool, db_dsn: str) -> AsyncIterator[JwksStack]:
-    idp = IdentityProvider()
-    idp.add_rsa_key("rsa-1")
+    idp = identity_provider()
     async with serve_asgi(idp.app()) as idp_url:
         # No HS256 secret at all: the JWKS is the only way in.
-        async for stack in running_stack(pool, db_dsn, PAYCORE_JWT_SECRET="",
+        async for stack in running_stack(pool, db_dsn, **IDP_ENV,
                                          PAYCORE_JWKS_URL=f"{idp_url}/.well-known/jwks.json",
                                          PAYCORE_JWKS_REFETCH_COOLDOWN_S="0"):
             yield JwksStack(idp, stack)
@@ -143,10 +100,9 @@ async def test_a_key_rotated_in_inside_the_cooldown_is_not_fetched_for(
     pool: asyncpg.Pool, db_dsn: str,
 ) -> None:
     # The production default: unknown kids cannot make checkout hammer the identity provider.
-    idp = IdentityProvider()
-    idp.add_rsa_key("rsa-1")
+    idp = identity_provider()
     async with serve_asgi(idp.app()) as idp_url:
-        async for stack in running_stack(pool, db_dsn, PAYCORE_JWT_SECRET="",
+        async for stack in running_stack(pool, db_dsn, **IDP_ENV,
                                          PAYCORE_JWKS_URL=f"{idp_url}/.well-known/jwks.json"):
             s = JwksStack(idp, stack)
             assert (await s.create_order(idp.token("cus_alice", "rsa-1"))).status_code == 201
@@ -170,7 +126,8 @@ async def test_an_expired_token_from_a_published_key_is_401(jwks: JwksStack) -> 
 async def test_an_hs256_token_is_refused_when_only_the_jwks_is_configured(jwks: JwksStack) -> None:
     # Algorithm confusion: an HMAC token must never be checked against a public key.
     now = int(time.time())
-    forged = jwt.encode({"sub": "cus_alice", "exp": now + 60}, "x" * 32, algorithm="HS256",
+    forged = jwt.encode({"sub": "cus_alice", "exp": now + 60, "iss": ISSUER, "aud": AUDIENCE},
+                        "x" * 32, algorithm="HS256",
                         headers={"kid": "rsa-1"})
     assert_problem(await jwks.create_order(forged), 401, "unauthenticated")
 

@@ -67,6 +67,23 @@ class Budgets:
     max_call_duration_s: float = 30.0  # the payment client's own ceiling
 
 
+# Clock skew tolerated on a token's exp/nbf/iat: a few seconds of drift between
+# hosts is normal; minutes would let expired tokens in.
+JWT_DEFAULT_LEEWAY_S = 30.0
+JWT_MAX_LEEWAY_S = 300.0
+
+
+@dataclass(frozen=True)
+class JwtClaimRules:
+    """What a customer token must say besides carrying a valid signature."""
+
+    audiences: tuple[str, ...] = ()  # ``aud`` must name one of them; () = none configured
+    issuer: str | None = None  # ``iss`` must equal it exactly (Auth0's trailing slash included)
+    # Explicit opt-out: ``aud`` is not checked at all (never the default).
+    allow_any_audience: bool = False
+    leeway_s: float = JWT_DEFAULT_LEEWAY_S
+
+
 @dataclass(frozen=True)
 class ProviderAccountConfig:
     """One configured Cardco account: where it lives and how to authenticate."""
@@ -101,6 +118,7 @@ class Settings:
     # Least time between two refetches of the JWKS for an unknown ``kid``: a
     # rotation is picked up after it, and forged kids cannot hammer the IdP.
     jwks_refetch_cooldown_s: float = 30.0
+    jwt_claims: JwtClaimRules = field(default_factory=JwtClaimRules)
     budgets: Budgets = field(default_factory=Budgets)
     # Longest expected gap between inserting an attempt and moving it to Started.
     abandonment_threshold_s: float = 60.0
@@ -178,6 +196,48 @@ def validate_budgets(budgets: Budgets) -> Budgets:
     return budgets
 
 
+def _jwt_text(env: Mapping[str, str], name: str) -> str | None:
+    raw = _get(env, name)
+    # These are compared with token claims verbatim; invisible characters would never match.
+    if raw is not None and any(not c.isprintable() for c in raw):
+        raise ConfigError(name, "must not contain control or other non-printable characters")
+    return raw
+
+
+def _jwt_claims(env: Mapping[str, str], *, jwks: bool) -> JwtClaimRules:
+    """The audience, issuer and leeway customer tokens are checked against.
+
+    With a JWKS the audience and issuer are required: the key set proves only
+    that the identity provider signed a token, not that it was meant for this
+    service (``aud``) or this tenant (``iss``; Entra's common key set signs for
+    every tenant). ``PAYCORE_JWT_ALLOW_ANY_AUDIENCE=true`` waives the audience.
+    """
+    raw_audience = _jwt_text(env, "PAYCORE_JWT_AUDIENCE")
+    audiences = tuple(a.strip() for a in raw_audience.split(",")) if raw_audience else ()
+    if any(not a for a in audiences):
+        raise ConfigError("PAYCORE_JWT_AUDIENCE", "must be one audience or a comma-separated list "
+                          f"without empty entries, got {raw_audience!r}")
+    issuer = _jwt_text(env, "PAYCORE_JWT_ISSUER")
+    allow_any = _bool(env, "PAYCORE_JWT_ALLOW_ANY_AUDIENCE") or False
+    if allow_any and audiences:
+        raise ConfigError("PAYCORE_JWT_ALLOW_ANY_AUDIENCE",
+                          "contradicts PAYCORE_JWT_AUDIENCE; set only one of them")
+    if jwks and not audiences and not allow_any:
+        raise ConfigError("PAYCORE_JWT_AUDIENCE",
+                          "is required with PAYCORE_JWKS_URL: this API's identifier at the identity "
+                          "provider (or PAYCORE_JWT_ALLOW_ANY_AUDIENCE=true to accept any audience)")
+    if jwks and issuer is None:
+        raise ConfigError("PAYCORE_JWT_ISSUER",
+                          "is required with PAYCORE_JWKS_URL: the exact 'iss' of the identity provider's "
+                          "tokens, e.g. https://<tenant>.auth0.com/ or https://<host>/realms/<realm>")
+    leeway = _seconds(env, "PAYCORE_JWT_LEEWAY_S", JWT_DEFAULT_LEEWAY_S, allow_zero=True)
+    if leeway > JWT_MAX_LEEWAY_S:
+        raise ConfigError("PAYCORE_JWT_LEEWAY_S", f"must be at most {JWT_MAX_LEEWAY_S:g} seconds, "
+                          f"got {leeway:g}")
+    return JwtClaimRules(audiences=audiences, issuer=issuer, allow_any_audience=allow_any,
+                         leeway_s=leeway)
+
+
 def load_settings(env: Mapping[str, str] | None = None, *, require_cardco: bool = True) -> Settings:
     """Read and validate every ``PAYCORE_*`` variable.
 
@@ -252,6 +312,7 @@ def load_settings(env: Mapping[str, str] | None = None, *, require_cardco: bool 
         jwt_secret=Secret(jwt_secret) if jwt_secret else None,
         jwks_url=jwks_url,
         jwks_refetch_cooldown_s=_seconds(env, "PAYCORE_JWKS_REFETCH_COOLDOWN_S", 30.0, allow_zero=True),
+        jwt_claims=_jwt_claims(env, jwks=jwks_url is not None),
         accounts=tuple(accounts),
         budgets=budgets,
         abandonment_threshold_s=_seconds(env, "PAYCORE_ABANDONMENT_THRESHOLD_S", 60.0),

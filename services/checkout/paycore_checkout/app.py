@@ -108,7 +108,8 @@ def create_app(
                              ["method", "route", "status"], registry=registry)
     metrics = CheckoutMetrics(registry)
     auth = Authenticator(secret=settings.jwt_secret, jwks_url=settings.jwks_url,
-                         jwks_refetch_cooldown_s=settings.jwks_refetch_cooldown_s)
+                         jwks_refetch_cooldown_s=settings.jwks_refetch_cooldown_s,
+                         claims=settings.jwt_claims)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
