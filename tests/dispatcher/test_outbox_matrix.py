@@ -141,9 +141,10 @@ async def test_a_dead_lettered_confirmation_blocks_its_refund_until_an_operator_
         assert len(done.resolved_escalations) == 1
         assert (await r.run_once()).published == 2
     assert keys_of(await effects(ks, 2)) == [conf(a), refund(a)]
-    [action] = await pool.fetch("SELECT * FROM outbox_operator_actions")
-    assert action["action"] == "requeue" and action["operator"] == "ops@example"
-    assert action["previous_attempts"] == 2
+    [action] = await pool.fetch("SELECT * FROM operator_actions")
+    assert action["action"] == "outbox-requeue" and action["operator"] == "ops@example"
+    assert action["state_before"]["delivery_attempts"] == 2
+    assert action["state_after"]["delivery_attempts"] == 0
 
 
 async def test_a_dead_lettered_confirmation_skipped_by_an_operator_lets_its_refund_through(

@@ -97,7 +97,9 @@ async def test_paycore_outbox_requeue_and_skip_act_only_on_dead_lettered_rows(
         assert (await relay(pool, pub, clock, ks, max_delivery_attempts=1).run_once()).dead_lettered == 1
         args = ["outbox", "requeue", str(huge), "--operator", "ops", "--reason", "try again"]
         assert await asyncio.to_thread(main, args) == 0
-        assert "requeue done" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "requeue done" in out and f"outbox-requeue by ops on outbox message {huge}" in out
+        assert "reason: try again" in out and "delivery_attempts: 1 → 0" in out
         row = await outbox_row(pool, huge)
         assert row["dead_lettered_at"] is None and row["delivery_attempts"] == 0
         clock.current = max(clock.now(), row["next_attempt_at"])  # the CLI acts on the system clock
@@ -105,8 +107,9 @@ async def test_paycore_outbox_requeue_and_skip_act_only_on_dead_lettered_rows(
         args = ["outbox", "skip", str(huge), "--operator", "ops", "--reason", "sent by hand"]
         assert await asyncio.to_thread(main, args) == 0
         assert (await relay(pool, pub, clock, ks).run_once()).published_by_kind.get("refund-request") == 1
-    actions = [r["action"] for r in await pool.fetch("SELECT action FROM outbox_operator_actions ORDER BY 1")]
-    assert actions == ["requeue", "skip"]
+    actions = await pool.fetch("SELECT * FROM operator_actions ORDER BY action_id")
+    assert [(a["action"], a["message_id"], a["operator"]) for a in actions] == [
+        ("outbox-requeue", huge, "ops"), ("outbox-skip", huge, "ops")]
 
 
 async def test_retention_deletes_dispatched_rows_past_the_horizon_and_keeps_their_dedup_keys(

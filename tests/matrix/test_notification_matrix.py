@@ -12,6 +12,7 @@ from uuid import UUID
 
 import asyncpg
 import orjson
+import pytest
 
 from paycore.attempts import (
     Attempt,
@@ -20,7 +21,8 @@ from paycore.attempts import (
 )
 from paycore.config import ProviderAccountConfig
 from paycore.domain import ProviderOutcome
-from paycore.notifications import attach_notification, synthesized_key
+from paycore.notifications import AttachRefused, attach_notification, synthesized_key
+from paycore.operator_actions import InvalidOperatorAction
 from tests.support.attempts import someone_waits_on_a_lock, started_attempt
 from tests.support.stack import eventually
 from tests.support.webhooks import LIVE, OTHER, TEST, WebhookStack, event, payment_object
@@ -458,8 +460,8 @@ async def test_a_stored_unmatched_notification_attached_later_resolves_its_attem
     assert (await hooks.deliver(evt)).json()["result"] == "unmatched"
     [row] = await notification_rows(hooks)
     result = await attach_notification(hooks.pool, event_id=row["event_id"], attempt_id=attempt.attempt_id,
-                                       operator="ops-1", now=hooks.clock.now())
-    assert result.state == "Succeeded"
+                                       operator="ops-1", reason="reference typo", now=hooks.clock.now())
+    assert result.attempt.state == "Succeeded"
     assert await open_escalations(hooks) == []
     assert f"attempt:{attempt.attempt_id}:order-confirmation" in await outbox_keys(hooks)
     history = await hooks.pool.fetch(
@@ -467,6 +469,51 @@ async def test_a_stored_unmatched_notification_attached_later_resolves_its_attem
         " ORDER BY event_id", attempt.attempt_id)
     assert history[-2]["detail"]["attached_notification"] == row["event_id"]
     assert history[-2]["actor"] == "operator-ops-1"
+
+
+async def test_attaching_a_notification_records_one_operator_action_with_the_attempt_before_and_after(
+    hooks: WebhookStack,
+) -> None:
+    attempt = await live_attempt(hooks)
+    evt = succeeded_event(attempt, "pay_7")
+    evt["data"]["object"]["reference"] = "ORD-typo-a1"
+    assert (await hooks.deliver(evt)).json()["result"] == "unmatched"
+    [row] = await notification_rows(hooks)
+    [unmatched] = await hooks.pool.fetch(
+        "SELECT escalation_id FROM payment_escalations WHERE resolved_at IS NULL")
+    hooks.clock.advance(30)
+    result = await attach_notification(hooks.pool, event_id=row["event_id"], attempt_id=attempt.attempt_id,
+                                       operator="ops-1", reason="reference typo", now=hooks.clock.now())
+    [action] = await hooks.pool.fetch("SELECT * FROM operator_actions")
+    assert action["action_id"] == result.recorded.action_id
+    assert (action["action"], action["operator"], action["reason"]) == (
+        "notification-attach", "ops-1", "reference typo")
+    assert (action["attempt_id"], action["event_id"], action["escalation_id"]) == (
+        attempt.attempt_id, row["event_id"], unmatched["escalation_id"])
+    assert action["occurred_at"] == hooks.clock.now() and action["message_id"] is None
+    assert action["state_before"] == {"state": "Unknown", "version": attempt.version,
+                                      "provider_payment_id": None}
+    assert action["state_after"] == {"state": "Succeeded", "version": result.attempt.version,
+                                     "provider_payment_id": "pay_7"}
+    assert result.attempt.version > attempt.version
+    assert action["detail"]["resolved_escalations"] == [unmatched["escalation_id"]]
+
+
+async def test_a_refused_attachment_records_no_operator_action(hooks: WebhookStack) -> None:
+    attempt = await live_attempt(hooks)
+    matched = succeeded_event(attempt, "pay_8", status="processing")
+    assert (await hooks.deliver(matched)).json()["result"] == "applied"
+    [row] = await notification_rows(hooks)
+    with pytest.raises(AttachRefused, match="matched on arrival"):
+        await attach_notification(hooks.pool, event_id=row["event_id"], attempt_id=attempt.attempt_id,
+                                  operator="ops-1", reason="try", now=hooks.clock.now())
+    with pytest.raises(AttachRefused, match="no stored notification"):
+        await attach_notification(hooks.pool, event_id=row["event_id"] + 100, attempt_id=attempt.attempt_id,
+                                  operator="ops-1", reason="try", now=hooks.clock.now())
+    with pytest.raises(InvalidOperatorAction, match="reason"):
+        await attach_notification(hooks.pool, event_id=row["event_id"], attempt_id=attempt.attempt_id,
+                                  operator="ops-1", reason="", now=hooks.clock.now())
+    assert await hooks.count("SELECT count(*) FROM operator_actions") == 0
 
 
 async def test_a_concurrent_writer_makes_the_notification_reapply_without_losing_its_record(

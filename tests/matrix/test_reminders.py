@@ -115,7 +115,9 @@ async def test_acknowledgement_resets_the_reminder_schedule(rec: RecoveryStack) 
     interval, ack_interval = rec.recovery.reminder_interval_s, rec.recovery.reminder_ack_interval_s
     rec.clock.advance(300)
     acked_at = rec.clock.now()
-    assert await escalations.acknowledge(rec.pool, eid, acked_at, seconds(ack_interval))
+    recorded = await escalations.acknowledge(rec.pool, eid, operator="ops-1", reason=None, now=acked_at,
+                                             reminder_interval=seconds(ack_interval))
+    assert recorded.escalation_id == eid
     row = await episode(rec, eid)
     assert row["acknowledged_at"] == acked_at and row["resolved_at"] is None
     assert row["next_reminder_at"] == acked_at + seconds(ack_interval)
@@ -165,7 +167,8 @@ async def test_a_resolved_episode_that_recurs_opens_a_new_episode_and_alerts_aga
     attempt, first = await escalated_past_the_deadline(rec)
     # A person closes the episode; the attempt itself is still Unknown, past its deadline.
     rec.clock.advance(60)
-    assert await escalations.resolve(rec.pool, first["escalation_id"], rec.clock.now())
+    await escalations.resolve(rec.pool, first["escalation_id"], operator="ops-1", reason="looked into it",
+                              now=rec.clock.now())
     assert await rec.open_escalations() == []
     assert await rec.state(attempt) == "Unknown"
 

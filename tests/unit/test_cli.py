@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import stat
@@ -47,6 +48,8 @@ COMMANDS = [
     ["escalations"],
     ["escalations", "ack"],
     ["escalations", "resolve"],
+    ["actions"],
+    ["actions", "list"],
 ]
 
 
@@ -334,7 +337,7 @@ def test_attach_refuses_a_malformed_attempt_id(
     fresh_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("PAYCORE_DATABASE_URL", fresh_database)
-    assert main(["notifications", "attach", "1", "not-a-uuid", "--operator", "ops"]) == 2
+    assert main(["notifications", "attach", "1", "not-a-uuid", "--operator", "ops", "--reason", "typo"]) == 2
     assert "not an attempt id" in capsys.readouterr().err
 
 
@@ -343,7 +346,8 @@ def test_attach_reports_an_unknown_attempt_without_a_traceback(
 ) -> None:
     monkeypatch.setenv("PAYCORE_DATABASE_URL", fresh_database)
     assert main(["migrate"]) == 0
-    code = main(["notifications", "attach", "1", "00000000-0000-0000-0000-000000000001", "--operator", "ops"])
+    code = main(["notifications", "attach", "1", "00000000-0000-0000-0000-000000000001", "--operator", "ops",
+                 "--reason", "typo"])
     err = capsys.readouterr().err
     assert code == 1 and "not found" in err and "Traceback" not in err
 
@@ -351,43 +355,128 @@ def test_attach_reports_an_unknown_attempt_without_a_traceback(
 # --------------------------------------------------------------------------- escalations ack / resolve
 
 
-def test_escalations_ack_then_resolve_and_a_closed_episode_is_refused(
-    fresh_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("PAYCORE_DATABASE_URL", fresh_database)
-    assert main(["migrate"]) == 0
-
-    async def raise_one() -> int:
+def _raise_escalation(dsn: str, key: str) -> int:
+    async def run() -> int:
         from paycore.clock import SystemClock
         from paycore.db import create_pool
         from paycore.escalations import raise_escalation
 
-        pool = await create_pool(fresh_database, max_size=1)  # jsonb codecs, as the services use
+        pool = await create_pool(dsn, max_size=1)  # jsonb codecs, as the services use
         try:
             async with pool.acquire() as conn:
-                escalation_id = await raise_escalation(conn, key="ops:test", reason="test",
-                                                       now=SystemClock().now())
+                escalation_id = await raise_escalation(conn, key=key, reason="test", now=SystemClock().now())
         finally:
             await pool.close()
         assert escalation_id is not None
         return escalation_id
 
-    async def row(escalation_id: int) -> asyncpg.Record:
-        conn = await asyncpg.connect(fresh_database)
+    return asyncio.run(run())
+
+
+def _fetch(dsn: str, sql: str, *args: object) -> list[asyncpg.Record]:
+    async def run() -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(dsn)
         try:
-            found = await conn.fetchrow("SELECT * FROM payment_escalations WHERE escalation_id = $1",
-                                        escalation_id)
+            rows: list[asyncpg.Record] = await conn.fetch(sql, *args)
+            return rows
         finally:
             await conn.close()
-        assert found is not None
+
+    return asyncio.run(run())
+
+
+def test_escalations_ack_then_resolve_and_a_closed_episode_is_refused(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PAYCORE_DATABASE_URL", fresh_database)
+    assert main(["migrate"]) == 0
+    escalation_id = _raise_escalation(fresh_database, "ops:test")
+
+    def row() -> asyncpg.Record:
+        [found] = _fetch(fresh_database, "SELECT * FROM payment_escalations WHERE escalation_id = $1",
+                         escalation_id)
         return found
 
-    escalation_id = asyncio.run(raise_one())
     assert main(["escalations", "ack", str(escalation_id), "--operator", "ops-1"]) == 0
-    acked = asyncio.run(row(escalation_id))
+    acked = row()
     assert acked["acknowledged_at"] is not None and acked["next_reminder_at"] > acked["acknowledged_at"]
-    assert main(["escalations", "resolve", str(escalation_id), "--operator", "ops-1"]) == 0
-    resolved = asyncio.run(row(escalation_id))
+    resolve = ["escalations", "resolve", str(escalation_id), "--operator", "ops-1", "--reason"]
+    assert main([*resolve, "done"]) == 0
+    resolved = row()
     assert resolved["resolved_at"] is not None and resolved["next_reminder_at"] is None
-    assert main(["escalations", "resolve", str(escalation_id), "--operator", "ops-1"]) == 1
+    capsys.readouterr()
+    assert main([*resolve, "again"]) == 1
     assert "is not open" in capsys.readouterr().err
+    assert main(["escalations", "ack", str(escalation_id + 1), "--operator", "ops-1"]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    actions = _fetch(fresh_database, "SELECT action FROM operator_actions ORDER BY action_id")
+    assert [a["action"] for a in actions] == ["escalation-acknowledge", "escalation-resolve"]
+
+
+def test_escalations_resolve_needs_a_reason_and_a_printable_operator(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PAYCORE_DATABASE_URL", fresh_database)
+    with pytest.raises(SystemExit) as missing:
+        main(["escalations", "resolve", "1", "--operator", "ops-1"])
+    assert missing.value.code == 2 and "--reason" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as bad:
+        main(["escalations", "ack", "1", "--operator", "ops\x1b[31m"])
+    assert bad.value.code == 2 and "printable" in capsys.readouterr().err
+
+
+def test_escalation_commands_print_the_recorded_action_before_and_after(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PAYCORE_DATABASE_URL", fresh_database)
+    assert main(["migrate"]) == 0
+    escalation_id = _raise_escalation(fresh_database, "ops:printed")
+    capsys.readouterr()
+    assert main(["escalations", "ack", str(escalation_id), "--operator", "alice", "--reason", "on it"]) == 0
+    out = capsys.readouterr().out
+    [action] = _fetch(fresh_database, "SELECT * FROM operator_actions")
+    assert f"operator action {action['action_id']}: escalation-acknowledge by alice" in out
+    assert f"on escalation {escalation_id}" in out and "reason: on it" in out
+    assert "acknowledged_at: null → 20" in out and "next_reminder_at: 20" in out
+    assert main(["escalations", "resolve", str(escalation_id), "--operator", "bob", "--reason", "fixed"]) == 0
+    out = capsys.readouterr().out
+    assert "escalation-resolve by bob" in out and "reason: fixed" in out
+    assert "resolved_at: null → 20" in out and " → null" in out
+
+
+def test_actions_list_filters_and_prints_a_table_or_json(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PAYCORE_DATABASE_URL", fresh_database)
+    assert main(["migrate"]) == 0
+    first = _raise_escalation(fresh_database, "ops:first")
+    second = _raise_escalation(fresh_database, "ops:second")
+    assert main(["escalations", "ack", str(first), "--operator", "alice"]) == 0
+    assert main(["escalations", "resolve", str(second), "--operator", "bob", "--reason", "dup of first"]) == 0
+    assert main(["escalations", "resolve", str(first), "--operator", "bob", "--reason", "fixed"]) == 0
+    capsys.readouterr()
+
+    assert main(["actions", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["ID", "WHEN", "(UTC)", "OPERATOR", "ACTION", "TARGET", "REASON"]
+    assert [line.split()[4] for line in lines[1:]] == ["escalation-resolve", "escalation-resolve",
+                                                       "escalation-acknowledge"]
+    assert f"escalation {first}" in lines[1] and "fixed" in lines[1]
+
+    assert main(["actions", "list", "--escalation", str(first), "--operator", "bob"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "bob" in lines[1] and f"escalation {first}" in lines[1]
+
+    assert main(["actions", "list", "--operator", "alice", "--json"]) == 0
+    [record] = json.loads(capsys.readouterr().out)
+    assert (record["operator"], record["action"], record["escalation_id"]) == (
+        "alice", "escalation-acknowledge", first)
+    assert record["reason"] is None and record["state_before"]["acknowledged_at"] is None
+    assert record["state_after"]["acknowledged_at"] is not None
+
+    assert main(["actions", "list", "--limit", "1", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 1
+    assert main(["actions", "list", "--operator", "nobody"]) == 0
+    assert "no operator actions" in capsys.readouterr().out
+    assert main(["actions", "list", "--attempt", "not-a-uuid"]) == 2
+    assert "not an attempt id" in capsys.readouterr().err

@@ -9,9 +9,10 @@
     paycore run consumer fulfillment|email | paycore run alerts
     paycore outbox requeue|skip MESSAGE_ID --operator NAME --reason TEXT
     paycore outbox purge [--older-than SECONDS]
-    paycore escalations ack|resolve ESCALATION_ID --operator NAME
+    paycore escalations ack|resolve ESCALATION_ID --operator NAME [--reason TEXT]
     paycore token CUSTOMER_ID [--ttl SECONDS]
-    paycore notifications attach EVENT_ID ATTEMPT_ID --operator NAME
+    paycore notifications attach EVENT_ID ATTEMPT_ID --operator NAME --reason TEXT
+    paycore actions list [--attempt ID] [--escalation ID] [--operator NAME] [--limit N] [--json]
 
 Configuration comes from ``PAYCORE_*`` variables (:mod:`paycore.config`). Local
 state -- embedded PostgreSQL data, the generated JWT secret, the broker log --
@@ -150,6 +151,15 @@ def _positive_int(raw: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {value}")
     return value
+
+
+def _operator(raw: str) -> str:
+    from paycore.operator_actions import InvalidOperatorAction, validate_operator
+
+    try:
+        return validate_operator(raw)
+    except InvalidOperatorAction as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _log_level(env: Mapping[str, str]) -> int:
@@ -329,6 +339,7 @@ def cmd_outbox(args: argparse.Namespace) -> int:
 
     from paycore import outbox_admin
     from paycore.clock import SystemClock
+    from paycore.operator_actions import InvalidOperatorAction, describe
 
     async def act(settings: Any, pool: Any) -> str:
         now = SystemClock().now()
@@ -338,13 +349,16 @@ def cmd_outbox(args: argparse.Namespace) -> int:
             return f"deleted {r.deleted} dispatched rows; kept {r.archived} dedup keys"
         action = outbox_admin.requeue if args.outbox_command == "requeue" else outbox_admin.skip
         done = await action(pool, args.message_id, operator=args.operator, reason=args.reason, now=now)
-        return (f"outbox message {done.message_id}: {done.action} done; resolved escalations "
-                f"{done.resolved_escalations or 'none'}")
+        return "\n".join([*describe(done.recorded),
+                          f"outbox message {done.message_id}: {done.action} done; resolved escalations "
+                          f"{done.resolved_escalations or 'none'}"])
 
     try:
         _, message = _with_operator_pool(act)
     except outbox_admin.OutboxActionRefused as exc:
         raise CommandError(str(exc), code=1) from None
+    except InvalidOperatorAction as exc:
+        raise CommandError(str(exc), code=2) from None
     print(message)
     return 0
 
@@ -354,22 +368,54 @@ def cmd_escalations(args: argparse.Namespace) -> int:
 
     from paycore import escalations
     from paycore.clock import SystemClock
+    from paycore.operator_actions import InvalidOperatorAction, OperatorAction, describe
 
-    async def act(settings: Any, pool: Any) -> bool:
+    async def act(settings: Any, pool: Any) -> OperatorAction:
         now = SystemClock().now()
         if args.escalation_command == "ack":
             from paycore_recovery.settings import load_recovery_settings
 
             interval = timedelta(seconds=load_recovery_settings(settings).reminder_ack_interval_s)
-            return await escalations.acknowledge(pool, args.escalation_id, now, interval)
-        return await escalations.resolve(pool, args.escalation_id, now)
+            return await escalations.acknowledge(pool, args.escalation_id, operator=args.operator,
+                                                 reason=args.reason, now=now, reminder_interval=interval)
+        return await escalations.resolve(pool, args.escalation_id, operator=args.operator,
+                                         reason=args.reason, now=now)
 
-    _, done = _with_operator_pool(act)
-    if not done:
-        raise CommandError(f"escalation {args.escalation_id} is not open", code=1)
-    log.info("escalation %s %s by %s", args.escalation_id,
-             "acknowledged" if args.escalation_command == "ack" else "resolved", args.operator)
+    try:
+        _, recorded = _with_operator_pool(act)
+    except escalations.EscalationActionRefused as exc:
+        raise CommandError(str(exc), code=1) from None
+    except InvalidOperatorAction as exc:
+        raise CommandError(str(exc), code=2) from None
+    print("\n".join(describe(recorded)))
     print(f"escalation {args.escalation_id}: {args.escalation_command} done")
+    return 0
+
+
+def cmd_actions(args: argparse.Namespace) -> int:
+    import json
+    import uuid
+
+    from paycore.operator_actions import OperatorAction, list_actions, table
+
+    attempt_id = None
+    if args.attempt is not None:
+        try:
+            attempt_id = uuid.UUID(args.attempt)
+        except ValueError:
+            raise CommandError(f"{args.attempt!r} is not an attempt id (a UUID)", code=2) from None
+
+    async def fetch(settings: Any, pool: Any) -> list[OperatorAction]:
+        return await list_actions(pool, attempt_id=attempt_id, escalation_id=args.escalation,
+                                  operator=args.operator, limit=args.limit)
+
+    _, found = _with_operator_pool(fetch)
+    if args.json:
+        print(json.dumps([a.as_json() for a in found], indent=2, ensure_ascii=False))
+    elif not found:
+        print("no operator actions match")
+    else:
+        print("\n".join(table(found)))
     return 0
 
 
@@ -655,7 +701,10 @@ def build_parser() -> argparse.ArgumentParser:
                          ("resolve", "the condition has ended: close the episode (changes no attempt)")):
         sub = esc_cmds.add_parser(action, help=text, description=text)
         sub.add_argument("escalation_id", type=_positive_int, metavar="ESCALATION_ID")
-        sub.add_argument("--operator", required=True, help="who is acting (logged)")
+        sub.add_argument("--operator", required=True, type=_operator, metavar="NAME",
+                         help="who is acting: an operator handle (recorded in operator_actions)")
+        sub.add_argument("--reason", required=action == "resolve", default=None, metavar="TEXT",
+                         help="why (recorded)" + ("" if action == "resolve" else "; optional"))
         sub.set_defaults(handler=cmd_escalations)
 
     box = commands.add_parser(
@@ -667,8 +716,9 @@ def build_parser() -> argparse.ArgumentParser:
                          ("skip", "give up on a dead-lettered row so the rows after it are delivered")):
         sub = box_cmds.add_parser(action, help=text, description=text)
         sub.add_argument("message_id", type=_positive_int, metavar="MESSAGE_ID")
-        sub.add_argument("--operator", required=True, help="who is deciding (recorded)")
-        sub.add_argument("--reason", required=True, help="why (recorded)")
+        sub.add_argument("--operator", required=True, type=_operator, metavar="NAME",
+                         help="who is deciding: an operator handle (recorded in operator_actions)")
+        sub.add_argument("--reason", required=True, metavar="TEXT", help="why (recorded)")
         sub.set_defaults(handler=cmd_outbox)
     purge = box_cmds.add_parser("purge", help="delete dispatched rows past the replay horizon, keeping "
                                               "their dedup keys")
@@ -687,8 +737,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     attach.add_argument("event_id", type=_positive_int, metavar="EVENT_ID")
     attach.add_argument("attempt_id", metavar="ATTEMPT_ID")
-    attach.add_argument("--operator", required=True, help="who is attaching it (recorded in history)")
+    attach.add_argument("--operator", required=True, type=_operator, metavar="NAME",
+                        help="who is attaching it: an operator handle (recorded in history and in "
+                             "operator_actions)")
+    attach.add_argument("--reason", required=True, metavar="TEXT",
+                        help="why, e.g. the corrected reference (recorded)")
     attach.set_defaults(handler=cmd_notifications_attach)
+
+    acts = commands.add_parser(
+        "actions", help="show the record of operator actions",
+        description="Operator tools: the append-only record of who did what (operator_actions). "
+                    "Needs PAYCORE_DATABASE_URL.")
+    act_cmds = acts.add_subparsers(dest="actions_command", required=True, metavar="ACTION")
+    listing = act_cmds.add_parser(
+        "list", help="recorded operator actions, newest first",
+        description="Recorded operator actions matching every given filter, newest first: id, time, "
+                    "operator, action, target, reason (--json adds the state before and after).")
+    listing.add_argument("--attempt", default=None, metavar="ATTEMPT_ID", help="actions on this attempt")
+    listing.add_argument("--escalation", type=_positive_int, default=None, metavar="ESCALATION_ID",
+                         help="actions on this escalation episode")
+    listing.add_argument("--operator", type=_operator, default=None, metavar="NAME",
+                         help="actions by this operator")
+    listing.add_argument("--limit", type=_positive_int, default=50,
+                         help="at most this many (default %(default)s)")
+    listing.add_argument("--json", action="store_true", help="print JSON for machines")
+    listing.set_defaults(handler=cmd_actions)
     return parser
 
 
@@ -696,23 +769,26 @@ def cmd_notifications_attach(args: argparse.Namespace) -> int:
     import uuid
 
     from paycore.clock import SystemClock
-    from paycore.notifications import AttachRefused, attach_notification
+    from paycore.notifications import Attached, AttachRefused, attach_notification
+    from paycore.operator_actions import InvalidOperatorAction, describe
 
     try:
         attempt_id = uuid.UUID(args.attempt_id)
     except ValueError:
         raise CommandError(f"{args.attempt_id!r} is not an attempt id (a UUID)", code=2) from None
 
-    async def attach(settings: Any, pool: Any) -> str:
-        attempt = await attach_notification(pool, event_id=args.event_id, attempt_id=attempt_id,
-                                            operator=args.operator, now=SystemClock().now())
-        return attempt.state.value
+    async def attach(settings: Any, pool: Any) -> Attached:
+        return await attach_notification(pool, event_id=args.event_id, attempt_id=attempt_id,
+                                         operator=args.operator, reason=args.reason, now=SystemClock().now())
 
     try:
-        _, state = _with_operator_pool(attach)
+        _, done = _with_operator_pool(attach)
     except (AttachRefused, LookupError) as exc:
         raise CommandError(str(exc), code=1) from None
-    print(f"attached notification {args.event_id} to attempt {attempt_id}: now {state}")
+    except InvalidOperatorAction as exc:
+        raise CommandError(str(exc), code=2) from None
+    print("\n".join(describe(done.recorded)))
+    print(f"attached notification {args.event_id} to attempt {attempt_id}: now {done.attempt.state.value}")
     return 0
 
 

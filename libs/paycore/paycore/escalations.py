@@ -4,6 +4,9 @@ Raising inserts ``payment_escalations`` with ``ON CONFLICT (escalation_key) WHER
 resolved_at IS NULL DO NOTHING``; only a newly opened episode queues an
 operator alert, keyed by the episode (``escalation:<id>:initial``) rather than by
 the reusable reason, so a condition that recurs after resolution alerts again.
+
+:func:`acknowledge` and :func:`resolve` are operator actions: each runs in its own
+transaction and records itself in ``operator_actions`` (:mod:`paycore.operator_actions`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,13 @@ from uuid import UUID
 import asyncpg
 
 from paycore import outbox
+from paycore.operator_actions import (
+    ActionKind,
+    OperatorAction,
+    record_action,
+    validate_operator,
+    validate_reason,
+)
 
 DEFAULT_REMINDER_INTERVAL = timedelta(minutes=15)
 
@@ -77,26 +87,77 @@ async def resolve_for_attempt(conn: asyncpg.Connection, attempt_id: UUID, now: d
     return [r["escalation_id"] for r in rows]
 
 
+class EscalationActionRefused(Exception):
+    """The episode does not exist or is already resolved; nothing was changed or recorded."""
+
+
+# The episode row, locked for the operator's transaction; its schedule is the action's "before".
+LOCK_EPISODE = """
+SELECT escalation_id, attempt_id, acknowledged_at, resolved_at, next_reminder_at
+FROM payment_escalations WHERE escalation_id = $1
+FOR NO KEY UPDATE
+"""
+
 ACKNOWLEDGE = """
 UPDATE payment_escalations SET acknowledged_at = $2, next_reminder_at = $3
 WHERE escalation_id = $1 AND resolved_at IS NULL
-RETURNING escalation_id
+RETURNING acknowledged_at, resolved_at, next_reminder_at
 """
 
 RESOLVE = """
 UPDATE payment_escalations SET resolved_at = $2, next_reminder_at = NULL
 WHERE escalation_id = $1 AND resolved_at IS NULL
-RETURNING escalation_id
+RETURNING acknowledged_at, resolved_at, next_reminder_at
 """
+
+SCHEDULE_FIELDS = ("acknowledged_at", "resolved_at", "next_reminder_at")
+
+
+async def _lock_open_episode(conn: asyncpg.Connection, escalation_id: int) -> asyncpg.Record:
+    row = await conn.fetchrow(LOCK_EPISODE, escalation_id)
+    if row is None:
+        raise EscalationActionRefused(f"escalation {escalation_id} does not exist")
+    if row["resolved_at"] is not None:
+        raise EscalationActionRefused(f"escalation {escalation_id} is not open (resolved at "
+                                      f"{row['resolved_at'].isoformat()})")
+    return row
+
+
+async def _act(
+    pool: asyncpg.Pool, escalation_id: int, action: ActionKind, sql: str, *args: Any,
+    operator: str, reason: str | None, now: datetime,
+) -> OperatorAction:
+    """Lock the open episode, change it, and record the action: one transaction.
+
+    The record's foreign key takes KEY SHARE on the episode's attempt row, which no
+    writer's NO KEY UPDATE blocks, so locking the episode first cannot deadlock with
+    the order -> attempt -> escalation lock order.
+    """
+    operator = validate_operator(operator)
+    reason = validate_reason(action, reason)
+    async with pool.acquire() as conn, conn.transaction():
+        before = await _lock_open_episode(conn, escalation_id)
+        after = await conn.fetchrow(sql, escalation_id, now, *args)
+        assert after is not None  # the row is locked and open
+        return await record_action(
+            conn, action=action, operator=operator, reason=reason, now=now,
+            before={f: before[f] for f in SCHEDULE_FIELDS}, after={f: after[f] for f in SCHEDULE_FIELDS},
+            escalation_id=escalation_id, attempt_id=before["attempt_id"],
+        )
 
 
 async def acknowledge(
-    pool: asyncpg.Pool, escalation_id: int, now: datetime, reminder_interval: timedelta
-) -> bool:
-    """A person has seen it: its own transaction, resetting the reminder schedule; open episodes only."""
-    return await pool.fetchval(ACKNOWLEDGE, escalation_id, now, now + reminder_interval) is not None
+    pool: asyncpg.Pool, escalation_id: int, *, operator: str, reason: str | None, now: datetime,
+    reminder_interval: timedelta,
+) -> OperatorAction:
+    """A person has seen it: resets the reminder schedule; open episodes only; recorded."""
+    return await _act(pool, escalation_id, ActionKind.ESCALATION_ACKNOWLEDGE, ACKNOWLEDGE,
+                      now + reminder_interval, operator=operator, reason=reason, now=now)
 
 
-async def resolve(pool: asyncpg.Pool, escalation_id: int, now: datetime) -> bool:
-    """Close an episode whose condition has ended; no reminder follows. Changes no attempt."""
-    return await pool.fetchval(RESOLVE, escalation_id, now) is not None
+async def resolve(
+    pool: asyncpg.Pool, escalation_id: int, *, operator: str, reason: str, now: datetime
+) -> OperatorAction:
+    """Close an episode whose condition has ended; no reminder follows. Changes no attempt; recorded."""
+    return await _act(pool, escalation_id, ActionKind.ESCALATION_RESOLVE, RESOLVE,
+                      operator=operator, reason=reason, now=now)

@@ -30,6 +30,13 @@ from paycore import outbox
 from paycore.attempts import Attempt, apply_outcome, get_attempt
 from paycore.domain import AttemptState, ProviderOutcome
 from paycore.events import EventKind, append_event
+from paycore.operator_actions import (
+    ActionKind,
+    OperatorAction,
+    record_action,
+    validate_operator,
+    validate_reason,
+)
 from paycore.orders import lock_order
 
 log = logging.getLogger("paycore.notifications")
@@ -242,22 +249,39 @@ class AttachRefused(Exception):
     """The stored notification cannot be attached to that attempt."""
 
 
+@dataclass(frozen=True)
+class Attached:
+    """The attempt after the attachment, and the operator action that records it."""
+
+    attempt: Attempt
+    recorded: OperatorAction
+
+
+def _attempt_fields(a: Attempt) -> dict[str, Any]:
+    return {"state": a.state.value, "version": a.version, "provider_payment_id": a.provider_payment_id}
+
+
 async def attach_notification(
-    pool: asyncpg.Pool, *, event_id: int, attempt_id: UUID, operator: str, now: datetime,
-) -> Attempt:
+    pool: asyncpg.Pool, *, event_id: int, attempt_id: UUID, operator: str, reason: str, now: datetime,
+) -> Attached:
     """Apply a stored unmatched notification to its attempt (authorised reconciliation).
 
     The notification is not pretended newly delivered: its stored event stays as
     it is (history is append-only), a ``transition`` event records the
     attachment by ``operator``, the outcome goes through the normal conditional
-    transition, and the notification's unmatched escalation is resolved.
+    transition, and the notification's unmatched escalation is resolved. The
+    operator action (the attempt's state, version and provider payment id before
+    and after) is recorded in the same transaction.
     """
     # The stored event is Cardco's wire format; re-parse it with the same parser.
     from paycore.providers.cardco_events import parse_event
 
+    operator = validate_operator(operator)
+    why = validate_reason(ActionKind.NOTIFICATION_ATTACH, reason)
     async with pool.acquire() as conn, conn.transaction():
-        attempt = await get_attempt(conn, attempt_id)
-        await lock_order(conn, attempt.order_id)
+        order_id = (await get_attempt(conn, attempt_id)).order_id
+        await lock_order(conn, order_id)
+        attempt = await get_attempt(conn, attempt_id)  # as it stands under the order lock
         row = await conn.fetchrow(SELECT_NOTIFICATION, event_id)
         if row is None:
             raise AttachRefused(f"no stored notification {event_id}")
@@ -275,5 +299,13 @@ async def attach_notification(
         )
         result = await apply_notification(conn, attempt=attempt, n=n, key=key, now=now,
                                           actor=f"operator-{operator}")
-        await conn.fetch(RESOLVE_ESCALATION_BY_KEY, unmatched_key(attempt.provider_account, key, n), now)
-        return result
+        resolved = [r["escalation_id"] for r in await conn.fetch(
+            RESOLVE_ESCALATION_BY_KEY, unmatched_key(attempt.provider_account, key, n), now)]
+        recorded = await record_action(
+            conn, action=ActionKind.NOTIFICATION_ATTACH, operator=operator, reason=why, now=now,
+            before=_attempt_fields(attempt), after=_attempt_fields(result),
+            attempt_id=attempt_id, event_id=event_id,
+            escalation_id=resolved[0] if resolved else None,  # one open episode per key
+            detail={"notification_key": key, "resolved_escalations": resolved},
+        )
+        return Attached(result, recorded)

@@ -7,11 +7,12 @@ arrived is a business decision, so the dispatcher waits for an operator.
 - :func:`requeue` puts the row back to pending, due now, with its attempt count
   reset; the relay then delivers it before its successors.
 - :func:`skip` gives up on the row: it is marked finished (``dispatched_at`` set,
-  although nothing was published) so its successors flow; the decision, the
-  operator and the row's last error are recorded in ``outbox_operator_actions``.
+  although nothing was published) so its successors flow; ``last_error`` says who
+  skipped it and why.
 
 Both resolve the row's open ``outbox:<message_id>:dead-letter`` escalation in the
-same transaction and record who decided and why.
+same transaction and record who decided, why, and the row's dispatch fields
+before and after in ``operator_actions`` (:mod:`paycore.operator_actions`).
 
 :func:`purge_dispatched` is the retention job: it deletes rows dispatched before
 ``now - older_than`` and keeps their dedup keys in ``outbox_dedup_keys`` so a
@@ -26,17 +27,23 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
+from paycore.operator_actions import (
+    ActionKind,
+    OperatorAction,
+    record_action,
+    validate_operator,
+    validate_reason,
+)
+
 LOCK_ROW = """
-SELECT message_id, ordering_key, dead_lettered_at, dispatched_at, delivery_attempts, last_error
+SELECT message_id, attempt_id, ordering_key, dead_lettered_at, dispatched_at, delivery_attempts,
+       next_attempt_at, last_error
 FROM outbox_messages WHERE message_id = $1
 FOR NO KEY UPDATE
 """
 
-RECORD_ACTION = """
-INSERT INTO outbox_operator_actions (message_id, action, operator, reason, acted_at, previous_error,
-                                     previous_attempts)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-"""
+# What an operator decision changes; recorded before and after.
+DISPATCH_FIELDS = ("dead_lettered_at", "dispatched_at", "delivery_attempts", "next_attempt_at", "last_error")
 
 RESOLVE_DEAD_LETTER_ESCALATION = """
 UPDATE payment_escalations
@@ -49,12 +56,14 @@ REQUEUE = """
 UPDATE outbox_messages
 SET dead_lettered_at = NULL, delivery_attempts = 0, next_attempt_at = $2
 WHERE message_id = $1 AND dispatched_at IS NULL
+RETURNING dead_lettered_at, dispatched_at, delivery_attempts, next_attempt_at, last_error
 """
 
 SKIP = """
 UPDATE outbox_messages
 SET dead_lettered_at = NULL, dispatched_at = $2, last_error = $3
 WHERE message_id = $1 AND dispatched_at IS NULL
+RETURNING dead_lettered_at, dispatched_at, delivery_attempts, next_attempt_at, last_error
 """
 
 # Rows locked by a relay or a writer are left for the next run (SKIP LOCKED).
@@ -90,6 +99,7 @@ class ActionResult:
     message_id: int
     action: str
     resolved_escalations: list[int]
+    recorded: OperatorAction
 
 
 def dead_letter_escalation_key(message_id: int) -> str:
@@ -97,10 +107,11 @@ def dead_letter_escalation_key(message_id: int) -> str:
 
 
 async def _act(
-    pool: asyncpg.Pool, message_id: int, action: str, *, operator: str, reason: str, now: datetime
+    pool: asyncpg.Pool, message_id: int, action: ActionKind, *, operator: str, reason: str, now: datetime
 ) -> ActionResult:
-    if not operator.strip():
-        raise OutboxActionRefused("an operator name is required")
+    operator = validate_operator(operator)
+    why = validate_reason(action, reason)
+    assert why is not None  # both outbox actions need a reason
     async with pool.acquire() as conn, conn.transaction():
         row = await conn.fetchrow(LOCK_ROW, message_id)
         if row is None:
@@ -111,30 +122,37 @@ async def _act(
             raise OutboxActionRefused(
                 f"outbox message {message_id} is not dead-lettered (it is pending or backing off; "
                 "the dispatcher is still trying it)")
-        await conn.execute(RECORD_ACTION, message_id, action, operator.strip(), reason, now,
-                           row["last_error"], row["delivery_attempts"])
-        if action == "requeue":
-            await conn.execute(REQUEUE, message_id, now)
+        if action is ActionKind.OUTBOX_REQUEUE:
+            after = await conn.fetchrow(REQUEUE, message_id, now)
         else:
-            note = f"skipped by operator {operator.strip()}: {reason}; last error: {row['last_error']}"
-            await conn.execute(SKIP, message_id, now, note[:2000])
-        resolved = await conn.fetch(RESOLVE_DEAD_LETTER_ESCALATION,
-                                    dead_letter_escalation_key(message_id), now)
-    return ActionResult(message_id, action, [r["escalation_id"] for r in resolved])
+            note = f"skipped by operator {operator}: {why}; last error: {row['last_error']}"
+            after = await conn.fetchrow(SKIP, message_id, now, note[:2000])
+        assert after is not None  # the row is locked and undispatched
+        resolved = [r["escalation_id"] for r in await conn.fetch(
+            RESOLVE_DEAD_LETTER_ESCALATION, dead_letter_escalation_key(message_id), now)]
+        recorded = await record_action(
+            conn, action=action, operator=operator, reason=why, now=now,
+            before={f: row[f] for f in DISPATCH_FIELDS}, after={f: after[f] for f in DISPATCH_FIELDS},
+            message_id=message_id, attempt_id=row["attempt_id"],
+            escalation_id=resolved[0] if resolved else None,  # one open episode per key
+            detail={"resolved_escalations": resolved},
+        )
+    short = "requeue" if action is ActionKind.OUTBOX_REQUEUE else "skip"
+    return ActionResult(message_id, short, resolved, recorded)
 
 
 async def requeue(
     pool: asyncpg.Pool, message_id: int, *, operator: str, reason: str, now: datetime
 ) -> ActionResult:
     """Put a dead-lettered row back to pending, due ``now``, attempts reset."""
-    return await _act(pool, message_id, "requeue", operator=operator, reason=reason, now=now)
+    return await _act(pool, message_id, ActionKind.OUTBOX_REQUEUE, operator=operator, reason=reason, now=now)
 
 
 async def skip(
     pool: asyncpg.Pool, message_id: int, *, operator: str, reason: str, now: datetime
 ) -> ActionResult:
     """Give up on a dead-lettered row so the rows after it in its attempt can flow."""
-    return await _act(pool, message_id, "skip", operator=operator, reason=reason, now=now)
+    return await _act(pool, message_id, ActionKind.OUTBOX_SKIP, operator=operator, reason=reason, now=now)
 
 
 @dataclass(frozen=True)
