@@ -23,6 +23,7 @@ from paycore.clock import SystemClock
 from paycore.db import migrate, migrations
 from paycore.runtime._process import accepts_connections, free_port
 from tests.support.database import with_database
+from tests.support.timings import REMINDER_INTERVAL
 
 COMMANDS = [
     [],
@@ -366,7 +367,8 @@ def test_escalations_ack_then_resolve_and_a_closed_episode_is_refused(
         try:
             async with pool.acquire() as conn:
                 escalation_id = await raise_escalation(conn, key="ops:test", reason="test",
-                                                       now=SystemClock().now())
+                                                       now=SystemClock().now(),
+                                                       reminder_interval=REMINDER_INTERVAL)
         finally:
             await pool.close()
         assert escalation_id is not None

@@ -350,17 +350,13 @@ def cmd_outbox(args: argparse.Namespace) -> int:
 
 
 def cmd_escalations(args: argparse.Namespace) -> int:
-    from datetime import timedelta
-
     from paycore import escalations
     from paycore.clock import SystemClock
 
     async def act(settings: Any, pool: Any) -> bool:
         now = SystemClock().now()
         if args.escalation_command == "ack":
-            from paycore_recovery.settings import load_recovery_settings
-
-            interval = timedelta(seconds=load_recovery_settings(settings).reminder_ack_interval_s)
+            interval = settings.reminder_ack_interval
             return await escalations.acknowledge(pool, args.escalation_id, now, interval)
         return await escalations.resolve(pool, args.escalation_id, now)
 
@@ -705,7 +701,8 @@ def cmd_notifications_attach(args: argparse.Namespace) -> int:
 
     async def attach(settings: Any, pool: Any) -> str:
         attempt = await attach_notification(pool, event_id=args.event_id, attempt_id=attempt_id,
-                                            operator=args.operator, now=SystemClock().now())
+                                            operator=args.operator, now=SystemClock().now(),
+                                            reminder_interval=settings.reminder_interval)
         return attempt.state.value
 
     try:

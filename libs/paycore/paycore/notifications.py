@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -53,10 +53,12 @@ class Notification:
     amount_minor: int | None
     currency: str | None
     amount_refunded: int
-    payload_account: str | None
+    payload_account: str | None  # what the event envelope says
     payload_livemode: bool | None
     outcome: ProviderOutcome
     event: dict[str, Any]  # the event as received (no card data or secrets in it)
+    object_account: str | None = None  # what the payment object itself says
+    object_livemode: bool | None = None
 
     @property
     def is_refund(self) -> bool:
@@ -107,6 +109,8 @@ def event_detail(n: Notification, key: str | None) -> dict[str, Any]:
         "currency": n.currency,
         "payload_account": n.payload_account,
         "payload_livemode": n.payload_livemode,
+        "object_account": n.object_account,
+        "object_livemode": n.object_livemode,
         "event": n.event,
     }
 
@@ -196,7 +200,7 @@ def mismatch_key(attempt_id: UUID, key: str | None) -> str:
 
 async def apply_notification(
     conn: asyncpg.Connection, *, attempt: Attempt, n: Notification, key: str | None, now: datetime,
-    actor: str = HANDLER_ACTOR,
+    reminder_interval: timedelta, actor: str = HANDLER_ACTOR,
 ) -> Attempt:
     """Apply verified, matched evidence to its attempt, inside the caller's transaction.
 
@@ -208,7 +212,7 @@ async def apply_notification(
     """
     result = await apply_outcome(
         conn, attempt.attempt_id, n.outcome, now=now, actor=actor, recheck_after_s=RECHECK_AFTER_S,
-        from_send=False, evidence_key=key,
+        reminder_interval=reminder_interval, from_send=False, evidence_key=key,
     )
     if n.is_refund and result.state is AttemptState.SUCCEEDED and result.provider_payment_id == n.payment_id:
         await outbox.enqueue_effect(
@@ -244,6 +248,7 @@ class AttachRefused(Exception):
 
 async def attach_notification(
     pool: asyncpg.Pool, *, event_id: int, attempt_id: UUID, operator: str, now: datetime,
+    reminder_interval: timedelta,
 ) -> Attempt:
     """Apply a stored unmatched notification to its attempt (authorised reconciliation).
 
@@ -274,6 +279,6 @@ async def attach_notification(
             detail={"attached_notification": event_id, "notification_key": key},
         )
         result = await apply_notification(conn, attempt=attempt, n=n, key=key, now=now,
-                                          actor=f"operator-{operator}")
+                                          reminder_interval=reminder_interval, actor=f"operator-{operator}")
         await conn.fetch(RESOLVE_ESCALATION_BY_KEY, unmatched_key(attempt.provider_account, key, n), now)
         return result
