@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 import asyncpg
 import httpx
 
-from paycore.accounts import sync_provider_accounts
+from paycore.accounts import register_provider_accounts
 from paycore.clock import SystemClock
 from paycore.config import load_settings
 from paycore.db import migrate
@@ -135,4 +135,4 @@ async def seed_provider_account(conn: asyncpg.Connection, base_url: str = "http:
     """The sandbox's acct_store test account as a ``provider_accounts`` row (no secrets stored)."""
     settings = load_settings({"PAYCORE_CARDCO_BASE_URL": base_url, "PAYCORE_CARDCO_ACCOUNT": "acct_store",
                               "PAYCORE_CARDCO_API_KEY": "sk_test_acct_store_local"})
-    await sync_provider_accounts(conn, settings.accounts, SystemClock().now())
+    await register_provider_accounts(conn, settings.accounts, SystemClock().now())

@@ -20,6 +20,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 
 import asyncpg
 import orjson
@@ -79,7 +80,8 @@ async def run_relays(ks: KafkaSettings, dsn: str, relays: int) -> float:
     for p in producers:
         await p.start()
     try:
-        config = RelayConfig(effects_topic=ks.effects_topic, alerts_topic=ks.alerts_topic, batch_size=BATCH)
+        config = RelayConfig(effects_topic=ks.effects_topic, alerts_topic=ks.alerts_topic,
+                             reminder_interval=timedelta(seconds=900), batch_size=BATCH)
         workers = [Relay(pool, KafkaPublisher(p), SystemClock(), config, name=f"relay-{i}")
                    for i, p in enumerate(producers)]
         started = time.perf_counter()

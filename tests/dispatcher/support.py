@@ -8,6 +8,7 @@ import random
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -24,6 +25,7 @@ DEADLINE_S = 20.0
 
 def config_for(ks: KafkaSettings, **overrides: Any) -> RelayConfig:
     options: dict[str, Any] = {"effects_topic": ks.effects_topic, "alerts_topic": ks.alerts_topic,
+                               "reminder_interval": timedelta(seconds=900),
                                "batch_size": 200, "max_delivery_attempts": 3, "send_timeout_s": 10.0,
                                "backoff_base_s": 1.0, "backoff_max_s": 8.0}
     options.update(overrides)

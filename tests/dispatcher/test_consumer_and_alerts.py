@@ -24,6 +24,7 @@ from paycore.kafka import KafkaSettings
 from paycore_dispatcher.alerts import AlertSender, alert_consumer
 from paycore_dispatcher.demo_consumers import demo_consumer
 from tests.support.servers import serve_asgi
+from tests.support.timings import REMINDER_INTERVAL
 
 from .support import kafka_publisher, queue_bare, relay
 
@@ -306,7 +307,8 @@ async def test_alert_delivery_posts_each_alert_once_deduplicated_and_retries_wit
     for reason in ("deadline", "mismatch"):
         async with pool.acquire() as conn, conn.transaction():
             ids.append(await escalations.raise_escalation(conn, key=f"notification:x:{reason}",
-                                                          reason=reason, now=clock.now()))
+                                                          reason=reason, now=clock.now(),
+                                                          reminder_interval=REMINDER_INTERVAL))
     async with kafka_publisher(ks) as pub:
         assert (await relay(pool, pub, clock, ks).run_once()).published == 2
         # The same alert row published twice (at least once delivery to Kafka).

@@ -21,6 +21,7 @@ from paycore.attempts import Attempt
 from paycore.clock import FakeClock
 from paycore.kafka import KafkaSettings
 from tests.matrix.helpers import seed_account, started_attempt
+from tests.support.timings import REMINDER_INTERVAL
 
 from .support import (
     FaultyPublisher,
@@ -188,7 +189,7 @@ async def test_an_alert_for_an_attempt_whose_confirmation_is_stuck_is_delivered_
         async with pool.acquire() as conn, conn.transaction():
             esc = await escalations.raise_escalation(conn, key=f"attempt:{a.attempt_id}:deadline",
                                                      reason="deadline", attempt_id=a.attempt_id,
-                                                     now=clock.now())
+                                                     now=clock.now(), reminder_interval=REMINDER_INTERVAL)
         result = await r.run_once()  # same instant: the confirmation is not due, the alert is
         assert result.published >= 1
     got = await alerts(ks, 1)
@@ -254,7 +255,7 @@ async def test_a_row_that_can_never_be_delivered_is_dead_lettered_escalated_and_
                               note="x" * (ks.max_request_size + 1024))
     await queue_effect(pool, clock, b.attempt_id, "order-confirmation")
     async with kafka_publisher(ks) as pub:
-        r = relay(pool, pub, clock, ks, max_delivery_attempts=3)
+        r = relay(pool, pub, clock, ks, max_delivery_attempts=3, reminder_interval=timedelta(seconds=120))
         first = await r.run_once()
         assert first.failed == 1 and first.published == 1  # b is not delayed
         await queue_effect(pool, clock, c.attempt_id, "order-confirmation")
@@ -268,6 +269,8 @@ async def test_a_row_that_can_never_be_delivered_is_dead_lettered_escalated_and_
         assert episode["escalation_key"] == f"outbox:{huge}:dead-letter"
         assert episode["reason"] == "outbox-dead-letter" and episode["attempt_id"] == a.attempt_id
         assert episode["detail"]["delivery_attempts"] == 3
+        # PAYCORE_REMINDER_INTERVAL_S governs a dead letter's episode like every other.
+        assert episode["next_reminder_at"] == episode["raised_at"] + timedelta(seconds=120)
         clock.advance(60)
         await r.run_once()
     assert sorted(keys_of(await effects(ks, 2))) == sorted([conf(b), conf(c)])
@@ -290,7 +293,8 @@ async def test_a_resolved_escalation_that_recurs_opens_a_new_episode_whose_alert
         for _ in range(2):
             async with pool.acquire() as conn, conn.transaction():
                 ids.append(await escalations.raise_escalation(conn, key=key, reason="deadline",
-                                                              attempt_id=a.attempt_id, now=clock.now()))
+                                                              attempt_id=a.attempt_id, now=clock.now(),
+                                                              reminder_interval=REMINDER_INTERVAL))
             assert (await r.run_once()).published == 1
             clock.advance(60)
             async with pool.acquire() as conn, conn.transaction():
@@ -309,7 +313,8 @@ async def test_a_crash_after_an_escalation_commits_before_the_alert_is_sent_stil
     a = attempts[0]
     async with pool.acquire() as conn, conn.transaction():
         esc = await escalations.raise_escalation(conn, key=f"attempt:{a.attempt_id}:deadline",
-                                                 reason="deadline", attempt_id=a.attempt_id, now=clock.now())
+                                                 reason="deadline", attempt_id=a.attempt_id, now=clock.now(),
+                                                 reminder_interval=REMINDER_INTERVAL)
     async with kafka_publisher(ks) as pub:
         # A relay claims the alert and dies before the broker has it.
         gate = asyncio.Event()

@@ -48,9 +48,10 @@ async def seed_account(
     pool: asyncpg.Pool, clock: FakeClock, retention_s: int = 86_400, margin_s: int = 7_200,
     environment: str = "test",
 ) -> ProviderAccountConfig:
-    """Configure (upsert) cardco:acct_store:<environment> the way a service does at start-up."""
+    """Register cardco:acct_store:<environment>, or change its registered settings as an operator does."""
     account = account_config(environment, retention_s, margin_s)
-    await accounts.sync_provider_accounts(pool, [account], clock.now())
+    async with pool.acquire() as conn, conn.transaction():
+        await accounts.apply_provider_account(conn, account, clock.now())
     return account
 
 

@@ -22,6 +22,7 @@ from paycore_checkout.app import create_app
 from tests.support.attempts import recorded_attempt, someone_waits_on_a_lock
 from tests.support.servers import serve_asgi
 from tests.support.stack import Shop, Stack, checkout_settings, eventually
+from tests.support.timings import REMINDER_INTERVAL
 
 
 async def attempts_of(stack: Stack, order_id: str) -> list[dict[str, Any]]:
@@ -124,7 +125,8 @@ async def test_success_recorded_while_new_checkout_arrives_leaves_one_attempt(st
     success = ProviderOutcome.succeeded("pay_elsewhere", 4999, "EUR")
     results = await asyncio.gather(
         record_outcome(stack.pool, attempt.attempt_id, success, now=stack.clock.now(),
-                       actor="notification-handler", recheck_after_s=60, from_send=False),
+                       actor="notification-handler", recheck_after_s=60, from_send=False,
+                       reminder_interval=REMINDER_INTERVAL),
         *(stack.shop.pay(order) for _ in range(3)),
     )
     responses = results[1:]

@@ -11,6 +11,7 @@ import pytest
 from paycore import escalations, outbox
 from paycore.attempts import Attempt
 from paycore.clock import FakeClock
+from tests.support.timings import REMINDER_INTERVAL
 
 from .helpers import finish, seed_account, started_attempt, wait_until_blocked_by
 
@@ -27,7 +28,8 @@ async def _raise(
     async with pool.acquire() as conn, conn.transaction():
         return await escalations.raise_escalation(
             conn, key=f"attempt:{attempt.attempt_id}:{reason}", reason=reason,
-            attempt_id=attempt.attempt_id, now=clock.now(), detail={"why": reason})
+            attempt_id=attempt.attempt_id, now=clock.now(), detail={"why": reason},
+            reminder_interval=REMINDER_INTERVAL)
 
 
 async def _alerts(pool: asyncpg.Pool) -> list[asyncpg.Record]:
@@ -54,7 +56,7 @@ async def test_raising_the_same_escalation_twice_opens_one_episode_and_one_initi
     assert episode["escalation_key"] == f"attempt:{attempt.attempt_id}:deadline"
     assert episode["raised_at"] == clock.now() - timedelta(seconds=60)
     assert episode["reminder_count"] == 0
-    assert episode["next_reminder_at"] == episode["raised_at"] + escalations.DEFAULT_REMINDER_INTERVAL
+    assert episode["next_reminder_at"] == episode["raised_at"] + REMINDER_INTERVAL
     assert episode["resolved_at"] is None and episode["acknowledged_at"] is None
 
     [alert] = await _alerts(pool)
@@ -76,7 +78,8 @@ async def test_two_workers_raising_the_same_escalation_at_once_alert_once(
         tx = first.transaction()
         await tx.start()
         first_id = await escalations.raise_escalation(first, key=key, reason="deadline",
-                                                      attempt_id=attempt.attempt_id, now=clock.now())
+                                                      attempt_id=attempt.attempt_id, now=clock.now(),
+                                                      reminder_interval=REMINDER_INTERVAL)
         second = asyncio.create_task(_raise(pool, clock, attempt))
         try:
             await wait_until_blocked_by(pool, first.get_server_pid(), second)

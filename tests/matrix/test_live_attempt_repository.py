@@ -20,6 +20,7 @@ from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
 from paycore.domain import LIVE_STATES, AttemptState, OrderStatus, ProviderOutcome
 from paycore.events import history
+from tests.support.timings import REMINDER_INTERVAL
 
 from .helpers import (
     ABANDONMENT_S,
@@ -53,7 +54,7 @@ async def _attempt_rows(pool: asyncpg.Pool, order_id: str) -> list[asyncpg.Recor
 async def _fail(pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt) -> Attempt:
     return await attempts.record_outcome(
         pool, attempt.attempt_id, ProviderOutcome.failed("card_declined"), now=clock.now(),
-        actor="endpoint", recheck_after_s=RECHECK_S)
+        actor="endpoint", recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)
 
 
 # --- get_or_create_live_attempt ------------------------------------------------------------------------
@@ -97,7 +98,7 @@ async def test_a_paid_order_cannot_get_another_attempt(
     attempt = await started_attempt(pool, clock, account)
     await attempts.record_outcome(
         pool, attempt.attempt_id, ProviderOutcome.succeeded("pay_1", attempt.amount_minor, attempt.currency),
-        now=clock.now(), actor="endpoint", recheck_after_s=RECHECK_S)
+        now=clock.now(), actor="endpoint", recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)
     order = await orders.get_order(pool, attempt.order_id, attempt.customer_id)
     assert order.status == "Paid"
     with pytest.raises(orders.OrderNotPayable) as exc:
@@ -337,7 +338,7 @@ async def test_a_stale_start_after_another_caller_paid_the_order_is_a_conflict_n
     assert result is StartResult.STARTED and started is not None
     await attempts.record_outcome(
         pool, started.attempt_id, ProviderOutcome.succeeded("pay_1", started.amount_minor, started.currency),
-        now=clock.now(), actor="endpoint", recheck_after_s=RECHECK_S)
+        now=clock.now(), actor="endpoint", recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)
     assert (await orders.get_order(pool, order.order_id, order.customer_id)).status is OrderStatus.PAID
     assert await start(pool, clock, attempt) == (StartResult.CONFLICT, None)
     assert await event_count(pool, attempt.attempt_id, "send_intent") == 1
@@ -379,7 +380,7 @@ async def test_the_repository_cannot_commit_a_send_intent_for_an_attempt_without
     # An attempt that is Unknown.
     unknown = await attempts.record_outcome(
         pool, started.attempt_id, ProviderOutcome.unknown("provider.no-response.caller"), now=clock.now(),
-        actor="endpoint", recheck_after_s=RECHECK_S)
+        actor="endpoint", recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)
     assert unknown.state is AttemptState.UNKNOWN
     assert (await start(pool, clock, unknown))[0] is StartResult.CONFLICT
     assert await event_count(pool, started.attempt_id, "send_intent") == 1

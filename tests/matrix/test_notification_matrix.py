@@ -7,10 +7,13 @@ sandbox itself); everything lands in a real PostgreSQL database.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
 import asyncpg
+import httpx
 import orjson
 import pytest
 
@@ -23,9 +26,13 @@ from paycore.config import ProviderAccountConfig
 from paycore.domain import ProviderOutcome
 from paycore.notifications import AttachRefused, attach_notification, synthesized_key
 from paycore.operator_actions import InvalidOperatorAction
+from paycore.webhook_signatures import signed_headers
+from paycore_webhooks.app import create_app as create_webhooks_app
 from tests.support.attempts import someone_waits_on_a_lock, started_attempt
+from tests.support.servers import serve_asgi
 from tests.support.stack import eventually
-from tests.support.webhooks import LIVE, OTHER, TEST, WebhookStack, event, payment_object
+from tests.support.timings import REMINDER_INTERVAL
+from tests.support.webhooks import LIVE, OTHER, TEST, WebhookStack, event, payment_object, sandbox_secrets
 
 
 def account(hooks: WebhookStack, provider_account: str = TEST) -> ProviderAccountConfig:
@@ -43,7 +50,8 @@ async def live_attempt(hooks: WebhookStack, provider_account: str = TEST, *, unk
     if unknown:
         return await record_outcome(hooks.pool, started.attempt_id,
                                     ProviderOutcome.unknown("provider.no-response.caller"),
-                                    now=hooks.clock.now(), actor="endpoint", recheck_after_s=60)
+                                    now=hooks.clock.now(), actor="endpoint", recheck_after_s=60,
+                                    reminder_interval=REMINDER_INTERVAL)
     return started
 
 
@@ -281,7 +289,8 @@ async def test_lookup_then_notification_for_the_same_attempt_queue_one_confirmat
 ) -> None:
     attempt = await live_attempt(hooks)
     await record_outcome(hooks.pool, attempt.attempt_id, ProviderOutcome.succeeded("pay_1", 4999, "EUR"),
-                         now=hooks.clock.now(), actor="recovery-1", recheck_after_s=60, from_send=False)
+                         now=hooks.clock.now(), actor="recovery-1", recheck_after_s=60, from_send=False,
+                         reminder_interval=REMINDER_INTERVAL)
     r = await hooks.deliver(succeeded_event(attempt, "pay_1"))
     assert r.json()["result"] == "applied"
     assert await outbox_keys(hooks) == [f"attempt:{attempt.attempt_id}:order-confirmation",
@@ -460,7 +469,8 @@ async def test_a_stored_unmatched_notification_attached_later_resolves_its_attem
     assert (await hooks.deliver(evt)).json()["result"] == "unmatched"
     [row] = await notification_rows(hooks)
     result = await attach_notification(hooks.pool, event_id=row["event_id"], attempt_id=attempt.attempt_id,
-                                       operator="ops-1", reason="reference typo", now=hooks.clock.now())
+                                       operator="ops-1", reason="reference typo", now=hooks.clock.now(),
+                                       reminder_interval=REMINDER_INTERVAL)
     assert result.attempt.state == "Succeeded"
     assert await open_escalations(hooks) == []
     assert f"attempt:{attempt.attempt_id}:order-confirmation" in await outbox_keys(hooks)
@@ -483,7 +493,8 @@ async def test_attaching_a_notification_records_one_operator_action_with_the_att
         "SELECT escalation_id FROM payment_escalations WHERE resolved_at IS NULL")
     hooks.clock.advance(30)
     result = await attach_notification(hooks.pool, event_id=row["event_id"], attempt_id=attempt.attempt_id,
-                                       operator="ops-1", reason="reference typo", now=hooks.clock.now())
+                                       operator="ops-1", reason="reference typo", now=hooks.clock.now(),
+                                       reminder_interval=REMINDER_INTERVAL)
     [action] = await hooks.pool.fetch("SELECT * FROM operator_actions")
     assert action["action_id"] == result.recorded.action_id
     assert (action["action"], action["operator"], action["reason"]) == (
@@ -506,13 +517,16 @@ async def test_a_refused_attachment_records_no_operator_action(hooks: WebhookSta
     [row] = await notification_rows(hooks)
     with pytest.raises(AttachRefused, match="matched on arrival"):
         await attach_notification(hooks.pool, event_id=row["event_id"], attempt_id=attempt.attempt_id,
-                                  operator="ops-1", reason="try", now=hooks.clock.now())
+                                  operator="ops-1", reason="try", now=hooks.clock.now(),
+                                  reminder_interval=REMINDER_INTERVAL)
     with pytest.raises(AttachRefused, match="no stored notification"):
         await attach_notification(hooks.pool, event_id=row["event_id"] + 100, attempt_id=attempt.attempt_id,
-                                  operator="ops-1", reason="try", now=hooks.clock.now())
+                                  operator="ops-1", reason="try", now=hooks.clock.now(),
+                                  reminder_interval=REMINDER_INTERVAL)
     with pytest.raises(InvalidOperatorAction, match="reason"):
         await attach_notification(hooks.pool, event_id=row["event_id"], attempt_id=attempt.attempt_id,
-                                  operator="ops-1", reason="", now=hooks.clock.now())
+                                  operator="ops-1", reason="", now=hooks.clock.now(),
+                                  reminder_interval=REMINDER_INTERVAL)
     assert await hooks.count("SELECT count(*) FROM operator_actions") == 0
 
 
@@ -546,3 +560,61 @@ async def test_a_notification_event_stores_no_secret_and_its_canonical_fields(ho
     assert "whsec_" not in text and "sk_test" not in text and "webhook-signature" not in text
     assert row["detail"]["canonical"]["payment_id"] == "pay_1"
     assert isinstance(row["attempt_id"], UUID)
+
+
+async def test_a_payment_object_of_another_account_or_mode_inside_a_correct_envelope_resolves_nothing(
+    hooks: WebhookStack,
+) -> None:
+    attempt = await live_attempt(hooks)
+    for said in ({"livemode": True}, {"account": "acct_other"}):
+        body = succeeded_event(attempt)  # the envelope names this account and mode
+        body["data"]["object"].update(said)  # the payment it carries does not
+        assert (await hooks.deliver(body)).json()["result"] == "mismatch"
+    assert await state_of(hooks, attempt) == "Unknown"
+    rows = await hooks.pool.fetch("SELECT reason, detail FROM payment_escalations WHERE attempt_id = $1"
+                                  " ORDER BY escalation_id", attempt.attempt_id)
+    assert [(r["reason"], r["detail"]["field"]) for r in rows] == [
+        ("mismatched-payment", "environment"), ("mismatched-payment", "account")]
+    assert f"attempt:{attempt.attempt_id}:order-confirmation" not in await outbox_keys(hooks)
+
+
+async def test_a_byte_identical_replay_inside_the_signature_tolerance_is_a_duplicate_never_recorded_again(
+    hooks: WebhookStack,
+) -> None:
+    attempt = await live_attempt(hooks)
+    # Unkeyed (no event id, no sequence): only the replay window can tell a replay apart.
+    body = orjson.dumps(succeeded_event(attempt, event_id=None, sequence=None))
+    signed_at = int(hooks.clock.now().timestamp())
+    first = await hooks.deliver(body, msg_id="msg_captured", timestamp=signed_at)
+    replay = await hooks.deliver(body, msg_id="msg_captured", timestamp=signed_at)
+    assert first.json()["result"] == "applied" and replay.json()["result"] == "duplicate"
+    assert replay.status_code == 200
+    assert len(await notification_rows(hooks)) == 1
+
+    # A genuine redelivery is signed again with a new timestamp: a delivery of its own.
+    again = await hooks.deliver(body, msg_id="msg_captured", timestamp=signed_at + 1)
+    assert again.json()["result"] == "applied"
+    assert len(await notification_rows(hooks)) == 2
+
+    # Once no signature of it could verify any more, the window forgets the delivery.
+    hooks.clock.advance(400)
+    later = succeeded_event(attempt, event_id=None, sequence=None)
+    await hooks.deliver(later, timestamp=int(hooks.clock.now().timestamp()))
+    seen = await hooks.pool.fetch("SELECT webhook_timestamp FROM webhook_deliveries_seen")
+    assert [r["webhook_timestamp"] for r in seen] == [int(hooks.clock.now().timestamp())]
+
+
+async def test_an_escalation_the_intake_raises_reminds_on_the_configured_reminder_interval(
+    hooks: WebhookStack,
+) -> None:
+    settings = dataclasses.replace(hooks.settings, reminder_interval_s=120)
+    intake = create_webhooks_app(settings, clock=hooks.clock, pool=hooks.pool)
+    unmatched = event(payment_object(payment_id="pay_nobody", reference="ORD-nobody-a1"))
+    body = orjson.dumps(unmatched)
+    signed_at = int(hooks.clock.now().timestamp())
+    headers = signed_headers(sandbox_secrets()[TEST], unmatched["id"], signed_at, body)
+    async with serve_asgi(intake) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        r = await http.post("/webhooks/cardco", content=body, headers=headers)
+    assert r.json().get("result") == "unmatched", r.text
+    [episode] = await hooks.pool.fetch("SELECT raised_at, next_reminder_at FROM payment_escalations")
+    assert episode["next_reminder_at"] == episode["raised_at"] + timedelta(seconds=120)

@@ -21,6 +21,7 @@ from paycore.attempts import Attempt, Lease, OutcomeNotConfirmed
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
 from paycore.domain import AttemptState, ProviderOutcome
+from tests.support.timings import REMINDER_INTERVAL
 
 from .helpers import (
     RECHECK_S,
@@ -51,6 +52,7 @@ async def record(pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt, outcome
                  **kw: Any) -> Attempt:
     kw.setdefault("actor", "endpoint")
     kw.setdefault("recheck_after_s", RECHECK_S)
+    kw.setdefault("reminder_interval", REMINDER_INTERVAL)
     return await attempts.record_outcome(pool, attempt.attempt_id, outcome, now=clock.now(), **kw)
 
 
@@ -137,7 +139,7 @@ async def test_a_final_outcome_resolves_the_attempts_open_escalations(
     async with pool.acquire() as conn, conn.transaction():
         escalation_id = await escalations.raise_escalation(
             conn, key=f"attempt:{attempt.attempt_id}:deadline", reason="deadline",
-            attempt_id=attempt.attempt_id, now=clock.now())
+            attempt_id=attempt.attempt_id, now=clock.now(), reminder_interval=REMINDER_INTERVAL)
     assert escalation_id is not None
     clock.advance(60)
     await record(pool, clock, attempt, succeeded(attempt))

@@ -22,6 +22,7 @@ from paycore_sandbox.app import create_app as create_sandbox_app
 from paycore_sandbox.settings import SandboxSettings
 from tests.support.recovery import RecoveryStack
 from tests.support.servers import serve_asgi
+from tests.support.timings import REMINDER_INTERVAL
 from tests.support.webhooks import OTHER, TEST, event, payment_object
 
 DEADLINE_S = 86_400 - 7_200  # the account's retention minus its margin
@@ -679,7 +680,7 @@ async def test_a_stale_worker_cannot_release_the_new_owners_lease(rec: RecoveryS
 
     assert await leases.finish(rec.pool, attempt.attempt_id, lease_a, now, 60) is False
     assert await leases.escalate_and_finish(rec.pool, attempt.attempt_id, lease_a, reason="deadline",
-                                            delay_s=60, now=now) is False
+                                            delay_s=60, now=now, reminder_interval=REMINDER_INTERVAL) is False
     after = await rec.current(attempt)
     assert after == before  # B's lease intact, schedule unchanged
     assert after.lease_token == lease_b.token
@@ -693,7 +694,8 @@ async def test_a_stale_worker_cannot_release_the_new_owners_lease(rec: RecoveryS
         rec.pool, attempt.attempt_id,
         ProviderOutcome.processing("pay_observed_by_a", amount_minor=attempt.amount_minor,
                                    currency=attempt.currency),
-        now=now, actor="recovery-a", recheck_after_s=60, from_send=False, lease=lease_a)
+        now=now, actor="recovery-a", recheck_after_s=60, from_send=False, lease=lease_a,
+        reminder_interval=REMINDER_INTERVAL)
     assert recorded.provider_status == "processing" and recorded.version == attempt.version + 1
     assert recorded.recovery_owner == "w" and recorded.lease_token == lease_b.token
     assert await leases.finish(rec.pool, attempt.attempt_id, lease_b, now, 60) is True
@@ -827,7 +829,7 @@ async def test_a_notification_that_resolves_an_attempt_while_recovery_is_about_t
     assert await rec.state(attempt) == "Succeeded"
     assert await leases.escalate_and_finish(rec.pool, attempt.attempt_id, lease, reason="deadline",
                                             delay_s=rec.recovery.slow_cadence_s,
-                                            now=rec.clock.now()) is False
+                                            now=rec.clock.now(), reminder_interval=REMINDER_INTERVAL) is False
     assert await rec.escalation_rows() == [] and await rec.alerts() == []
 
 
@@ -841,7 +843,8 @@ async def test_a_configuration_change_does_not_move_a_stamped_deadline_for_recov
     acct = rec.hooks.settings.account(TEST)
     assert acct is not None
     shorter = dataclasses.replace(acct, key_retention_s=3_600, escalation_margin_s=600)
-    await accounts.sync_provider_accounts(rec.pool, [shorter], rec.clock.now())
+    async with rec.pool.acquire() as conn, conn.transaction():  # the operator's explicit change
+        await accounts.apply_provider_account(conn, shorter, rec.clock.now())
     settings = dataclasses.replace(rec.hooks.settings, accounts=tuple(
         shorter if a.provider_account == TEST else a for a in rec.hooks.settings.accounts))
 
@@ -871,3 +874,45 @@ async def test_lookups_that_keep_failing_past_the_deadline_still_escalate_and_ke
     assert after.state is AttemptState.UNKNOWN and after.recovery_owner is None
     assert after.next_check_at > rec.clock.now()  # still scheduled: looking goes on
     assert len(await rec.sends_for(attempt)) == 1  # and nothing is sent past the deadline
+
+
+async def test_failing_lookups_past_the_deadline_are_made_on_the_slow_read_only_cadence(
+    rec: RecoveryStack,
+) -> None:
+    attempt = await rec.unknown_via_checkout("lose_response")
+    assert attempt.escalation_deadline is not None
+    rec.clock.advance((attempt.escalation_deadline - rec.clock.now()).total_seconds() + 1)
+    await rec.sandbox.fault("not_processed_503", match={"operation": "lookup"})
+    assert await rec.worker().run_pass() == [Pass.LOOKUP_FAILED]
+    after = await rec.current(attempt)
+    # Not the ordinary backoff's first step: past the deadline every pass only reads, slowly.
+    assert after.next_check_at == rec.clock.now() + seconds(rec.recovery.slow_cadence_s)
+
+
+async def test_a_resend_refused_before_execution_is_escalated_at_once_and_never_repeated(
+    rec: RecoveryStack,
+) -> None:
+    # The first send never arrived; the stored token has since expired, so every resend
+    # of these bytes is refused with a validation 400 (nothing is created, nothing stored).
+    attempt = await rec.unknown_via_checkout_paying("tok_expired", "drop_request")
+    await rec.make_due(attempt)
+    assert await rec.worker().run_pass() == [Pass.RESENT]
+    assert await rec.state(attempt) == "Unknown"  # a rejected resend proves nothing about the first
+    [escalation] = await rec.escalation_rows()
+    assert escalation["escalation_key"] == f"attempt:{attempt.attempt_id}:resend-rejected"
+    assert escalation["resolved_at"] is None
+    assert await rec.alerts() == [f"escalation:{escalation['escalation_id']}:initial"]
+    after = await rec.current(attempt)
+    assert after.next_check_at == rec.clock.now() + seconds(rec.recovery.slow_cadence_s)
+    sends = len(await rec.sends_for(attempt))
+
+    # Later passes keep looking the payment up, and never send the refused bytes again.
+    for _ in range(2):
+        await rec.make_due(attempt)
+        assert await rec.worker().run_pass() == [Pass.ESCALATED]
+    assert len(await rec.sends_for(attempt)) == sends
+    assert [r["escalation_key"] for r in await rec.escalation_rows()] == [escalation["escalation_key"]]
+    # The open episode alerted once (and reminds on its interval); no new episode per pass.
+    assert [a for a in await rec.alerts() if a.endswith(":initial")] == [
+        f"escalation:{escalation['escalation_id']}:initial"]
+    assert len(await rec.lookup_events(attempt)) == 3

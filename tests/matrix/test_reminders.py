@@ -12,10 +12,10 @@ from typing import Any
 
 from paycore import escalations
 from paycore.attempts import Attempt
+from paycore.config import Settings
 from paycore.providers.cardco import StoredRequest
 from paycore_recovery.loop import Pass
 from paycore_recovery.reminders import send_due_reminders
-from paycore_recovery.settings import RecoverySettings
 from tests.support.recovery import RecoveryStack
 from tests.support.stack import eventually
 
@@ -23,12 +23,12 @@ DEADLINE_S = 86_400 - 7_200  # the account's retention minus its margin
 
 
 async def escalated_past_the_deadline(
-    rec: RecoveryStack, recovery: RecoverySettings | None = None
+    rec: RecoveryStack, settings: Settings | None = None
 ) -> tuple[Attempt, dict[str, Any]]:
     """An attempt whose request never arrived, escalated by a recovery pass past its deadline."""
     attempt = await rec.unknown_via_checkout("drop_request")
     rec.clock.advance(DEADLINE_S)
-    assert await rec.worker(recovery=recovery).run_pass() == [Pass.ESCALATED]
+    assert await rec.worker(settings=settings).run_pass() == [Pass.ESCALATED]
     [episode] = await rec.escalation_rows()
     assert episode["escalation_key"] == f"attempt:{attempt.attempt_id}:deadline"
     return attempt, episode
@@ -52,7 +52,7 @@ async def test_an_open_episode_sends_reminders_from_next_reminder_at_before_ackn
 ) -> None:
     _attempt, raised = await escalated_past_the_deadline(rec)
     eid = raised["escalation_id"]
-    interval = rec.recovery.reminder_interval_s
+    interval = rec.hooks.settings.reminder_interval_s
     assert raised["reminder_count"] == 0 and raised["acknowledged_at"] is None
     assert raised["next_reminder_at"] == raised["raised_at"] + seconds(interval)
     worker = rec.worker()
@@ -80,13 +80,13 @@ async def test_an_open_episode_sends_reminders_from_next_reminder_at_before_ackn
 async def test_two_reminder_job_instances_racing_one_episode_send_one_reminder(rec: RecoveryStack) -> None:
     _attempt, raised = await escalated_past_the_deadline(rec)
     eid = raised["escalation_id"]
-    rec.clock.advance(rec.recovery.reminder_interval_s)
+    rec.clock.advance(rec.hooks.settings.reminder_interval_s)
     # Hold the episode row so that both instances read it as due and then meet at their claim.
     async with rec.pool.acquire() as blocker:
         hold = blocker.transaction()
         await hold.start()
         await blocker.execute("SELECT 1 FROM payment_escalations WHERE escalation_id = $1 FOR UPDATE", eid)
-        racers = [asyncio.create_task(send_due_reminders(rec.pool, rec.clock, rec.recovery))
+        racers = [asyncio.create_task(send_due_reminders(rec.pool, rec.clock, rec.hooks.settings))
                   for _ in range(2)]
 
         async def both_waiting() -> bool:
@@ -103,7 +103,7 @@ async def test_two_reminder_job_instances_racing_one_episode_send_one_reminder(r
     assert (await episode(rec, eid))["reminder_count"] == 1
 
     # And two whole recovery instances racing the next due reminder.
-    rec.clock.advance(rec.recovery.reminder_interval_s)
+    rec.clock.advance(rec.hooks.settings.reminder_interval_s)
     await asyncio.gather(rec.worker("a").run_pass(), rec.worker("b").run_pass())
     assert await reminders(rec) == [f"escalation:{eid}:reminder:1", f"escalation:{eid}:reminder:2"]
     assert (await episode(rec, eid))["reminder_count"] == 2
@@ -112,7 +112,8 @@ async def test_two_reminder_job_instances_racing_one_episode_send_one_reminder(r
 async def test_acknowledgement_resets_the_reminder_schedule(rec: RecoveryStack) -> None:
     _attempt, raised = await escalated_past_the_deadline(rec)
     eid = raised["escalation_id"]
-    interval, ack_interval = rec.recovery.reminder_interval_s, rec.recovery.reminder_ack_interval_s
+    settings = rec.hooks.settings
+    interval, ack_interval = settings.reminder_interval_s, settings.reminder_ack_interval_s
     rec.clock.advance(300)
     acked_at = rec.clock.now()
     recorded = await escalations.acknowledge(rec.pool, eid, operator="ops-1", reason=None, now=acked_at,
@@ -123,13 +124,13 @@ async def test_acknowledgement_resets_the_reminder_schedule(rec: RecoveryStack) 
     assert row["next_reminder_at"] == acked_at + seconds(ack_interval)
 
     rec.clock.advance(interval - 300)  # when the unacknowledged schedule would have reminded
-    assert await send_due_reminders(rec.pool, rec.clock, rec.recovery) == 0
+    assert await send_due_reminders(rec.pool, rec.clock, rec.hooks.settings) == 0
     rec.clock.advance((acked_at + seconds(ack_interval - 1) - rec.clock.now()).total_seconds())
-    assert await send_due_reminders(rec.pool, rec.clock, rec.recovery) == 0
+    assert await send_due_reminders(rec.pool, rec.clock, rec.hooks.settings) == 0
     assert await reminders(rec) == []
 
     rec.clock.advance(1)  # the acknowledged episode's interval has passed: it is still open
-    assert await send_due_reminders(rec.pool, rec.clock, rec.recovery) == 1
+    assert await send_due_reminders(rec.pool, rec.clock, rec.hooks.settings) == 1
     assert await reminders(rec) == [f"escalation:{eid}:reminder:1"]
     row = await episode(rec, eid)
     assert row["reminder_count"] == 1
@@ -155,9 +156,9 @@ async def test_resolving_an_attempt_resolves_its_open_escalations_so_no_reminder
     assert row["resolved_at"] == rec.clock.now() and row["next_reminder_at"] is None
     assert await rec.open_escalations() == []
 
-    rec.clock.advance(rec.recovery.reminder_ack_interval_s * 2)
+    rec.clock.advance(rec.hooks.settings.reminder_ack_interval_s * 2)
     assert await rec.worker().run_pass() == []
-    assert await send_due_reminders(rec.pool, rec.clock, rec.recovery) == 0
+    assert await send_due_reminders(rec.pool, rec.clock, rec.hooks.settings) == 0
     assert await reminders(rec) == []
 
 
@@ -185,8 +186,8 @@ async def test_a_resolved_episode_that_recurs_opens_a_new_episode_and_alerts_aga
 
 
 async def test_the_first_reminder_follows_the_configured_reminder_interval(rec: RecoveryStack) -> None:
-    recovery = RecoverySettings(reminder_interval_s=300)
-    _attempt, raised = await escalated_past_the_deadline(rec, recovery)
+    settings = dataclasses.replace(rec.hooks.settings, reminder_interval_s=300)
+    _attempt, raised = await escalated_past_the_deadline(rec, settings)
     assert raised["next_reminder_at"] == raised["raised_at"] + seconds(300)
     rec.clock.advance(300)
-    assert await send_due_reminders(rec.pool, rec.clock, recovery) == 1
+    assert await send_due_reminders(rec.pool, rec.clock, settings) == 1

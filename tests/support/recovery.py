@@ -29,6 +29,7 @@ from paycore_recovery.metrics import RecoveryMetrics
 from paycore_recovery.settings import RecoverySettings
 from tests.support.attempts import recorded_attempt, started_attempt
 from tests.support.stack import eventually
+from tests.support.timings import REMINDER_INTERVAL
 from tests.support.webhooks import TEST, WebhookStack
 
 
@@ -82,7 +83,8 @@ class RecoveryStack:
         assert outcome.kind.value == "succeeded", outcome
         return await record_outcome(self.pool, attempt.attempt_id,
                                     ProviderOutcome.unknown("provider.no-response.caller"),
-                                    now=self.clock.now(), actor="endpoint", recheck_after_s=60)
+                                    now=self.clock.now(), actor="endpoint", recheck_after_s=60,
+                                    reminder_interval=REMINDER_INTERVAL)
 
     async def make_due(self, attempt: Attempt | None = None) -> None:
         """Move the clock to the next due check (of one attempt, or of all live attempts)."""
@@ -155,7 +157,8 @@ class RecoveryStack:
         attempt = await self.started_attempt(provider_account, customer)
         return await record_outcome(self.pool, attempt.attempt_id,
                                     ProviderOutcome.unknown("provider.no-response.caller"),
-                                    now=self.clock.now(), actor="endpoint", recheck_after_s=60)
+                                    now=self.clock.now(), actor="endpoint", recheck_after_s=60,
+                                    reminder_interval=REMINDER_INTERVAL)
 
     async def due_now(self, attempt: Attempt) -> None:
         """Make one attempt due at the current time without moving the clock."""

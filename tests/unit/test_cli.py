@@ -24,6 +24,7 @@ from paycore.clock import SystemClock
 from paycore.db import migrate, migrations
 from paycore.runtime._process import accepts_connections, free_port
 from tests.support.database import with_database
+from tests.support.timings import REMINDER_INTERVAL
 
 COMMANDS = [
     [],
@@ -364,7 +365,8 @@ def _raise_escalation(dsn: str, key: str) -> int:
         pool = await create_pool(dsn, max_size=1)  # jsonb codecs, as the services use
         try:
             async with pool.acquire() as conn:
-                escalation_id = await raise_escalation(conn, key=key, reason="test", now=SystemClock().now())
+                escalation_id = await raise_escalation(conn, key=key, reason="test", now=SystemClock().now(),
+                                                       reminder_interval=REMINDER_INTERVAL)
         finally:
             await pool.close()
         assert escalation_id is not None

@@ -1,48 +1,142 @@
-"""The ``provider_accounts`` table: configured accounts, without secrets.
+"""The ``provider_accounts`` table: one registered configuration per account, without secrets.
 
-Each service upserts the accounts it is configured with at start-up. The
-Started transition stamps ``escalation_deadline`` from the row in force at that
-moment, so a later configuration change never moves a stamped deadline.
+The database row is the one source of truth for an account's settings. The
+first service that starts with an account registers it; every later start
+compares its own configuration with the registered row and refuses to start,
+naming each difference, rather than silently moving the settings every other
+service uses (the Started transition stamps ``escalation_deadline`` from this
+row). Changing a registered account is an explicit operator action
+(:func:`apply_provider_account`, ``paycore accounts apply``); an attempt already
+Started keeps the deadline it was stamped with.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
-from paycore.config import ProviderAccountConfig
+from paycore.config import ConfigError, ProviderAccountConfig
 
-UPSERT_ACCOUNT = """
+# Registered only if absent: a running fleet's settings are never overwritten by a start.
+REGISTER_ACCOUNT = """
 INSERT INTO provider_accounts (provider_account, provider, account, environment, base_url, api_version,
                                key_retention, escalation_margin, lookup_rate_per_s, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, make_interval(secs => $7), make_interval(secs => $8), $9, $10)
-ON CONFLICT (provider_account) DO UPDATE
-SET base_url = EXCLUDED.base_url,
-    api_version = EXCLUDED.api_version,
-    key_retention = EXCLUDED.key_retention,
-    escalation_margin = EXCLUDED.escalation_margin,
-    lookup_rate_per_s = EXCLUDED.lookup_rate_per_s,
-    updated_at = EXCLUDED.updated_at
+ON CONFLICT (provider_account) DO NOTHING
 """
 
+SELECT_ACCOUNT_SETTINGS = """
+SELECT provider_account, base_url, api_version,
+       extract(epoch FROM key_retention)::float8 AS key_retention_s,
+       extract(epoch FROM escalation_margin)::float8 AS escalation_margin_s,
+       lookup_rate_per_s::float8 AS lookup_rate_per_s
+FROM provider_accounts
+WHERE provider_account = ANY($1::text[])
+"""
 
-async def sync_provider_accounts(
+UPDATE_ACCOUNT = """
+UPDATE provider_accounts
+SET base_url = $2, api_version = $3, key_retention = make_interval(secs => $4),
+    escalation_margin = make_interval(secs => $5), lookup_rate_per_s = $6, updated_at = $7
+WHERE provider_account = $1
+"""
+
+# Each compared setting, and the variable that sets it for the default Cardco account
+# (an account from PAYCORE_ACCOUNTS_FILE sets it with the field of the same name).
+SETTINGS: tuple[tuple[str, str], ...] = (
+    ("base_url", "PAYCORE_CARDCO_BASE_URL"),
+    ("api_version", "PAYCORE_CARDCO_API_VERSION"),
+    ("key_retention_s", "PAYCORE_CARDCO_KEY_RETENTION_S"),
+    ("escalation_margin_s", "PAYCORE_CARDCO_ESCALATION_MARGIN_S"),
+    ("lookup_rate_per_s", "PAYCORE_CARDCO_LOOKUP_RATE_PER_S"),
+)
+
+
+def configured_settings(acct: ProviderAccountConfig) -> dict[str, Any]:
+    """The registered settings this configuration asks for."""
+    return {"base_url": acct.base_url, "api_version": acct.api_version,
+            "key_retention_s": float(acct.key_retention_s),
+            "escalation_margin_s": float(acct.escalation_margin_s),
+            "lookup_rate_per_s": float(acct.lookup_rate_per_s)}
+
+
+@dataclass(frozen=True)
+class Difference:
+    provider_account: str
+    setting: str
+    variable: str
+    registered: Any
+    configured: Any
+
+    def describe(self) -> str:
+        return (f"{self.provider_account}: {self.setting} is registered as {self.registered!r} but this "
+                f"service is configured with {self.configured!r} ({self.variable}, or {self.setting} "
+                "in its PAYCORE_ACCOUNTS_FILE entry)")
+
+
+class AccountConfigurationDiffers(ConfigError):
+    """This service's account configuration disagrees with the registered one; it must not start."""
+
+    def __init__(self, differences: Sequence[Difference]) -> None:
+        self.differences = tuple(differences)
+        lines = "; ".join(d.describe() for d in differences)
+        super().__init__(
+            differences[0].variable,
+            f"provider account settings differ from the registered ones: {lines}. Configure the "
+            "registered values, or change them for every service with `paycore accounts apply "
+            "--operator NAME --reason TEXT` (recorded; started attempts keep their stamped deadlines).",
+        )
+
+
+async def _registered(conn: asyncpg.Connection | asyncpg.Pool,
+                      ids: list[str]) -> dict[str, dict[str, Any]]:
+    rows = await conn.fetch(SELECT_ACCOUNT_SETTINGS, ids)
+    return {r["provider_account"]: {k: r[k] for k, _ in SETTINGS} for r in rows}
+
+
+def differences(registered: dict[str, Any], acct: ProviderAccountConfig) -> list[Difference]:
+    configured = configured_settings(acct)
+    return [Difference(acct.provider_account, name, variable, registered[name], configured[name])
+            for name, variable in SETTINGS if registered[name] != configured[name]]
+
+
+async def register_provider_accounts(
     pool: asyncpg.Pool | asyncpg.Connection, accounts: Iterable[ProviderAccountConfig], now: datetime
 ) -> None:
-    """Upsert every configured account (no credentials are stored)."""
+    """Register every configured account not yet known; refuse a configuration that differs.
+
+    :raises AccountConfigurationDiffers: a registered account's settings differ
+        from this service's configuration (every difference is named).
+    """
+    accounts = list(accounts)
     for acct in accounts:
         await pool.execute(
-            UPSERT_ACCOUNT,
-            acct.provider_account,
-            acct.provider,
-            acct.account,
-            acct.environment,
-            acct.base_url,
-            acct.api_version,
-            float(acct.key_retention_s),
-            float(acct.escalation_margin_s),
-            acct.lookup_rate_per_s,
-            now,
+            REGISTER_ACCOUNT, acct.provider_account, acct.provider, acct.account, acct.environment,
+            acct.base_url, acct.api_version, float(acct.key_retention_s), float(acct.escalation_margin_s),
+            acct.lookup_rate_per_s, now,
         )
+    registered = await _registered(pool, [a.provider_account for a in accounts])
+    found = [d for acct in accounts for d in differences(registered[acct.provider_account], acct)]
+    if found:
+        raise AccountConfigurationDiffers(found)
+
+
+async def apply_provider_account(
+    conn: asyncpg.Connection, acct: ProviderAccountConfig, now: datetime
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """Make ``acct``'s configuration the registered one (an operator action; run it in the
+    transaction that records the action). Returns the settings before (``None`` if the
+    account was not registered) and after."""
+    before = (await _registered(conn, [acct.provider_account])).get(acct.provider_account)
+    if before is None:
+        await register_provider_accounts(conn, [acct], now)
+    else:
+        after = configured_settings(acct)
+        await conn.execute(UPDATE_ACCOUNT, acct.provider_account, after["base_url"], after["api_version"],
+                           after["key_retention_s"], after["escalation_margin_s"],
+                           after["lookup_rate_per_s"], now)
+    return before, configured_settings(acct)

@@ -343,19 +343,46 @@ async def try_mark_started(
 
 
 def _send_result_detail(outcome: ProviderOutcome) -> dict[str, Any]:
-    return {
+    detail = {
         "outcome": outcome.kind.value,
         "reason": outcome.reason,
         "http_status": outcome.http_status,
         "replayed": outcome.replayed,
         "provider_payment_id": outcome.provider_payment_id,
         "provider_status": outcome.provider_status,
+        "request_rejected": outcome.request_rejected,
     }
+    if outcome.mismatch is not None:
+        detail["mismatch"] = outcome.mismatch
+        detail["reported_payment"] = outcome.detail.get("reported_payment")
+    return detail
 
 
 def _escalation_key(attempt_id: UUID, reason: str, evidence_key: str | None) -> str:
     key = f"attempt:{attempt_id}:{reason}"
     return f"{key}:{evidence_key}" if evidence_key else key
+
+
+@dataclass(frozen=True)
+class _Escalate:
+    """Opens an attempt's escalation episode inside the outcome write's transaction.
+
+    Keyed by the evidence that caused it (a notification key) when there is one, so
+    two distinct notifications alert separately and a redelivery alerts once.
+    """
+
+    conn: asyncpg.Connection
+    attempt_id: UUID
+    now: datetime
+    evidence_key: str | None
+    reminder_interval: timedelta
+
+    async def __call__(self, reason: str, detail: dict[str, Any], *, per_evidence: bool = True) -> None:
+        key = _escalation_key(self.attempt_id, reason, self.evidence_key if per_evidence else None)
+        await escalations.raise_escalation(
+            self.conn, key=key, reason=reason, attempt_id=self.attempt_id, now=self.now, detail=detail,
+            reminder_interval=self.reminder_interval,
+        )
 
 
 async def record_outcome(
@@ -366,6 +393,7 @@ async def record_outcome(
     now: datetime,
     actor: str,
     recheck_after_s: float,
+    reminder_interval: timedelta,
     from_send: bool = True,
     lease: Lease | None = None,
     evidence_key: str | None = None,
@@ -375,7 +403,8 @@ async def record_outcome(
     async with pool.acquire() as conn, conn.transaction():
         return await apply_outcome(
             conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
-            from_send=from_send, lease=lease, evidence_key=evidence_key, max_reapply=max_reapply,
+            reminder_interval=reminder_interval, from_send=from_send, lease=lease,
+            evidence_key=evidence_key, max_reapply=max_reapply,
         )
 
 
@@ -387,6 +416,7 @@ async def apply_outcome(
     now: datetime,
     actor: str,
     recheck_after_s: float,
+    reminder_interval: timedelta,
     from_send: bool = True,
     lease: Lease | None = None,
     evidence_key: str | None = None,
@@ -404,7 +434,11 @@ async def apply_outcome(
       provider status was observed;
     - a different provider payment id than the recorded one, or one another
       attempt owns, or an amount or currency that does not match, resolves
-      nothing and is escalated;
+      nothing and is escalated; so is an answer that described another payment
+      (``outcome.mismatch``: recorded as Unknown, never with that payment's id);
+    - a resend refused before execution (``outcome.request_rejected``) stays
+      Unknown and is escalated ``resend-rejected``: the same bytes would be
+      refused again, so recovery stops resending;
     - on ``Succeeded`` the order is marked Paid and the effect-keyed outbox rows
       ``attempt:<id>:order-confirmation`` and ``attempt:<id>:fulfillment-request``
       are queued; any final outcome resolves the attempt's open escalations;
@@ -422,6 +456,7 @@ async def apply_outcome(
                 return await _apply_once(
                     conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
                     from_send=from_send, lease=lease, evidence_key=evidence_key,
+                    escalate=_Escalate(conn, attempt_id, now, evidence_key, reminder_interval),
                 )
         except _LostRace:
             # Only this try is rolled back (its events included); the caller's
@@ -441,6 +476,7 @@ async def _apply_once(
     from_send: bool,
     lease: Lease | None,
     evidence_key: str | None,
+    escalate: _Escalate,
 ) -> Attempt:
     """One try of :func:`record_outcome`; raises :class:`_LostRace` to roll back and reapply."""
     order = await lock_order_of_attempt(conn, attempt_id)
@@ -450,6 +486,12 @@ async def _apply_once(
         await append_event(conn, attempt_id=attempt_id, kind=EventKind.SEND_RESULT, actor=actor,
                            now=now, detail=_send_result_detail(outcome))
 
+    if outcome.mismatch is not None:
+        # The answer described another payment (the client dropped its id and status):
+        # a person must see it, whatever this attempt's state; it resolves nothing.
+        await escalate("mismatch", {"field": outcome.mismatch, "actor": actor,
+                                    "reported_payment": outcome.detail.get("reported_payment")})
+
     target = outcome.target_state
     if attempt.state in FINAL_STATES:
         # Evidence about another payment, or one that does not match, is escalated
@@ -457,20 +499,20 @@ async def _apply_once(
         identity = await _identity_problem(conn, attempt, outcome)
         if identity is not None:
             reason, detail = identity
-            await escalations.raise_escalation(
-                conn, key=_escalation_key(attempt_id, reason, evidence_key), reason=reason,
-                attempt_id=attempt_id, now=now, detail=detail,
-            )
+            await escalate(reason, detail)
         elif outcome.is_final and target is not attempt.state:
-            await escalations.raise_escalation(
-                conn, key=_escalation_key(attempt_id, "contradiction", evidence_key),
-                reason="contradiction", attempt_id=attempt_id, now=now,
-                detail={"recorded": attempt.state.value, "reported": target.value, "actor": actor},
-            )
+            await escalate("contradiction",
+                           {"recorded": attempt.state.value, "reported": target.value, "actor": actor})
         return attempt
     if attempt.state is AttemptState.NOT_STARTED:
         # Only a sender that moved it to Started can have an outcome for it.
         raise ValueError(f"attempt {attempt_id} is NotStarted; no outcome can be recorded")
+
+    if outcome.kind is OutcomeKind.UNKNOWN and outcome.request_rejected:
+        # A resend refused before execution: Unknown stays Unknown, and since the same
+        # bytes will be refused again, a person must decide (recovery stops resending).
+        await escalate("resend-rejected", {"reason": outcome.reason, "http_status": outcome.http_status,
+                                           "actor": actor}, per_evidence=False)
 
     if outcome.kind is OutcomeKind.UNKNOWN and (
         attempt.state is AttemptState.UNKNOWN or attempt.provider_status is not None
@@ -480,11 +522,7 @@ async def _apply_once(
 
     identity_problem = await _identity_problem(conn, attempt, outcome)
     if identity_problem is not None:
-        reason, detail = identity_problem
-        await escalations.raise_escalation(
-            conn, key=_escalation_key(attempt_id, reason, evidence_key), reason=reason,
-            attempt_id=attempt_id, now=now, detail=detail,
-        )
+        await escalate(*identity_problem)
         return attempt
 
     if not can_transition(attempt.state, target):
@@ -523,7 +561,7 @@ async def _apply_once(
     if target in FINAL_STATES:
         await escalations.resolve_for_attempt(conn, attempt_id, now)
     if target is AttemptState.SUCCEEDED:
-        await _queue_success_effects(conn, updated, order.status, order.cancel_requested_at, now)
+        await _queue_success_effects(conn, updated, order.status, order.cancel_requested_at, now, escalate)
     return updated
 
 
@@ -554,6 +592,7 @@ async def _queue_success_effects(
     order_status: OrderStatus,
     cancel_requested_at: datetime | None,
     now: datetime,
+    escalate: _Escalate,
 ) -> None:
     payload = {
         "order_id": attempt.order_id,
@@ -572,8 +611,4 @@ async def _queue_success_effects(
     else:
         # The customer cancelled after the send intent: the charge stands, and a
         # refund is its own operation, decided by a person.
-        await escalations.raise_escalation(
-            conn, key=f"attempt:{attempt.attempt_id}:succeeded-after-cancel",
-            reason="succeeded-after-cancel", attempt_id=attempt.attempt_id, now=now,
-            detail={"order_id": attempt.order_id},
-        )
+        await escalate("succeeded-after-cancel", {"order_id": attempt.order_id}, per_evidence=False)

@@ -364,8 +364,6 @@ def cmd_outbox(args: argparse.Namespace) -> int:
 
 
 def cmd_escalations(args: argparse.Namespace) -> int:
-    from datetime import timedelta
-
     from paycore import escalations
     from paycore.clock import SystemClock
     from paycore.operator_actions import InvalidOperatorAction, OperatorAction, describe
@@ -373,11 +371,9 @@ def cmd_escalations(args: argparse.Namespace) -> int:
     async def act(settings: Any, pool: Any) -> OperatorAction:
         now = SystemClock().now()
         if args.escalation_command == "ack":
-            from paycore_recovery.settings import load_recovery_settings
-
-            interval = timedelta(seconds=load_recovery_settings(settings).reminder_ack_interval_s)
             return await escalations.acknowledge(pool, args.escalation_id, operator=args.operator,
-                                                 reason=args.reason, now=now, reminder_interval=interval)
+                                                 reason=args.reason, now=now,
+                                                 reminder_interval=settings.reminder_ack_interval)
         return await escalations.resolve(pool, args.escalation_id, operator=args.operator,
                                          reason=args.reason, now=now)
 
@@ -779,7 +775,8 @@ def cmd_notifications_attach(args: argparse.Namespace) -> int:
 
     async def attach(settings: Any, pool: Any) -> Attached:
         return await attach_notification(pool, event_id=args.event_id, attempt_id=attempt_id,
-                                         operator=args.operator, reason=args.reason, now=SystemClock().now())
+                                         operator=args.operator, reason=args.reason, now=SystemClock().now(),
+                                         reminder_interval=settings.reminder_interval)
 
     try:
         _, done = _with_operator_pool(attach)

@@ -11,6 +11,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -125,6 +126,11 @@ class Settings:
     # The provider's normal processing time after a call, before recovery looks.
     processing_allowance_s: float = 30.0
     inbound_idempotency_ttl_s: int = 86_400
+    # Escalation reminders, for every episode whichever service raised it: the first
+    # reminder is due this long after raising, and again after each reminder.
+    reminder_interval_s: float = 900.0
+    # After acknowledgement: the interval for an acknowledged but still open episode.
+    reminder_ack_interval_s: float = 3600.0
     # Kafka and the outbox dispatcher (issue 5). None = decide from the broker:
     # on for real Kafka, off when paycore started the local broker itself.
     kafka_idempotent: bool | None = None
@@ -142,6 +148,14 @@ class Settings:
     alert_webhook_url: str | None = None
     alert_format: str = "slack"  # or "pagerduty"
     pagerduty_routing_key: Secret | None = None
+
+    @property
+    def reminder_interval(self) -> timedelta:
+        return timedelta(seconds=self.reminder_interval_s)
+
+    @property
+    def reminder_ack_interval(self) -> timedelta:
+        return timedelta(seconds=self.reminder_ack_interval_s)
 
     @property
     def default_account(self) -> ProviderAccountConfig:
@@ -318,6 +332,8 @@ def load_settings(env: Mapping[str, str] | None = None, *, require_cardco: bool 
         abandonment_threshold_s=_seconds(env, "PAYCORE_ABANDONMENT_THRESHOLD_S", 60.0),
         processing_allowance_s=_seconds(env, "PAYCORE_PROCESSING_ALLOWANCE_S", 30.0),
         inbound_idempotency_ttl_s=int(_seconds(env, "PAYCORE_IDEMPOTENCY_TTL_S", 86_400)),
+        reminder_interval_s=_seconds(env, "PAYCORE_REMINDER_INTERVAL_S", 900.0),
+        reminder_ack_interval_s=_seconds(env, "PAYCORE_REMINDER_ACK_INTERVAL_S", 3600.0),
         **_dispatcher_settings(env),
     )
 

@@ -107,6 +107,14 @@ class ProviderOutcome:
     next_action_expires_at: datetime | None = None
     http_status: int | None = None
     replayed: bool = False
+    # The answer described another payment than the one requested (``reference``,
+    # ``amount``, ``account`` ...): evidence about a different payment. It never
+    # carries that payment's id or status, and the attempt's writer escalates it.
+    mismatch: str | None = None
+    # The provider refused this very request as invalid before executing it (a
+    # documented validation rejection). The same bytes will be refused again, so a
+    # rejected resend is never repeated; on the only send it is NotApplied.
+    request_rejected: bool = False
     detail: dict[str, Any] = field(default_factory=dict)
 
     @property

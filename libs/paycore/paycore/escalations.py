@@ -26,8 +26,6 @@ from paycore.operator_actions import (
     validate_reason,
 )
 
-DEFAULT_REMINDER_INTERVAL = timedelta(minutes=15)
-
 RAISE_ESCALATION = """
 INSERT INTO payment_escalations (escalation_key, attempt_id, reason, detail, raised_at, next_reminder_at)
 VALUES ($1, $2, $3, $4, $5, $6)
@@ -50,13 +48,16 @@ async def raise_escalation(
     reason: str,
     now: datetime,
     attempt_id: UUID | None = None,
+    reminder_interval: timedelta,
     detail: dict[str, Any] | None = None,
-    reminder_interval: timedelta = DEFAULT_REMINDER_INTERVAL,
 ) -> int | None:
     """Open an episode for ``key`` unless one is open; returns the new id or None.
 
     Must run inside the caller's transaction, after the attempt row is locked or
-    conditionally written, so the alert commits with its cause.
+    conditionally written, so the alert commits with its cause. The first
+    reminder falls due after ``reminder_interval``: every caller passes
+    ``Settings.reminder_interval`` (``PAYCORE_REMINDER_INTERVAL_S``), whichever
+    service raised the episode.
     """
     escalation_id: int | None = await conn.fetchval(
         RAISE_ESCALATION, key, attempt_id, reason, detail or {}, now, now + reminder_interval

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -60,10 +60,12 @@ class Notification:
     amount_minor: int | None
     currency: str | None
     amount_refunded: int
-    payload_account: str | None
+    payload_account: str | None  # what the event envelope says
     payload_livemode: bool | None
     outcome: ProviderOutcome
     event: dict[str, Any]  # the event as received (no card data or secrets in it)
+    object_account: str | None = None  # what the payment object itself says
+    object_livemode: bool | None = None
 
     @property
     def is_refund(self) -> bool:
@@ -114,6 +116,8 @@ def event_detail(n: Notification, key: str | None) -> dict[str, Any]:
         "currency": n.currency,
         "payload_account": n.payload_account,
         "payload_livemode": n.payload_livemode,
+        "object_account": n.object_account,
+        "object_livemode": n.object_livemode,
         "event": n.event,
     }
 
@@ -203,7 +207,7 @@ def mismatch_key(attempt_id: UUID, key: str | None) -> str:
 
 async def apply_notification(
     conn: asyncpg.Connection, *, attempt: Attempt, n: Notification, key: str | None, now: datetime,
-    actor: str = HANDLER_ACTOR,
+    reminder_interval: timedelta, actor: str = HANDLER_ACTOR,
 ) -> Attempt:
     """Apply verified, matched evidence to its attempt, inside the caller's transaction.
 
@@ -215,7 +219,7 @@ async def apply_notification(
     """
     result = await apply_outcome(
         conn, attempt.attempt_id, n.outcome, now=now, actor=actor, recheck_after_s=RECHECK_AFTER_S,
-        from_send=False, evidence_key=key,
+        reminder_interval=reminder_interval, from_send=False, evidence_key=key,
     )
     if n.is_refund and result.state is AttemptState.SUCCEEDED and result.provider_payment_id == n.payment_id:
         await outbox.enqueue_effect(
@@ -263,6 +267,7 @@ def _attempt_fields(a: Attempt) -> dict[str, Any]:
 
 async def attach_notification(
     pool: asyncpg.Pool, *, event_id: int, attempt_id: UUID, operator: str, reason: str, now: datetime,
+    reminder_interval: timedelta,
 ) -> Attached:
     """Apply a stored unmatched notification to its attempt (authorised reconciliation).
 
@@ -298,7 +303,7 @@ async def attach_notification(
             detail={"attached_notification": event_id, "notification_key": key},
         )
         result = await apply_notification(conn, attempt=attempt, n=n, key=key, now=now,
-                                          actor=f"operator-{operator}")
+                                          reminder_interval=reminder_interval, actor=f"operator-{operator}")
         resolved = [r["escalation_id"] for r in await conn.fetch(
             RESOLVE_ESCALATION_BY_KEY, unmatched_key(attempt.provider_account, key, n), now)]
         recorded = await record_action(

@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from paycore.accounts import sync_provider_accounts
+from paycore.accounts import register_provider_accounts
 from paycore.clock import Clock, SystemClock
 from paycore.config import Settings, load_settings
 from paycore.db import create_pool
@@ -120,7 +120,7 @@ def create_app(
         own_client = client is None
         cardco = client or CardcoClient(settings.accounts, clock,
                                         max_call_duration_s=settings.budgets.max_call_duration_s)
-        await sync_provider_accounts(db, settings.accounts, clock.now())
+        await register_provider_accounts(db, settings.accounts, clock.now())
         services = Services(
             settings=settings, clock=clock, pool=db, auth=auth,
             payments=CheckoutPayments(pool=db, client=cardco, clock=clock, settings=settings,

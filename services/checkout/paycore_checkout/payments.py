@@ -156,7 +156,7 @@ class CheckoutPayments:
             async with self.clock.budget(budgets.record_s):
                 recorded = await record_outcome(
                     self.pool, started.attempt_id, outcome, now=self.clock.now(), actor="endpoint",
-                    recheck_after_s=FIRST_RECHECK_S,
+                    recheck_after_s=FIRST_RECHECK_S, reminder_interval=self.settings.reminder_interval,
                 )
         except UNCONFIRMED_WRITE as exc:
             self._report_outcome_not_recorded(started, outcome, exc)

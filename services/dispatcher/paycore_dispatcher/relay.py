@@ -139,6 +139,7 @@ class KafkaPublisher:
 class RelayConfig:
     effects_topic: str
     alerts_topic: str
+    reminder_interval: timedelta  # a dead letter's escalation: PAYCORE_REMINDER_INTERVAL_S
     batch_size: int = 500
     max_chain: int = 50
     max_delivery_attempts: int = 10
@@ -311,7 +312,7 @@ class Relay:
             return True
         await escalations.raise_escalation(
             conn, key=dead_letter_escalation_key(row.message_id), reason="outbox-dead-letter",
-            attempt_id=row.attempt_id, now=now,
+            attempt_id=row.attempt_id, now=now, reminder_interval=self.config.reminder_interval,
             detail={"message_id": row.message_id, "dedup_key": row.dedup_key, "kind": row.kind,
                     "ordering_key": row.ordering_key, "delivery_attempts": attempts, "last_error": error},
         )

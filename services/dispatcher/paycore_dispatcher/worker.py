@@ -35,6 +35,7 @@ METRICS_REFRESH_S = 5.0
 def relay_config(settings: Settings, ks: KafkaSettings) -> RelayConfig:
     return RelayConfig(
         effects_topic=ks.effects_topic, alerts_topic=ks.alerts_topic,
+        reminder_interval=settings.reminder_interval,
         batch_size=settings.outbox_batch_size,
         max_delivery_attempts=settings.outbox_max_delivery_attempts,
         send_timeout_s=settings.outbox_send_timeout_s,

@@ -87,6 +87,15 @@ ORDER BY event_id DESC
 LIMIT 1
 """
 
+# A resend the provider refused as invalid before executing it (recorded by
+# paycore.attempts in its send_result): the same bytes would be refused again.
+RESEND_WAS_REJECTED = """
+SELECT EXISTS (SELECT 1 FROM payment_attempt_events
+               WHERE attempt_id = $1 AND kind = 'send_result'
+                 AND (detail ->> 'request_rejected')::boolean
+                 AND detail ->> 'outcome' = 'unknown')
+"""
+
 COUNT_LOOKUPS = """
 SELECT count(*) FROM payment_attempt_events WHERE attempt_id = $1 AND kind = 'lookup'
 """
@@ -136,8 +145,7 @@ async def owns_lease(pool: asyncpg.Pool, attempt_id: UUID, lease: Lease, now: da
 
 async def escalate_and_finish(
     pool: asyncpg.Pool, attempt_id: UUID, lease: Lease, *, reason: str, delay_s: float, now: datetime,
-    detail: dict[str, Any] | None = None,
-    reminder_interval: timedelta = escalations.DEFAULT_REMINDER_INTERVAL,
+    reminder_interval: timedelta, detail: dict[str, Any] | None = None,
 ) -> bool:
     """In one transaction: re-read the attempt FOR UPDATE; only if it is still Started or
     Unknown and this worker owns the lease, open the episode ``attempt:<id>:<reason>``
@@ -226,6 +234,10 @@ async def record_send_abandoned(pool: asyncpg.Pool, attempt_id: UUID, now: datet
 async def latest_send_event(pool: asyncpg.Pool, attempt_id: UUID) -> str | None:
     row = await pool.fetchrow(LATEST_SEND_EVENT, attempt_id)
     return str(row["kind"]) if row is not None else None
+
+
+async def resend_was_rejected(pool: asyncpg.Pool, attempt_id: UUID) -> bool:
+    return bool(await pool.fetchval(RESEND_WAS_REJECTED, attempt_id))
 
 
 async def lookups_so_far(pool: asyncpg.Pool, attempt_id: UUID) -> int:

@@ -118,7 +118,7 @@ class RecoveryWorker:
                 results.append(await self._recover_guarded(attempt, lease))
 
         await asyncio.gather(*(lane() for _ in range(self.recovery.concurrency)))
-        await send_due_reminders(self.pool, self.clock, self.recovery)
+        await send_due_reminders(self.pool, self.clock, self.settings)
         return results
 
     async def run_forever(self, stop: asyncio.Event) -> None:
@@ -250,9 +250,10 @@ class RecoveryWorker:
 
         if lookup.kind == "failed":
             # Not "not found": the attempt stays as it is. Past the deadline a person
-            # must know even while the provider cannot answer; the lookups go on.
+            # must know even while the provider cannot answer; the lookups go on, on the
+            # slow read-only cadence like every other pass past the deadline.
             if attempt.escalation_deadline is not None and now >= attempt.escalation_deadline:
-                await self._escalate(attempt, lease, "deadline", backoff)
+                await self._escalate(attempt, lease, "deadline", self.recovery.slow_cadence_s)
             else:
                 await leases.finish(self.pool, attempt_id, lease, now, backoff)
             return Pass.LOOKUP_FAILED
@@ -270,6 +271,11 @@ class RecoveryWorker:
         if attempt.escalation_deadline is None or now >= attempt.escalation_deadline:
             # Past the safe cutoff: send nothing, under any key; keep looking on the slow cadence.
             await self._escalate(attempt, lease, "deadline", self.recovery.slow_cadence_s)
+            return Pass.ESCALATED
+
+        if await leases.resend_was_rejected(self.pool, attempt_id):
+            # An earlier resend of these bytes was refused before execution: never again.
+            await self._escalate(attempt, lease, "resend-rejected", self.recovery.slow_cadence_s)
             return Pass.ESCALATED
 
         failing = await self._failing_resend_condition(attempt, now)
@@ -319,8 +325,10 @@ class RecoveryWorker:
             await append_event(
                 conn, attempt_id=attempt.attempt_id, kind=EventKind.LOOKUP, actor=self.actor,
                 now=self.clock.now(),
+                # Every payment as the provider answered it, matching or not: the evidence
+                # an operator needs when this attempt is escalated.
                 detail={"by": how, "result": lookup.kind, "reason": lookup.reason,
-                        "payments": [{"id": p.id, "status": p.status} for p in lookup.payments]},
+                        "payments": [p.evidence() for p in lookup.payments]},
             )
 
     def _mismatch(self, attempt: Attempt, payment: ProviderPayment) -> str | None:
@@ -373,7 +381,7 @@ class RecoveryWorker:
         recheck = self.recovery.action_poll_s if payment.status == "requires_action" else backoff
         recorded = await record_outcome(self.pool, attempt.attempt_id, outcome, now=self.clock.now(),
                                         actor=self.actor, recheck_after_s=recheck, from_send=False,
-                                        lease=lease)
+                                        lease=lease, reminder_interval=self.settings.reminder_interval)
         # If that wrote nothing (an already-final winner), still release what is ours.
         await leases.finish(self.pool, attempt.attempt_id, lease, self.clock.now(), recheck)
         if recorded.state in (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.NOT_APPLIED):
@@ -429,10 +437,13 @@ class RecoveryWorker:
         self.metrics.resends.inc()
         outcome = await self.client.create_payment(StoredRequest.from_record(asdict(attempt)),
                                                    budget_s=self.settings.budgets.call_s, first_send=False)
+        # A resend refused before execution is escalated by the outcome write
+        # (resend-rejected) and never repeated: only lookups go on, on the slow cadence.
+        recheck = self.recovery.slow_cadence_s if outcome.request_rejected else backoff
         recorded = await record_outcome(self.pool, attempt_id, outcome, now=self.clock.now(),
-                                        actor=self.actor, recheck_after_s=backoff, from_send=True,
-                                        lease=lease)
-        await leases.finish(self.pool, attempt_id, lease, self.clock.now(), backoff)
+                                        actor=self.actor, recheck_after_s=recheck, from_send=True,
+                                        lease=lease, reminder_interval=self.settings.reminder_interval)
+        await leases.finish(self.pool, attempt_id, lease, self.clock.now(), recheck)
         if recorded.state in (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.NOT_APPLIED):
             self.metrics.resolved.labels(recorded.state.value).inc()
         return Pass.RESENT
@@ -441,6 +452,6 @@ class RecoveryWorker:
                         detail: dict[str, object] | None = None) -> None:
         raised = await leases.escalate_and_finish(
             self.pool, attempt.attempt_id, lease, reason=reason, delay_s=delay_s, now=self.clock.now(),
-            detail=detail, reminder_interval=timedelta(seconds=self.recovery.reminder_interval_s))
+            detail=detail, reminder_interval=self.settings.reminder_interval)
         if raised:
             self.metrics.escalations.labels(reason.split(":")[0]).inc()

@@ -9,7 +9,7 @@ import signal
 
 from prometheus_client import start_http_server
 
-from paycore.accounts import sync_provider_accounts
+from paycore.accounts import register_provider_accounts
 from paycore.clock import SystemClock
 from paycore.config import ConfigError, load_settings
 from paycore.db import create_pool
@@ -37,7 +37,7 @@ async def run(*, metrics_port: int | None, owner: str | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await sync_provider_accounts(pool, settings.accounts, clock.now())
+        await register_provider_accounts(pool, settings.accounts, clock.now())
         async with CardcoClient(settings.accounts, clock,
                                 max_call_duration_s=settings.budgets.max_call_duration_s) as client:
             worker = RecoveryWorker(pool=pool, client=client, clock=clock, settings=settings,

@@ -8,13 +8,12 @@ sees the ``next_reminder_at`` it read changes the row and queues
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
 import asyncpg
 
 from paycore import outbox
 from paycore.clock import Clock
-from paycore_recovery.settings import RecoverySettings
+from paycore.config import Settings
 
 log = logging.getLogger("paycore.recovery.reminders")
 
@@ -34,17 +33,17 @@ RETURNING reminder_count
 """
 
 
-async def send_due_reminders(pool: asyncpg.Pool, clock: Clock, settings: RecoverySettings,
+async def send_due_reminders(pool: asyncpg.Pool, clock: Clock, settings: Settings,
                              limit: int = 100) -> int:
     """Queue a reminder for every due open episode; returns how many this instance queued."""
     sent = 0
     for row in await pool.fetch(DUE_REMINDERS, clock.now(), limit):
         now = clock.now()
         acknowledged = row["acknowledged_at"] is not None
-        interval = settings.reminder_ack_interval_s if acknowledged else settings.reminder_interval_s
+        interval = settings.reminder_ack_interval if acknowledged else settings.reminder_interval
         async with pool.acquire() as conn, conn.transaction():
             count = await conn.fetchval(CLAIM_REMINDER, row["escalation_id"], row["next_reminder_at"],
-                                        now + timedelta(seconds=interval))
+                                        now + interval)
             if count is None:
                 continue  # another instance reminded, or the episode was resolved
             await outbox.enqueue(

@@ -20,8 +20,8 @@ class RecoverySettings:
     concurrency: int = 8
     action_poll_s: float = 300.0  # status checks while a customer action is pending
     payment_token_ttl_s: float = 86_400.0  # a stored token older than this is not resent
-    reminder_interval_s: float = 900.0  # unacknowledged episodes
-    reminder_ack_interval_s: float = 3600.0  # acknowledged but open episodes
+    # Reminder intervals are the library's (paycore.config.Settings): every service
+    # that raises an escalation schedules its first reminder from the same setting.
 
     def backoff(self, step: int) -> float:
         """The delay after ``step`` earlier lookups: 1, 2, 5, 15 minutes, then the slow cadence."""
@@ -69,6 +69,4 @@ def load_recovery_settings(app: Settings, env: Mapping[str, str] | None = None) 
         concurrency=int(_number(env, "PAYCORE_RECOVERY_CONCURRENCY", 8, integer=True)),
         action_poll_s=_number(env, "PAYCORE_RECOVERY_ACTION_POLL_S", 300.0),
         payment_token_ttl_s=_number(env, "PAYCORE_PAYMENT_TOKEN_TTL_S", 86_400.0),
-        reminder_interval_s=_number(env, "PAYCORE_REMINDER_INTERVAL_S", 900.0),
-        reminder_ack_interval_s=_number(env, "PAYCORE_REMINDER_ACK_INTERVAL_S", 3600.0),
     ).validate(app)

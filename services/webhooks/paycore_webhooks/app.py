@@ -1,7 +1,8 @@
 """``POST /webhooks/cardco``: verify, parse, handle, and acknowledge only after commit.
 
-- Unverifiable (missing headers 400; bad, stale or replayed signature 401):
-  problem+json, nothing stored.
+- Unverifiable (missing headers 400; bad or stale signature 401):
+  problem+json, nothing stored. A replay of a verified delivery inside the
+  signature tolerance (same webhook-id and timestamp) answers ``duplicate``.
 - Body over 256 KiB: 413. Not JSON or not a Cardco event: 400, logged without the body.
 - Any failure before the handler's commit: 500, so the provider redelivers.
 """
@@ -12,6 +13,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import asyncpg
 import orjson
@@ -21,7 +23,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from paycore.accounts import sync_provider_accounts
+from paycore import webhook_replays
+from paycore.accounts import register_provider_accounts
 from paycore.clock import Clock, SystemClock
 from paycore.config import ConfigError, ProviderAccountConfig, Settings, load_settings
 from paycore.db import create_pool
@@ -29,11 +32,16 @@ from paycore.http.bodies import read_limited
 from paycore.http.metrics import metrics_endpoint
 from paycore.http.problems import Problem, problem_response
 from paycore.providers.cardco_events import InvalidEvent, parse_event
+from paycore.webhook_replays import SignedDelivery
 from paycore.webhook_signatures import VerificationFailed, Verifier
 from paycore_webhooks.handler import handle_notification
 
 log = logging.getLogger("paycore.webhooks")
 MAX_BODY = 256 * 1024
+
+
+# How often this process forgets deliveries whose signatures can no longer be replayed.
+REPLAY_PURGE_EVERY_S = 60.0
 
 
 @dataclass
@@ -43,6 +51,13 @@ class Intake:
     pool: asyncpg.Pool
     verifier: Verifier[ProviderAccountConfig]
     deliveries: Counter
+    _next_purge_at: datetime | None = None
+
+    async def purge_replay_window(self) -> None:
+        now = self.clock.now()
+        if self._next_purge_at is None or now >= self._next_purge_at:
+            self._next_purge_at = now + timedelta(seconds=REPLAY_PURGE_EVERY_S)
+            await webhook_replays.purge_expired(self.pool, now)
 
 
 def verifier_for(settings: Settings) -> Verifier[ProviderAccountConfig]:
@@ -71,9 +86,13 @@ async def receive_cardco(request: Request) -> Response:
         intake.deliveries.labels("invalid").inc()
         log.warning("webhook for %s not a Cardco event: %s", account.provider_account, exc)
         return problem_response(400, "invalid-event", "Not a Cardco event", str(exc))
+    delivery = SignedDelivery(request.headers["webhook-id"].strip(),
+                              int(request.headers["webhook-timestamp"].strip()))
     try:
+        await intake.purge_replay_window()
         result = await handle_notification(intake.pool, account=account, n=notification,
-                                           now=intake.clock.now())
+                                           now=intake.clock.now(), delivery=delivery,
+                                           reminder_interval=intake.settings.reminder_interval)
     except Exception:
         # Nothing was acknowledged: the provider redelivers, and the redelivery is handled normally.
         intake.deliveries.labels("error").inc()
@@ -113,7 +132,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         db = pool or await create_pool(settings.database_url or "", max_size=20)
-        await sync_provider_accounts(db, settings.accounts, clock.now())
+        await register_provider_accounts(db, settings.accounts, clock.now())
         app.state.intake = Intake(settings, clock, db, verifier, deliveries)
         try:
             yield

@@ -1,7 +1,9 @@
 """The notification handler: one transaction per delivery, in the reference's order.
 
 0. A redelivery of an already committed notification answers "duplicate" from
-   one indexed read, without opening the transaction (a shortcut only).
+   one indexed read, without opening the transaction (a shortcut only). In the
+   transaction, a byte-identical replay of a delivery already handled (same
+   webhook-id and timestamp, inside the signature tolerance) is a duplicate too.
 1. Match by account + client reference and by account + provider payment id,
    independently (one query, two answers).
 2. Record the notification first (``ON CONFLICT … DO NOTHING``); a duplicate
@@ -17,7 +19,7 @@ The caller acknowledges with 2xx only after this commits.
 from __future__ import annotations
 
 import enum
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import asyncpg
 
@@ -36,6 +38,7 @@ from paycore.notifications import (
     unmatched_key,
 )
 from paycore.orders import lock_order
+from paycore.webhook_replays import SignedDelivery, first_sight
 
 
 class DeliveryResult(enum.StrEnum):
@@ -47,17 +50,27 @@ class DeliveryResult(enum.StrEnum):
 
 
 def _payload_disagrees(account: ProviderAccountConfig, n: Notification) -> str | None:
-    """The account comes from the verifying secret; a payload that says otherwise is suspect."""
-    if n.payload_account is not None and n.payload_account != account.account:
-        return "account"
-    if n.payload_livemode is not None and n.payload_livemode != (account.environment == "live"):
-        return "environment"
+    """The account comes from the verifying secret; a payload that says otherwise is suspect.
+
+    Both the event envelope and the payment object it carries are checked: a
+    correctly signed envelope around another account's (or mode's) payment is
+    evidence about a different payment.
+    """
+    live = account.environment == "live"
+    for said_account, said_livemode in ((n.payload_account, n.payload_livemode),
+                                        (n.object_account, n.object_livemode)):
+        if said_account is not None and said_account != account.account:
+            return "account"
+        if said_livemode is not None and said_livemode != live:
+            return "environment"
     return None
 
 
 async def handle_notification(
-    pool: asyncpg.Pool, *, account: ProviderAccountConfig, n: Notification, now: datetime
+    pool: asyncpg.Pool, *, account: ProviderAccountConfig, n: Notification, now: datetime,
+    reminder_interval: timedelta, delivery: SignedDelivery | None = None,
 ) -> DeliveryResult:
+    """Handle one verified notification in one transaction; ``delivery`` arms the replay window."""
     provider_account = account.provider_account
     key = notification_key(n)
     async with pool.acquire() as conn:
@@ -67,12 +80,15 @@ async def handle_notification(
         if key is not None and await is_recorded(conn, provider_account=provider_account, key=key):
             return DeliveryResult.DUPLICATE
         async with conn.transaction():
-            return await _handle(conn, account=account, n=n, key=key, now=now)
+            if delivery is not None and not await first_sight(conn, provider_account, delivery, now):
+                return DeliveryResult.DUPLICATE  # a replay of a delivery already handled
+            return await _handle(conn, account=account, n=n, key=key, now=now,
+                                 reminder_interval=reminder_interval)
 
 
 async def _handle(
     conn: asyncpg.Connection, *, account: ProviderAccountConfig, n: Notification, key: str | None,
-    now: datetime,
+    now: datetime, reminder_interval: timedelta,
 ) -> DeliveryResult:
     provider_account = account.provider_account
     by_reference, by_payment_id = await find_by_reference_and_payment_id(
@@ -95,7 +111,7 @@ async def _handle(
         assert by_reference is not None and by_payment_id is not None
         await escalations.raise_escalation(
             conn, key=identity_conflict_key(provider_account, key, n), reason="identity-conflict",
-            attempt_id=by_reference.attempt_id, now=now,
+            attempt_id=by_reference.attempt_id, now=now, reminder_interval=reminder_interval,
             detail={
                 "reference_attempt_id": str(by_reference.attempt_id),
                 "provider_payment_id_attempt_id": str(by_payment_id.attempt_id),
@@ -111,7 +127,7 @@ async def _handle(
         # Never silently ignored: stored for reconciliation, one episode per subject.
         await escalations.raise_escalation(
             conn, key=unmatched_key(provider_account, key, n), reason="unmatched-payment",
-            attempt_id=None, now=now,
+            attempt_id=None, now=now, reminder_interval=reminder_interval,
             detail={"provider_account": provider_account, "provider_payment_id": n.payment_id,
                     "client_reference": n.reference, "notification_event_id": recorded.event_id},
         )
@@ -121,11 +137,12 @@ async def _handle(
     if disagreement is not None or not attempt.matches(n.amount_minor, n.currency):
         await escalations.raise_escalation(
             conn, key=mismatch_key(attempt.attempt_id, key), reason="mismatched-payment",
-            attempt_id=attempt.attempt_id, now=now,
+            attempt_id=attempt.attempt_id, now=now, reminder_interval=reminder_interval,
             detail={"field": disagreement or "amount-or-currency", "amount_minor": n.amount_minor,
                     "currency": n.currency, "notification_event_id": recorded.event_id},
         )
         return DeliveryResult.MISMATCH
 
-    await apply_notification(conn, attempt=attempt, n=n, key=key, now=now)
+    await apply_notification(conn, attempt=attempt, n=n, key=key, now=now,
+                             reminder_interval=reminder_interval)
     return DeliveryResult.APPLIED

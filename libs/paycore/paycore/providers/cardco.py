@@ -241,6 +241,11 @@ class ProviderPayment:
         if self.status == "requires_action" and self.next_action is None:
             raise ValueError("a requires_action payment needs a next_action")
 
+    def evidence(self) -> dict[str, Any]:
+        """What was seen, for history and escalations: identifiers, never card data."""
+        return {"id": self.id, "status": self.status, "account": self.account, "livemode": self.livemode,
+                "reference": self.reference, "amount_minor": self.amount_minor, "currency": self.currency}
+
     def to_outcome(self) -> ProviderOutcome:
         """What this payment says about the attempt.
 
@@ -281,7 +286,8 @@ class ProviderPayment:
 class LookupResult:
     """The answer to a lookup.
 
-    :param kind: ``found`` (``payments`` holds at least one), ``not_found``,
+    :param kind: ``found`` (``payments`` holds at least one, exactly as the
+        provider answered; not yet judged as evidence), ``not_found``,
         ``failed`` (no usable answer; ``reason`` says why) or
         ``rate_limited`` (``retry_after_s`` says when to ask again).
     :param payments: The payments found, in the provider's order (oldest
@@ -718,9 +724,11 @@ class CardcoClient:
                 return ProviderOutcome.unknown("provider.body-unrecognized", **meta)
             mismatch = self._create_mismatch(stored, payment)
             if mismatch is not None:
+                # Evidence about another payment: its id and status are never this
+                # attempt's. They travel only in ``detail``, for the escalation.
                 return ProviderOutcome.unknown(
-                    f"provider.response-mismatch.{mismatch}",
-                    provider_payment_id=payment.id, provider_status=payment.status, **meta,
+                    f"provider.response-mismatch.{mismatch}", mismatch=mismatch,
+                    detail={"reported_payment": payment.evidence()}, **meta,
                 )
             return dataclasses.replace(payment.to_outcome(), **meta)
 
@@ -736,9 +744,12 @@ class CardcoClient:
             # off-contract and proves nothing either.
             if first_send and not replayed:
                 return ProviderOutcome.not_applied(
-                    f"rejected:{code}" + (f":{param}" if param else ""), **meta
+                    f"rejected:{code}" + (f":{param}" if param else ""), request_rejected=True, **meta
                 )
-            return ProviderOutcome.unknown(f"provider.rejected-this-send.{code}", **meta)
+            # A resend refused before execution: Unknown (the earlier send may have
+            # taken effect), and the same bytes will be refused again.
+            return ProviderOutcome.unknown(f"provider.rejected-this-send.{code}", request_rejected=True,
+                                           **meta)
 
         retry_after = _retry_after(response, self._clock.now())
         if retry_after is not None:
@@ -794,8 +805,10 @@ class CardcoClient:
         :param provider_account: Internal provider-account id.
         :param payment_id: Cardco's payment id.
         :param budget_s: Caller's budget, or ``None`` for the client ceiling.
-        :return: ``found`` with the payment, ``not_found`` on 404,
-            ``rate_limited`` on 429, else ``failed`` with a reason.
+        :return: ``found`` with the payment as answered (even one whose id,
+            account or mode is not what was asked: the caller judges the
+            evidence), ``not_found`` on 404, ``rate_limited`` on 429, else
+            ``failed`` with a reason.
         :raises ValueError: ``budget_s`` is NaN.
         """
         if not payment_id:
@@ -810,9 +823,7 @@ class CardcoClient:
                 budget_s=budget_s,
                 not_found_on_404=True,
             )
-            result = answer if isinstance(answer, LookupResult) else self._payment_found(
-                provider_account, payment_id, answer.value
-            )
+            result = answer if isinstance(answer, LookupResult) else self._payment_found(answer.value)
         return self._lookup_logged("get_payment", provider_account, result)
 
     async def find_by_reference(
@@ -823,8 +834,9 @@ class CardcoClient:
         :param provider_account: Internal provider-account id.
         :param reference: The attempt's client reference.
         :param budget_s: Caller's budget, or ``None`` for the client ceiling.
-        :return: ``found`` with the payments (oldest first), ``not_found`` for
-            ``data: []``, ``rate_limited`` on 429, else ``failed``.
+        :return: ``found`` with every payment answered (oldest first, as seen:
+            the caller judges whether each is about this attempt), ``not_found``
+            for ``data: []``, ``rate_limited`` on 429, else ``failed``.
         :raises ValueError: ``budget_s`` is NaN.
         """
         if not reference:
@@ -839,23 +851,23 @@ class CardcoClient:
                 budget_s=budget_s,
                 not_found_on_404=False,
             )
-            result = answer if isinstance(answer, LookupResult) else self._payments_found(
-                provider_account, reference, answer.value
-            )
+            result = answer if isinstance(answer, LookupResult) else self._payments_found(answer.value)
         return self._lookup_logged("find_by_reference", provider_account, result)
 
-    def _payment_found(self, provider_account: str, payment_id: str, body: Any) -> LookupResult:
+    # A lookup reports every payment the provider answered with, as it was seen. Whether
+    # one is evidence about this attempt (its id, reference, amount, account and mode)
+    # is the caller's judgement: a payment of another account or reference is not a
+    # failed lookup, it is a mismatch a person must see, with what was seen recorded.
+
+    @staticmethod
+    def _payment_found(body: Any) -> LookupResult:
         payment = _parse_payment(body)
         if payment is None:
             return LookupResult("failed", reason="provider.body-unrecognized")
-        if payment.id != payment_id:
-            return LookupResult("failed", reason="provider.response-mismatch.id")
-        mismatch = _payment_mismatch(payment, self._accounts[provider_account])
-        if mismatch is not None:
-            return LookupResult("failed", reason=f"provider.response-mismatch.{mismatch}")
         return LookupResult("found", payments=(payment,))
 
-    def _payments_found(self, provider_account: str, reference: str, body: Any) -> LookupResult:
+    @staticmethod
+    def _payments_found(body: Any) -> LookupResult:
         if not isinstance(body, dict) or not isinstance(body.get("data"), list):
             return LookupResult("failed", reason="provider.body-unrecognized")
         payments: list[ProviderPayment] = []
@@ -863,12 +875,6 @@ class CardcoClient:
             payment = _parse_payment(item)
             if payment is None:
                 return LookupResult("failed", reason="provider.body-unrecognized")
-            # A payment of another reference would be wrong evidence for this attempt.
-            if payment.reference != reference:
-                return LookupResult("failed", reason="provider.response-mismatch.reference")
-            mismatch = _payment_mismatch(payment, self._accounts[provider_account])
-            if mismatch is not None:
-                return LookupResult("failed", reason=f"provider.response-mismatch.{mismatch}")
             payments.append(payment)
         if not payments:
             return LookupResult("not_found")

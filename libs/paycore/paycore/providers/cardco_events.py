@@ -73,4 +73,6 @@ def parse_event(body: bytes) -> Notification:
         payload_livemode=livemode,
         outcome=payment.to_outcome(),
         event=event,
+        object_account=payment.account,
+        object_livemode=payment.livemode,
     )
