@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -23,6 +23,7 @@ from paycore.clock import SystemClock
 from paycore.db import migrate, migrations
 from paycore.runtime._process import accepts_connections, free_port
 from tests.support.database import with_database
+from tests.support.up import BANNER_END, UP_SERVICES, running_up, up_env, wait_gone
 
 COMMANDS = [
     [],
@@ -271,60 +272,60 @@ def test_token_uses_a_stable_local_secret(tmp_path: Path, capsys: pytest.Capture
 
 
 async def test_up_starts_everything_and_stops_on_ctrl_c(tmp_path: Path, fresh_database: str) -> None:
-    """``paycore up`` on an external database and an embedded broker, stopped with SIGINT."""
-    checkout_port, sandbox_port, webhooks_port, recovery_port = (free_port() for _ in range(4))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PAYCORE_")}
-    env.update(PAYCORE_HOME=str(tmp_path / "home"), PAYCORE_DATABASE_URL=fresh_database, PYTHONUNBUFFERED="1")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "paycore.cli", "up",
-        "--checkout-port", str(checkout_port), "--sandbox-port", str(sandbox_port),
-        "--webhooks-port", str(webhooks_port), "--recovery-port", str(recovery_port),
-        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )
-    assert proc.stdout is not None
-    lines: list[str] = []
+    """``paycore up`` on an external database and an embedded broker, stopped with SIGINT.
 
-    async def read_until(marker: str) -> None:
-        assert proc.stdout is not None
-        while True:
-            raw = await proc.stdout.readline()
-            if not raw:
-                raise AssertionError("paycore up exited early:\n" + "".join(lines))
-            lines.append(raw.decode())
-            if marker in lines[-1]:
-                return
-
-    try:
-        async with asyncio.timeout(90):
-            await read_until("paycore is up")
-            await read_until("paycore token")
-        output = "".join(lines)
-        assert f"checkout  http://127.0.0.1:{checkout_port}" in output
-        assert f"sandbox   http://127.0.0.1:{sandbox_port}" in output
+    Every service gets a free port (the helper derives them from ``UP_SERVICES``):
+    this test once took the dispatcher's default 8400 and failed beside a running stack.
+    """
+    env = up_env(home=tmp_path / "home", database_url=fresh_database)
+    async with running_up(tmp_path, env) as up:
+        await up.wait_for(BANNER_END)
+        output = "".join(up.lines)
+        assert f"checkout  {up.url('checkout')}" in output
+        assert f"sandbox   {up.url('sandbox')}" in output
         assert "kafka     127.0.0.1:" in output
-        assert f"webhooks  http://127.0.0.1:{webhooks_port}/webhooks/cardco" in output
-        assert "sandbox  | " in output and "checkout | " in output and "webhooks | " in output
-        assert "recovery | " in output
+        assert f"webhooks  {up.url('webhooks')}/webhooks/cardco" in output
+        assert f"dispatcher worker; metrics {up.url('dispatcher')}/metrics" in output
+        for name in UP_SERVICES:
+            assert re.search(rf"^{name} +\| ", output, re.MULTILINE), f"no output prefixed {name}"
         async with httpx.AsyncClient() as client:
-            health = await client.get(f"http://127.0.0.1:{checkout_port}/healthz")
-            intake = await client.get(f"http://127.0.0.1:{webhooks_port}/healthz")
+            health = await client.get(f"{up.url('checkout')}/healthz")
+            intake = await client.get(f"{up.url('webhooks')}/healthz")
         assert health.status_code == 200 and intake.status_code == 200
+        children = up.descendants()
 
-        proc.send_signal(signal.SIGINT)
-        async with asyncio.timeout(60):
-            rest = await proc.stdout.read()
-            code = await proc.wait()
-        lines.append(rest.decode())
-        assert code == 0, "".join(lines)
-        assert not accepts_connections("127.0.0.1", checkout_port)
-        assert not accepts_connections("127.0.0.1", sandbox_port)
-        assert not accepts_connections("127.0.0.1", webhooks_port)
-        assert "Tansu broker on" in lines[-1]
-    finally:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+        up.process.send_signal(signal.SIGINT)
+        assert await up.wait_exit(within_s=60) == 0, up.output()
+        assert "Tansu broker on" in up.output()
+        for port in up.ports.values():
+            assert not accepts_connections("127.0.0.1", port)
+        assert await wait_gone(children, within_s=10) == []
+
+
+async def test_up_stops_on_ctrl_c_after_its_stdout_is_closed(tmp_path: Path, fresh_database: str) -> None:
+    """``make run | tee run.log`` then Ctrl-C: tee is gone, ``up`` must still stop, and all its children."""
+    env = up_env(home=tmp_path / "home", database_url=fresh_database)
+    async with running_up(tmp_path, env) as up:
+        await up.wait_for(BANNER_END)
+        children = up.descendants()
+        assert len(children) >= len(UP_SERVICES)  # every service, and the embedded broker
+        up.close_stdout()
+
+        up.process.send_signal(signal.SIGINT)
+        assert await up.wait_exit(within_s=30) == 0, up.output()
+        assert await wait_gone(children, within_s=10) == []
+        for port in up.ports.values():
+            assert not accepts_connections("127.0.0.1", port)
+        assert "Traceback" not in up.output()
+
+
+def test_up_help_names_every_service_it_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["up", "--help"])
+    _usage, description, options = capsys.readouterr().out.split("\n\n", 2)
+    for name in UP_SERVICES:
+        assert name in description, f"`paycore up --help` does not say it starts {name}"
+        assert f"--{name}-port" in options
 
 
 # --------------------------------------------------------------------------- notifications attach
