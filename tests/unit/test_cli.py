@@ -18,7 +18,7 @@ import httpx
 import jwt
 import pytest
 
-from paycore.cli import main
+from paycore.cli import local_jwt_secret, main, paycore_home
 from paycore.clock import SystemClock
 from paycore.db import migrate, migrations
 from paycore.runtime._process import accepts_connections, free_port
@@ -254,18 +254,89 @@ def test_token_decodes_with_the_configured_secret(
     assert claims["exp"] - claims["iat"] == 120
 
 
-def test_token_uses_a_stable_local_secret(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_token_uses_the_secret_up_made_and_never_rewrites_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"  # PAYCORE_HOME (the autouse fixture)
+    secret = local_jwt_secret(home, create=True)  # what `paycore up` does
+    secret_file = home / "jwt_secret"
+    assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
+    assert secret is not None and len(secret) == 48
     assert main(["token", "cust_1"]) == 0
     first = capsys.readouterr().out.strip()
-    secret_file = tmp_path / "home" / "jwt_secret"
-    assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
-    secret = secret_file.read_text().strip()
-    assert len(secret) == 48
     assert main(["token", "cust_2"]) == 0
     second = capsys.readouterr().out.strip()
     assert secret_file.read_text().strip() == secret
     assert jwt.decode(first, secret, algorithms=["HS256"])["sub"] == "cust_1"
     assert jwt.decode(second, secret, algorithms=["HS256"])["sub"] == "cust_2"
+
+
+def _no_paycore_above(path: Path) -> None:
+    found = [p / ".paycore" for p in (path, *path.parents) if (p / ".paycore").exists()]
+    assert not found, f"test precondition: a stray .paycore outside the test's directory: {found}"
+
+
+def test_token_from_a_subdirectory_finds_the_projects_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run from ``project/src/deep``, token signs with ``project/.paycore/jwt_secret``, as `up` made it."""
+    monkeypatch.delenv("PAYCORE_HOME")
+    _no_paycore_above(tmp_path)
+    project = tmp_path / "project"
+    deep = project / "src" / "deep"
+    deep.mkdir(parents=True)
+    secret = local_jwt_secret(project / ".paycore", create=True)  # as `make run` left it
+    assert secret is not None
+
+    monkeypatch.chdir(deep)
+    assert main(["token", "cust_deep"]) == 0
+    token = capsys.readouterr().out.strip()
+    assert jwt.decode(token, secret, algorithms=["HS256"])["sub"] == "cust_deep"
+    assert not (deep / ".paycore").exists()
+    assert not (project / "src" / ".paycore").exists()
+    assert paycore_home() == project / ".paycore"
+
+
+def test_token_outside_any_project_fails_and_creates_no_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("PAYCORE_HOME")
+    unrelated = tmp_path / "elsewhere"
+    unrelated.mkdir()
+    _no_paycore_above(unrelated)
+    monkeypatch.chdir(unrelated)
+    assert main(["token", "cust_1"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "run `make run` (or `paycore up`) first, or set PAYCORE_JWT_SECRET" in captured.err
+    assert "Traceback" not in captured.err
+    assert not (unrelated / ".paycore").exists()
+    assert paycore_home() is None
+
+
+def test_token_with_a_paycore_home_holding_no_secret_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["token", "cust_1"]) == 1  # PAYCORE_HOME is set (autouse fixture) but empty
+    assert "or set PAYCORE_JWT_SECRET" in capsys.readouterr().err
+    assert not (tmp_path / "home" / "jwt_secret").exists()
+
+
+def test_paycore_home_prefers_paycore_home_then_the_nearest_paycore_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_paycore_above(tmp_path)
+    inner = tmp_path / "outer" / "inner"
+    (inner / "sub").mkdir(parents=True)
+    (tmp_path / "outer" / ".paycore").mkdir()
+    (inner / ".paycore").mkdir()
+    monkeypatch.chdir(inner / "sub")
+    assert paycore_home({"PAYCORE_HOME": str(tmp_path / "h")}) == tmp_path / "h"
+    assert paycore_home({}) == inner / ".paycore"  # the nearest one wins
+    monkeypatch.chdir(tmp_path)
+    assert paycore_home({}) is None
+    assert paycore_home({}, create=True) == tmp_path / ".paycore"
+    assert (tmp_path / ".paycore").is_dir()
 
 
 # --------------------------------------------------------------------------- up

@@ -410,7 +410,15 @@ def cmd_token(args: argparse.Namespace) -> int:
     if settings.jwt_secret is not None:
         secret = settings.jwt_secret.reveal()
     else:
-        secret = local_jwt_secret(paycore_home(create=True), create=True) or ""
+        # Never a new secret here: one the running services do not know signs useless tokens.
+        home = paycore_home()
+        found = local_jwt_secret(home, create=False) if home is not None else None
+        if found is None:
+            where = f"{home / JWT_SECRET_FILE}" if home is not None else (
+                f"no {STATE_DIR}/ in {Path.cwd()} or its parents")
+            raise CommandError(f"no local JWT secret ({where}): "
+                               "run `make run` (or `paycore up`) first, or set PAYCORE_JWT_SECRET")
+        secret = found
     if settings.jwks_url is not None:
         print("paycore: warning: PAYCORE_JWKS_URL is set; services may not accept "
               "locally signed HS256 tokens", file=sys.stderr)
@@ -666,7 +674,8 @@ def build_parser() -> argparse.ArgumentParser:
     token = commands.add_parser(
         "token", help="print a local development JWT for a customer",
         description="Print an HS256 JWT (sub, iat, exp) signed with PAYCORE_JWT_SECRET, or with the "
-                    "secret in .paycore/jwt_secret (generated on first use).",
+                    "jwt_secret `paycore up` generated in PAYCORE_HOME or the nearest .paycore/ of "
+                    "this directory or its parents. Never generates a secret: without one it fails.",
     )
     token.add_argument("customer_id", metavar="CUSTOMER_ID", help="the token's subject (sub)")
     token.add_argument("--ttl", type=_positive_int, default=3600,
