@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -19,12 +19,13 @@ import httpx
 import jwt
 import pytest
 
-from paycore.cli import main
+from paycore.cli import local_jwt_secret, main, paycore_home
 from paycore.clock import SystemClock
 from paycore.db import migrate, migrations
 from paycore.runtime._process import accepts_connections, free_port
 from tests.support.database import with_database
 from tests.support.timings import REMINDER_INTERVAL
+from tests.support.up import BANNER_END, UP_SERVICES, running_up, up_env, wait_gone
 
 COMMANDS = [
     [],
@@ -257,13 +258,16 @@ def test_token_decodes_with_the_configured_secret(
     assert claims["exp"] - claims["iat"] == 120
 
 
-def test_token_uses_a_stable_local_secret(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_token_uses_the_secret_up_made_and_never_rewrites_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"  # PAYCORE_HOME (the autouse fixture)
+    secret = local_jwt_secret(home, create=True)  # what `paycore up` does
+    secret_file = home / "jwt_secret"
+    assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
+    assert secret is not None and len(secret) == 48
     assert main(["token", "cust_1"]) == 0
     first = capsys.readouterr().out.strip()
-    secret_file = tmp_path / "home" / "jwt_secret"
-    assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
-    secret = secret_file.read_text().strip()
-    assert len(secret) == 48
     assert main(["token", "cust_2"]) == 0
     second = capsys.readouterr().out.strip()
     assert secret_file.read_text().strip() == secret
@@ -271,64 +275,132 @@ def test_token_uses_a_stable_local_secret(tmp_path: Path, capsys: pytest.Capture
     assert jwt.decode(second, secret, algorithms=["HS256"])["sub"] == "cust_2"
 
 
+def _no_paycore_above(path: Path) -> None:
+    found = [p / ".paycore" for p in (path, *path.parents) if (p / ".paycore").exists()]
+    assert not found, f"test precondition: a stray .paycore outside the test's directory: {found}"
+
+
+def test_token_from_a_subdirectory_finds_the_projects_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run from ``project/src/deep``, token signs with ``project/.paycore/jwt_secret``, as `up` made it."""
+    monkeypatch.delenv("PAYCORE_HOME")
+    _no_paycore_above(tmp_path)
+    project = tmp_path / "project"
+    deep = project / "src" / "deep"
+    deep.mkdir(parents=True)
+    secret = local_jwt_secret(project / ".paycore", create=True)  # as `make run` left it
+    assert secret is not None
+
+    monkeypatch.chdir(deep)
+    assert main(["token", "cust_deep"]) == 0
+    token = capsys.readouterr().out.strip()
+    assert jwt.decode(token, secret, algorithms=["HS256"])["sub"] == "cust_deep"
+    assert not (deep / ".paycore").exists()
+    assert not (project / "src" / ".paycore").exists()
+    assert paycore_home() == project / ".paycore"
+
+
+def test_token_outside_any_project_fails_and_creates_no_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("PAYCORE_HOME")
+    unrelated = tmp_path / "elsewhere"
+    unrelated.mkdir()
+    _no_paycore_above(unrelated)
+    monkeypatch.chdir(unrelated)
+    assert main(["token", "cust_1"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "run `make run` (or `paycore up`) first, or set PAYCORE_JWT_SECRET" in captured.err
+    assert "Traceback" not in captured.err
+    assert not (unrelated / ".paycore").exists()
+    assert paycore_home() is None
+
+
+def test_token_with_a_paycore_home_holding_no_secret_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["token", "cust_1"]) == 1  # PAYCORE_HOME is set (autouse fixture) but empty
+    assert "or set PAYCORE_JWT_SECRET" in capsys.readouterr().err
+    assert not (tmp_path / "home" / "jwt_secret").exists()
+
+
+def test_paycore_home_prefers_paycore_home_then_the_nearest_paycore_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_paycore_above(tmp_path)
+    inner = tmp_path / "outer" / "inner"
+    (inner / "sub").mkdir(parents=True)
+    (tmp_path / "outer" / ".paycore").mkdir()
+    (inner / ".paycore").mkdir()
+    monkeypatch.chdir(inner / "sub")
+    assert paycore_home({"PAYCORE_HOME": str(tmp_path / "h")}) == tmp_path / "h"
+    assert paycore_home({}) == inner / ".paycore"  # the nearest one wins
+    monkeypatch.chdir(tmp_path)
+    assert paycore_home({}) is None
+    assert paycore_home({}, create=True) == tmp_path / ".paycore"
+    assert (tmp_path / ".paycore").is_dir()
+
+
 # --------------------------------------------------------------------------- up
 
 
 async def test_up_starts_everything_and_stops_on_ctrl_c(tmp_path: Path, fresh_database: str) -> None:
-    """``paycore up`` on an external database and an embedded broker, stopped with SIGINT."""
-    checkout_port, sandbox_port, webhooks_port, recovery_port = (free_port() for _ in range(4))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PAYCORE_")}
-    env.update(PAYCORE_HOME=str(tmp_path / "home"), PAYCORE_DATABASE_URL=fresh_database, PYTHONUNBUFFERED="1")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "paycore.cli", "up",
-        "--checkout-port", str(checkout_port), "--sandbox-port", str(sandbox_port),
-        "--webhooks-port", str(webhooks_port), "--recovery-port", str(recovery_port),
-        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )
-    assert proc.stdout is not None
-    lines: list[str] = []
+    """``paycore up`` on an external database and an embedded broker, stopped with SIGINT.
 
-    async def read_until(marker: str) -> None:
-        assert proc.stdout is not None
-        while True:
-            raw = await proc.stdout.readline()
-            if not raw:
-                raise AssertionError("paycore up exited early:\n" + "".join(lines))
-            lines.append(raw.decode())
-            if marker in lines[-1]:
-                return
-
-    try:
-        async with asyncio.timeout(90):
-            await read_until("paycore is up")
-            await read_until("paycore token")
-        output = "".join(lines)
-        assert f"checkout  http://127.0.0.1:{checkout_port}" in output
-        assert f"sandbox   http://127.0.0.1:{sandbox_port}" in output
+    Every service gets a free port (the helper derives them from ``UP_SERVICES``):
+    this test once took the dispatcher's default 8400 and failed beside a running stack.
+    """
+    env = up_env(home=tmp_path / "home", database_url=fresh_database)
+    async with running_up(tmp_path, env) as up:
+        await up.wait_for(BANNER_END)
+        output = "".join(up.lines)
+        assert f"checkout  {up.url('checkout')}" in output
+        assert f"sandbox   {up.url('sandbox')}" in output
         assert "kafka     127.0.0.1:" in output
-        assert f"webhooks  http://127.0.0.1:{webhooks_port}/webhooks/cardco" in output
-        assert "sandbox  | " in output and "checkout | " in output and "webhooks | " in output
-        assert "recovery | " in output
+        assert f"webhooks  {up.url('webhooks')}/webhooks/cardco" in output
+        assert f"dispatcher worker; metrics {up.url('dispatcher')}/metrics" in output
+        for name in UP_SERVICES:
+            assert re.search(rf"^{name} +\| ", output, re.MULTILINE), f"no output prefixed {name}"
         async with httpx.AsyncClient() as client:
-            health = await client.get(f"http://127.0.0.1:{checkout_port}/healthz")
-            intake = await client.get(f"http://127.0.0.1:{webhooks_port}/healthz")
+            health = await client.get(f"{up.url('checkout')}/healthz")
+            intake = await client.get(f"{up.url('webhooks')}/healthz")
         assert health.status_code == 200 and intake.status_code == 200
+        children = up.descendants()
 
-        proc.send_signal(signal.SIGINT)
-        async with asyncio.timeout(60):
-            rest = await proc.stdout.read()
-            code = await proc.wait()
-        lines.append(rest.decode())
-        assert code == 0, "".join(lines)
-        assert not accepts_connections("127.0.0.1", checkout_port)
-        assert not accepts_connections("127.0.0.1", sandbox_port)
-        assert not accepts_connections("127.0.0.1", webhooks_port)
-        assert "Tansu broker on" in lines[-1]
-    finally:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+        up.process.send_signal(signal.SIGINT)
+        assert await up.wait_exit(within_s=60) == 0, up.output()
+        assert "Tansu broker on" in up.output()
+        for port in up.ports.values():
+            assert not accepts_connections("127.0.0.1", port)
+        assert await wait_gone(children, within_s=10) == []
+
+
+async def test_up_stops_on_ctrl_c_after_its_stdout_is_closed(tmp_path: Path, fresh_database: str) -> None:
+    """``make run | tee run.log`` then Ctrl-C: tee is gone, ``up`` must still stop, and all its children."""
+    env = up_env(home=tmp_path / "home", database_url=fresh_database)
+    async with running_up(tmp_path, env) as up:
+        await up.wait_for(BANNER_END)
+        children = up.descendants()
+        assert len(children) >= len(UP_SERVICES)  # every service, and the embedded broker
+        up.close_stdout()
+
+        up.process.send_signal(signal.SIGINT)
+        assert await up.wait_exit(within_s=30) == 0, up.output()
+        assert await wait_gone(children, within_s=10) == []
+        for port in up.ports.values():
+            assert not accepts_connections("127.0.0.1", port)
+        assert "Traceback" not in up.output()
+
+
+def test_up_help_names_every_service_it_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["up", "--help"])
+    _usage, description, options = capsys.readouterr().out.split("\n\n", 2)
+    for name in UP_SERVICES:
+        assert name in description, f"`paycore up --help` does not say it starts {name}"
+        assert f"--{name}-port" in options
 
 
 # --------------------------------------------------------------------------- notifications attach

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import shutil
@@ -10,10 +11,11 @@ import signal
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
+import psutil
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
@@ -27,6 +29,7 @@ from paycore.runtime.supervisor import (
     Supervisor,
     SupervisorError,
 )
+from tests.support.up import BANNER_END, gone, postmaster_pid, running_up, up_env, wait_gone
 
 # --------------------------------------------------------------------------- tansu
 
@@ -81,6 +84,11 @@ def embedded_dir() -> Iterator[Path]:
     """
     path = Path(tempfile.mkdtemp(prefix="paycore-embedded-test-"))
     yield path
+    for pidfile in path.rglob("postmaster.pid"):  # a server a failed test left running
+        pid = postmaster_pid(pidfile.parent)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGINT)
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -197,3 +205,106 @@ async def test_sigterm_stops_the_supervisor_cleanly() -> None:
     assert child.returncode == -signal.SIGTERM
     with pytest.raises(StopRequested):
         await sup.start(ServiceSpec("late", _child("pass")))
+
+
+# --------------------------------------------------------------------------- no orphaned server
+
+
+async def test_a_killed_up_leaves_no_embedded_postgres_running(embedded_dir: Path) -> None:
+    """SIGKILL of ``paycore up`` (no clean-up runs) must not leave its PostgreSQL behind.
+
+    Then a second ``up`` on the same data starts, serves and stops cleanly.
+    """
+    home = embedded_dir / "home"
+    data_dir = home / "pg"
+    async with running_up(embedded_dir, up_env(home=home), pg_data_dir=data_dir) as first:
+        await first.wait_for(BANNER_END)
+        pid = postmaster_pid(data_dir)
+        assert pid is not None, first.output()
+        postmaster = psutil.Process(pid)
+        services = first.descendants()
+        first.process.kill()
+        assert await first.wait_exit(within_s=10) == -signal.SIGKILL
+        assert await wait_gone([postmaster], within_s=20) == [], "the first run's PostgreSQL is still running"
+        assert await wait_gone(services, within_s=10) == []
+
+    async with running_up(embedded_dir, up_env(home=home), pg_data_dir=data_dir) as second:
+        await second.wait_for(BANNER_END)
+        pid = postmaster_pid(data_dir)
+        assert pid is not None
+        postmaster = psutil.Process(pid)
+        second.process.send_signal(signal.SIGINT)
+        assert await second.wait_exit(within_s=30) == 0, second.output()
+        assert await wait_gone([postmaster], within_s=10) == []
+
+
+_HOLD_A_SERVER = """
+import sys
+from pathlib import Path
+from paycore.runtime.embedded import start_embedded_postgres
+pg = start_embedded_postgres(Path(sys.argv[1]))
+print(pg.dsn, flush=True)
+sys.stdin.read()
+"""
+
+
+@contextlib.asynccontextmanager
+async def _holder(data_dir: Path) -> AsyncIterator[tuple[asyncio.subprocess.Process, psutil.Process]]:
+    """Another process holding the embedded server in ``data_dir``; yields it and its guard."""
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _HOLD_A_SERVER, str(data_dir),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+    try:
+        assert holder.stdout is not None
+        async with asyncio.timeout(30):
+            dsn = (await holder.stdout.readline()).decode().strip()
+        assert dsn, "the holder did not start PostgreSQL"
+        (guard,) = psutil.Process(holder.pid).children()
+        yield holder, guard
+    finally:
+        if holder.returncode is None:
+            holder.kill()
+            await holder.wait()
+
+
+async def test_a_server_left_running_is_adopted_and_stopped_by_the_next_start(embedded_dir: Path) -> None:
+    """The fallback when nothing stopped a dead owner's server: the next start reuses it, then stops it."""
+    data_dir = embedded_dir / "state" / "pg"
+    async with _holder(data_dir) as (holder, guard):
+        pid = postmaster_pid(data_dir)
+        assert pid is not None
+        postmaster = psutil.Process(pid)
+        guard.kill()  # no guard either: only the next start is left to clean up
+        holder.kill()
+        await holder.wait()
+        assert not gone(postmaster)
+
+        with start_embedded_postgres(data_dir) as pg:
+            assert postmaster_pid(data_dir) == pid  # adopted, not a second server
+            conn = await asyncpg.connect(pg.dsn)
+            try:
+                assert await conn.fetchval("SELECT 1") == 1
+            finally:
+                await conn.close()
+        assert await wait_gone([postmaster], within_s=10) == []
+
+
+async def test_the_guard_of_a_killed_process_leaves_a_server_another_process_uses(embedded_dir: Path) -> None:
+    """A killed ``paycore migrate`` must not take down the server a running ``up`` shares with it."""
+    data_dir = embedded_dir / "state" / "pg"
+    with start_embedded_postgres(data_dir) as pg:
+        pid = postmaster_pid(data_dir)
+        assert pid is not None
+        postmaster = psutil.Process(pid)
+        async with _holder(data_dir) as (holder, guard):
+            assert postmaster_pid(data_dir) == pid
+            holder.kill()
+            await holder.wait()
+            assert await wait_gone([guard], within_s=10) == []  # it has looked, and is done
+        assert not gone(postmaster)
+        conn = await asyncpg.connect(pg.dsn)
+        try:
+            assert await conn.fetchval("SELECT 1") == 1
+        finally:
+            await conn.close()
+    assert await wait_gone([postmaster], within_s=10) == []

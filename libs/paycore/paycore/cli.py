@@ -16,7 +16,8 @@
 
 Configuration comes from ``PAYCORE_*`` variables (:mod:`paycore.config`). Local
 state -- embedded PostgreSQL data, the generated JWT secret, the broker log --
-lives in ``.paycore/`` under the current directory, or in ``PAYCORE_HOME``.
+lives in ``PAYCORE_HOME``, else in the nearest ``.paycore/`` of the current
+directory or its parents (``up`` makes one in the current directory if none).
 
 Service packages are imported only by the command that runs them, never when
 this module is imported.
@@ -37,7 +38,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 from urllib.parse import urlsplit, urlunsplit
 
 from paycore.config import ConfigError, load_settings
@@ -46,6 +47,15 @@ log = logging.getLogger("paycore.cli")
 T = TypeVar("T")
 
 LOOPBACK = "127.0.0.1"
+STATE_DIR = ".paycore"
+# What `paycore up` starts, in order; its help, ports and readiness checks follow this.
+UP_SERVICES = {
+    "sandbox": "the Cardco provider sandbox",
+    "checkout": "the checkout API",
+    "webhooks": "the Cardco webhook intake, when a webhook secret is configured",
+    "recovery": "the recovery worker",
+    "dispatcher": "the outbox dispatcher to Kafka",
+}
 DEFAULT_PORTS = {"checkout": 8000, "sandbox": 8100, "webhooks": 8200, "recovery": 8300, "dispatcher": 8400}
 # App factories by import path, resolved only when the service is started.
 APP_FACTORIES = {
@@ -77,11 +87,29 @@ class CommandError(Exception):
 # --------------------------------------------------------------------------- helpers
 
 
-def paycore_home(env: Mapping[str, str] | None = None) -> Path:
-    """Local state directory: ``PAYCORE_HOME`` or ``.paycore`` in the current directory."""
+@overload
+def paycore_home(env: Mapping[str, str] | None = None, *, create: Literal[True]) -> Path: ...
+@overload
+def paycore_home(env: Mapping[str, str] | None = None, *, create: bool = False) -> Path | None: ...
+def paycore_home(env: Mapping[str, str] | None = None, *, create: bool = False) -> Path | None:
+    """The project's local state directory, found the same way by every command.
+
+    ``PAYCORE_HOME`` if set; else the nearest ``.paycore`` directory in the
+    current directory or one of its parents (so a command run from a
+    subdirectory finds what ``make run`` made at the top); else ``None`` -- or,
+    with ``create``, a new ``.paycore`` in the current directory. With
+    ``create`` the directory exists on return.
+    """
     env = os.environ if env is None else env
     raw = (env.get("PAYCORE_HOME") or "").strip()
-    return Path(raw or ".paycore").absolute()
+    cwd = Path.cwd()
+    home = Path(raw).absolute() if raw else next(
+        (d / STATE_DIR for d in (cwd, *cwd.parents) if (d / STATE_DIR).is_dir()), None)
+    if home is None and create:
+        home = cwd / STATE_DIR
+    if home is not None and create:
+        home.mkdir(parents=True, exist_ok=True)
+    return home
 
 
 def redact_dsn(dsn: str) -> str:
@@ -249,7 +277,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         if dsn is None:
             from paycore.runtime.embedded import start_embedded_postgres
 
-            dsn = stack.enter_context(start_embedded_postgres(paycore_home() / "pg")).dsn
+            dsn = stack.enter_context(start_embedded_postgres(paycore_home(create=True) / "pg")).dsn
         applied = _migrate(dsn)
     for version in applied:
         print(f"applied {version}")
@@ -424,7 +452,15 @@ def cmd_token(args: argparse.Namespace) -> int:
     if settings.jwt_secret is not None:
         secret = settings.jwt_secret.reveal()
     else:
-        secret = local_jwt_secret(paycore_home(), create=True) or ""
+        # Never a new secret here: one the running services do not know signs useless tokens.
+        home = paycore_home()
+        found = local_jwt_secret(home, create=False) if home is not None else None
+        if found is None:
+            where = f"{home / JWT_SECRET_FILE}" if home is not None else (
+                f"no {STATE_DIR}/ in {Path.cwd()} or its parents")
+            raise CommandError(f"no local JWT secret ({where}): "
+                               "run `make run` (or `paycore up`) first, or set PAYCORE_JWT_SECRET")
+        secret = found
     if settings.jwks_url is not None:
         print("paycore: warning: PAYCORE_JWKS_URL is set; services may not accept "
               "locally signed HS256 tokens", file=sys.stderr)
@@ -459,11 +495,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     base = load_settings(require_cardco=False)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # readiness polls are not news
-    home = paycore_home()
-    home.mkdir(parents=True, exist_ok=True)
-    ports = {"sandbox": args.sandbox_port, "checkout": args.checkout_port,
-             "webhooks": args.webhooks_port, "recovery": args.recovery_port,
-             "dispatcher": args.dispatcher_port}
+    home = paycore_home(create=True)
+    ports: dict[str, int] = {name: getattr(args, f"{name}_port") for name in UP_SERVICES}
     if len(set(ports.values())) != len(ports):
         raise CommandError("the --*-port options must all differ", code=2)
     for name, port in ports.items():
@@ -488,13 +521,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     if base.jwt_secret is None and base.jwks_url is None:
         env["PAYCORE_JWT_SECRET"] = local_jwt_secret(home, create=True) or ""
     settings = load_settings(env)  # what the services will see: fail now, before starting anything
-    services = ["sandbox", "checkout"]
-    if any(a.webhook_secret is not None for a in settings.accounts):
-        services.append("webhooks")
-    else:
+    services = list(UP_SERVICES)
+    if not any(a.webhook_secret is not None for a in settings.accounts):
         log.warning("no PAYCORE_CARDCO_WEBHOOK_SECRET: not starting the webhook intake")
-    services.append("recovery")
-    services.append("dispatcher")
+        services.remove("webhooks")
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(_sigterm_raises_interrupt())
@@ -573,14 +603,19 @@ async def _supervise(
         except StopRequested:
             return 0
         except SupervisorError as exc:
-            print(f"paycore: {exc}; stopping everything", file=sys.stderr)
+            _tell(f"paycore: {exc}; stopping everything")
             return 1
-        sup.out.write("\n".join(banner) + "\n")
-        sup.out.flush()
+        sup.write("\n".join(banner) + "\n")
         code = await sup.wait()
         if code != 0:
-            print(f"paycore: {sup.stop_reason}", file=sys.stderr)
+            _tell(f"paycore: {sup.stop_reason}")
         return code
+
+
+def _tell(message: str) -> None:
+    """A line on stderr that cannot fail: stopping must not depend on anyone reading."""
+    with contextlib.suppress(OSError, ValueError):
+        print(message, file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- parser
@@ -590,26 +625,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="paycore",
         description="Start and operate paycore. Settings come from PAYCORE_* environment variables; "
-                    "local state lives in .paycore/ (or PAYCORE_HOME).",
+                    "local state lives in PAYCORE_HOME, else in the nearest .paycore/ of the current "
+                    "directory or its parents.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    started = "; ".join(f"{name} ({text})" for name, text in UP_SERVICES.items())
     up = commands.add_parser(
         "up", help="start everything locally (what `make run` runs); Ctrl-C stops it",
         description="Start embedded PostgreSQL and Tansu unless PAYCORE_DATABASE_URL / "
-                    "PAYCORE_KAFKA_BOOTSTRAP are set, apply migrations, then run the sandbox, "
-                    "checkout and the webhook intake as child processes until Ctrl-C.",
+                    "PAYCORE_KAFKA_BOOTSTRAP are set, apply migrations, then run these "
+                    f"{len(UP_SERVICES)} services as child processes until Ctrl-C: {started}. "
+                    "Local state (the JWT secret, embedded PostgreSQL's data) goes to PAYCORE_HOME, "
+                    "else the nearest .paycore/ of this directory or its parents, else a new "
+                    ".paycore/ here. Should up be killed, a guard stops the embedded PostgreSQL.",
     )
-    up.add_argument("--checkout-port", type=_port, default=DEFAULT_PORTS["checkout"],
-                    help="checkout's port on 127.0.0.1 (default %(default)s)")
-    up.add_argument("--sandbox-port", type=_port, default=DEFAULT_PORTS["sandbox"],
-                    help="the sandbox's port on 127.0.0.1 (default %(default)s)")
-    up.add_argument("--webhooks-port", type=_port, default=DEFAULT_PORTS["webhooks"],
-                    help="the webhook intake's port on 127.0.0.1 (default %(default)s)")
-    up.add_argument("--recovery-port", type=_port, default=DEFAULT_PORTS["recovery"],
-                    help="the recovery worker's metrics port on 127.0.0.1 (default %(default)s)")
-    up.add_argument("--dispatcher-port", type=_port, default=DEFAULT_PORTS["dispatcher"],
-                    help="the dispatcher's metrics port on 127.0.0.1 (default %(default)s)")
+    for name in UP_SERVICES:
+        what = "port" if name not in WORKERS else "metrics port"
+        up.add_argument(f"--{name}-port", type=_port, default=DEFAULT_PORTS[name],
+                        help=f"the {what} of {name} on 127.0.0.1 (default %(default)s)")
     up.set_defaults(handler=cmd_up)
 
     mig = commands.add_parser(
@@ -682,7 +716,8 @@ def build_parser() -> argparse.ArgumentParser:
     token = commands.add_parser(
         "token", help="print a local development JWT for a customer",
         description="Print an HS256 JWT (sub, iat, exp) signed with PAYCORE_JWT_SECRET, or with the "
-                    "secret in .paycore/jwt_secret (generated on first use).",
+                    "jwt_secret `paycore up` generated in PAYCORE_HOME or the nearest .paycore/ of "
+                    "this directory or its parents. Never generates a secret: without one it fails.",
     )
     token.add_argument("customer_id", metavar="CUSTOMER_ID", help="the token's subject (sub)")
     token.add_argument("--ttl", type=_positive_int, default=3600,

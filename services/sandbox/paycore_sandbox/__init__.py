@@ -1,5 +1,5 @@
 """Cardco provider sandbox: a faithful, fault-injecting implementation of
-``docs/provider-contract.md`` for tests and local runs.
+``docs/providers/cardco.md`` for tests and local runs.
 
 ``create_app(SandboxSettings.from_env())`` is the whole public surface; the
 control endpoints under ``/_sandbox/`` are documented in :mod:`paycore_sandbox.control`.

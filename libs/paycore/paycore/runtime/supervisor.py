@@ -9,6 +9,11 @@ returns non-zero with a message naming it.
 Children run in their own process group, so a Ctrl-C in the terminal reaches
 only the supervisor, which then stops them in order; on Linux they also get
 SIGTERM if the supervisor itself is killed.
+
+The output may go away at any time (``paycore up | tee run.log`` and the tee is
+interrupted first): a failed write never stops the supervisor from stopping. From
+then on output is discarded, while children's pipes are still drained so no child
+blocks writing its last lines.
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ class Supervisor:
     _children: dict[str, _Child] = field(default_factory=dict)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _signals: list[signal.Signals] = field(default_factory=list)
+    _out_lost: bool = False
     stop_reason: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -121,8 +127,8 @@ class Supervisor:
         """Ask :meth:`wait` (and any :meth:`wait_ready`) to return and stop everything."""
         if not self._stop.is_set():
             self.stop_reason = reason
+            self._stop.set()  # before any output: nothing may keep the stop from happening
             self.emit("paycore", f"{reason}: stopping")
-            self._stop.set()
 
     @property
     def stopping(self) -> bool:
@@ -131,8 +137,30 @@ class Supervisor:
     # ------------------------------------------------------------------ children
 
     def emit(self, name: str, line: str) -> None:
-        self.out.write(f"{name:<{self.prefix_width}} | {line}\n")
-        self.out.flush()
+        self.write(f"{name:<{self.prefix_width}} | {line}\n")
+
+    def write(self, text: str) -> None:
+        """Write to :attr:`out`; never raises. Once a write fails, output is discarded."""
+        if self._out_lost:
+            return
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except (OSError, ValueError):  # EPIPE when the reader is gone; ValueError: closed file
+            self._discard_output()
+
+    def _discard_output(self) -> None:
+        self._out_lost = True
+        log.warning("output closed; the services' output is discarded from now on")
+        # Point the descriptor at /dev/null so the interpreter's last flush of what is
+        # still buffered succeeds instead of failing at exit.
+        with contextlib.suppress(OSError, ValueError):
+            fd = self.out.fileno()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, fd)
+            finally:
+                os.close(devnull)
 
     async def start(self, spec: ServiceSpec) -> asyncio.subprocess.Process:
         """Start ``spec`` as a child and begin relaying its output."""
