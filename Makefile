@@ -7,7 +7,7 @@ PACKAGES := libs/paycore services/checkout services/sandbox services/webhooks \
             services/recovery services/dispatcher
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
 
-.PHONY: help venv run test test-fast lint typecheck check bench lock clean
+.PHONY: help venv run test test-fast lint typecheck check bench mutate lock clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -25,7 +25,7 @@ run: $(STAMP)  ## start the whole system on embedded defaults (Ctrl-C stops it)
 	$(BIN)/paycore up
 
 test: $(STAMP)  ## lint, type-check and run every test against real PostgreSQL and the sandbox
-	$(BIN)/ruff check libs services tests bench
+	$(BIN)/ruff check libs services tests bench tools
 	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -33,7 +33,7 @@ test-fast: $(STAMP)  ## run the tests only
 	$(BIN)/python -m pytest -x -q $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff
-	$(BIN)/ruff check libs services tests bench
+	$(BIN)/ruff check libs services tests bench tools
 
 typecheck: $(STAMP)  ## mypy --strict on libs/paycore and every service
 	$(BIN)/mypy
@@ -43,6 +43,9 @@ bench: $(STAMP)  ## benchmarks with same-run baselines (prints ratios; not a tes
 	$(BIN)/python -m bench.webhooks
 	$(BIN)/python -m bench.recovery
 	$(BIN)/python -m bench.relay
+
+mutate: $(STAMP)  ## break each money-guarding condition in a temp copy; its tests must fail (not in CI)
+	$(BIN)/python -m tools.mutate $(MUTATE_ARGS)
 
 lock:  ## re-pin requirements.lock from a fresh resolve of every pyproject
 	rm -rf /tmp/paycore-lock && $(PYTHON) -m venv /tmp/paycore-lock

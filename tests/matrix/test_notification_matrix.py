@@ -393,6 +393,36 @@ async def test_a_test_mode_event_can_never_touch_a_live_attempt(hooks: WebhookSt
     assert await state_of(hooks, live) == "Unknown"
 
 
+async def test_a_notification_verified_by_another_accounts_secret_never_matches_the_default_accounts_attempt(
+    hooks: WebhookStack,
+) -> None:
+    """acct_other's event carries the default account's reference and recorded payment id; the
+    account that counts is the one whose secret verified it, so it is unmatched there and escalated."""
+    attempt = await live_attempt(hooks, TEST)
+    await hooks.deliver(succeeded_event(attempt, "pay_1", status="processing", sequence=1), account=TEST)
+    before = await get_attempt(hooks.pool, attempt.attempt_id)
+    assert before.provider_payment_id == "pay_1" and before.state.value == "Started"
+    events_before = await hooks.count("SELECT count(*) FROM payment_attempt_events WHERE attempt_id = $1",
+                                      attempt.attempt_id)
+
+    other = payment_object(payment_id="pay_1", reference=attempt.client_reference, account="acct_other")
+    body = event(other, account="acct_other", sequence=2)
+    r = await hooks.deliver(body, account=OTHER)
+    assert r.status_code == 200 and r.json()["result"] == "unmatched"
+
+    assert await get_attempt(hooks.pool, attempt.attempt_id) == before  # untouched
+    assert await hooks.count("SELECT count(*) FROM payment_attempt_events WHERE attempt_id = $1",
+                             attempt.attempt_id) == events_before
+    [recorded] = await hooks.pool.fetch(
+        "SELECT * FROM payment_attempt_events WHERE kind = 'notification' AND notification_key = $1",
+        body["id"])
+    assert recorded["provider_account"] == OTHER and recorded["attempt_id"] is None
+    assert await open_escalations(hooks) == [f"notification:{OTHER}:{body['id']}:unmatched"]
+    esc = await hooks.pool.fetchrow("SELECT * FROM payment_escalations WHERE reason = 'unmatched-payment'")
+    assert esc["attempt_id"] is None and esc["detail"]["provider_account"] == OTHER
+    assert await outbox_keys(hooks) == [f"escalation:{esc['escalation_id']}:initial"]  # no business effect
+
+
 async def test_a_recorded_payment_id_matches_without_a_reference_or_with_a_wrong_one(
     hooks: WebhookStack,
 ) -> None:

@@ -340,6 +340,27 @@ async def test_an_outcome_write_that_loses_a_race_to_a_succeeded_winner_returns_
     assert await escalation_rows(pool, attempt) == []
 
 
+async def test_a_notification_racing_a_started_status_update_that_records_another_payment_id_is_escalated(
+    pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt
+) -> None:
+    """The state stays Started across the race, so only ``version = $read`` sees the change: without
+    it, evidence about pay_2 would settle the attempt as Succeeded with pay_1 and mark the order Paid."""
+    task = await race_against_writer(
+        pool, attempt, "provider_payment_id = 'pay_1', provider_status = 'processing'",
+        record(pool, clock, attempt, succeeded(attempt, "pay_2"), actor="notification-handler",
+               from_send=False, evidence_key="evt_2"))
+    returned = await finish(task)
+    durable = await attempts.get_attempt(pool, attempt.attempt_id)
+    assert returned == durable
+    assert durable.state is AttemptState.STARTED and durable.provider_payment_id == "pay_1"
+    assert durable.version == attempt.version + 1  # the writer's change only
+    [esc] = await escalation_rows(pool, attempt)
+    assert esc["escalation_key"] == f"attempt:{attempt.attempt_id}:provider-id-conflict:evt_2"
+    assert esc["detail"] == {"recorded": "pay_1", "reported": "pay_2"}
+    assert (await order_of(pool, attempt)).status == "Open"
+    assert await business_rows(pool, attempt) == []
+
+
 async def test_continuous_status_churn_exhausts_the_bounded_retries(
     pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt
 ) -> None:

@@ -6,8 +6,12 @@ The sandbox ledger counts payments; its request capture counts sends.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+import pytest
 
 from paycore.attempts import Attempt
+from paycore_recovery import leases
 from paycore_recovery.loop import Pass
 from tests.support.recovery import RecoveryStack
 from tests.support.stack import eventually
@@ -118,6 +122,31 @@ async def test_a_worker_paused_before_its_final_check_past_the_deadline_records_
     assert await rec.state(attempt) == "Unknown"  # send_abandoned resolves nothing
 
 
+async def test_a_worker_whose_lease_was_reclaimed_before_its_final_check_records_send_abandoned_sends_nothing(
+    rec: RecoveryStack,
+) -> None:
+    attempt = await rec.unknown_via_checkout("drop_request")
+    await rec.make_due(attempt)  # well inside the key window: only the lease branch can stop the send
+    worker = rec.worker("w1")
+    taken = leases.new_lease("w2")
+
+    async def lease_expires_and_another_worker_claims(a: Attempt) -> None:
+        rec.clock.advance(rec.recovery.lease_s)  # w1 stalls past its lease...
+        assert await leases.claim(rec.pool, a.attempt_id, taken, rec.clock.now(), rec.recovery.lease_s)
+
+    worker.before_final_check = lease_expires_and_another_worker_claims
+    assert await worker.run_pass() == [Pass.ABANDONED]
+    assert len(await rec.sends_for(attempt)) == 1  # only the original: w1 sent nothing
+    assert (await rec.history(attempt))[-2:] == ["send_intent", "send_abandoned"]
+    abandoned = await rec.pool.fetchrow(
+        "SELECT actor, detail FROM payment_attempt_events WHERE attempt_id = $1 AND kind = 'send_abandoned'",
+        attempt.attempt_id)
+    assert abandoned["detail"] == {"why": "lease-lost"} and abandoned["actor"] == worker.actor
+    held = await rec.current(attempt)
+    assert (held.recovery_owner, held.lease_token) == ("w2", taken.token)  # the new owner's lease stands
+    assert held.state.value == "Unknown" and await rec.open_escalations() == []
+
+
 async def test_a_worker_paused_after_its_final_check_sends_and_the_send_is_recorded_and_reconciled(
     rec: RecoveryStack,
 ) -> None:
@@ -187,3 +216,79 @@ async def test_a_same_key_resend_rejected_before_execution_leaves_the_attempt_un
     assert await rec.worker().run_pass() == [Pass.RESENT]
     assert await rec.state(attempt) == "Unknown"  # a no-effect rejection of this send proves nothing
     assert await rec.payments_for(attempt) == []
+
+
+async def last_send_result(rec: RecoveryStack, attempt: Attempt) -> dict[str, Any]:
+    row = await rec.pool.fetchrow(
+        "SELECT detail FROM payment_attempt_events WHERE attempt_id = $1"
+        " AND kind = 'send_result' ORDER BY event_id DESC LIMIT 1", attempt.attempt_id)
+    return dict(row["detail"])
+
+
+# How the attempt came to need a resend: its first send timed out (Unknown), or checkout crashed
+# after the Started transition (a stalled Started attempt; its send may have reached the provider).
+EARLIER_SEND = ["checkout-crashed-after-started", "first-send-timed-out"]
+
+
+async def needing_a_resend(rec: RecoveryStack, how: str, method: str = "tok_visa") -> Attempt:
+    if how == "first-send-timed-out":
+        attempt = await rec.unknown_via_checkout_paying(method, "drop_request")
+    else:
+        attempt = await rec.started_attempt(method=method)
+        b = rec.hooks.settings.budgets
+        rec.clock.advance(b.call_s + b.record_s + rec.hooks.settings.processing_allowance_s)
+    await rec.make_due(attempt)
+    return attempt
+
+
+@pytest.mark.parametrize("how", EARLIER_SEND)
+async def test_a_resend_answered_400_with_a_documented_rejection_code_leaves_the_attempt_unknown(
+    rec: RecoveryStack, how: str,
+) -> None:
+    # The stored card is one the provider rejects at validation (tok_expired): a rejection of
+    # this resend says nothing about the earlier send, so it is never NotApplied.
+    attempt = await needing_a_resend(rec, how, "tok_expired")
+    assert await rec.worker().run_pass() == [Pass.RESENT]
+    assert (await rec.sends_for(attempt))[-1]["status"] == 400
+    result = await last_send_result(rec, attempt)
+    assert (result["http_status"], result["outcome"]) == (400, "unknown")
+    assert result["reason"] == "provider.rejected-this-send.parameter_invalid"
+    assert await rec.state(attempt) == "Unknown"
+    assert await rec.payments_for(attempt) == []
+
+
+@pytest.mark.parametrize("how", EARLIER_SEND)
+async def test_a_resend_answered_429_leaves_the_attempt_unknown(rec: RecoveryStack, how: str) -> None:
+    attempt = await needing_a_resend(rec, how)
+    await rec.sandbox.fault("rate_limit", times=1, match={"operation": "create"})
+    assert await rec.worker().run_pass() == [Pass.RESENT]
+    assert (await rec.sends_for(attempt))[-1]["status"] == 429
+    result = await last_send_result(rec, attempt)
+    assert (result["http_status"], result["outcome"], result["reason"]) == (
+        429, "unknown", "provider.rate-limited")
+    assert await rec.state(attempt) == "Unknown"
+    assert await rec.payments_for(attempt) == []
+
+
+SAME_ON_EVERY_SEND = ("idempotency-key", "cardco-version", "cardco-account", "content-type",
+                      "authorization")
+
+
+async def test_a_recovery_resend_carries_the_first_sends_key_endpoint_headers_and_identical_bytes(
+    rec: RecoveryStack,
+) -> None:
+    attempt = await rec.unknown_via_checkout("drop_request")
+    await rec.make_due(attempt)
+    assert await rec.worker().run_pass() == [Pass.RESENT]
+    first, resend = await rec.sends_for(attempt)
+    assert first["fault"] == "drop_request" and resend["fault"] is None  # checkout's send, then recovery's
+    for name in SAME_ON_EVERY_SEND:
+        assert resend["headers"].get(name) == first["headers"].get(name), name
+    assert first["headers"]["idempotency-key"] == f'"{attempt.idempotency_key}"'
+    assert first["headers"]["cardco-version"] == attempt.api_version
+    assert first["headers"]["cardco-account"] == "acct_store"
+    assert (resend["method"], resend["path"], resend["query"]) == (first["method"], first["path"],
+                                                                  first["query"])
+    assert attempt.endpoint.endswith(first["path"])
+    assert resend["body"] == first["body"] == attempt.request_body  # byte for byte
+    assert len(await rec.payments_for(attempt)) == 1

@@ -116,6 +116,23 @@ async def test_a_stale_not_started_attempt_the_endpoint_starts_as_recovery_close
     assert (await rec.current(attempt)).next_check_at == after.next_check_at
 
 
+async def test_a_worker_whose_lease_was_reclaimed_cannot_close_the_not_started_attempt(
+    rec: RecoveryStack,
+) -> None:
+    attempt = await rec.not_started_attempt()
+    await rec.make_due(attempt)  # stale: as old as the abandonment threshold
+    stale = leases.new_lease("w1")
+    claimed = await leases.claim(rec.pool, attempt.attempt_id, stale, rec.clock.now(), rec.recovery.lease_s)
+    assert claimed is not None
+    rec.clock.advance(rec.recovery.lease_s)  # w1 stalls past its lease; w2 takes the attempt over
+    current = leases.new_lease("w2")
+    assert await leases.claim(rec.pool, attempt.attempt_id, current, rec.clock.now(), rec.recovery.lease_s)
+    assert await leases.close_never_sent(rec.pool, claimed, stale, rec.clock.now(), "recovery-w1") is None
+    after = await rec.current(attempt)
+    assert after.state is AttemptState.NOT_STARTED and after.version == attempt.version
+    assert (after.recovery_owner, after.lease_token) == ("w2", current.token)
+
+
 # -- Started: young, and a crash between the intent and the send ---------------------------------
 
 
@@ -196,6 +213,38 @@ async def test_an_unconfirmed_send_intent_write_sends_nothing_and_leaves_the_lea
     assert len(await rec.sends_for(attempt)) == 2
     assert (await rec.history(attempt))[-5:] == ["lookup", "lookup", "send_intent", "send_result",
                                                   "transition"]
+
+
+async def test_a_refused_send_intent_reschedules_on_the_backoff_and_releases_the_lease(
+    rec: RecoveryStack,
+) -> None:
+    attempt = await rec.unknown_via_checkout("drop_request")
+    await rec.make_due(attempt)
+    worker = rec.worker("w1")
+    look_up = worker.client.find_by_reference
+
+    async def a_notification_lands_while_the_lookup_is_answered(
+        provider_account: str, reference: str, *, budget_s: float | None
+    ) -> Any:
+        found = await look_up(provider_account, reference, budget_s=budget_s)
+        # Unknown -> Started (processing) by the webhook intake: the attempt the worker read is
+        # stale, so its send intent is refused as "changed" and nothing may be sent this cycle.
+        processing = event(payment_object(payment_id="pay_async", reference=reference, status="processing"))
+        r = await rec.hooks.deliver(processing, timestamp=int(rec.clock.now().timestamp()))
+        assert r.json()["result"] == "applied"
+        return found
+
+    worker.client.find_by_reference = a_notification_lands_while_the_lookup_is_answered  # type: ignore[method-assign]
+    now = rec.clock.now()
+    assert await worker.run_pass() == [Pass.INTENT_REFUSED]
+    after = await rec.current(attempt)
+    assert after.state is AttemptState.STARTED and after.version == attempt.version + 1
+    # finish: the next check is on the backoff, and the lease is released for the next due check.
+    assert after.next_check_at == now + seconds(rec.recovery.backoff(0))
+    assert (after.recovery_owner, after.lease_token, after.lease_acquired_at, after.lease_expires_at) == (
+        None, None, None, None)
+    assert (await rec.history(attempt)).count("send_intent") == 1  # checkout's only
+    assert len(await rec.sends_for(attempt)) == 1
 
 
 async def test_an_unconfirmed_send_intent_that_did_commit_is_reconciled_before_any_new_intent(
@@ -762,6 +811,26 @@ async def test_a_sweep_claims_due_attempts_in_next_check_then_created_then_id_or
         " ORDER BY event_id", [x.attempt_id for x in a])
     last_two = sorted([a[3].attempt_id, a[4].attempt_id])  # same due time and creation: by id
     assert [r["attempt_id"] for r in rows] == [a[0].attempt_id, a[2].attempt_id, a[1].attempt_id, *last_two]
+
+
+async def test_a_sweep_never_claims_a_resolved_attempt_even_when_its_next_check_time_has_passed(
+    rec: RecoveryStack,
+) -> None:
+    succeeded = await rec.charged_but_unknown(customer="cus_paid")
+    closed = await rec.not_started_attempt(customer="cus_gone")
+    rec.clock.advance(rec.hooks.settings.abandonment_threshold_s)
+    await rec.make_due()
+    assert sorted(await rec.worker().run_pass()) == sorted([Pass.RESOLVED, Pass.CLOSED_NEVER_SENT])
+    assert await rec.state(succeeded) == "Succeeded" and await rec.state(closed) == "NotApplied"
+    live = await rec.charged_but_unknown(customer="cus_live")  # due after both resolved ones
+    requests_before = len(await rec.sandbox.requests())
+    rec.clock.advance(rec.recovery.slow_cadence_s * 24)  # every stored next_check_at is long past
+    one_lane = dataclasses.replace(rec.recovery, concurrency=1)  # no other lane to go past them
+    assert await rec.worker("w2", recovery=one_lane).run_pass() == [Pass.RESOLVED]  # the live one
+    assert len(await rec.lookup_events(live)) == 1
+    assert len(await rec.sandbox.requests()) == requests_before + 1  # its lookup: nothing else asked
+    for attempt in (succeeded, closed):
+        assert (await rec.current(attempt)).recovery_owner is None
 
 
 async def test_workers_sweeping_together_claim_each_due_attempt_once_and_never_collide(

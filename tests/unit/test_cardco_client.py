@@ -227,6 +227,19 @@ async def test_idempotency_key_is_a_quoted_structured_field_string(
     assert cardco.received[0].headers["idempotency-key"] == '"ab\\"c\\\\d"'
 
 
+async def test_a_send_carries_the_stored_api_version_after_the_account_moved_to_a_newer_one(
+    cardco: ScriptedCardco, clock: FakeClock
+) -> None:
+    # The attempt was stored (and first sent) under CARDCO_API_VERSION; the account has been
+    # configured for a newer version since. A resend must stay the same request.
+    acct = account(cardco.base_url, api_version="2027-01-01")
+    async with CardcoClient([acct], clock, max_call_duration_s=30) as client:
+        cardco.reply(201, payment_object())
+        await create(client, cardco, first_send=False)
+    [req] = cardco.received
+    assert req.headers["cardco-version"] == CARDCO_API_VERSION
+
+
 async def test_credentials_are_those_of_the_stored_account(
     client: CardcoClient, cardco: ScriptedCardco
 ) -> None:
@@ -334,6 +347,9 @@ NEXT_ACTION = {"type": "redirect_to_url", "url": "https://3ds.example/c/1", "exp
          OutcomeKind.NOT_APPLIED, "rejected:rate_limited"),
         (Reply(429, error_body("rate_limited", "rate_limited"), headers={"Retry-After": "2"}), False,
          OutcomeKind.UNKNOWN, "provider.rate-limited"),
+        # A replayed 429 is off-contract (a 429 is never stored under the key): it proves nothing.
+        (Reply(429, error_body("rate_limited", "rate_limited"), headers={"Idempotent-Replayed": "true"}),
+         True, OutcomeKind.UNKNOWN, "provider.rate-limited"),
         (Reply(409, error_body("request_in_progress", "idempotency_error"), headers={"Retry-After": "1"}),
          True, OutcomeKind.UNKNOWN, "provider.in-progress"),
         (Reply(409, error_body("request_in_progress", "idempotency_error")), False,

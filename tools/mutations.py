@@ -1,0 +1,379 @@
+# ruff: noqa: E501 -- a table of exact source snippets and test ids, kept whole to be greppable
+"""The curated mutations ``make mutate`` applies: each breaks one money-guarding condition.
+
+An entry names the file, the exact original text (found exactly once, or the
+entry is reported stale), its replacement, and the tests that must fail with it.
+SQL mutations keep every bound parameter in use (``(version = $2 OR TRUE)``), so
+the statement still prepares and only the guard is gone.
+
+Not listed, on purpose: a predicate that is redundant with another one under the
+rule "every state change moves ``version``" (all three writers of
+``payment_attempts.state`` keep it). Dropping ``state = $3`` alone from
+APPLY_OUTCOME, either half of MARK_STARTED or CLOSE_NEVER_SENT, or the
+not-sendable check of a send intent alone is an equivalent mutant: the remaining
+predicate refuses the same rows. Those guards are mutated as a whole instead.
+See docs/testing.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    file: str  # relative to the repository root
+    original: str
+    replacement: str
+    tests: tuple[str, ...]  # pytest node ids (or files) that must fail
+    guards: str  # what the condition protects, in one line
+
+
+ATTEMPTS = "libs/paycore/paycore/attempts.py"
+CARDCO = "libs/paycore/paycore/providers/cardco.py"
+LEASES = "services/recovery/paycore_recovery/leases.py"
+LOOP = "services/recovery/paycore_recovery/loop.py"
+HANDLER = "services/webhooks/paycore_webhooks/handler.py"
+INTAKE = "services/webhooks/paycore_webhooks/app.py"
+RELAY = "services/dispatcher/paycore_dispatcher/relay.py"
+
+RECORD = "tests/matrix/test_record_outcome.py"
+REPO = "tests/matrix/test_live_attempt_repository.py"
+REC = "tests/matrix/test_recovery_matrix.py"
+MORE = "tests/matrix/test_recovery_matrix_more.py"
+INTENT = "tests/matrix/test_send_intent.py"
+NOTE = "tests/matrix/test_notification_matrix.py"
+CLIENT = "tests/unit/test_cardco_client.py"
+CHECKOUT = "tests/matrix/test_checkout_matrix.py"
+OUTBOX = "tests/dispatcher/test_outbox_matrix.py"
+
+
+def t(file: str, *names: str) -> tuple[str, ...]:
+    return tuple(f"{file}::{name}" for name in names)
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    # -- conditional writes ------------------------------------------------------------------------
+    Mutation(
+        "apply-outcome-version", ATTEMPTS,
+        "WHERE attempt_id = $1 AND version = $2 AND state = $3",
+        "WHERE attempt_id = $1 AND (version = $2 OR TRUE) AND state = $3",
+        t(RECORD, "test_a_notification_racing_a_started_status_update_that_records_another_payment_id_is_escalated"),
+        "an outcome write never lands on a version it did not read (Started -> Started races)",
+    ),
+    Mutation(
+        "apply-outcome-guard", ATTEMPTS,
+        "WHERE attempt_id = $1 AND version = $2 AND state = $3",
+        "WHERE attempt_id = $1 AND (version = $2 OR TRUE) AND (state = $3 OR TRUE)",
+        t(RECORD, "test_an_outcome_write_that_loses_a_race_to_a_succeeded_winner_returns_the_winner",
+          "test_a_notification_racing_a_started_status_update_that_records_another_payment_id_is_escalated"),
+        "an outcome write never overwrites a winner it did not read",
+    ),
+    Mutation(
+        "mark-started-guard", ATTEMPTS,
+        "WHERE a.attempt_id = $1 AND a.version = $2 AND a.state = 'NotStarted'",
+        "WHERE a.attempt_id = $1 AND (a.version = $2 OR TRUE) AND (a.state = 'NotStarted' OR TRUE)",
+        t(REPO, "test_exactly_one_of_two_concurrent_starts_with_the_same_version_wins"),
+        "exactly one caller moves NotStarted -> Started and may send",
+    ),
+    Mutation(
+        "close-never-sent-guard", LEASES,
+        "WHERE attempt_id = $1 AND version = $2 AND state = 'NotStarted'",
+        "WHERE attempt_id = $1 AND (version = $2 OR TRUE) AND (state = 'NotStarted' OR TRUE)",
+        t(MORE, "test_a_stale_not_started_attempt_the_endpoint_starts_as_recovery_closes_it_is_rescheduled_not_closed"),
+        "recovery never closes as never-sent an attempt the endpoint has started",
+    ),
+    Mutation(
+        "close-never-sent-lease", LEASES,
+        "  AND recovery_owner = $3 AND lease_token = $4 AND lease_expires_at > $5\nRETURNING *",
+        "  AND (recovery_owner = $3 AND lease_token = $4 AND lease_expires_at > $5 OR TRUE)\nRETURNING *",
+        t(MORE, "test_a_worker_whose_lease_was_reclaimed_cannot_close_the_not_started_attempt"),
+        "only the lease owner closes a stale NotStarted attempt",
+    ),
+    Mutation(
+        "finish-ownership", LEASES,
+        "WHERE attempt_id = $1 AND recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $5",
+        "WHERE attempt_id = $1 AND (recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $5 OR TRUE)",
+        t(MORE, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
+        "a worker whose lease was reclaimed cannot reschedule or release the new owner's claim",
+    ),
+    Mutation(
+        "finish-token", LEASES,
+        "WHERE attempt_id = $1 AND recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $5",
+        "WHERE attempt_id = $1 AND recovery_owner = $2 AND (lease_token = $3 OR TRUE) AND lease_expires_at > $5",
+        t(MORE, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
+        "the fencing token, not the owner name, tells a stale worker from the new owner",
+    ),
+    Mutation(
+        "claim-next-due-lease", LEASES,
+        "          AND (recovery_owner IS NULL OR lease_expires_at <= $3)\n"
+        "        ORDER BY next_check_at, created_at, attempt_id\n"
+        "        LIMIT 1\n"
+        "        FOR NO KEY UPDATE SKIP LOCKED)\n"
+        "  AND state IN ('NotStarted', 'Started', 'Unknown')\n"
+        "  AND next_check_at <= $3\n"
+        "  AND (recovery_owner IS NULL OR lease_expires_at <= $3)\n",
+        "        ORDER BY next_check_at, created_at, attempt_id\n"
+        "        LIMIT 1\n"
+        "        FOR NO KEY UPDATE SKIP LOCKED)\n"
+        "  AND state IN ('NotStarted', 'Started', 'Unknown')\n"
+        "  AND next_check_at <= $3\n",
+        t(MORE, "test_an_unconfirmed_send_intent_write_sends_nothing_and_leaves_the_lease_to_expire"),
+        "a live lease keeps every other worker out of the attempt",
+    ),
+    Mutation(
+        "claim-lease", LEASES,
+        "  AND next_check_at <= $4\n  AND (recovery_owner IS NULL OR lease_expires_at <= $4)\n",
+        "  AND next_check_at <= $4\n",
+        t(MORE, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
+        "claiming one attempt by id also respects a live lease",
+    ),
+    Mutation(
+        "claim-next-due-live-states", LEASES,
+        "        WHERE state IN ('NotStarted', 'Started', 'Unknown')\n"
+        "          AND next_check_at <= $3\n"
+        "          AND (recovery_owner IS NULL OR lease_expires_at <= $3)\n"
+        "        ORDER BY next_check_at, created_at, attempt_id\n"
+        "        LIMIT 1\n"
+        "        FOR NO KEY UPDATE SKIP LOCKED)\n"
+        "  AND state IN ('NotStarted', 'Started', 'Unknown')\n",
+        "        WHERE next_check_at <= $3\n"
+        "          AND (recovery_owner IS NULL OR lease_expires_at <= $3)\n"
+        "        ORDER BY next_check_at, created_at, attempt_id\n"
+        "        LIMIT 1\n"
+        "        FOR NO KEY UPDATE SKIP LOCKED)\n",
+        t(MORE, "test_a_sweep_never_claims_a_resolved_attempt_even_when_its_next_check_time_has_passed"),
+        "recovery never works an attempt that is already final",
+    ),
+    Mutation(
+        "claim-next-due-inner-states", LEASES,
+        "        WHERE state IN ('NotStarted', 'Started', 'Unknown')\n          AND next_check_at <= $3\n",
+        "        WHERE next_check_at <= $3\n",
+        t(MORE, "test_a_sweep_never_claims_a_resolved_attempt_even_when_its_next_check_time_has_passed"),
+        "a resolved attempt whose check time passed never ends a sweep before the live ones",
+    ),
+    # -- lease, deadline and cancellation checks ---------------------------------------------------
+    Mutation(
+        "intent-order-not-payable", LEASES,
+        'if order.not_payable_reason is not None:\n            return IntentResult.REFUSED, "order-not-payable"',
+        'if False:\n            return IntentResult.REFUSED, "order-not-payable"',
+        t(INTENT, "test_a_send_intent_is_refused_once_the_order_cancellation_has_committed"),
+        "no resend intent commits after the order's cancellation committed",
+    ),
+    Mutation(
+        "intent-changed", LEASES,
+        "if current.version != attempt.version:",
+        "if False:",
+        t(INTENT, "test_a_send_intent_is_refused_for_an_attempt_changed_since_it_was_read"),
+        "no resend intent on an attempt that changed since the worker read it",
+    ),
+    Mutation(
+        "intent-lease", LEASES,
+        'and current.lease_expires_at is not None and current.lease_expires_at > now):\n'
+        '            return IntentResult.REFUSED, "lease-lost"',
+        'and current.lease_expires_at is not None and current.lease_expires_at > now) and False:\n'
+        '            return IntentResult.REFUSED, "lease-lost"',
+        t(INTENT, "test_the_repository_cannot_commit_a_send_intent_without_the_recovery_owners_lease"),
+        "only the lease owner commits a resend intent",
+    ),
+    Mutation(
+        "intent-deadline", LEASES,
+        "if current.escalation_deadline is None or now >= current.escalation_deadline:",
+        "if False:",
+        t(INTENT, "test_a_send_intent_commit_attempted_after_the_escalation_deadline_is_refused"),
+        "no resend intent at or after the stamped escalation deadline",
+    ),
+    Mutation(
+        "start-order-not-payable", ATTEMPTS,
+        "        if order.not_payable_reason is not None:\n"
+        "            # The attempt's own version decides first",
+        "        if False:\n"
+        "            # The attempt's own version decides first",
+        t(REPO, "test_an_order_cancelled_before_the_started_transition_prevents_the_send"),
+        "the first send's Started transition re-checks, under the order lock, that the order is payable",
+    ),
+    Mutation(
+        "loop-order-not-payable", LOOP,
+        "if order is None or Order.from_record(order).not_payable_reason is not None:",
+        "if order is None:",
+        t(MORE, "test_an_order_cancelled_before_the_send_intent_prevents_the_resend_and_escalates"),
+        "a cancelled order is escalated as resend-not-safe, not silently retried",
+    ),
+    Mutation(
+        "loop-deadline-before-resend", LOOP,
+        "        if attempt.escalation_deadline is None or now >= attempt.escalation_deadline:\n"
+        "            # Past the safe cutoff",
+        "        if False:\n"
+        "            # Past the safe cutoff",
+        t(REC, "test_resend_after_the_key_window_never_happens_escalates_and_later_evidence_still_resolves"),
+        "past the key window nothing is resent, and a person is told",
+    ),
+    Mutation(
+        "final-check-lease", LOOP,
+        "if not await leases.owns_lease(self.pool, attempt_id, lease, now):",
+        "if False and not await leases.owns_lease(self.pool, attempt_id, lease, now):",
+        t(REC, "test_a_worker_whose_lease_was_reclaimed_before_its_final_check_records_send_abandoned_sends_nothing"),
+        "a worker that lost its lease after its intent sends nothing (M40, lease branch)",
+    ),
+    Mutation(
+        "final-check-deadline", LOOP,
+        "        if attempt.escalation_deadline is None or now >= attempt.escalation_deadline:\n"
+        '            await leases.record_send_abandoned(self.pool, attempt_id, now, self.actor, "deadline-passed")',
+        "        if False:\n"
+        '            await leases.record_send_abandoned(self.pool, attempt_id, now, self.actor, "deadline-passed")',
+        t(REC, "test_a_worker_paused_before_its_final_check_past_the_deadline_records_send_abandoned"),
+        "a worker that stalled past the deadline after its intent sends nothing (M40, deadline branch)",
+    ),
+    Mutation(
+        "refused-intent-finish", LOOP,
+        "            await leases.finish(self.pool, attempt_id, lease, self.clock.now(), backoff)\n"
+        "            return Pass.INTENT_REFUSED",
+        "            return Pass.INTENT_REFUSED",
+        t(MORE, "test_a_refused_send_intent_reschedules_on_the_backoff_and_releases_the_lease"),
+        "a refused intent reschedules and releases the lease (M50 / C19)",
+    ),
+    # -- same-key resend ---------------------------------------------------------------------------
+    Mutation(
+        "resend-first-send", LOOP,
+        "budget_s=self.settings.budgets.call_s, first_send=False)",
+        "budget_s=self.settings.budgets.call_s, first_send=True)",
+        t(REC, "test_a_resend_answered_400_with_a_documented_rejection_code_leaves_the_attempt_unknown",
+          "test_a_resend_answered_429_leaves_the_attempt_unknown"),
+        "a rejected resend proves nothing about the earlier send: Unknown, never NotApplied (M14)",
+    ),
+    Mutation(
+        "resend-new-key", LOOP,
+        "outcome = await self.client.create_payment(StoredRequest.from_record(asdict(attempt)),",
+        "outcome = await self.client.create_payment(StoredRequest.from_record(\n"
+        '            {**asdict(attempt), "idempotency_key": str(attempt.attempt_id)}),',
+        t(REC, "test_a_recovery_resend_carries_the_first_sends_key_endpoint_headers_and_identical_bytes"),
+        "a resend goes under the attempt's own key (M7)",
+    ),
+    Mutation(
+        "resend-body-reserialized", LOOP,
+        "outcome = await self.client.create_payment(StoredRequest.from_record(asdict(attempt)),",
+        "outcome = await self.client.create_payment(StoredRequest.from_record(\n"
+        '            {**asdict(attempt), "request_body": attempt.request_body.replace(",", ", ")}),',
+        t(REC, "test_a_recovery_resend_carries_the_first_sends_key_endpoint_headers_and_identical_bytes"),
+        "a resend transmits the stored bytes unchanged (M7)",
+    ),
+    Mutation(
+        "client-version-from-config", CARDCO,
+        "**_auth_headers(acct, stored.api_version),",
+        "**_auth_headers(acct, acct.api_version),",
+        t(CLIENT, "test_a_send_carries_the_stored_api_version_after_the_account_moved_to_a_newer_one"),
+        "every send carries the API version stored with the attempt, not today's configuration",
+    ),
+    # -- account scoping ---------------------------------------------------------------------------
+    Mutation(
+        "intake-account-from-verifier", INTAKE,
+        "account = intake.verifier.verify(request.headers, body, now=intake.clock.now())",
+        "account = intake.verifier.verify(request.headers, body, now=intake.clock.now()) \\\n"
+        "            and intake.settings.accounts[0]",
+        t(NOTE, "test_a_notification_verified_by_another_accounts_secret_never_matches_the_default_accounts_attempt"),
+        "a notification's account is the one whose secret verified it (C8)",
+    ),
+    Mutation(
+        "find-by-reference-account", ATTEMPTS,
+        "WHERE provider_account = $1 AND (client_reference = $2 OR provider_payment_id = $3)",
+        "WHERE ($1::text IS NOT NULL) AND (client_reference = $2 OR provider_payment_id = $3)",
+        t(NOTE, "test_a_notification_verified_by_another_accounts_secret_never_matches_the_default_accounts_attempt",
+          "test_test_and_live_attempts_with_the_same_reference_do_not_collide"),
+        "notifications match attempts of the verified account only (C8)",
+    ),
+    Mutation(
+        "handler-payload-environment", HANDLER,
+        'if n.payload_livemode is not None and n.payload_livemode != (account.environment == "live"):',
+        "if False:",
+        t(NOTE, "test_a_payload_naming_another_environment_raises_an_alert_and_resolves_nothing"),
+        "a payload that names another environment than its verifying secret resolves nothing",
+    ),
+    # -- outbox eligibility ------------------------------------------------------------------------
+    Mutation(
+        "relay-earliest-unfinished", RELAY,
+        "  AND NOT EXISTS (\n"
+        "      SELECT 1 FROM outbox_messages p\n"
+        "      WHERE p.ordering_key = m.ordering_key\n"
+        "        AND p.message_id < m.message_id\n"
+        "        AND p.dispatched_at IS NULL)\n",
+        "",
+        t(OUTBOX, "test_a_refund_queued_after_a_confirmation_for_the_same_attempt_is_never_delivered_before_it",
+          "test_a_relay_that_finds_the_earliest_row_locked_does_not_deliver_the_later_row"),
+        "a row is published only after every earlier row of its attempt",
+    ),
+    Mutation(
+        "relay-dead-letter-blocks", RELAY,
+        "        AND p.dispatched_at IS NULL)\n",
+        "        AND p.dispatched_at IS NULL AND p.dead_lettered_at IS NULL)\n",
+        t(OUTBOX, "test_a_dead_lettered_confirmation_blocks_its_refund_until_an_operator_requeues_it"),
+        "a dead-lettered row blocks its successors until an operator decides",
+    ),
+    Mutation(
+        "relay-backing-off-blocks", RELAY,
+        "        AND p.dispatched_at IS NULL)\n",
+        "        AND p.dispatched_at IS NULL AND p.next_attempt_at <= $1)\n",
+        t(OUTBOX, "test_a_confirmation_backing_off_still_blocks_its_refund_while_other_attempts_rows_are_delivered"),
+        "a row backing off after a failed publish still blocks its successors",
+    ),
+    # -- Unknown classification --------------------------------------------------------------------
+    Mutation(
+        "client-5xx-unknown", CARDCO,
+        'return ProviderOutcome.unknown(f"provider.http-{status}", **meta)',
+        'return ProviderOutcome.not_applied(f"provider.http-{status}", **meta)',
+        t(CLIENT, "test_classification"),
+        "a 5xx answer may hide a payment: Unknown",
+    ),
+    Mutation(
+        "client-409-unknown", CARDCO,
+        'return ProviderOutcome.unknown("provider.in-progress", **meta)',
+        'return ProviderOutcome.not_applied("provider.in-progress", **meta)',
+        t(CLIENT, "test_classification"),
+        "a 409 (the key's first request still running) is Unknown",
+    ),
+    Mutation(
+        "client-timeout-unknown", CARDCO,
+        "        except TimeoutError:\n"
+        '            return self._logged(stored, ProviderOutcome.unknown(f"provider.no-response.{limit_name}"))',
+        "        except TimeoutError:\n"
+        '            return self._logged(stored, ProviderOutcome.failed(f"provider.no-response.{limit_name}"))',
+        t(CLIENT, "test_caller_budget_fires"),
+        "no answer within the budget is Unknown, never Failed",
+    ),
+    Mutation(
+        "client-400-only-send", CARDCO,
+        "            if first_send and not replayed:\n"
+        "                return ProviderOutcome.not_applied(\n",
+        "            if not replayed:\n"
+        "                return ProviderOutcome.not_applied(\n",
+        t(CLIENT, "test_classification"),
+        "a documented 400 is NotApplied only on the only send",
+    ),
+    Mutation(
+        "client-400-not-replayed", CARDCO,
+        "            if first_send and not replayed:\n"
+        "                return ProviderOutcome.not_applied(\n",
+        "            if first_send:\n"
+        "                return ProviderOutcome.not_applied(\n",
+        t(CLIENT, "test_classification"),
+        "a replayed 400 is off-contract and proves nothing: Unknown",
+    ),
+    Mutation(
+        "client-429-only-send", CARDCO,
+        "            if first_send and not replayed:\n"
+        '                return ProviderOutcome.not_applied("rejected:rate_limited", **meta)',
+        "            if not replayed:\n"
+        '                return ProviderOutcome.not_applied("rejected:rate_limited", **meta)',
+        t(CLIENT, "test_classification"),
+        "a 429 is NotApplied only on the only send",
+    ),
+    Mutation(
+        "client-429-not-replayed", CARDCO,
+        "            if first_send and not replayed:\n"
+        '                return ProviderOutcome.not_applied("rejected:rate_limited", **meta)',
+        "            if first_send:\n"
+        '                return ProviderOutcome.not_applied("rejected:rate_limited", **meta)',
+        t(CLIENT, "test_classification"),
+        "a replayed 429 proves nothing: Unknown",
+    ),
+)
