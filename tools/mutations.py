@@ -37,6 +37,7 @@ LOOP = "services/recovery/paycore_recovery/loop.py"
 HANDLER = "services/webhooks/paycore_webhooks/handler.py"
 INTAKE = "services/webhooks/paycore_webhooks/app.py"
 RELAY = "services/dispatcher/paycore_dispatcher/relay.py"
+ACCOUNTS = "libs/paycore/paycore/accounts.py"
 
 RECORD = "tests/matrix/test_record_outcome.py"
 REPO = "tests/matrix/test_live_attempt_repository.py"
@@ -47,6 +48,8 @@ NOTE = "tests/matrix/test_notification_matrix.py"
 CLIENT = "tests/unit/test_cardco_client.py"
 CHECKOUT = "tests/matrix/test_checkout_matrix.py"
 OUTBOX = "tests/dispatcher/test_outbox_matrix.py"
+EVIDENCE = "tests/matrix/test_evidence_about_other_payments.py"
+ACCOUNTS_TESTS = "tests/matrix/test_provider_accounts.py"
 
 
 def t(file: str, *names: str) -> tuple[str, ...]:
@@ -284,10 +287,79 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "handler-payload-environment", HANDLER,
-        'if n.payload_livemode is not None and n.payload_livemode != (account.environment == "live"):',
+        "if said_livemode is not None and said_livemode != live:",
         "if False:",
         t(NOTE, "test_a_payload_naming_another_environment_raises_an_alert_and_resolves_nothing"),
         "a payload that names another environment than its verifying secret resolves nothing",
+    ),
+    Mutation(
+        "handler-payment-object-fields", HANDLER,
+        "                                        (n.object_account, n.object_livemode)):",
+        "                                        ):",
+        t(NOTE, "test_a_payment_object_of_another_account_or_mode_inside_a_correct_envelope_resolves_nothing"),
+        "the payment object's own account and mode must agree with the verifying secret too",
+    ),
+    Mutation(
+        "intake-replay-window", HANDLER,
+        "            if delivery is not None and not await first_sight(conn, provider_account, delivery, now):",
+        "            if False:",
+        t(NOTE, "test_a_byte_identical_replay_inside_the_signature_tolerance_is_a_duplicate_never_recorded_again"),
+        "a replayed signed delivery is never applied twice",
+    ),
+    # -- evidence about another payment ------------------------------------------------------------
+    Mutation(
+        "create-mismatch-escalates", ATTEMPTS,
+        "    if outcome.mismatch is not None:\n        # The answer described another payment",
+        "    if False:\n        # The answer described another payment",
+        t(EVIDENCE, "test_a_create_answer_naming_another_payment_stays_unknown_without_its_id_and_escalates_mismatch"),
+        "an answer describing another payment reaches a person",
+    ),
+    Mutation(
+        "create-mismatch-keeps-foreign-id", CARDCO,
+        'detail={"reported_payment": payment.evidence()}, **meta,',
+        'provider_payment_id=payment.id, provider_status=payment.status, **meta,',
+        t(EVIDENCE, "test_a_create_answer_naming_another_payment_stays_unknown_without_its_id_and_escalates_mismatch"),
+        "another payment's id is never recorded on this attempt",
+    ),
+    Mutation(
+        "lookup-mismatch-escalates", LOOP,
+        "        if mismatch is not None:\n"
+        '            await self._escalate(attempt, lease, "mismatch",',
+        "        if False:\n"
+        '            await self._escalate(attempt, lease, "mismatch",',
+        t(EVIDENCE, "test_a_lookup_finding_a_payment_that_is_not_this_attempts_escalates_at_once_and_records_it"),
+        "a found payment of another account or mode is escalated, never resolved from",
+    ),
+    Mutation(
+        "lookup-failed-slow-cadence-past-deadline", LOOP,
+        '                await self._escalate(attempt, lease, "deadline", self.recovery.slow_cadence_s)\n'
+        "            else:",
+        '                await self._escalate(attempt, lease, "deadline", backoff)\n'
+        "            else:",
+        t(MORE, "test_failing_lookups_past_the_deadline_are_made_on_the_slow_read_only_cadence"),
+        "past the deadline, failing lookups only read, on the slow cadence",
+    ),
+    Mutation(
+        "resend-rejected-escalates", ATTEMPTS,
+        "    if outcome.kind is OutcomeKind.UNKNOWN and outcome.request_rejected:",
+        "    if False:",
+        t(MORE, "test_a_resend_refused_before_execution_is_escalated_at_once_and_never_repeated"),
+        "a resend refused before execution reaches a person at once",
+    ),
+    Mutation(
+        "resend-rejected-never-repeated", LOOP,
+        "        if await leases.resend_was_rejected(self.pool, attempt_id):",
+        "        if False:",
+        t(MORE, "test_a_resend_refused_before_execution_is_escalated_at_once_and_never_repeated"),
+        "bytes the provider refused are never resent",
+    ),
+    # -- one source of truth for account settings --------------------------------------------------
+    Mutation(
+        "account-settings-differ-refused", ACCOUNTS,
+        "    if found:\n        raise AccountConfigurationDiffers(found)",
+        "    if False:\n        raise AccountConfigurationDiffers(found)",
+        t(ACCOUNTS_TESTS, "test_a_start_with_settings_that_differ_from_the_registered_account_is_refused_naming_each"),
+        "a service configured otherwise never moves the deadlines every attempt is stamped with",
     ),
     # -- outbox eligibility ------------------------------------------------------------------------
     Mutation(

@@ -271,11 +271,17 @@ async def test_the_default_leeway_tolerates_a_little_clock_skew_and_no_more(stac
         assert_401(await create_order(stack, refused))
 
 
-async def test_the_leeway_is_configurable(pool: asyncpg.Pool, db_dsn: str) -> None:
-    async for stack in running_stack(pool, db_dsn, PAYCORE_JWT_LEEWAY_S="120"):
-        assert (await create_order(stack, hs256(exp=int(time.time()) - 60))).status_code == 201
-    async for stack in running_stack(pool, db_dsn, PAYCORE_JWT_LEEWAY_S="0"):
-        assert_401(await create_order(stack, hs256(exp=int(time.time()) - 10)))
+@pytest.mark.parametrize(("leeway", "expired_for", "accepted"), [("120", 60, True), ("0", 10, False)])
+async def test_the_leeway_is_configurable(pool: asyncpg.Pool, db_dsn: str, leeway: str, expired_for: int,
+                                          accepted: bool) -> None:
+    # One stack per database: each stack's sandbox has its own URL, and a database
+    # registers one configuration per provider account.
+    async for stack in running_stack(pool, db_dsn, PAYCORE_JWT_LEEWAY_S=leeway):
+        response = await create_order(stack, hs256(exp=int(time.time()) - expired_for))
+        if accepted:
+            assert response.status_code == 201
+        else:
+            assert_401(response)
 
 
 @pytest.mark.parametrize(("variable", "value", "named"), [

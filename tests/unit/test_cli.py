@@ -554,3 +554,43 @@ def test_actions_list_filters_and_prints_a_table_or_json(
     assert "no operator actions" in capsys.readouterr().out
     assert main(["actions", "list", "--attempt", "not-a-uuid"]) == 2
     assert "not an attempt id" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- accounts
+
+
+def _cardco_env(monkeypatch: pytest.MonkeyPatch, dsn: str, **extra: str) -> None:
+    for name, value in {"PAYCORE_DATABASE_URL": dsn, "PAYCORE_CARDCO_BASE_URL": "http://127.0.0.1:9",
+                        "PAYCORE_CARDCO_ACCOUNT": "acct_store", "PAYCORE_CARDCO_ENVIRONMENT": "test",
+                        "PAYCORE_CARDCO_API_KEY": "sk_test_acct_store_local",
+                        "PAYCORE_JWT_SECRET": "s" * 32, **extra}.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_serve_refuses_an_account_configuration_that_differs_from_the_registered_one_and_apply_changes_it(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _cardco_env(monkeypatch, fresh_database)
+    assert main(["migrate"]) == 0
+    assert main(["accounts", "apply", "--operator", "alice", "--reason", "first registration"]) == 0
+    assert "account-apply by alice on provider account cardco:acct_store:test" in capsys.readouterr().out
+
+    # Another retention than the registered one: checkout refuses before serving anything.
+    monkeypatch.setenv("PAYCORE_CARDCO_KEY_RETENTION_S", "3600")
+    assert main(["serve", "checkout", "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert "configuration error" in err and "PAYCORE_CARDCO_KEY_RETENTION_S" in err and "Traceback" not in err
+
+    # The explicit, recorded change; the registered row is then this configuration.
+    assert main(["accounts", "apply", "--operator", "bob", "--reason", "shorter key window"]) == 0
+    out = capsys.readouterr().out
+    assert "key_retention_s: 86400.0 → 3600.0" in out and "reason: shorter key window" in out
+    [row] = _fetch(fresh_database, "SELECT key_retention FROM provider_accounts")
+    assert row["key_retention"].total_seconds() == 3600
+    assert main(["accounts", "apply", "--operator", "bob", "--reason", "again"]) == 0
+    assert "nothing recorded" in capsys.readouterr().out
+    actions = _fetch(fresh_database, "SELECT operator, state_before, state_after FROM operator_actions"
+                                     " WHERE action = 'account-apply' ORDER BY action_id")
+    assert [a["operator"] for a in actions] == ["alice", "bob"]
+    assert main(["accounts", "list"]) == 0
+    assert "cardco:acct_store:test  http://127.0.0.1:9" in capsys.readouterr().out

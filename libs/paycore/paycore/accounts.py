@@ -6,8 +6,9 @@ compares its own configuration with the registered row and refuses to start,
 naming each difference, rather than silently moving the settings every other
 service uses (the Started transition stamps ``escalation_deadline`` from this
 row). Changing a registered account is an explicit operator action
-(:func:`apply_provider_account`, ``paycore accounts apply``); an attempt already
-Started keeps the deadline it was stamped with.
+(:func:`apply_configuration`, ``paycore accounts apply``), recorded in
+``operator_actions``; an attempt already Started keeps the deadline it was
+stamped with.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import asyncpg
 
 from paycore.config import ConfigError, ProviderAccountConfig
+from paycore.operator_actions import ActionKind, OperatorAction, record_action
 
 # Registered only if absent: a running fleet's settings are never overwritten by a start.
 REGISTER_ACCOUNT = """
@@ -36,6 +38,13 @@ SELECT provider_account, base_url, api_version,
        lookup_rate_per_s::float8 AS lookup_rate_per_s
 FROM provider_accounts
 WHERE provider_account = ANY($1::text[])
+"""
+
+SELECT_REGISTERED = """
+SELECT provider_account, base_url, api_version, key_retention, escalation_margin, lookup_rate_per_s,
+       updated_at
+FROM provider_accounts
+ORDER BY provider_account
 """
 
 UPDATE_ACCOUNT = """
@@ -123,6 +132,26 @@ async def register_provider_accounts(
     found = [d for acct in accounts for d in differences(registered[acct.provider_account], acct)]
     if found:
         raise AccountConfigurationDiffers(found)
+
+
+async def apply_configuration(
+    pool: asyncpg.Pool, acct: ProviderAccountConfig, *, operator: str, reason: str, now: datetime,
+) -> OperatorAction | None:
+    """Make ``acct``'s configuration the registered one, recorded as ``operator``'s action.
+
+    Returns the recorded action, or ``None`` when the registered settings already
+    match (nothing to change, nothing recorded). Attempts already Started keep the
+    deadline they were stamped with; attempts started afterwards use the new settings.
+    """
+    async with pool.acquire() as conn, conn.transaction():
+        registered = (await _registered(conn, [acct.provider_account])).get(acct.provider_account)
+        if registered is not None and not differences(registered, acct):
+            return None
+        before, after = await apply_provider_account(conn, acct, now)
+        return await record_action(
+            conn, action=ActionKind.ACCOUNT_APPLY, operator=operator, reason=reason, now=now,
+            before=before or {}, after=after, provider_account=acct.provider_account,
+        )
 
 
 async def apply_provider_account(

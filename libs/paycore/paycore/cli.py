@@ -252,6 +252,40 @@ def _migrate(dsn: str) -> list[str]:
         raise CommandError(f"migrations failed on {redact_dsn(dsn)}: {exc}") from exc
 
 
+def _preflight_accounts(dsn: str, settings: Any, *, local_sandbox_url: str | None = None) -> None:
+    """Register the configured provider accounts, or refuse a configuration that differs.
+
+    The local sandbox's development account is the one exception: when ``paycore
+    up`` runs it on another port than last time, the registered base URL follows,
+    recorded as an operator action of ``paycore-up``.
+    """
+    from paycore import accounts
+    from paycore.clock import SystemClock
+    from paycore.db import create_pool
+
+    async def check() -> None:
+        pool = await create_pool(dsn, max_size=2)
+        try:
+            now = SystemClock().now()
+            if local_sandbox_url is not None:
+                recorded = await accounts.apply_configuration(
+                    pool, settings.default_account, operator="paycore-up", now=now,
+                    reason=f"the local sandbox listens at {local_sandbox_url}")
+                if recorded is not None:
+                    log.info("local sandbox account %s registered as configured (operator action %d)",
+                             settings.default_account.provider_account, recorded.action_id)
+            await accounts.register_provider_accounts(pool, settings.accounts, now)
+        finally:
+            await pool.close()
+
+    import asyncpg
+
+    try:
+        asyncio.run(check())
+    except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError) as exc:
+        raise CommandError(f"cannot reach the database {redact_dsn(dsn)}: {type(exc).__name__}") from None
+
+
 @contextlib.contextmanager
 def _sigterm_raises_interrupt() -> Iterator[None]:
     """Outside the event loop, SIGTERM unwinds like Ctrl-C so cleanup still runs."""
@@ -297,12 +331,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             code=2,
         )
     # Validate every setting before importing the app: a clear error, not a traceback.
-    if name == "checkout":
-        load_settings()
-    elif name == "webhooks":
-        from paycore_webhooks.app import verifier_for
+    if name in ("checkout", "webhooks"):
+        settings = load_settings()
+        if name == "webhooks":
+            from paycore_webhooks.app import verifier_for
 
-        verifier_for(load_settings())
+            verifier_for(settings)
+        if settings.database_url is not None:
+            _preflight_accounts(settings.database_url, settings)
     elif name == "sandbox":
         _sandbox_settings()
     factory = _sandbox_app if name == "sandbox" else _load_factory(APP_FACTORIES[name])
@@ -443,6 +479,47 @@ def cmd_actions(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_accounts(args: argparse.Namespace) -> int:
+    from paycore import accounts
+    from paycore.clock import SystemClock
+    from paycore.operator_actions import InvalidOperatorAction, OperatorAction, describe
+
+    if args.accounts_command == "list":
+        async def registered(settings: Any, pool: Any) -> list[Any]:
+            rows: list[Any] = await pool.fetch(accounts.SELECT_REGISTERED)
+            return rows
+
+        _, rows = _with_operator_pool(registered)
+        for row in rows:
+            print(f"{row['provider_account']}  {row['base_url']}  api {row['api_version']}  "
+                  f"key retention {row['key_retention']}  margin {row['escalation_margin']}  "
+                  f"lookups {row['lookup_rate_per_s']}/s  updated {row['updated_at'].isoformat()}")
+        if not rows:
+            print("no provider account is registered yet")
+        return 0
+
+    configured = load_settings()  # the configuration to apply: PAYCORE_CARDCO_* and PAYCORE_ACCOUNTS_FILE
+    chosen = [a for a in configured.accounts if args.account in (None, a.provider_account)]
+    if not chosen:
+        raise CommandError(f"{args.account} is not a configured provider account", code=2)
+
+    async def apply(settings: Any, pool: Any) -> list[OperatorAction | None]:
+        now = SystemClock().now()
+        return [await accounts.apply_configuration(pool, acct, operator=args.operator, reason=args.reason,
+                                                   now=now) for acct in chosen]
+
+    try:
+        _, done = _with_operator_pool(apply)
+    except InvalidOperatorAction as exc:
+        raise CommandError(str(exc), code=2) from None
+    for acct, recorded in zip(chosen, done, strict=True):
+        if recorded is None:
+            print(f"{acct.provider_account}: already registered with these settings; nothing recorded")
+        else:
+            print("\n".join(describe(recorded)))
+    return 0
+
+
 def cmd_token(args: argparse.Namespace) -> int:
     import jwt
 
@@ -547,6 +624,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         dsn = env["PAYCORE_DATABASE_URL"]
         applied = _migrate(dsn)
         log.info("migrations: %s", ", ".join(applied) if applied else "schema up to date")
+        # Fail here, with the configuration error, rather than as five services exiting.
+        _preflight_accounts(dsn, settings, local_sandbox_url=urls["sandbox"] if local_cardco else None)
 
         banner = [
             "",
@@ -774,6 +853,27 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--reason", required=True, metavar="TEXT",
                         help="why, e.g. the corrected reference (recorded)")
     attach.set_defaults(handler=cmd_notifications_attach)
+
+    accts = commands.add_parser(
+        "accounts", help="the registered provider-account settings every service must match",
+        description="Operator tools for provider accounts. The database's row is the one source of truth "
+                    "for an account's settings; a service configured otherwise refuses to start. "
+                    "Needs PAYCORE_DATABASE_URL.")
+    acct_cmds = accts.add_subparsers(dest="accounts_command", required=True, metavar="ACTION")
+    acct_list = acct_cmds.add_parser("list", help="the registered accounts and their settings")
+    acct_list.set_defaults(handler=cmd_accounts)
+    acct_apply = acct_cmds.add_parser(
+        "apply", help="make this configuration the registered one (recorded)",
+        description="Register, or change, each configured provider account (PAYCORE_CARDCO_*, "
+                    "PAYCORE_ACCOUNTS_FILE) to this configuration, as one recorded operator action per "
+                    "changed account. Attempts already Started keep the deadline they were stamped with; "
+                    "every service must then be restarted with the same settings.")
+    acct_apply.add_argument("--account", default=None, metavar="PROVIDER_ACCOUNT",
+                            help="only this one, e.g. cardco:acct_store:live (default: every configured one)")
+    acct_apply.add_argument("--operator", required=True, type=_operator, metavar="NAME",
+                            help="who is changing it (recorded)")
+    acct_apply.add_argument("--reason", required=True, metavar="TEXT", help="why (recorded)")
+    acct_apply.set_defaults(handler=cmd_accounts)
 
     acts = commands.add_parser(
         "actions", help="show the record of operator actions",

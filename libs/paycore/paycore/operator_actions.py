@@ -40,6 +40,7 @@ class ActionKind(enum.StrEnum):
     NOTIFICATION_ATTACH = "notification-attach"
     OUTBOX_REQUEUE = "outbox-requeue"
     OUTBOX_SKIP = "outbox-skip"
+    ACCOUNT_APPLY = "account-apply"
 
 
 # An acknowledgement only says "I have seen it"; everything that changes something says why.
@@ -89,6 +90,7 @@ class OperatorAction:
     escalation_id: int | None
     message_id: int | None
     event_id: int | None
+    provider_account: str | None
     state_before: dict[str, Any]
     state_after: dict[str, Any]
     detail: dict[str, Any]
@@ -111,6 +113,8 @@ class OperatorAction:
             parts.append(f"escalation {self.escalation_id}")
         if self.attempt_id is not None:
             parts.append(f"attempt {self.attempt_id}")
+        if self.provider_account is not None:
+            parts.append(f"provider account {self.provider_account}")
         return ", ".join(parts)
 
     def as_json(self) -> dict[str, Any]:
@@ -124,6 +128,7 @@ class OperatorAction:
             "escalation_id": self.escalation_id,
             "message_id": self.message_id,
             "event_id": self.event_id,
+            "provider_account": self.provider_account,
             "state_before": self.state_before,
             "state_after": self.state_after,
             "detail": self.detail,
@@ -132,8 +137,8 @@ class OperatorAction:
 
 INSERT_ACTION = """
 INSERT INTO operator_actions (occurred_at, operator, action, reason, attempt_id, escalation_id, message_id,
-                              event_id, state_before, state_after, detail)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                              event_id, provider_account, state_before, state_after, detail)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 RETURNING *
 """
 
@@ -151,6 +156,7 @@ async def record_action(
     escalation_id: int | None = None,
     message_id: int | None = None,
     event_id: int | None = None,
+    provider_account: str | None = None,
     detail: Mapping[str, Any] | None = None,
 ) -> OperatorAction:
     """Record one action inside the caller's transaction, after the action succeeded.
@@ -162,10 +168,11 @@ async def record_action(
         raise InvalidOperatorAction("record_action must run inside the action's own transaction")
     handle = validate_operator(operator)
     why = validate_reason(action, reason)
-    if all(t is None for t in (attempt_id, escalation_id, message_id, event_id)):
+    if all(t is None for t in (attempt_id, escalation_id, message_id, event_id, provider_account)):
         raise InvalidOperatorAction("an operator action needs a target")
     row = await conn.fetchrow(INSERT_ACTION, now, handle, action.value, why, attempt_id, escalation_id,
-                              message_id, event_id, dict(before), dict(after), dict(detail or {}))
+                              message_id, event_id, provider_account, dict(before), dict(after),
+                              dict(detail or {}))
     assert row is not None
     recorded = OperatorAction.from_record(row)
     log.info("operator action %d: %s by %s on %s", recorded.action_id, recorded.action.value,

@@ -18,13 +18,14 @@ CREATE TABLE operator_actions (
     escalation_id   bigint      NULL REFERENCES payment_escalations (escalation_id),
     message_id      bigint      NULL,
     event_id        bigint      NULL,
+    provider_account text       NULL REFERENCES provider_accounts (provider_account),
     state_before    jsonb       NOT NULL,
     state_after     jsonb       NOT NULL,
     detail          jsonb       NOT NULL DEFAULT '{}'::jsonb,
     -- A later console action adds its name here (and to the target rule below) in a new migration.
     CONSTRAINT ck_operator_action_kind CHECK (action IN (
         'escalation-acknowledge', 'escalation-resolve', 'notification-attach',
-        'outbox-requeue', 'outbox-skip')),
+        'outbox-requeue', 'outbox-skip', 'account-apply')),
     -- An operator handle, not a person's name: short, printable, no surrounding space.
     CONSTRAINT ck_operator_action_operator CHECK (
         char_length(operator) BETWEEN 1 AND 64 AND operator = btrim(operator)
@@ -36,8 +37,9 @@ CREATE TABLE operator_actions (
         OR (reason IS NULL AND action = 'escalation-acknowledge')),
     -- At least one target, and the one each kind of action is about.
     CONSTRAINT ck_operator_action_target CHECK (
-        num_nonnulls(attempt_id, escalation_id, message_id, event_id) > 0
+        num_nonnulls(attempt_id, escalation_id, message_id, event_id, provider_account) > 0
         AND (action NOT LIKE 'escalation-%' OR escalation_id IS NOT NULL)
+        AND (action <> 'account-apply' OR provider_account IS NOT NULL)
         AND (action NOT LIKE 'outbox-%' OR message_id IS NOT NULL)
         AND (action <> 'notification-attach' OR (event_id IS NOT NULL AND attempt_id IS NOT NULL))),
     CONSTRAINT ck_operator_action_states CHECK (
