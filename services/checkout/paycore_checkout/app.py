@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import asyncpg
 from prometheus_client import CollectorRegistry, Counter
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -26,7 +27,7 @@ from paycore.clock import Clock, SystemClock
 from paycore.config import Settings, load_settings
 from paycore.db import create_pool
 from paycore.http.metrics import metrics_endpoint
-from paycore.http.problems import Problem, problem_response
+from paycore.http.problems import Problem, http_exception_handler, problem_handler, problem_response
 from paycore.providers.cardco import CardcoClient
 from paycore_checkout.auth import Authenticator
 from paycore_checkout.payments import CheckoutMetrics, CheckoutPayments
@@ -85,11 +86,6 @@ class RequestMetrics:
             self.counter.labels(scope["method"], path, str(status)).inc()
 
 
-async def _problem(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, Problem)
-    return exc.to_response(instance=request.url.path)
-
-
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return problem_response(500, "internal", "Internal error", "The request failed; it is safe to retry.")
@@ -140,7 +136,8 @@ def create_app(
     app = Starlette(
         routes=[*routes(), Route("/metrics", metrics_endpoint(registry), methods=["GET"])],
         lifespan=lifespan,
-        exception_handlers={Problem: _problem, Exception: _unexpected},
+        exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler,
+                            Exception: _unexpected},
     )
     app.add_middleware(RequestMetrics, counter=requests_total)
     return app

@@ -19,6 +19,7 @@ import asyncpg
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -30,7 +31,7 @@ from paycore.config import ConfigError, ProviderAccountConfig, Settings, load_se
 from paycore.db import create_pool
 from paycore.http.bodies import read_limited
 from paycore.http.metrics import metrics_endpoint
-from paycore.http.problems import Problem, problem_response
+from paycore.http.problems import Problem, http_exception_handler, problem_handler, problem_response
 from paycore.providers.cardco_events import InvalidEvent, parse_event
 from paycore.webhook_replays import SignedDelivery
 from paycore.webhook_signatures import VerificationFailed, Verifier
@@ -115,11 +116,6 @@ async def readyz(request: Request) -> Response:
     return Response(b'{"status":"ready"}', media_type="application/json")
 
 
-async def _problem(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, Problem)
-    return exc.to_response(instance=request.url.path)
-
-
 def create_app(
     settings: Settings, *, clock: Clock | None = None, pool: asyncpg.Pool | None = None
 ) -> Starlette:
@@ -148,7 +144,7 @@ def create_app(
             Route("/metrics", metrics_endpoint(registry), methods=["GET"]),
         ],
         lifespan=lifespan,
-        exception_handlers={Problem: _problem},
+        exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler},
     )
 
 

@@ -1,0 +1,77 @@
+"""Checkout's edges (issue 8): ambiguous bodies, currencies, framework errors, order-create retries.
+
+A payment API never guesses: anything it cannot read one way only is a
+problem+json answer and writes nothing.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.support.stack import Stack
+
+
+def assert_problem(r: httpx.Response, status: int) -> dict[str, object]:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    body: dict[str, object] = r.json()
+    assert body["status"] == status and str(body["type"]).startswith("https://") and body["title"]
+    return body
+
+
+async def counts(stack: Stack) -> tuple[int, int]:
+    return (await stack.pool.fetchval("SELECT count(*) FROM orders"),
+            await stack.pool.fetchval("SELECT count(*) FROM payment_attempts"))
+
+
+JSON = {"content-type": "application/json"}
+
+
+# -- bodies: duplicate keys, content type -------------------------------------------------
+
+@pytest.mark.parametrize("raw", [
+    b'{"amount_minor": 1, "amount_minor": 777, "currency": "EUR"}',
+    b'{"amount_minor": 777, "currency": "EUR", "currency": "USD"}',
+])
+async def test_a_duplicate_key_in_an_order_body_is_400_and_nothing_is_created(stack: Stack, raw: bytes) -> None:
+    r = await stack.shop.http.post("/orders", content=raw, headers={**stack.shop.auth, **JSON})
+    body = assert_problem(r, 400)
+    assert body["type"] == "https://paycore.dev/problems/duplicate-key"
+    assert await counts(stack) == (0, 0)
+
+
+async def test_a_duplicate_key_in_a_payment_body_is_400_and_nothing_is_sent(stack: Stack) -> None:
+    order = await stack.shop.create_order()
+    raw = b'{"payment_method": "tok_decline", "payment_method": "tok_visa"}'
+    r = await stack.shop.http.post(f"/orders/{order}/payment", content=raw,
+                                   headers={**stack.shop.auth, **JSON})
+    assert_problem(r, 400)
+    assert await counts(stack) == (1, 0)
+    assert await stack.sandbox.requests() == []
+
+
+async def test_a_body_without_content_type_is_415_like_text_plain(stack: Stack) -> None:
+    raw = b'{"amount_minor": 4999, "currency": "EUR"}'
+    for headers in ({}, {"content-type": "text/plain"}):
+        r = await stack.shop.http.post("/orders", content=raw, headers={**stack.shop.auth, **headers})
+        assert_problem(r, 415)
+    order = await stack.shop.create_order()
+    r = await stack.shop.http.post(f"/orders/{order}/payment", content=b'{"payment_method": "tok_visa"}',
+                                   headers=stack.shop.auth)
+    assert_problem(r, 415)
+    assert await counts(stack) == (1, 0)
+
+
+# -- the framework's own answers ------------------------------------------------------------
+
+async def test_unknown_paths_are_404_problem_json(stack: Stack) -> None:
+    r = await stack.shop.http.get("/no/such/path", headers=stack.shop.auth)
+    body = assert_problem(r, 404)
+    assert body["type"] == "https://paycore.dev/problems/not-found"
+
+
+async def test_a_wrong_method_is_405_problem_json_with_allow(stack: Stack) -> None:
+    r = await stack.shop.http.delete("/orders", headers=stack.shop.auth)
+    assert_problem(r, 405)
+    assert r.headers["allow"] == "POST"
