@@ -75,3 +75,45 @@ async def test_a_wrong_method_is_405_problem_json_with_allow(stack: Stack) -> No
     r = await stack.shop.http.delete("/orders", headers=stack.shop.auth)
     assert_problem(r, 405)
     assert r.headers["allow"] == "POST"
+
+
+# -- currencies ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("currency", [
+    "ZZZ", "XXX", "XTS",  # not a currency, no currency, the testing code
+    "XAU", "XAG", "XPT", "XPD", "XDR", "XSU", "XUA",  # metals and units without minor units
+    "BOV", "CHE", "CHW", "CLF", "COU", "MXV", "USN", "UYI",  # fund codes
+    "XAD", "UYW",  # units of account
+    "DEM", "HRK", "ZWL", "BGN",  # withdrawn
+])
+async def test_a_currency_that_is_not_an_active_iso_4217_currency_is_refused(stack: Stack, currency: str) -> None:
+    r = await stack.shop.http.post("/orders", json={"amount_minor": 4999, "currency": currency},
+                                   headers=stack.shop.auth)
+    body = assert_problem(r, 400)
+    assert [e["field"] for e in body["errors"]] == ["currency"]  # type: ignore[attr-defined]
+    assert await counts(stack) == (0, 0)
+
+
+@pytest.mark.parametrize(("currency", "exponent"), [("JPY", 0), ("EUR", 2), ("KWD", 3), ("CLP", 0),
+                                                    ("BHD", 3), ("USD", 2), ("XOF", 0)])
+async def test_an_order_reports_its_currency_exponent(stack: Stack, currency: str, exponent: int) -> None:
+    r = await stack.shop.http.post("/orders", json={"amount_minor": 4999, "currency": currency},
+                                   headers=stack.shop.auth)
+    assert r.status_code == 201, r.text
+    assert r.json()["currency_exponent"] == exponent
+    again = await stack.shop.http.get(f"/orders/{r.json()['order_id']}", headers=stack.shop.auth)
+    assert again.json()["currency_exponent"] == exponent
+
+
+@pytest.mark.parametrize(("currency", "largest"), [("JPY", 10**10), ("EUR", 10**12), ("KWD", 10**13)])
+async def test_the_largest_amount_is_ten_billion_major_units_of_the_currency(
+    stack: Stack, currency: str, largest: int,
+) -> None:
+    ok = await stack.shop.http.post("/orders", json={"amount_minor": largest, "currency": currency},
+                                    headers=stack.shop.auth)
+    assert ok.status_code == 201, ok.text
+    over = await stack.shop.http.post("/orders", json={"amount_minor": largest + 1, "currency": currency},
+                                      headers=stack.shop.auth)
+    body = assert_problem(over, 400)
+    assert [e["field"] for e in body["errors"]] == ["amount_minor"]  # type: ignore[attr-defined]
+    assert await counts(stack) == (1, 0)

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from paycore import currencies
 from paycore.domain import AttemptState
 from paycore.http.bodies import read_json_object
 from paycore.http.problems import Problem, problem_response
@@ -29,7 +30,6 @@ from paycore_checkout.payments import PaymentStatus
 MAX_BODY = 64 * 1024
 ORDER_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 PAYMENT_METHOD = re.compile(r"^tok_[A-Za-z0-9_]{1,100}$")
-CURRENCY = re.compile(r"^[A-Z]{3}$")
 START_RETRY_AFTER_S = 2
 PAY_ENDPOINT = "POST /orders/{order_id}/payment"
 
@@ -57,6 +57,7 @@ def _order_json(order: Order) -> dict[str, Any]:
         "order_id": order.order_id,
         "amount_minor": order.amount_minor,
         "currency": order.currency,
+        "currency_exponent": currencies.exponent(order.currency),
         "status": order.status.value,
         "cancel_requested": order.cancel_requested_at is not None,
     }
@@ -85,10 +86,16 @@ async def create_order_route(request: Request) -> Response:
     _strict_fields(body, {"amount_minor", "currency"})
     amount, currency = body.get("amount_minor"), body.get("currency")
     errors = []
-    if type(amount) is not int or amount <= 0 or amount > 10**12:
+    known = isinstance(currency, str) and currencies.exponent(currency) is not None
+    if not known:
+        errors.append({"field": "currency",
+                       "message": "an active ISO 4217 currency code with a minor unit, in upper case, e.g. EUR"})
+    if type(amount) is not int or amount <= 0:
         errors.append({"field": "amount_minor", "message": "a positive integer number of minor units"})
-    if not isinstance(currency, str) or not CURRENCY.match(currency):
-        errors.append({"field": "currency", "message": "an ISO 4217 code in upper case, e.g. EUR"})
+    elif known and amount > currencies.max_amount_minor(str(currency)):
+        errors.append({"field": "amount_minor",
+                       "message": f"at most {currencies.MAX_MAJOR_UNITS} major units of {currency} "
+                                  f"({currencies.max_amount_minor(str(currency))} minor units)"})
     if errors:
         raise Problem(400, "invalid-body", "Invalid order", "See errors.", errors=errors)
     assert isinstance(amount, int) and isinstance(currency, str)
