@@ -117,3 +117,46 @@ async def test_the_largest_amount_is_ten_billion_major_units_of_the_currency(
     body = assert_problem(over, 400)
     assert [e["field"] for e in body["errors"]] == ["amount_minor"]  # type: ignore[attr-defined]
     assert await counts(stack) == (1, 0)
+
+
+# -- Idempotency-Key on order creation ------------------------------------------------------
+
+async def test_a_retried_order_create_with_the_same_idempotency_key_makes_one_order(stack: Stack) -> None:
+    headers = {**stack.shop.auth, "Idempotency-Key": "create-7f3c1e8a"}
+    body = {"amount_minor": 4999, "currency": "EUR"}
+    first = await stack.shop.http.post("/orders", json=body, headers=headers)
+    retry = await stack.shop.http.post("/orders", json=body, headers=headers)
+    assert first.status_code == retry.status_code == 201
+    assert retry.content == first.content
+    assert retry.headers["location"] == first.headers["location"]
+    assert retry.headers["idempotent-replayed"] == "true"
+    assert "idempotent-replayed" not in first.headers
+    assert await counts(stack) == (1, 0)
+
+
+async def test_an_order_create_key_reused_with_a_different_body_is_422(stack: Stack) -> None:
+    headers = {**stack.shop.auth, "Idempotency-Key": "create-reused"}
+    await stack.shop.http.post("/orders", json={"amount_minor": 4999, "currency": "EUR"}, headers=headers)
+    other = await stack.shop.http.post("/orders", json={"amount_minor": 5000, "currency": "EUR"},
+                                       headers=headers)
+    assert_problem(other, 422)
+    assert await counts(stack) == (1, 0)
+
+
+async def test_an_order_create_key_is_its_own_scope_per_endpoint_and_customer(stack: Stack) -> None:
+    key = {"Idempotency-Key": "shared-key"}
+    body = {"amount_minor": 4999, "currency": "EUR"}
+    mine = await stack.shop.http.post("/orders", json=body, headers={**stack.shop.auth, **key})
+    bob = stack.shop.as_customer("cus_bob")
+    bobs = await bob.http.post("/orders", json=body, headers={**bob.auth, **key})
+    assert mine.status_code == bobs.status_code == 201
+    assert mine.json()["order_id"] != bobs.json()["order_id"]
+    paid = await stack.shop.pay(mine.json()["order_id"], headers=key)  # the pay endpoint's own scope
+    assert paid.status_code == 200 and paid.json()["state"] == "Succeeded"
+
+
+async def test_an_invalid_order_create_idempotency_key_is_400(stack: Stack) -> None:
+    r = await stack.shop.http.post("/orders", json={"amount_minor": 4999, "currency": "EUR"},
+                                   headers={**stack.shop.auth, "Idempotency-Key": "x" * 256})
+    assert_problem(r, 400)
+    assert await counts(stack) == (0, 0)

@@ -5,9 +5,10 @@ who runs: a second request with the key gets the stored response once the first
 completes, ``409 request_in_progress`` with Retry-After while it runs, and ``422``
 when its canonical fingerprint differs. Records expire after 24 hours.
 
-This sits in front of the order lock, never instead of it: a request without a
-key, or after expiry, is still safe because the order lock and the live-attempt
-index make it the same attempt.
+It serves ``POST /orders`` (a retried create gets the same order) and the pay
+route. There it sits in front of the order lock, never instead of it: a request
+without a key, or after expiry, is still safe because the order lock and the
+live-attempt index make it the same attempt.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -32,6 +33,7 @@ ORDER_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 PAYMENT_METHOD = re.compile(r"^tok_[A-Za-z0-9_]{1,100}$")
 START_RETRY_AFTER_S = 2
 PAY_ENDPOINT = "POST /orders/{order_id}/payment"
+CREATE_ENDPOINT = "POST /orders"
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -99,9 +101,14 @@ async def create_order_route(request: Request) -> Response:
     if errors:
         raise Problem(400, "invalid-body", "Invalid order", "See errors.", errors=errors)
     assert isinstance(amount, int) and isinstance(currency, str)
-    order = await create_order(services.pool, customer_id=customer, amount_minor=amount,
-                               currency=currency, now=services.clock.now())
-    return _json(_order_json(order), 201, headers={"Location": f"/orders/{order.order_id}"})
+
+    async def create() -> Response:
+        order = await create_order(services.pool, customer_id=customer, amount_minor=amount,
+                                   currency=currency, now=services.clock.now())
+        return _json(_order_json(order), 201, headers={"Location": f"/orders/{order.order_id}"})
+
+    # A retried create (a lost 201) with its Idempotency-Key gets the same order, not a second one.
+    return await _idempotent(request, customer, CREATE_ENDPOINT, {"body": body}, create)
 
 
 async def get_order_route(request: Request) -> Response:
@@ -149,16 +156,29 @@ async def pay_route(request: Request) -> Response:
                       "payment_method must be a payment-method token (tok_...), never card details.",
                       errors=[{"field": "payment_method", "message": "a tok_... token"}])
 
+    return await _idempotent(request, customer, PAY_ENDPOINT, {"order_id": order_id, "body": body},
+                             lambda: _pay(request, order_id, customer, method))
+
+
+async def _idempotent(request: Request, customer: str, endpoint: str, identity: Any,
+                      run: Callable[[], Awaitable[Response]]) -> Response:
+    """Run ``run`` under the request's optional Idempotency-Key (scoped to endpoint and customer).
+
+    A repeat of a completed request replays its stored response; one still in
+    flight is 409; the key with a different ``identity`` (what decides the
+    outcome) is 422. A 5xx is not the request's result and is not stored.
+    """
+    services = request.app.state.services
     key = request.headers.get("idempotency-key")
     if key is None:
-        return await _pay(request, order_id, customer, method)
+        return await run()
 
     key = key.strip().strip('"')
     if not idem.valid_key(key):
         raise Problem(400, "invalid-idempotency-key", "Invalid Idempotency-Key",
                       "1 to 255 visible ASCII characters.")
-    scope = idem.KeyScope(key, PAY_ENDPOINT, customer)
-    fingerprint = idem.fingerprint({"order_id": order_id, "body": body})
+    scope = idem.KeyScope(key, endpoint, customer)
+    fingerprint = idem.fingerprint(identity)
     claim, stored = await idem.claim(services.pool, scope, fingerprint, now=services.clock.now(),
                                      ttl_s=services.settings.inbound_idempotency_ttl_s)
     if claim is idem.Claim.MISMATCH:
@@ -173,7 +193,7 @@ async def pay_route(request: Request) -> Response:
                         headers={**stored.headers, "Idempotent-Replayed": "true"})
 
     try:
-        response = await _pay(request, order_id, customer, method)
+        response = await run()
     except Problem as problem:
         response = problem.to_response()
     except BaseException:
