@@ -34,7 +34,9 @@ JSON = {"content-type": "application/json"}
     b'{"amount_minor": 1, "amount_minor": 777, "currency": "EUR"}',
     b'{"amount_minor": 777, "currency": "EUR", "currency": "USD"}',
 ])
-async def test_a_duplicate_key_in_an_order_body_is_400_and_nothing_is_created(stack: Stack, raw: bytes) -> None:
+async def test_a_duplicate_key_in_an_order_body_is_400_and_nothing_is_created(
+    stack: Stack, raw: bytes,
+) -> None:
     r = await stack.shop.http.post("/orders", content=raw, headers={**stack.shop.auth, **JSON})
     body = assert_problem(r, 400)
     assert body["type"] == "https://paycore.dev/problems/duplicate-key"
@@ -86,7 +88,9 @@ async def test_a_wrong_method_is_405_problem_json_with_allow(stack: Stack) -> No
     "XAD", "UYW",  # units of account
     "DEM", "HRK", "ZWL", "BGN",  # withdrawn
 ])
-async def test_a_currency_that_is_not_an_active_iso_4217_currency_is_refused(stack: Stack, currency: str) -> None:
+async def test_a_currency_that_is_not_an_active_iso_4217_currency_is_refused(
+    stack: Stack, currency: str,
+) -> None:
     r = await stack.shop.http.post("/orders", json={"amount_minor": 4999, "currency": currency},
                                    headers=stack.shop.auth)
     body = assert_problem(r, 400)

@@ -53,4 +53,4 @@ def exponent(code: str) -> int | None:
 
 def max_amount_minor(code: str) -> int:
     """The largest amount in minor units an order in ``code`` may have."""
-    return MAX_MAJOR_UNITS * 10 ** EXPONENTS[code]
+    return int(MAX_MAJOR_UNITS * 10 ** EXPONENTS[code])

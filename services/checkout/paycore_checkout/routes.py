@@ -90,8 +90,8 @@ async def create_order_route(request: Request) -> Response:
     errors = []
     known = isinstance(currency, str) and currencies.exponent(currency) is not None
     if not known:
-        errors.append({"field": "currency",
-                       "message": "an active ISO 4217 currency code with a minor unit, in upper case, e.g. EUR"})
+        errors.append({"field": "currency", "message": "an active ISO 4217 currency code with a minor "
+                                                       "unit, in upper case, e.g. EUR"})
     if type(amount) is not int or amount <= 0:
         errors.append({"field": "amount_minor", "message": "a positive integer number of minor units"})
     elif known and amount > currencies.max_amount_minor(str(currency)):

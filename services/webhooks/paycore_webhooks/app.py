@@ -4,6 +4,8 @@
   problem+json, nothing stored. A replay of a verified delivery inside the
   signature tolerance (same webhook-id and timestamp) answers ``duplicate``.
 - Body over 256 KiB: 413. Not JSON or not a Cardco event: 400, logged without the body.
+- A Cardco event PostgreSQL cannot store as parsed (NUL, lone surrogates): recorded
+  raw, escalated ``unparseable-notification``, 200 ``unparseable``.
 - Any failure before the handler's commit: 500, so the provider redelivers.
 """
 
@@ -32,10 +34,11 @@ from paycore.db import create_pool
 from paycore.http.bodies import read_limited
 from paycore.http.metrics import metrics_endpoint
 from paycore.http.problems import Problem, http_exception_handler, problem_handler, problem_response
+from paycore.pgtext import json_problem
 from paycore.providers.cardco_events import InvalidEvent, parse_event
 from paycore.webhook_replays import SignedDelivery
 from paycore.webhook_signatures import VerificationFailed, Verifier
-from paycore_webhooks.handler import handle_notification
+from paycore_webhooks.handler import handle_notification, record_unparseable
 
 log = logging.getLogger("paycore.webhooks")
 MAX_BODY = 256 * 1024
@@ -78,9 +81,9 @@ async def receive_cardco(request: Request) -> Response:
         log.warning("webhook rejected: %s", exc.reason)
         status = 400 if exc.reason == "missing-headers" else 401
         return problem_response(status, "webhook-unverified", "Webhook not verified", exc.reason)
+    header_id = request.headers.get("webhook-id", "").strip()
     try:
         notification = parse_event(body)
-        header_id = request.headers.get("webhook-id", "").strip()
         if notification.event_id is not None and notification.event_id != header_id:
             raise InvalidEvent("id-differs-from-webhook-id")
     except InvalidEvent as exc:
@@ -89,11 +92,22 @@ async def receive_cardco(request: Request) -> Response:
         return problem_response(400, "invalid-event", "Not a Cardco event", str(exc))
     delivery = SignedDelivery(request.headers["webhook-id"].strip(),
                               int(request.headers["webhook-timestamp"].strip()))
+    # A Cardco event PostgreSQL cannot store as parsed: refusing it would make the
+    # provider retry for days and then drop it. Keep the bytes and tell a person.
+    unstorable = json_problem(notification.event)
     try:
         await intake.purge_replay_window()
-        result = await handle_notification(intake.pool, account=account, n=notification,
-                                           now=intake.clock.now(), delivery=delivery,
-                                           reminder_interval=intake.settings.reminder_interval)
+        if unstorable is not None:
+            log.warning("webhook %s for %s cannot be stored as parsed (%s): recording it raw",
+                        header_id, account.provider_account, unstorable)
+            result = await record_unparseable(intake.pool, account=account, webhook_id=header_id,
+                                              body=body, why=unstorable, now=intake.clock.now(),
+                                              reminder_interval=intake.settings.reminder_interval,
+                                              delivery=delivery)
+        else:
+            result = await handle_notification(intake.pool, account=account, n=notification,
+                                               now=intake.clock.now(), delivery=delivery,
+                                               reminder_interval=intake.settings.reminder_interval)
     except Exception:
         # Nothing was acknowledged: the provider redelivers, and the redelivery is handled normally.
         intake.deliveries.labels("error").inc()

@@ -13,12 +13,17 @@
 5. Amount, currency or account mismatch -> escalation, nothing resolved.
 6. Otherwise apply it through the same conditional transition every writer uses.
 
+A verified event PostgreSQL cannot store as parsed takes :func:`record_unparseable`
+instead: its raw bytes are recorded and a person is alerted; it is never applied.
+
 The caller acknowledges with 2xx only after this commits.
 """
 
 from __future__ import annotations
 
+import base64
 import enum
+import hashlib
 from datetime import datetime, timedelta
 
 import asyncpg
@@ -47,6 +52,7 @@ class DeliveryResult(enum.StrEnum):
     UNMATCHED = "unmatched"
     MISMATCH = "mismatch"
     CONFLICT = "conflict"
+    UNPARSEABLE = "unparseable"
 
 
 def _payload_disagrees(account: ProviderAccountConfig, n: Notification) -> str | None:
@@ -146,3 +152,47 @@ async def _handle(
     await apply_notification(conn, attempt=attempt, n=n, key=key, now=now,
                              reminder_interval=reminder_interval)
     return DeliveryResult.APPLIED
+
+
+# -- poison: verified, but not storable as parsed -----------------------------------------
+
+def unparseable_key(provider_account: str, body_sha256: str) -> str:
+    """One episode per body: redeliveries (even under new webhook-ids) carry the same bytes."""
+    return f"notification:{provider_account}:unparseable:{body_sha256}"
+
+
+async def record_unparseable(
+    pool: asyncpg.Pool, *, account: ProviderAccountConfig, webhook_id: str | None, body: bytes, why: str,
+    now: datetime, reminder_interval: timedelta, delivery: SignedDelivery | None = None,
+) -> DeliveryResult:
+    """Keep a verified body PostgreSQL cannot store as parsed (NUL, lone surrogates), as received.
+
+    The notification row holds the bytes in base64 and the reason, keyed by the
+    verified webhook-id so a redelivery is a duplicate; an
+    ``unparseable-notification`` escalation (one per body) asks a person to
+    read it. Nothing is matched or applied: the text that would identify the
+    attempt is the text that cannot be stored.
+    """
+    provider_account = account.provider_account
+    key = webhook_id or None
+    digest = hashlib.sha256(body).hexdigest()
+    async with pool.acquire() as conn:
+        if key is not None and await is_recorded(conn, provider_account=provider_account, key=key):
+            return DeliveryResult.DUPLICATE
+        async with conn.transaction():
+            if delivery is not None and not await first_sight(conn, provider_account, delivery, now):
+                return DeliveryResult.DUPLICATE  # a replay of a delivery already handled
+            recorded = await record_notification(
+                conn, provider_account=provider_account, key=key, attempt_id=None, now=now,
+                detail={"key_basis": "webhook-id" if key else "none", "unparseable": why,
+                        "body_sha256": digest, "body_base64": base64.b64encode(body).decode("ascii")},
+            )
+            if recorded.is_duplicate:
+                return DeliveryResult.DUPLICATE
+            await escalations.raise_escalation(
+                conn, key=unparseable_key(provider_account, digest), reason="unparseable-notification",
+                attempt_id=None, now=now, reminder_interval=reminder_interval,
+                detail={"provider_account": provider_account, "webhook_id": key, "why": why,
+                        "body_sha256": digest, "notification_event_id": recorded.event_id},
+            )
+    return DeliveryResult.UNPARSEABLE
