@@ -27,6 +27,7 @@ from paycore.clock import Clock, SystemClock
 from paycore.config import Settings, load_settings
 from paycore.db import create_pool
 from paycore.http.metrics import metrics_endpoint
+from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware
 from paycore.http.problems import Problem, http_exception_handler, problem_handler, problem_response
 from paycore.providers.cardco import CardcoClient
 from paycore_checkout.auth import Authenticator
@@ -44,6 +45,7 @@ class Services:
     pool: asyncpg.Pool
     auth: Authenticator
     payments: CheckoutPayments
+    outage: DatabaseOutage
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
@@ -106,6 +108,7 @@ def create_app(
     auth = Authenticator(secret=settings.jwt_secret, jwks_url=settings.jwks_url,
                          jwks_refetch_cooldown_s=settings.jwks_refetch_cooldown_s,
                          claims=settings.jwt_claims)
+    outage = DatabaseOutage(log)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -121,13 +124,16 @@ def create_app(
             settings=settings, clock=clock, pool=db, auth=auth,
             payments=CheckoutPayments(pool=db, client=cardco, clock=clock, settings=settings,
                                       metrics=metrics),
+            outage=outage,
         )
+        outage.start(db)
         app.state.services = services
         log.info("checkout ready: provider account %s", settings.default_account.provider_account)
         try:
             yield
         finally:
             await services.drain(settings.budgets.call_s + settings.budgets.record_s)
+            await outage.aclose()
             if own_client:
                 await cardco.aclose()
             if own_pool:
@@ -139,7 +145,8 @@ def create_app(
         exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler,
                             Exception: _unexpected},
     )
-    app.add_middleware(RequestMetrics, counter=requests_total)
+    app.add_middleware(DatabaseOutageMiddleware, outage=outage)
+    app.add_middleware(RequestMetrics, counter=requests_total)  # outermost: counts the 503s too
     return app
 
 

@@ -14,7 +14,6 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import asyncpg
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
@@ -23,6 +22,7 @@ from starlette.routing import Route
 from paycore import currencies
 from paycore.domain import AttemptState
 from paycore.http.bodies import read_json_object
+from paycore.http.outage import not_ready
 from paycore.http.problems import Problem, problem_response
 from paycore.orders import Order, OrderNotFound, OrderNotPayable, cancel_order, create_order, get_order
 from paycore_checkout import inbound_idempotency as idem
@@ -231,12 +231,8 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     services = request.app.state.services
-    try:
-        async with asyncio.timeout(2):
-            await services.pool.fetchval("SELECT 1")
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
-        return problem_response(503, "not-ready", "Database unreachable")
-    return _json({"status": "ready"})
+    problem = await not_ready(services.outage, services.pool, request.url.path)
+    return problem or _json({"status": "ready"})
 
 
 def routes() -> list[Route]:

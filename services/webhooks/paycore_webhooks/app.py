@@ -6,7 +6,8 @@
 - Body over 256 KiB: 413. Not JSON or not a Cardco event: 400, logged without the body.
 - A Cardco event PostgreSQL cannot store as parsed (NUL, lone surrogates): recorded
   raw, escalated ``unparseable-notification``, 200 ``unparseable``.
-- Any failure before the handler's commit: 500, so the provider redelivers.
+- The database unreachable: 503 + Retry-After (logged once per outage), so the provider redelivers.
+- Any other failure before the handler's commit: 500, so the provider redelivers.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from paycore.config import ConfigError, ProviderAccountConfig, Settings, load_se
 from paycore.db import create_pool
 from paycore.http.bodies import read_limited
 from paycore.http.metrics import metrics_endpoint
+from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware, is_database_unavailable, not_ready
 from paycore.http.problems import Problem, http_exception_handler, problem_handler, problem_response
 from paycore.pgtext import json_problem
 from paycore.providers.cardco_events import InvalidEvent, parse_event
@@ -55,6 +57,7 @@ class Intake:
     pool: asyncpg.Pool
     verifier: Verifier[ProviderAccountConfig]
     deliveries: Counter
+    outage: DatabaseOutage
     _next_purge_at: datetime | None = None
 
     async def purge_replay_window(self) -> None:
@@ -108,8 +111,11 @@ async def receive_cardco(request: Request) -> Response:
             result = await handle_notification(intake.pool, account=account, n=notification,
                                                now=intake.clock.now(), delivery=delivery,
                                                reminder_interval=intake.settings.reminder_interval)
-    except Exception:
+    except Exception as exc:
         # Nothing was acknowledged: the provider redelivers, and the redelivery is handled normally.
+        if is_database_unavailable(exc):
+            intake.deliveries.labels("unavailable").inc()
+            raise  # 503 + Retry-After, said once per outage (paycore.http.outage)
         intake.deliveries.labels("error").inc()
         log.exception("webhook for %s failed before commit", account.provider_account)
         return problem_response(500, "internal", "Notification not recorded", "Redeliver later.")
@@ -123,11 +129,8 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     intake: Intake = request.app.state.intake
-    try:
-        await intake.pool.fetchval("SELECT 1", timeout=2)
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
-        return problem_response(503, "not-ready", "Database unreachable")
-    return Response(b'{"status":"ready"}', media_type="application/json")
+    problem = await not_ready(intake.outage, intake.pool, request.url.path)
+    return problem or Response(b'{"status":"ready"}', media_type="application/json")
 
 
 def create_app(
@@ -138,19 +141,22 @@ def create_app(
     deliveries = Counter("paycore_webhook_deliveries", "Webhook deliveries by result", ["result"],
                          registry=registry)
     verifier = verifier_for(settings)
+    outage = DatabaseOutage(log)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         db = pool or await create_pool(settings.database_url or "", max_size=20)
         await register_provider_accounts(db, settings.accounts, clock.now())
-        app.state.intake = Intake(settings, clock, db, verifier, deliveries)
+        app.state.intake = Intake(settings, clock, db, verifier, deliveries, outage)
+        outage.start(db)
         try:
             yield
         finally:
+            await outage.aclose()
             if pool is None:
                 await db.close()
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/webhooks/cardco", receive_cardco, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
@@ -160,6 +166,8 @@ def create_app(
         lifespan=lifespan,
         exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler},
     )
+    app.add_middleware(DatabaseOutageMiddleware, outage=outage)
+    return app
 
 
 def create_app_from_env() -> Starlette:
