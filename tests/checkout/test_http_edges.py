@@ -164,3 +164,46 @@ async def test_an_invalid_order_create_idempotency_key_is_400(stack: Stack) -> N
                                    headers={**stack.shop.auth, "Idempotency-Key": "x" * 256})
     assert_problem(r, 400)
     assert await counts(stack) == (0, 0)
+
+
+async def test_a_key_whose_request_died_holding_it_is_taken_over_once_stale(stack: Stack) -> None:
+    # A request that claimed its key and never released it: the database went away
+    # between the claim and the release, or the process was killed.
+    from paycore_checkout import inbound_idempotency as idem
+
+    body = {"amount_minor": 4999, "currency": "EUR"}
+    scope = idem.KeyScope("create-orphaned", "POST /orders", stack.shop.customer)
+    await idem.claim(stack.pool, scope, idem.fingerprint({"body": body}), now=stack.clock.now(), ttl_s=86400)
+    headers = {**stack.shop.auth, "Idempotency-Key": "create-orphaned"}
+    in_flight = await stack.shop.http.post("/orders", json=body, headers=headers)
+    assert_problem(in_flight, 409)
+    budgets = stack.settings.budgets
+    stack.clock.advance(2 * (budgets.start_s + budgets.max_call_duration_s + budgets.record_s) + 1)
+    retried = await stack.shop.http.post("/orders", json=body, headers=headers)
+    assert retried.status_code == 201, retried.text  # not 409 for the rest of the 24 hours
+    replay = await stack.shop.http.post("/orders", json=body, headers=headers)
+    assert replay.content == retried.content and replay.headers["idempotent-replayed"] == "true"
+    assert await counts(stack) == (1, 0)
+
+
+async def test_a_request_whose_stale_claim_was_taken_over_cannot_overwrite_or_release_its_successor(
+    stack: Stack,
+) -> None:
+    from paycore_checkout import inbound_idempotency as idem
+
+    scope = idem.KeyScope("taken-over", "POST /orders", "cus_alice")
+    first_at = stack.clock.now()
+    assert (await idem.claim(stack.pool, scope, "a" * 64, now=first_at, ttl_s=86400, stale_after_s=80))[0] \
+        is idem.Claim.PROCEED
+    stack.clock.advance(81)
+    second_at = stack.clock.now()
+    assert (await idem.claim(stack.pool, scope, "a" * 64, now=second_at, ttl_s=86400, stale_after_s=80))[0] \
+        is idem.Claim.PROCEED
+    # The first request, still alive after all, finishes late: neither its answer nor its release counts.
+    await idem.complete(stack.pool, scope, idem.StoredResponse(201, {}, b"first"), claimed_at=first_at)
+    await idem.release(stack.pool, scope, claimed_at=first_at)
+    assert (await idem.claim(stack.pool, scope, "a" * 64, now=second_at, ttl_s=86400))[0] \
+        is idem.Claim.IN_PROGRESS
+    await idem.complete(stack.pool, scope, idem.StoredResponse(201, {}, b"second"), claimed_at=second_at)
+    claim, stored = await idem.claim(stack.pool, scope, "a" * 64, now=second_at, ttl_s=86400)
+    assert claim is idem.Claim.REPLAY and stored is not None and stored.body == b"second"

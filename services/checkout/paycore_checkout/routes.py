@@ -179,8 +179,15 @@ async def _idempotent(request: Request, customer: str, endpoint: str, identity: 
                       "1 to 255 visible ASCII characters.")
     scope = idem.KeyScope(key, endpoint, customer)
     fingerprint = idem.fingerprint(identity)
-    claim, stored = await idem.claim(services.pool, scope, fingerprint, now=services.clock.now(),
-                                     ttl_s=services.settings.inbound_idempotency_ttl_s)
+    # No request holds its key longer than a payment can take (start, the client's
+    # ceiling, record); twice that, and the claim's request died without releasing it.
+    budgets = services.settings.budgets
+    claimed_at = services.clock.now()
+    claim, stored = await idem.claim(
+        services.pool, scope, fingerprint, now=claimed_at,
+        ttl_s=services.settings.inbound_idempotency_ttl_s,
+        stale_after_s=2 * (budgets.start_s + budgets.max_call_duration_s + budgets.record_s),
+    )
     if claim is idem.Claim.MISMATCH:
         raise Problem(422, "idempotency-key-reused", "Idempotency-Key reused",
                       "This key was used with a different request.")
@@ -197,16 +204,16 @@ async def _idempotent(request: Request, customer: str, endpoint: str, identity: 
     except Problem as problem:
         response = problem.to_response()
     except BaseException:
-        await asyncio.shield(idem.release(services.pool, scope))
+        await asyncio.shield(idem.release(services.pool, scope, claimed_at=claimed_at))
         raise
     if response.status_code >= 500:
         # A retryable answer is not the request's result: let the retry run again.
-        await asyncio.shield(idem.release(services.pool, scope))
+        await asyncio.shield(idem.release(services.pool, scope, claimed_at=claimed_at))
     else:
         headers = {k: v for k, v in response.headers.items()
                    if k.lower() in ("content-type", "location", "retry-after")}
         stored_response = idem.StoredResponse(response.status_code, headers, bytes(response.body))
-        await asyncio.shield(idem.complete(services.pool, scope, stored_response))
+        await asyncio.shield(idem.complete(services.pool, scope, stored_response, claimed_at=claimed_at))
     return response
 
 
