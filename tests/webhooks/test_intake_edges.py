@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 from typing import Any
 
 import orjson
@@ -148,4 +149,34 @@ async def test_an_operator_cannot_attach_a_notification_stored_unparsed(hooks: W
     with pytest.raises(AttachRefused, match="unparsed"):
         await attach_notification(hooks.pool, event_id=row["event_id"], attempt_id=attempt.attempt_id,
                                   operator="alice", now=hooks.clock.now())
+    assert (await get_attempt(hooks.pool, attempt.attempt_id)).state.value == "Unknown"
+
+
+def incompressible(prefix: str, size: int = 3000) -> str:
+    # PostgreSQL compresses long index entries first; random text does not compress.
+    return prefix + base64.b64encode(os.urandom(size)).decode()[:size]
+
+
+async def test_a_signed_event_with_an_identifier_too_long_to_index_is_recorded_raw(
+    hooks: WebhookStack,
+) -> None:
+    # PostgreSQL refuses a btree entry over ~2.7 kB: the event id (= webhook-id) is the
+    # notification's unique key, so such an event was answered 500 forever.
+    long_id = incompressible("evt_")
+    evt = event(payment_object(payment_id="pay_long", reference="ORD-long"), event_id=long_id)
+    raw = orjson.dumps(evt)
+    for _ in range(2):  # a delivery and Cardco's redelivery
+        r = await hooks.deliver(raw, msg_id=long_id)
+        assert r.status_code == 200 and r.json() == {"result": "unparseable"}, r.text
+    rows = await poison_rows(hooks)
+    assert [row["notification_key"] for row in rows] == [None, None]  # too long to be a key
+    assert {row["detail"]["unparseable"] for row in rows} == {"identifier-too-long"}
+    assert base64.b64decode(rows[0]["detail"]["body_base64"]) == raw
+    assert len(await unparseable_escalations(hooks)) == 1
+
+
+async def test_a_payment_id_too_long_to_index_never_reaches_the_attempt(hooks: WebhookStack) -> None:
+    attempt = await live_attempt(hooks)
+    r = await hooks.deliver(succeeded_event(attempt, payment_id=incompressible("pay_")))
+    assert r.status_code == 200 and r.json() == {"result": "unparseable"}, r.text
     assert (await get_attempt(hooks.pool, attempt.attempt_id)).state.value == "Unknown"

@@ -4,12 +4,18 @@ PostgreSQL stores no NUL character in text (``invalid byte sequence … 0x00``)
 and refuses ``\\u0000`` in jsonb; a lone UTF-16 surrogate cannot even be encoded
 to UTF-8 for the wire. Text from outside (a verified webhook, a token claim)
 that holds one must be handled at the boundary, not fail inside a transaction.
+The same goes for an identifier too long for the unique index it lands in: a
+btree entry over about 2.7 kB (after compression) is refused.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+# The longest identifier from outside stored in an indexed column (event ids,
+# payment ids, references): 255 characters of UTF-8 are at most 1,020 bytes.
+MAX_INDEXED_CHARS = 255
 
 _NUL = "\x00"
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -4,8 +4,8 @@
   problem+json, nothing stored. A replay of a verified delivery inside the
   signature tolerance (same webhook-id and timestamp) answers ``duplicate``.
 - Body over 256 KiB: 413. Not JSON or not a Cardco event: 400, logged without the body.
-- A Cardco event PostgreSQL cannot store as parsed (NUL, lone surrogates): recorded
-  raw, escalated ``unparseable-notification``, 200 ``unparseable``.
+- A Cardco event PostgreSQL cannot store as parsed (NUL, lone surrogates, an id too
+  long to index): recorded raw, escalated ``unparseable-notification``, 200 ``unparseable``.
 - The database unreachable: 503 + Retry-After (logged once per outage), so the provider redelivers.
 - Any other failure before the handler's commit: 500, so the provider redelivers.
 """
@@ -36,11 +36,10 @@ from paycore.http.bodies import read_limited
 from paycore.http.metrics import metrics_endpoint
 from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware, is_database_unavailable, not_ready
 from paycore.http.problems import Problem, http_exception_handler, problem_handler, problem_response
-from paycore.pgtext import json_problem
 from paycore.providers.cardco_events import InvalidEvent, parse_event
 from paycore.webhook_replays import SignedDelivery
 from paycore.webhook_signatures import VerificationFailed, Verifier
-from paycore_webhooks.handler import handle_notification, record_unparseable
+from paycore_webhooks.handler import handle_notification, record_unparseable, storage_problem
 
 log = logging.getLogger("paycore.webhooks")
 MAX_BODY = 256 * 1024
@@ -97,7 +96,7 @@ async def receive_cardco(request: Request) -> Response:
                               int(request.headers["webhook-timestamp"].strip()))
     # A Cardco event PostgreSQL cannot store as parsed: refusing it would make the
     # provider retry for days and then drop it. Keep the bytes and tell a person.
-    unstorable = json_problem(notification.event)
+    unstorable = storage_problem(notification)
     try:
         await intake.purge_replay_window()
         if unstorable is not None:

@@ -43,6 +43,7 @@ from paycore.notifications import (
     unmatched_key,
 )
 from paycore.orders import lock_order
+from paycore.pgtext import MAX_INDEXED_CHARS, json_problem
 from paycore.webhook_replays import SignedDelivery, first_sight
 
 
@@ -156,6 +157,17 @@ async def _handle(
 
 # -- poison: verified, but not storable as parsed -----------------------------------------
 
+def storage_problem(n: Notification) -> str | None:
+    """Why a verified event cannot be handled as parsed: text PostgreSQL refuses, or an
+    identifier (event id, payment id, reference) too long for the index it lands in."""
+    why = json_problem(n.event)
+    if why is not None:
+        return why
+    if any(v is not None and len(v) > MAX_INDEXED_CHARS for v in (n.event_id, n.payment_id, n.reference)):
+        return "identifier-too-long"
+    return None
+
+
 def unparseable_key(provider_account: str, body_sha256: str) -> str:
     """One episode per body: redeliveries (even under new webhook-ids) carry the same bytes."""
     return f"notification:{provider_account}:unparseable:{body_sha256}"
@@ -168,13 +180,14 @@ async def record_unparseable(
     """Keep a verified body PostgreSQL cannot store as parsed (NUL, lone surrogates), as received.
 
     The notification row holds the bytes in base64 and the reason, keyed by the
-    verified webhook-id so a redelivery is a duplicate; an
+    verified webhook-id (when short enough to index) so a redelivery is a duplicate; an
     ``unparseable-notification`` escalation (one per body) asks a person to
     read it. Nothing is matched or applied: the text that would identify the
     attempt is the text that cannot be stored.
     """
     provider_account = account.provider_account
-    key = webhook_id or None
+    # A webhook-id too long to index is no key: each delivery is then its own row (one episode).
+    key = webhook_id if webhook_id and len(webhook_id) <= MAX_INDEXED_CHARS else None
     digest = hashlib.sha256(body).hexdigest()
     async with pool.acquire() as conn:
         if key is not None and await is_recorded(conn, provider_account=provider_account, key=key):
