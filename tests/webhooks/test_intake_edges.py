@@ -148,7 +148,8 @@ async def test_an_operator_cannot_attach_a_notification_stored_unparsed(hooks: W
     [row] = await poison_rows(hooks)
     with pytest.raises(AttachRefused, match="unparsed"):
         await attach_notification(hooks.pool, event_id=row["event_id"], attempt_id=attempt.attempt_id,
-                                  operator="alice", now=hooks.clock.now())
+                                  operator="alice", reason="trying", now=hooks.clock.now(),
+                                  reminder_interval=hooks.settings.reminder_interval)
     assert (await get_attempt(hooks.pool, attempt.attempt_id)).state.value == "Unknown"
 
 
@@ -165,9 +166,12 @@ async def test_a_signed_event_with_an_identifier_too_long_to_index_is_recorded_r
     long_id = incompressible("evt_")
     evt = event(payment_object(payment_id="pay_long", reference="ORD-long"), event_id=long_id)
     raw = orjson.dumps(evt)
-    for _ in range(2):  # a delivery and Cardco's redelivery
-        r = await hooks.deliver(raw, msg_id=long_id)
+    now = int(hooks.clock.now().timestamp())
+    for timestamp in (now - 60, now):  # a delivery and Cardco's redelivery, a minute later
+        r = await hooks.deliver(raw, msg_id=long_id, timestamp=timestamp)
         assert r.status_code == 200 and r.json() == {"result": "unparseable"}, r.text
+    replayed = await hooks.deliver(raw, msg_id=long_id, timestamp=now)  # the same signed delivery again
+    assert replayed.status_code == 200 and replayed.json() == {"result": "duplicate"}
     rows = await poison_rows(hooks)
     assert [row["notification_key"] for row in rows] == [None, None]  # too long to be a key
     assert {row["detail"]["unparseable"] for row in rows} == {"identifier-too-long"}
