@@ -101,7 +101,7 @@ async def receive_cardco(request: Request) -> Response:
         await intake.purge_replay_window()
         if unstorable is not None:
             log.warning("webhook %s for %s cannot be stored as parsed (%s): recording it raw",
-                        header_id, account.provider_account, unstorable)
+                        header_id[:64], account.provider_account, unstorable)
             result = await record_unparseable(intake.pool, account=account, webhook_id=header_id,
                                               body=body, why=unstorable, now=intake.clock.now(),
                                               reminder_interval=intake.settings.reminder_interval,
