@@ -296,6 +296,9 @@ async def attach_notification(
             raise AttachRefused("the notification was verified for another provider account")
         if await conn.fetchval(SELECT_ATTACHMENT, attempt_id, str(event_id)):
             raise AttachRefused(f"notification {event_id} is already attached")
+        if "event" not in row["detail"]:  # kept as raw bytes: a person reads it, nothing applies it
+            raise AttachRefused(f"notification {event_id} was stored unparsed "
+                                f"({row['detail'].get('unparseable')}); it cannot be applied")
         n = parse_event(orjson.dumps(row["detail"]["event"]))
         key: str | None = row["notification_key"]
         await append_event(

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import asyncpg
 from prometheus_client import CollectorRegistry, Counter
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -26,7 +27,8 @@ from paycore.clock import Clock, SystemClock
 from paycore.config import Settings, load_settings
 from paycore.db import create_pool
 from paycore.http.metrics import metrics_endpoint
-from paycore.http.problems import Problem, problem_response
+from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware
+from paycore.http.problems import Problem, http_exception_handler, problem_handler, problem_response
 from paycore.providers.cardco import CardcoClient
 from paycore_checkout.auth import Authenticator
 from paycore_checkout.payments import CheckoutMetrics, CheckoutPayments
@@ -43,6 +45,7 @@ class Services:
     pool: asyncpg.Pool
     auth: Authenticator
     payments: CheckoutPayments
+    outage: DatabaseOutage
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
@@ -85,11 +88,6 @@ class RequestMetrics:
             self.counter.labels(scope["method"], path, str(status)).inc()
 
 
-async def _problem(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, Problem)
-    return exc.to_response(instance=request.url.path)
-
-
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return problem_response(500, "internal", "Internal error", "The request failed; it is safe to retry.")
@@ -110,6 +108,7 @@ def create_app(
     auth = Authenticator(secret=settings.jwt_secret, jwks_url=settings.jwks_url,
                          jwks_refetch_cooldown_s=settings.jwks_refetch_cooldown_s,
                          claims=settings.jwt_claims)
+    outage = DatabaseOutage(log)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -125,13 +124,16 @@ def create_app(
             settings=settings, clock=clock, pool=db, auth=auth,
             payments=CheckoutPayments(pool=db, client=cardco, clock=clock, settings=settings,
                                       metrics=metrics),
+            outage=outage,
         )
+        outage.start(db)
         app.state.services = services
         log.info("checkout ready: provider account %s", settings.default_account.provider_account)
         try:
             yield
         finally:
             await services.drain(settings.budgets.call_s + settings.budgets.record_s)
+            await outage.aclose()
             if own_client:
                 await cardco.aclose()
             if own_pool:
@@ -140,9 +142,11 @@ def create_app(
     app = Starlette(
         routes=[*routes(), Route("/metrics", metrics_endpoint(registry), methods=["GET"])],
         lifespan=lifespan,
-        exception_handlers={Problem: _problem, Exception: _unexpected},
+        exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler,
+                            Exception: _unexpected},
     )
-    app.add_middleware(RequestMetrics, counter=requests_total)
+    app.add_middleware(DatabaseOutageMiddleware, outage=outage)
+    app.add_middleware(RequestMetrics, counter=requests_total)  # outermost: counts the 503s too
     return app
 
 

@@ -3,11 +3,14 @@
 The record is inserted first and its primary key (key, endpoint, customer) decides
 who runs: a second request with the key gets the stored response once the first
 completes, ``409 request_in_progress`` with Retry-After while it runs, and ``422``
-when its canonical fingerprint differs. Records expire after 24 hours.
+when its canonical fingerprint differs. Records expire after 24 hours; a claim
+still in progress long after any request could hold it (its request died, or
+the database went away before the release) is taken over by the next one.
 
-This sits in front of the order lock, never instead of it: a request without a
-key, or after expiry, is still safe because the order lock and the live-attempt
-index make it the same attempt.
+It serves ``POST /orders`` (a retried create gets the same order) and the pay
+route. There it sits in front of the order lock, never instead of it: a request
+without a key, or after expiry, is still safe because the order lock and the
+live-attempt index make it the same attempt.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import orjson
 
 DELETE_EXPIRED = """
 DELETE FROM idempotency_records
-WHERE idempotency_key = $1 AND endpoint = $2 AND customer_id = $3 AND expires_at <= $4
+WHERE idempotency_key = $1 AND endpoint = $2 AND customer_id = $3
+  AND (expires_at <= $4 OR (state = 'in_progress' AND created_at <= $5))
 """
 
 CLAIM_KEY = """
@@ -44,11 +48,13 @@ COMPLETE = """
 UPDATE idempotency_records
 SET state = 'completed', response_status = $4, response_headers = $5, response_body = $6
 WHERE idempotency_key = $1 AND endpoint = $2 AND customer_id = $3 AND state = 'in_progress'
+  AND created_at = $7
 """
 
 RELEASE = """
 DELETE FROM idempotency_records
 WHERE idempotency_key = $1 AND endpoint = $2 AND customer_id = $3 AND state = 'in_progress'
+  AND created_at = $4
 """
 
 
@@ -83,11 +89,17 @@ class KeyScope:
 
 
 async def claim(
-    pool: asyncpg.Pool, scope: KeyScope, request_fingerprint: str, *, now: datetime, ttl_s: int
+    pool: asyncpg.Pool, scope: KeyScope, request_fingerprint: str, *, now: datetime, ttl_s: int,
+    stale_after_s: float = 86_400,
 ) -> tuple[Claim, StoredResponse | None]:
-    """Insert the in-progress record, or report what the existing one says."""
+    """Insert the in-progress record, or report what the existing one says.
+
+    An in-progress record older than ``stale_after_s`` is an orphan and is
+    replaced: the request that claimed it can no longer be running.
+    """
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(DELETE_EXPIRED, scope.key, scope.endpoint, scope.customer_id, now)
+        await conn.execute(DELETE_EXPIRED, scope.key, scope.endpoint, scope.customer_id, now,
+                           now - timedelta(seconds=stale_after_s))
         won = await conn.fetchval(CLAIM_KEY, scope.key, scope.endpoint, scope.customer_id,
                                   request_fingerprint, now, now + timedelta(seconds=ttl_s))
         if won is not None:
@@ -103,11 +115,13 @@ async def claim(
                                         bytes(row["response_body"]))
 
 
-async def complete(pool: asyncpg.Pool, scope: KeyScope, response: StoredResponse) -> None:
+async def complete(pool: asyncpg.Pool, scope: KeyScope, response: StoredResponse, *,
+                   claimed_at: datetime) -> None:
+    """Store the answer of the request that claimed the key at ``claimed_at`` (not of a successor)."""
     await pool.execute(COMPLETE, scope.key, scope.endpoint, scope.customer_id, response.status,
-                       response.headers, response.body)
+                       response.headers, response.body, claimed_at)
 
 
-async def release(pool: asyncpg.Pool, scope: KeyScope) -> None:
-    """Forget an in-progress claim whose request ended without a storable answer."""
-    await pool.execute(RELEASE, scope.key, scope.endpoint, scope.customer_id)
+async def release(pool: asyncpg.Pool, scope: KeyScope, *, claimed_at: datetime) -> None:
+    """Forget this request's claim (made at ``claimed_at``): it ended without a storable answer."""
+    await pool.execute(RELEASE, scope.key, scope.endpoint, scope.customer_id, claimed_at)

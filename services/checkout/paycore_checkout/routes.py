@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import asyncpg
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from paycore import currencies
 from paycore.domain import AttemptState
 from paycore.http.bodies import read_json_object
+from paycore.http.outage import not_ready
 from paycore.http.problems import Problem, problem_response
 from paycore.orders import Order, OrderNotFound, OrderNotPayable, cancel_order, create_order, get_order
 from paycore_checkout import inbound_idempotency as idem
@@ -29,9 +31,9 @@ from paycore_checkout.payments import PaymentStatus
 MAX_BODY = 64 * 1024
 ORDER_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 PAYMENT_METHOD = re.compile(r"^tok_[A-Za-z0-9_]{1,100}$")
-CURRENCY = re.compile(r"^[A-Z]{3}$")
 START_RETRY_AFTER_S = 2
 PAY_ENDPOINT = "POST /orders/{order_id}/payment"
+CREATE_ENDPOINT = "POST /orders"
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -57,6 +59,7 @@ def _order_json(order: Order) -> dict[str, Any]:
         "order_id": order.order_id,
         "amount_minor": order.amount_minor,
         "currency": order.currency,
+        "currency_exponent": currencies.exponent(order.currency),
         "status": order.status.value,
         "cancel_requested": order.cancel_requested_at is not None,
     }
@@ -85,16 +88,27 @@ async def create_order_route(request: Request) -> Response:
     _strict_fields(body, {"amount_minor", "currency"})
     amount, currency = body.get("amount_minor"), body.get("currency")
     errors = []
-    if type(amount) is not int or amount <= 0 or amount > 10**12:
+    known = isinstance(currency, str) and currencies.exponent(currency) is not None
+    if not known:
+        errors.append({"field": "currency", "message": "an active ISO 4217 currency code with a minor "
+                                                       "unit, in upper case, e.g. EUR"})
+    if type(amount) is not int or amount <= 0:
         errors.append({"field": "amount_minor", "message": "a positive integer number of minor units"})
-    if not isinstance(currency, str) or not CURRENCY.match(currency):
-        errors.append({"field": "currency", "message": "an ISO 4217 code in upper case, e.g. EUR"})
+    elif known and amount > currencies.max_amount_minor(str(currency)):
+        errors.append({"field": "amount_minor",
+                       "message": f"at most {currencies.MAX_MAJOR_UNITS} major units of {currency} "
+                                  f"({currencies.max_amount_minor(str(currency))} minor units)"})
     if errors:
         raise Problem(400, "invalid-body", "Invalid order", "See errors.", errors=errors)
     assert isinstance(amount, int) and isinstance(currency, str)
-    order = await create_order(services.pool, customer_id=customer, amount_minor=amount,
-                               currency=currency, now=services.clock.now())
-    return _json(_order_json(order), 201, headers={"Location": f"/orders/{order.order_id}"})
+
+    async def create() -> Response:
+        order = await create_order(services.pool, customer_id=customer, amount_minor=amount,
+                                   currency=currency, now=services.clock.now())
+        return _json(_order_json(order), 201, headers={"Location": f"/orders/{order.order_id}"})
+
+    # A retried create (a lost 201) with its Idempotency-Key gets the same order, not a second one.
+    return await _idempotent(request, customer, CREATE_ENDPOINT, {"body": body}, create)
 
 
 async def get_order_route(request: Request) -> Response:
@@ -142,18 +156,38 @@ async def pay_route(request: Request) -> Response:
                       "payment_method must be a payment-method token (tok_...), never card details.",
                       errors=[{"field": "payment_method", "message": "a tok_... token"}])
 
+    return await _idempotent(request, customer, PAY_ENDPOINT, {"order_id": order_id, "body": body},
+                             lambda: _pay(request, order_id, customer, method))
+
+
+async def _idempotent(request: Request, customer: str, endpoint: str, identity: Any,
+                      run: Callable[[], Awaitable[Response]]) -> Response:
+    """Run ``run`` under the request's optional Idempotency-Key (scoped to endpoint and customer).
+
+    A repeat of a completed request replays its stored response; one still in
+    flight is 409; the key with a different ``identity`` (what decides the
+    outcome) is 422. A 5xx is not the request's result and is not stored.
+    """
+    services = request.app.state.services
     key = request.headers.get("idempotency-key")
     if key is None:
-        return await _pay(request, order_id, customer, method)
+        return await run()
 
     key = key.strip().strip('"')
     if not idem.valid_key(key):
         raise Problem(400, "invalid-idempotency-key", "Invalid Idempotency-Key",
                       "1 to 255 visible ASCII characters.")
-    scope = idem.KeyScope(key, PAY_ENDPOINT, customer)
-    fingerprint = idem.fingerprint({"order_id": order_id, "body": body})
-    claim, stored = await idem.claim(services.pool, scope, fingerprint, now=services.clock.now(),
-                                     ttl_s=services.settings.inbound_idempotency_ttl_s)
+    scope = idem.KeyScope(key, endpoint, customer)
+    fingerprint = idem.fingerprint(identity)
+    # No request holds its key longer than a payment can take (start, the client's
+    # ceiling, record); twice that, and the claim's request died without releasing it.
+    budgets = services.settings.budgets
+    claimed_at = services.clock.now()
+    claim, stored = await idem.claim(
+        services.pool, scope, fingerprint, now=claimed_at,
+        ttl_s=services.settings.inbound_idempotency_ttl_s,
+        stale_after_s=2 * (budgets.start_s + budgets.max_call_duration_s + budgets.record_s),
+    )
     if claim is idem.Claim.MISMATCH:
         raise Problem(422, "idempotency-key-reused", "Idempotency-Key reused",
                       "This key was used with a different request.")
@@ -166,20 +200,20 @@ async def pay_route(request: Request) -> Response:
                         headers={**stored.headers, "Idempotent-Replayed": "true"})
 
     try:
-        response = await _pay(request, order_id, customer, method)
+        response = await run()
     except Problem as problem:
         response = problem.to_response()
     except BaseException:
-        await asyncio.shield(idem.release(services.pool, scope))
+        await asyncio.shield(idem.release(services.pool, scope, claimed_at=claimed_at))
         raise
     if response.status_code >= 500:
         # A retryable answer is not the request's result: let the retry run again.
-        await asyncio.shield(idem.release(services.pool, scope))
+        await asyncio.shield(idem.release(services.pool, scope, claimed_at=claimed_at))
     else:
         headers = {k: v for k, v in response.headers.items()
                    if k.lower() in ("content-type", "location", "retry-after")}
         stored_response = idem.StoredResponse(response.status_code, headers, bytes(response.body))
-        await asyncio.shield(idem.complete(services.pool, scope, stored_response))
+        await asyncio.shield(idem.complete(services.pool, scope, stored_response, claimed_at=claimed_at))
     return response
 
 
@@ -204,12 +238,8 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     services = request.app.state.services
-    try:
-        async with asyncio.timeout(2):
-            await services.pool.fetchval("SELECT 1")
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
-        return problem_response(503, "not-ready", "Database unreachable")
-    return _json({"status": "ready"})
+    problem = await not_ready(services.outage, services.pool, request.url.path)
+    return problem or _json({"status": "ready"})
 
 
 def routes() -> list[Route]:

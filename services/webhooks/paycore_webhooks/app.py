@@ -4,7 +4,10 @@
   problem+json, nothing stored. A replay of a verified delivery inside the
   signature tolerance (same webhook-id and timestamp) answers ``duplicate``.
 - Body over 256 KiB: 413. Not JSON or not a Cardco event: 400, logged without the body.
-- Any failure before the handler's commit: 500, so the provider redelivers.
+- A Cardco event PostgreSQL cannot store as parsed (NUL, lone surrogates, an id too
+  long to index): recorded raw, escalated ``unparseable-notification``, 200 ``unparseable``.
+- The database unreachable: 503 + Retry-After (logged once per outage), so the provider redelivers.
+- Any other failure before the handler's commit: 500, so the provider redelivers.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncpg
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -30,11 +34,12 @@ from paycore.config import ConfigError, ProviderAccountConfig, Settings, load_se
 from paycore.db import create_pool
 from paycore.http.bodies import read_limited
 from paycore.http.metrics import metrics_endpoint
-from paycore.http.problems import Problem, problem_response
+from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware, is_database_unavailable, not_ready
+from paycore.http.problems import Problem, http_exception_handler, problem_handler, problem_response
 from paycore.providers.cardco_events import InvalidEvent, parse_event
 from paycore.webhook_replays import SignedDelivery
 from paycore.webhook_signatures import VerificationFailed, Verifier
-from paycore_webhooks.handler import handle_notification
+from paycore_webhooks.handler import handle_notification, record_unparseable, storage_problem
 
 log = logging.getLogger("paycore.webhooks")
 MAX_BODY = 256 * 1024
@@ -51,6 +56,7 @@ class Intake:
     pool: asyncpg.Pool
     verifier: Verifier[ProviderAccountConfig]
     deliveries: Counter
+    outage: DatabaseOutage
     _next_purge_at: datetime | None = None
 
     async def purge_replay_window(self) -> None:
@@ -77,9 +83,9 @@ async def receive_cardco(request: Request) -> Response:
         log.warning("webhook rejected: %s", exc.reason)
         status = 400 if exc.reason == "missing-headers" else 401
         return problem_response(status, "webhook-unverified", "Webhook not verified", exc.reason)
+    header_id = request.headers.get("webhook-id", "").strip()
     try:
         notification = parse_event(body)
-        header_id = request.headers.get("webhook-id", "").strip()
         if notification.event_id is not None and notification.event_id != header_id:
             raise InvalidEvent("id-differs-from-webhook-id")
     except InvalidEvent as exc:
@@ -88,13 +94,27 @@ async def receive_cardco(request: Request) -> Response:
         return problem_response(400, "invalid-event", "Not a Cardco event", str(exc))
     delivery = SignedDelivery(request.headers["webhook-id"].strip(),
                               int(request.headers["webhook-timestamp"].strip()))
+    # A Cardco event PostgreSQL cannot store as parsed: refusing it would make the
+    # provider retry for days and then drop it. Keep the bytes and tell a person.
+    unstorable = storage_problem(notification)
     try:
         await intake.purge_replay_window()
-        result = await handle_notification(intake.pool, account=account, n=notification,
-                                           now=intake.clock.now(), delivery=delivery,
-                                           reminder_interval=intake.settings.reminder_interval)
-    except Exception:
+        if unstorable is not None:
+            log.warning("webhook %s for %s cannot be stored as parsed (%s): recording it raw",
+                        header_id[:64], account.provider_account, unstorable)
+            result = await record_unparseable(intake.pool, account=account, webhook_id=header_id,
+                                              body=body, why=unstorable, now=intake.clock.now(),
+                                              reminder_interval=intake.settings.reminder_interval,
+                                              delivery=delivery)
+        else:
+            result = await handle_notification(intake.pool, account=account, n=notification,
+                                               now=intake.clock.now(), delivery=delivery,
+                                               reminder_interval=intake.settings.reminder_interval)
+    except Exception as exc:
         # Nothing was acknowledged: the provider redelivers, and the redelivery is handled normally.
+        if is_database_unavailable(exc):
+            intake.deliveries.labels("unavailable").inc()
+            raise  # 503 + Retry-After, said once per outage (paycore.http.outage)
         intake.deliveries.labels("error").inc()
         log.exception("webhook for %s failed before commit", account.provider_account)
         return problem_response(500, "internal", "Notification not recorded", "Redeliver later.")
@@ -108,16 +128,8 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     intake: Intake = request.app.state.intake
-    try:
-        await intake.pool.fetchval("SELECT 1", timeout=2)
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
-        return problem_response(503, "not-ready", "Database unreachable")
-    return Response(b'{"status":"ready"}', media_type="application/json")
-
-
-async def _problem(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, Problem)
-    return exc.to_response(instance=request.url.path)
+    problem = await not_ready(intake.outage, intake.pool, request.url.path)
+    return problem or Response(b'{"status":"ready"}', media_type="application/json")
 
 
 def create_app(
@@ -128,19 +140,22 @@ def create_app(
     deliveries = Counter("paycore_webhook_deliveries", "Webhook deliveries by result", ["result"],
                          registry=registry)
     verifier = verifier_for(settings)
+    outage = DatabaseOutage(log)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         db = pool or await create_pool(settings.database_url or "", max_size=20)
         await register_provider_accounts(db, settings.accounts, clock.now())
-        app.state.intake = Intake(settings, clock, db, verifier, deliveries)
+        app.state.intake = Intake(settings, clock, db, verifier, deliveries, outage)
+        outage.start(db)
         try:
             yield
         finally:
+            await outage.aclose()
             if pool is None:
                 await db.close()
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/webhooks/cardco", receive_cardco, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
@@ -148,8 +163,10 @@ def create_app(
             Route("/metrics", metrics_endpoint(registry), methods=["GET"]),
         ],
         lifespan=lifespan,
-        exception_handlers={Problem: _problem},
+        exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler},
     )
+    app.add_middleware(DatabaseOutageMiddleware, outage=outage)
+    return app
 
 
 def create_app_from_env() -> Starlette:

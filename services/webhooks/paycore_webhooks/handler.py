@@ -13,12 +13,17 @@
 5. Amount, currency or account mismatch -> escalation, nothing resolved.
 6. Otherwise apply it through the same conditional transition every writer uses.
 
+A verified event PostgreSQL cannot store as parsed takes :func:`record_unparseable`
+instead: its raw bytes are recorded and a person is alerted; it is never applied.
+
 The caller acknowledges with 2xx only after this commits.
 """
 
 from __future__ import annotations
 
+import base64
 import enum
+import hashlib
 from datetime import datetime, timedelta
 
 import asyncpg
@@ -38,6 +43,7 @@ from paycore.notifications import (
     unmatched_key,
 )
 from paycore.orders import lock_order
+from paycore.pgtext import MAX_INDEXED_CHARS, json_problem
 from paycore.webhook_replays import SignedDelivery, first_sight
 
 
@@ -47,6 +53,7 @@ class DeliveryResult(enum.StrEnum):
     UNMATCHED = "unmatched"
     MISMATCH = "mismatch"
     CONFLICT = "conflict"
+    UNPARSEABLE = "unparseable"
 
 
 def _payload_disagrees(account: ProviderAccountConfig, n: Notification) -> str | None:
@@ -146,3 +153,59 @@ async def _handle(
     await apply_notification(conn, attempt=attempt, n=n, key=key, now=now,
                              reminder_interval=reminder_interval)
     return DeliveryResult.APPLIED
+
+
+# -- poison: verified, but not storable as parsed -----------------------------------------
+
+def storage_problem(n: Notification) -> str | None:
+    """Why a verified event cannot be handled as parsed: text PostgreSQL refuses, or an
+    identifier (event id, payment id, reference) too long for the index it lands in."""
+    why = json_problem(n.event)
+    if why is not None:
+        return why
+    if any(v is not None and len(v) > MAX_INDEXED_CHARS for v in (n.event_id, n.payment_id, n.reference)):
+        return "identifier-too-long"
+    return None
+
+
+def unparseable_key(provider_account: str, body_sha256: str) -> str:
+    """One episode per body: redeliveries (even under new webhook-ids) carry the same bytes."""
+    return f"notification:{provider_account}:unparseable:{body_sha256}"
+
+
+async def record_unparseable(
+    pool: asyncpg.Pool, *, account: ProviderAccountConfig, webhook_id: str | None, body: bytes, why: str,
+    now: datetime, reminder_interval: timedelta, delivery: SignedDelivery | None = None,
+) -> DeliveryResult:
+    """Keep a verified body PostgreSQL cannot store as parsed (NUL, lone surrogates), as received.
+
+    The notification row holds the bytes in base64 and the reason, keyed by the
+    verified webhook-id (when short enough to index) so a redelivery is a duplicate; an
+    ``unparseable-notification`` escalation (one per body) asks a person to
+    read it. Nothing is matched or applied: the text that would identify the
+    attempt is the text that cannot be stored.
+    """
+    provider_account = account.provider_account
+    # A webhook-id too long to index is no key: each delivery is then its own row (one episode).
+    key = webhook_id if webhook_id and len(webhook_id) <= MAX_INDEXED_CHARS else None
+    digest = hashlib.sha256(body).hexdigest()
+    async with pool.acquire() as conn:
+        if key is not None and await is_recorded(conn, provider_account=provider_account, key=key):
+            return DeliveryResult.DUPLICATE
+        async with conn.transaction():
+            if delivery is not None and not await first_sight(conn, provider_account, delivery, now):
+                return DeliveryResult.DUPLICATE  # a replay of a delivery already handled
+            recorded = await record_notification(
+                conn, provider_account=provider_account, key=key, attempt_id=None, now=now,
+                detail={"key_basis": "webhook-id" if key else "none", "unparseable": why,
+                        "body_sha256": digest, "body_base64": base64.b64encode(body).decode("ascii")},
+            )
+            if recorded.is_duplicate:
+                return DeliveryResult.DUPLICATE
+            await escalations.raise_escalation(
+                conn, key=unparseable_key(provider_account, digest), reason="unparseable-notification",
+                attempt_id=None, now=now, reminder_interval=reminder_interval,
+                detail={"provider_account": provider_account, "webhook_id": key, "why": why,
+                        "body_sha256": digest, "notification_event_id": recorded.event_id},
+            )
+    return DeliveryResult.UNPARSEABLE

@@ -6,9 +6,12 @@ tell "fix your request" from "retry later" without parsing prose.
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 import orjson
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.responses import Response
 
 PROBLEM_JSON = "application/problem+json"
@@ -60,3 +63,25 @@ def problem_response(
         body["instance"] = instance
     body.update(extensions)
     return Response(orjson.dumps(body), status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+async def problem_handler(request: Request, exc: Exception) -> Response:
+    """Starlette exception handler for :class:`Problem`."""
+    assert isinstance(exc, Problem)
+    return exc.to_response(instance=request.url.path)
+
+
+# The router's own answers, named like every other problem.
+_HTTP_SLUGS = {404: "not-found", 405: "method-not-allowed"}
+
+
+async def http_exception_handler(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (no route 404, wrong method 405) as problem+json, headers kept (Allow)."""
+    assert isinstance(exc, HTTPException)
+    status = exc.status_code
+    try:
+        title = HTTPStatus(status).phrase
+    except ValueError:
+        title = "HTTP error"
+    return problem_response(status, _HTTP_SLUGS.get(status, "http-error"), title,
+                            instance=request.url.path, headers=dict(exc.headers or {}))

@@ -8,11 +8,13 @@ stored.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
 
 from paycore.notifications import Notification
+from paycore.pgtext import json_problem
 from paycore.providers.cardco import parse_payment
 
 EVENT_TYPES = frozenset({
@@ -32,11 +34,32 @@ def _blank_to_none(value: Any) -> str | None:
     return None
 
 
+def _lone_surrogate_json(body: bytes) -> Any:
+    """JSON orjson refuses only for its lone surrogate escapes (``"\\ud800"``), else ``not-json``.
+
+    RFC 8259's grammar allows such escapes and the standard parser reads them;
+    the event can then be recognised, though never stored as parsed (see
+    :func:`paycore.pgtext.json_problem`). Anything else orjson refuses stays not JSON.
+    """
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        raise InvalidEvent("not-json") from None
+    if json_problem(value) != "lone-surrogate":
+        raise InvalidEvent("not-json")
+    return value
+
+
 def parse_event(body: bytes) -> Notification:
+    """The notification in a verified body, or :class:`InvalidEvent`.
+
+    It may still hold text PostgreSQL cannot store (NUL, a lone surrogate):
+    check :func:`paycore.pgtext.json_problem` of ``event`` before recording it.
+    """
     try:
         event = orjson.loads(body)
     except orjson.JSONDecodeError:
-        raise InvalidEvent("not-json") from None
+        event = _lone_surrogate_json(body)
     if not isinstance(event, dict):
         raise InvalidEvent("not-an-object")
     event_type = event.get("type")

@@ -1,0 +1,56 @@
+"""The currencies paycore takes payments in, with their minor-unit exponents (one table).
+
+Source: ISO 4217 List One ("current currency & funds code list"), published
+2026-01-01 by the ISO 4217 maintenance agency (SIX). Kept: every code whose
+minor unit is a number, except
+
+- fund codes (BOV CHE CHW CLF COU MXV USN UYI) and the units of account XAD
+  (Arab Accounting Dinar) and UYW (Unidad Previsional): indexes and
+  settlement units, not money a customer pays in;
+- codes with no minor unit ("N.A."): precious metals (XAU XAG XPD XPT), the
+  SDR and other supranational units (XDR XSU XUA XBA–XBD), the testing code
+  XTS and "no currency" XXX.
+
+Withdrawn codes (BGN since the euro on 2026-01-01, ANG, HRK, ZWL …) are not in
+List One and so not here. When the agency publishes an amendment, update the
+sets below and the date above; an order already stored in a withdrawn code
+keeps its currency (its exponent then reads as unknown).
+"""
+
+from __future__ import annotations
+
+_ZERO = """
+BIF CLP DJF GNF ISK JPY KMF KRW PYG RWF UGX VND VUV XAF XOF XPF
+"""
+_TWO = """
+AED AFN ALL AMD AOA ARS AUD AWG AZN BAM BBD BDT BMD BND BOB BRL BSD BTN BWP BYN BZD CAD CDF CHF
+CNY COP CRC CUP CVE CZK DKK DOP DZD EGP ERN ETB EUR FJD FKP GBP GEL GHS GIP GMD GTQ GYD HKD HNL
+HTG HUF IDR ILS INR IRR JMD KES KGS KHR KPW KYD KZT LAK LBP LKR LRD LSL MAD MDL MGA MKD MMK MNT
+MOP MRU MUR MVR MWK MXN MYR MZN NAD NGN NIO NOK NPR NZD PAB PEN PGK PHP PKR PLN QAR RON RSD RUB
+SAR SBD SCR SDG SEK SGD SHP SLE SOS SRD SSP STN SVC SYP SZL THB TJS TMT TOP TRY TTD TWD TZS UAH
+USD UYU UZS VED VES WST XCD XCG YER ZAR ZMW ZWG
+"""
+_THREE = """
+BHD IQD JOD KWD LYD OMR TND
+"""
+
+EXPONENTS: dict[str, int] = {
+    **dict.fromkeys(_ZERO.split(), 0),
+    **dict.fromkeys(_TWO.split(), 2),
+    **dict.fromkeys(_THREE.split(), 3),
+}
+
+# The largest order, in major units of its currency: ten billion (JPY 10^10,
+# EUR 10^12, KWD 10^13 minor units). It keeps the previous bound for two-decimal
+# currencies (10^12 minor units) and leaves room under bigint for every exponent.
+MAX_MAJOR_UNITS = 10**10
+
+
+def exponent(code: str) -> int | None:
+    """The minor-unit exponent of an accepted currency code, or None if it is not one."""
+    return EXPONENTS.get(code)
+
+
+def max_amount_minor(code: str) -> int:
+    """The largest amount in minor units an order in ``code`` may have."""
+    return int(MAX_MAJOR_UNITS * 10 ** EXPONENTS[code])
