@@ -118,13 +118,14 @@ async def test_the_same_poison_body_under_changing_webhook_ids_is_recorded_each_
     assert len(await unparseable_escalations(hooks)) == 1
 
 
-async def test_a_poison_body_that_is_not_a_cardco_event_is_still_400_and_stores_nothing(
+async def test_a_poison_body_that_is_not_a_cardco_event_is_recorded_raw_too(
     hooks: WebhookStack,
 ) -> None:
-    for raw in (b'{"type": "payment.succeeded\\u0000"}', b'{"note": "\\ud800"}'):
-        r = await hooks.deliver(raw, msg_id="evt_bad")
-        assert r.status_code == 400 and r.headers["content-type"] == "application/problem+json"
-    assert await poison_rows(hooks) == []
+    for n, raw in enumerate((b'{"type": "payment.succeeded\\u0000"}', b'{"note": "\\ud800"}')):
+        r = await hooks.deliver(raw, msg_id=f"evt_bad_{n}")
+        assert r.status_code == 200 and r.json() == {"result": "unparseable"}
+    assert [base64.b64decode(row["detail"]["body_base64"]) for row in await poison_rows(hooks)] == [
+        b'{"type": "payment.succeeded\\u0000"}', b'{"note": "\\ud800"}']
 
 
 @pytest.mark.parametrize("amount", [2**63, 2**64 - 1])

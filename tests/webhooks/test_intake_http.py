@@ -91,18 +91,37 @@ async def test_an_oversize_body_is_413_and_nothing_is_stored(hooks: WebhookStack
     [b"not json", b"[]", b'{"type": "payment.succeeded"}', b'{"type": "charge.created", "data": {}}',
      orjson.dumps({**event(payment_object(payment_id="pay_1", reference="r")), "sequence": "3"})],
 )
-async def test_a_verified_body_that_is_not_a_cardco_event_is_400_and_nothing_is_stored(
+async def test_a_verified_body_that_is_not_a_cardco_event_is_recorded_raw_escalated_and_acknowledged(
     hooks: WebhookStack, raw: bytes,
 ) -> None:
-    r = await hooks.deliver(raw, msg_id="evt_bad")
-    assert r.status_code == 400
-    assert r.headers["content-type"] == "application/problem+json"
-    assert await stored(hooks) == 0
+    # The provider signed it: a 400 would only make it retry for days and then drop it.
+    for _ in range(2):  # a redelivery (same webhook-id) is a duplicate
+        r = await hooks.deliver(raw, msg_id="evt_bad")
+        assert r.status_code == 200 and r.json()["result"] in ("unparseable", "duplicate")
+    [row] = await hooks.pool.fetch("SELECT attempt_id, detail FROM payment_attempt_events"
+                                   " WHERE kind = 'notification'")
+    assert row["attempt_id"] is None and row["detail"]["unparseable"].startswith("not-a-cardco-event:")
+    assert base64.b64decode(row["detail"]["body_base64"]) == raw
+    [episode] = await hooks.pool.fetch("SELECT reason FROM payment_escalations WHERE resolved_at IS NULL")
+    assert episode["reason"] == "unparseable-notification"
 
 
-async def test_an_event_id_that_differs_from_the_webhook_id_header_is_400(hooks: WebhookStack) -> None:
+async def test_an_event_id_that_differs_from_the_webhook_id_header_is_recorded_raw_not_applied(
+    hooks: WebhookStack,
+) -> None:
     r = await hooks.deliver(an_event(), msg_id="evt_other")
-    assert r.status_code == 400
+    assert r.status_code == 200 and r.json()["result"] == "unparseable"
+
+
+async def test_a_verified_event_with_a_key_repeated_in_one_object_is_never_guessed_at(
+    hooks: WebhookStack,
+) -> None:
+    evt = an_event()
+    raw = orjson.dumps(evt).replace(b'"amount":', b'"amount":1,"amount":', 1)
+    r = await hooks.deliver(raw, msg_id=evt["id"])
+    assert r.status_code == 200 and r.json()["result"] == "unparseable"
+    [row] = await hooks.pool.fetch("SELECT detail FROM payment_attempt_events WHERE kind = 'notification'")
+    assert row["detail"]["unparseable"] == "not-a-cardco-event:duplicate-key"
 
 
 async def test_health_readiness_and_delivery_metrics(hooks: WebhookStack) -> None:

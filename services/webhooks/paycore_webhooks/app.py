@@ -3,9 +3,13 @@
 - Unverifiable (missing headers 400; bad or stale signature 401):
   problem+json, nothing stored. A replay of a verified delivery inside the
   signature tolerance (same webhook-id and timestamp) answers ``duplicate``.
-- Body over 256 KiB: 413. Not JSON or not a Cardco event: 400, logged without the body.
-- A Cardco event PostgreSQL cannot store as parsed (NUL, lone surrogates, an id too
-  long to index): recorded raw, escalated ``unparseable-notification``, 200 ``unparseable``.
+- Body over 256 KiB: 413.
+- A verified body that is not a Cardco event we understand (not JSON, an unknown
+  type, a key repeated in one object, an id that differs from webhook-id), or one
+  PostgreSQL cannot store as parsed (NUL, lone surrogates, an id too long to
+  index): recorded raw, escalated ``unparseable-notification`` (one episode per
+  body), 200 ``unparseable``. The provider signed it: refusing would only make it
+  retry for days and then drop it.
 - The database unreachable: 503 + Retry-After (logged once per outage), so the provider redelivers.
 - Any other failure before the handler's commit: 500, so the provider redelivers.
 """
@@ -32,10 +36,11 @@ from paycore.accounts import register_provider_accounts
 from paycore.clock import Clock, SystemClock
 from paycore.config import ConfigError, ProviderAccountConfig, Settings, load_settings
 from paycore.db import create_pool
-from paycore.http.bodies import read_limited
+from paycore.http.bodies import first_duplicate_key, read_limited
 from paycore.http.metrics import metrics_endpoint
 from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware, is_database_unavailable, not_ready
 from paycore.http.problems import Problem, http_exception_handler, problem_handler, problem_response
+from paycore.notifications import Notification
 from paycore.providers.cardco_events import InvalidEvent, parse_event
 from paycore.webhook_replays import SignedDelivery
 from paycore.webhook_signatures import VerificationFailed, Verifier
@@ -84,26 +89,32 @@ async def receive_cardco(request: Request) -> Response:
         status = 400 if exc.reason == "missing-headers" else 401
         return problem_response(status, "webhook-unverified", "Webhook not verified", exc.reason)
     header_id = request.headers.get("webhook-id", "").strip()
+    # A verified delivery that is not a Cardco event we understand, or one PostgreSQL
+    # cannot store as parsed: refusing it would make the provider retry for days and
+    # then drop it. Keep the bytes, acknowledge, and tell a person.
+    notification: Notification | None = None
     try:
         notification = parse_event(body)
         if notification.event_id is not None and notification.event_id != header_id:
             raise InvalidEvent("id-differs-from-webhook-id")
+        if first_duplicate_key(body) is not None:
+            raise InvalidEvent("duplicate-key")  # parsers disagree on which value wins: never guess
+        unstorable = storage_problem(notification)
     except InvalidEvent as exc:
         intake.deliveries.labels("invalid").inc()
-        log.warning("webhook for %s not a Cardco event: %s", account.provider_account, exc)
-        return problem_response(400, "invalid-event", "Not a Cardco event", str(exc))
+        log.warning("webhook %s for %s is not a Cardco event (%s): recording it raw",
+                    header_id[:64], account.provider_account, exc)
+        unstorable = f"not-a-cardco-event:{exc}"
     delivery = SignedDelivery(request.headers["webhook-id"].strip(),
                               int(request.headers["webhook-timestamp"].strip()))
-    # A Cardco event PostgreSQL cannot store as parsed: refusing it would make the
-    # provider retry for days and then drop it. Keep the bytes and tell a person.
-    unstorable = storage_problem(notification)
     try:
         await intake.purge_replay_window()
-        if unstorable is not None:
-            log.warning("webhook %s for %s cannot be stored as parsed (%s): recording it raw",
+        if unstorable is not None or notification is None:
+            log.warning("webhook %s for %s cannot be handled as parsed (%s): recording it raw",
                         header_id[:64], account.provider_account, unstorable)
             result = await record_unparseable(intake.pool, account=account, webhook_id=header_id,
-                                              body=body, why=unstorable, now=intake.clock.now(),
+                                              body=body, why=unstorable or "unparseable",
+                                              now=intake.clock.now(),
                                               reminder_interval=intake.settings.reminder_interval,
                                               delivery=delivery)
         else:

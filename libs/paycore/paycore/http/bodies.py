@@ -46,7 +46,7 @@ async def read_json_object(request: Request, limit: int, *, allow_empty: bool = 
         raise Problem(400, "malformed-json", "Malformed JSON", "The body is not valid JSON.") from None
     if not isinstance(value, dict):
         raise Problem(400, "invalid-body", "Invalid body", "The body must be a JSON object.")
-    duplicate = _first_duplicate_key(raw)
+    duplicate = first_duplicate_key(raw)
     if duplicate is not None:
         raise Problem(400, "duplicate-key", "Duplicate key in JSON object",
                       "A key appears twice in one object; send each key once.",
@@ -69,7 +69,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
-def _first_duplicate_key(raw: bytes) -> str | None:
+def first_duplicate_key(raw: bytes) -> str | None:
     """The first key repeated within one object, at any depth (orjson keeps the last silently).
 
     Runs only on a body orjson already accepted, so the standard parser here
