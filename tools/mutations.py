@@ -38,6 +38,7 @@ HANDLER = "services/webhooks/paycore_webhooks/handler.py"
 INTAKE = "services/webhooks/paycore_webhooks/app.py"
 RELAY = "services/dispatcher/paycore_dispatcher/relay.py"
 ACCOUNTS = "libs/paycore/paycore/accounts.py"
+REPLAYS = "libs/paycore/paycore/webhook_replays.py"
 
 RECORD = "tests/matrix/test_record_outcome.py"
 REPO = "tests/matrix/test_live_attempt_repository.py"
@@ -300,9 +301,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         "the payment object's own account and mode must agree with the verifying secret too",
     ),
     Mutation(
-        "intake-replay-window", HANDLER,
-        "            if delivery is not None and not await first_sight(conn, provider_account, delivery, now):",
-        "            if False:",
+        "intake-replay-window", REPLAYS,
+        "    return await conn.fetchval(INSERT_SEEN,",
+        "    return True or await conn.fetchval(INSERT_SEEN,",
         t(NOTE, "test_a_byte_identical_replay_inside_the_signature_tolerance_is_a_duplicate_never_recorded_again"),
         "a replayed signed delivery is never applied twice",
     ),
