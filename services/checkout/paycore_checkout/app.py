@@ -17,8 +17,6 @@ import asyncpg
 from prometheus_client import CollectorRegistry, Counter
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -28,7 +26,12 @@ from paycore.config import Settings, load_settings
 from paycore.db import create_pool
 from paycore.http.metrics import metrics_endpoint
 from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware
-from paycore.http.problems import Problem, http_exception_handler, problem_handler, problem_response
+from paycore.http.problems import (
+    InternalErrorMiddleware,
+    Problem,
+    http_exception_handler,
+    problem_handler,
+)
 from paycore.providers.cardco import CardcoClient
 from paycore_checkout.auth import Authenticator
 from paycore_checkout.payments import CheckoutMetrics, CheckoutPayments
@@ -88,11 +91,6 @@ class RequestMetrics:
             self.counter.labels(scope["method"], path, str(status)).inc()
 
 
-async def _unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return problem_response(500, "internal", "Internal error", "The request failed; it is safe to retry.")
-
-
 def create_app(
     settings: Settings,
     *,
@@ -142,10 +140,10 @@ def create_app(
     app = Starlette(
         routes=[*routes(), Route("/metrics", metrics_endpoint(registry), methods=["GET"])],
         lifespan=lifespan,
-        exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler,
-                            Exception: _unexpected},
+        exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler},
     )
     app.add_middleware(DatabaseOutageMiddleware, outage=outage)
+    app.add_middleware(InternalErrorMiddleware, logger=log)  # any other error: one 500, logged once
     app.add_middleware(RequestMetrics, counter=requests_total)  # outermost: counts the 503s too
     return app
 

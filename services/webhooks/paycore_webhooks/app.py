@@ -39,7 +39,13 @@ from paycore.db import create_pool
 from paycore.http.bodies import first_duplicate_key, read_limited
 from paycore.http.metrics import metrics_endpoint
 from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware, is_database_unavailable, not_ready
-from paycore.http.problems import Problem, http_exception_handler, problem_handler, problem_response
+from paycore.http.problems import (
+    InternalErrorMiddleware,
+    Problem,
+    http_exception_handler,
+    problem_handler,
+    problem_response,
+)
 from paycore.notifications import Notification
 from paycore.providers.cardco_events import InvalidEvent, parse_event
 from paycore.webhook_replays import SignedDelivery
@@ -177,6 +183,7 @@ def create_app(
         exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler},
     )
     app.add_middleware(DatabaseOutageMiddleware, outage=outage)
+    app.add_middleware(InternalErrorMiddleware, logger=log)  # any other error: one 500, logged once
     return app
 
 
