@@ -50,6 +50,10 @@ class Endpoints:
     jwt_secret: str  # HS256 secret the checkouts accept (clients sign their own tokens)
     provider_account: str  # e.g. "cardco:acct_store:test"
     webhook_secret: str  # that account's whsec_ secret (to deliver webhooks for unknown payments)
+    # The broker and effects topic, so the invariants can count duplicates on the wire
+    # (records of one dedup key the consumers saw more than once); None: not counted.
+    kafka_bootstrap: str | None = None
+    effects_topic: str = "payments.effects"
 
 
 @dataclass(frozen=True)
