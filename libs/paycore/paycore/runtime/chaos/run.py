@@ -33,6 +33,8 @@ async def run_chaos(options: ChaosOptions) -> RunRecord:
     # 1
     async with ChaosStack(options, record) as stack:
         endpoints = stack.endpoints
+        report_dir = stack.run_dir  # logs, the database's data and the report, per run
+        record.extra["report_dir"] = str(report_dir)
         # 2
         stop_sampling = asyncio.Event()
         sampler = asyncio.create_task(invariants.sample_loop(endpoints, record, stop_sampling))
@@ -63,5 +65,5 @@ async def run_chaos(options: ChaosOptions) -> RunRecord:
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
     # 7
-    report.write(record, options.out_dir)
+    report.write(record, report_dir)
     return record
