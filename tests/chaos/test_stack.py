@@ -22,7 +22,7 @@ import pytest
 from paycore.runtime.chaos import kills
 from paycore.runtime.chaos.load import Progress
 from paycore.runtime.chaos.model import ChaosOptions, Endpoints, RunRecord
-from paycore.runtime.chaos.stack import ChaosStack, ChaosStackError
+from paycore.runtime.chaos.stack import CHAOS_ENV, ChaosStack, ChaosStackError
 from tests.support.stack import eventually
 from tests.support.up import wait_gone
 
@@ -241,3 +241,16 @@ async def test_kills_follow_the_progress_without_waiting_for_each_other_and_stop
 
 async def _true(value: bool) -> bool:
     return value
+
+
+def test_the_runs_timings_put_deadlines_inside_the_run_and_every_resend_inside_the_providers_window() -> None:
+    from paycore.config import load_settings
+    from paycore_recovery.settings import load_recovery_settings
+
+    env = {**CHAOS_ENV, "PAYCORE_CARDCO_BASE_URL": "http://127.0.0.1:1",
+           "PAYCORE_CARDCO_ACCOUNT": "acct_store", "PAYCORE_CARDCO_API_KEY": "sk_test_acct_store_local"}
+    settings = load_settings(env)  # valid values, consistent with each other
+    load_recovery_settings(settings, env)  # the lease outlives a worst-case pass
+    account = settings.default_account
+    assert int(env["PAYCORE_SANDBOX_KEY_RETENTION_S"]) >= account.key_retention_s
+    assert account.key_retention_s - account.escalation_margin_s == 90
