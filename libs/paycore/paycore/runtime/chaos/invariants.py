@@ -30,6 +30,7 @@ import orjson
 from aiokafka import TopicPartition
 
 from paycore import kafka
+from paycore.db import DATABASE_ERRORS
 from paycore.domain import AttemptState, can_transition
 from paycore.kafka import KafkaSettings
 from paycore.runtime.chaos.model import (
@@ -61,7 +62,7 @@ CONSUMER_GROUPS = ("paycore-demo-fulfillment", "paycore-demo-email")
 FULFILLMENT = "fulfillment-request"
 LIVE = (AttemptState.NOT_STARTED.value, AttemptState.STARTED.value, AttemptState.UNKNOWN.value)
 # What a failed sample or settle poll may raise while the database is down or restarting.
-DB_DOWN = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
+DB_DOWN = DATABASE_ERRORS
 
 
 class _Db:

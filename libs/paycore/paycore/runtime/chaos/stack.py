@@ -251,7 +251,7 @@ class ChaosStack:
             dsn=self._pg.dsn, sandbox_url=sandbox_url, checkout_urls=(checkout_1, checkout_2),
             intake_url=intake_url, jwt_secret=jwt_secret,
             provider_account=f"cardco:{SANDBOX_ACCOUNT}:{SANDBOX_ENVIRONMENT}",
-            webhook_secret=webhook_secret,
+            webhook_secret=webhook_secret, kafka_bootstrap=self._broker.bootstrap,
         )
 
         cli = [sys.executable, "-m", "paycore.cli"]
