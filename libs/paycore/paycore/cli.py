@@ -986,7 +986,8 @@ def cmd_notifications_attach(args: argparse.Namespace) -> int:
     async def attach(settings: Any, pool: Any) -> Attached:
         return await attach_notification(pool, event_id=args.event_id, attempt_id=attempt_id,
                                          operator=args.operator, reason=args.reason, now=SystemClock().now(),
-                                         reminder_interval=settings.reminder_interval)
+                                         reminder_interval=settings.reminder_interval,
+                                         recheck_after_s=settings.recheck_after_s)
 
     try:
         _, done = _with_operator_pool(attach)

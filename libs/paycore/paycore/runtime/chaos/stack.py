@@ -95,7 +95,9 @@ CHAOS_ENV: dict[str, str] = {
     "PAYCORE_CARDCO_KEY_RETENTION_S": "120",
     # ... until the deadline, first send + 120 - 30 = 90 s, where it escalates instead.
     "PAYCORE_CARDCO_ESCALATION_MARGIN_S": "30",
-    # Lookups 1, 2, 3, 5 s after each other, then the slow cadence: many passes per attempt.
+    # An attempt checkout or the intake leaves unresolved is looked at again this soon ...
+    "PAYCORE_RECHECK_AFTER_S": "2",
+    # ... then lookups 1, 2, 3, 5 s after each other, then the slow cadence: many passes per attempt.
     "PAYCORE_RECOVERY_BACKOFF_S": "1,2,3,5",
     # Read-only cadence after the backoff and after escalating: several passes per run.
     "PAYCORE_RECOVERY_SLOW_CADENCE_S": "10",
