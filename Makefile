@@ -7,7 +7,7 @@ PACKAGES := libs/paycore services/checkout services/sandbox services/webhooks \
             services/recovery services/dispatcher
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
 
-.PHONY: help venv run test test-fast lint typecheck check bench mutate lock clean
+.PHONY: help venv run test test-fast lint typecheck check bench chaos mutate lock clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -44,12 +44,15 @@ bench: $(STAMP)  ## benchmarks with same-run baselines (prints ratios; not a tes
 	$(BIN)/python -m bench.recovery
 	$(BIN)/python -m bench.relay
 
+chaos: $(STAMP)  ## the whole system under load, faults, kills and a DB crash; then the invariants (CHAOS_ARGS=...; not CI)
+	$(BIN)/paycore chaos $(CHAOS_ARGS)
+
 mutate: $(STAMP)  ## break each money-guarding condition in a temp copy; its tests must fail (not in CI)
 	$(BIN)/python -m tools.mutate $(MUTATE_ARGS)
 
 lock:  ## re-pin requirements.lock from a fresh resolve of every pyproject
 	rm -rf /tmp/paycore-lock && $(PYTHON) -m venv /tmp/paycore-lock
-	/tmp/paycore-lock/bin/pip install --quiet $(addprefix ./,$(PACKAGES)) pytest pytest-asyncio ruff mypy
+	/tmp/paycore-lock/bin/pip install --quiet $(addprefix ./,$(PACKAGES)) pytest pytest-asyncio ruff mypy matplotlib
 	/tmp/paycore-lock/bin/pip freeze --exclude-editable | grep -v '^paycore' > requirements.lock
 
 clean:  ## remove the virtualenv and local state

@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import timedelta
 from typing import Any
+from uuid import UUID
 
 import asyncpg
 import httpx
 import pytest
 
-from paycore.attempts import get_or_create_live_attempt, record_outcome, try_mark_started
+from paycore.attempts import get_attempt, get_or_create_live_attempt, record_outcome, try_mark_started
 from paycore.clock import FakeClock
 from paycore.domain import ProviderOutcome
 from paycore.providers.cardco import CardcoClient, StoredRequest, build_request_body
 from paycore_checkout.app import create_app
 from tests.support.attempts import recorded_attempt, someone_waits_on_a_lock
 from tests.support.servers import serve_asgi
-from tests.support.stack import Shop, Stack, checkout_settings, eventually
+from tests.support.stack import Shop, Stack, checkout_settings, eventually, running_stack
 from tests.support.timings import REMINDER_INTERVAL
 
 
@@ -415,3 +417,18 @@ async def test_customer_closing_the_tab_during_the_started_transition_leaves_it_
     [row] = await attempts_of(stack, order)
     assert row["first_sent_at"] is not None
     assert len(await stack.sandbox.ledger()) == 1
+
+
+async def test_an_attempt_checkout_leaves_unknown_is_looked_at_again_after_the_configured_recheck(
+    pool: asyncpg.Pool, db_dsn: str,
+) -> None:
+    async for stack in running_stack(pool, db_dsn, PAYCORE_RECHECK_AFTER_S="7"):
+        await stack.sandbox.fault("lose_response", times=1)
+        order = await stack.shop.create_order()
+        pending = await pay_in_background(stack.shop, order)
+        await wait_for_create_requests(stack, 1)
+        stack.clock.advance(stack.settings.budgets.call_s)
+        r = await pending
+        assert r.json()["state"] == "Unknown"
+        attempt = await get_attempt(pool, UUID(r.json()["attempt_id"]))
+        assert attempt.next_check_at == stack.clock.now() + timedelta(seconds=7)

@@ -500,7 +500,7 @@ async def test_a_stored_unmatched_notification_attached_later_resolves_its_attem
     [row] = await notification_rows(hooks)
     result = await attach_notification(hooks.pool, event_id=row["event_id"], attempt_id=attempt.attempt_id,
                                        operator="ops-1", reason="reference typo", now=hooks.clock.now(),
-                                       reminder_interval=REMINDER_INTERVAL)
+                                       reminder_interval=REMINDER_INTERVAL, recheck_after_s=60)
     assert result.attempt.state == "Succeeded"
     assert await open_escalations(hooks) == []
     assert f"attempt:{attempt.attempt_id}:order-confirmation" in await outbox_keys(hooks)
@@ -524,7 +524,7 @@ async def test_attaching_a_notification_records_one_operator_action_with_the_att
     hooks.clock.advance(30)
     result = await attach_notification(hooks.pool, event_id=row["event_id"], attempt_id=attempt.attempt_id,
                                        operator="ops-1", reason="reference typo", now=hooks.clock.now(),
-                                       reminder_interval=REMINDER_INTERVAL)
+                                       reminder_interval=REMINDER_INTERVAL, recheck_after_s=60)
     [action] = await hooks.pool.fetch("SELECT * FROM operator_actions")
     assert action["action_id"] == result.recorded.action_id
     assert (action["action"], action["operator"], action["reason"]) == (
@@ -548,15 +548,15 @@ async def test_a_refused_attachment_records_no_operator_action(hooks: WebhookSta
     with pytest.raises(AttachRefused, match="matched on arrival"):
         await attach_notification(hooks.pool, event_id=row["event_id"], attempt_id=attempt.attempt_id,
                                   operator="ops-1", reason="try", now=hooks.clock.now(),
-                                  reminder_interval=REMINDER_INTERVAL)
+                                  reminder_interval=REMINDER_INTERVAL, recheck_after_s=60)
     with pytest.raises(AttachRefused, match="no stored notification"):
         await attach_notification(hooks.pool, event_id=row["event_id"] + 100, attempt_id=attempt.attempt_id,
                                   operator="ops-1", reason="try", now=hooks.clock.now(),
-                                  reminder_interval=REMINDER_INTERVAL)
+                                  reminder_interval=REMINDER_INTERVAL, recheck_after_s=60)
     with pytest.raises(InvalidOperatorAction, match="reason"):
         await attach_notification(hooks.pool, event_id=row["event_id"], attempt_id=attempt.attempt_id,
                                   operator="ops-1", reason="", now=hooks.clock.now(),
-                                  reminder_interval=REMINDER_INTERVAL)
+                                  reminder_interval=REMINDER_INTERVAL, recheck_after_s=60)
     assert await hooks.count("SELECT count(*) FROM operator_actions") == 0
 
 

@@ -150,7 +150,7 @@ async def test_an_operator_cannot_attach_a_notification_stored_unparsed(hooks: W
     with pytest.raises(AttachRefused, match="unparsed"):
         await attach_notification(hooks.pool, event_id=row["event_id"], attempt_id=attempt.attempt_id,
                                   operator="alice", reason="trying", now=hooks.clock.now(),
-                                  reminder_interval=hooks.settings.reminder_interval)
+                                  reminder_interval=hooks.settings.reminder_interval, recheck_after_s=60)
     assert (await get_attempt(hooks.pool, attempt.attempt_id)).state.value == "Unknown"
 
 

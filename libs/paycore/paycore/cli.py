@@ -452,6 +452,53 @@ def cmd_escalations(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fraction(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
+    if not 0.0 <= value <= 0.9:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 0.9, got {value}")
+    return value
+
+
+def _seconds_arg(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {raw!r}") from None
+    if not 0 < value < 86_400:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 86400 seconds, got {value}")
+    return value
+
+
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from paycore.runtime.chaos.model import ChaosOptions
+    from paycore.runtime.chaos.report import table
+    from paycore.runtime.chaos.run import run_chaos
+
+    out_dir = Path(args.out) if args.out else paycore_home(create=True) / "chaos"
+    options = ChaosOptions(
+        orders=args.orders, clients=args.clients, duration_s=args.duration, fault_rate=args.fault_rate,
+        kills=args.kills, seed=args.seed, provider=args.provider, db_kill=not args.no_db_kill,
+        settle_within_s=args.settle_within, out_dir=out_dir.absolute(),
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # every client request is not news
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_sigterm_raises_interrupt())
+        record = asyncio.run(run_chaos(options))
+    print(table(record))
+    report_dir = record.extra.get("report_dir", str(out_dir))
+    print(f"report: {report_dir}/chaos-table.txt, chaos-report.json, chaos-timeline.png")
+    if not record.clean:
+        print("paycore: chaos run found broken invariants (see the table); keep the seed "
+              f"{options.seed} as a regression run", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_actions(args: argparse.Namespace) -> int:
     import json
     import uuid
@@ -875,6 +922,34 @@ def build_parser() -> argparse.ArgumentParser:
     acct_apply.add_argument("--reason", required=True, metavar="TEXT", help="why (recorded)")
     acct_apply.set_defaults(handler=cmd_accounts)
 
+    chaos = commands.add_parser(
+        "chaos", help="the whole system under load, faults, kills and a database crash; then the invariants",
+        description="Start every service on embedded PostgreSQL and the local broker, drive storefront "
+                    "clients through them while the sandbox injects faults and services and the database "
+                    "are killed and restarted, let recovery settle, and check every money invariant against "
+                    "the sandbox's ledger and the database. Prints the table and writes a JSON report and a "
+                    "PNG timeline; exits 1 if any invariant is broken. Development only (docs/chaos.md).")
+    chaos.add_argument("--orders", type=_positive_int, default=2000,
+                       help="orders in all (default %(default)s)")
+    chaos.add_argument("--clients", type=_positive_int, default=16,
+                       help="concurrent storefront clients (default %(default)s)")
+    chaos.add_argument("--duration", type=_seconds_arg, default=None, metavar="SECONDS",
+                       help="end the load after this long even if orders remain (default: when all are done)")
+    chaos.add_argument("--fault-rate", type=_fraction, default=0.3,
+                       help="share of provider requests and webhook events a fault hits "
+                            "(default %(default)s)")
+    chaos.add_argument("--kills", type=int, default=3, choices=range(0, 21), metavar="N",
+                       help="SIGKILL and restart each service kind N times (default %(default)s)")
+    chaos.add_argument("--seed", type=int, default=1, help="the plan's seed (default %(default)s)")
+    chaos.add_argument("--provider", choices=["cardco"], default="cardco", help="the provider to run against")
+    chaos.add_argument("--no-db-kill", action="store_true", help="do not kill -9 the PostgreSQL postmaster")
+    chaos.add_argument("--settle-within", type=_seconds_arg, default=240.0, metavar="SECONDS",
+                       help="how long recovery may take to settle after the faults stop "
+                            "(default %(default)s)")
+    chaos.add_argument("--out", default=None, metavar="DIR",
+                       help="where runs are written (default .paycore/chaos)")
+    chaos.set_defaults(handler=cmd_chaos)
+
     acts = commands.add_parser(
         "actions", help="show the record of operator actions",
         description="Operator tools: the append-only record of who did what (operator_actions). "
@@ -911,7 +986,8 @@ def cmd_notifications_attach(args: argparse.Namespace) -> int:
     async def attach(settings: Any, pool: Any) -> Attached:
         return await attach_notification(pool, event_id=args.event_id, attempt_id=attempt_id,
                                          operator=args.operator, reason=args.reason, now=SystemClock().now(),
-                                         reminder_interval=settings.reminder_interval)
+                                         reminder_interval=settings.reminder_interval,
+                                         recheck_after_s=settings.recheck_after_s)
 
     try:
         _, done = _with_operator_pool(attach)

@@ -126,6 +126,10 @@ class Settings:
     # The provider's normal processing time after a call, before recovery looks.
     processing_allowance_s: float = 30.0
     inbound_idempotency_ttl_s: int = 86_400
+    # After checkout or the webhook intake records an outcome that leaves an attempt
+    # unresolved (Unknown, processing, a customer action), recovery looks again after
+    # this long; recovery's own passes then follow its backoff.
+    recheck_after_s: float = 60.0
     # Escalation reminders, for every episode whichever service raised it: the first
     # reminder is due this long after raising, and again after each reminder.
     reminder_interval_s: float = 900.0
@@ -332,6 +336,7 @@ def load_settings(env: Mapping[str, str] | None = None, *, require_cardco: bool 
         abandonment_threshold_s=_seconds(env, "PAYCORE_ABANDONMENT_THRESHOLD_S", 60.0),
         processing_allowance_s=_seconds(env, "PAYCORE_PROCESSING_ALLOWANCE_S", 30.0),
         inbound_idempotency_ttl_s=int(_seconds(env, "PAYCORE_IDEMPOTENCY_TTL_S", 86_400)),
+        recheck_after_s=_seconds(env, "PAYCORE_RECHECK_AFTER_S", 60.0),
         reminder_interval_s=_seconds(env, "PAYCORE_REMINDER_INTERVAL_S", 900.0),
         reminder_ack_interval_s=_seconds(env, "PAYCORE_REMINDER_ACK_INTERVAL_S", 3600.0),
         **_dispatcher_settings(env),

@@ -18,6 +18,15 @@ import orjson
 
 log = logging.getLogger("paycore.db")
 
+# Every way a database call can fail without it being our bug: the socket (refused,
+# reset, timed out), the server's errors, a connection closed under us, and a
+# connection asyncpg finds in a state it cannot use (as a crash of the server can
+# leave one: seen in `make chaos`). A loop that must outlive a database outage
+# catches these, and only these.
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (
+    OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError,
+)
+
 # An arbitrary constant: the advisory lock that serialises migrations.
 MIGRATION_LOCK_ID = 0x7061_7963_6F72_65  # "paycore"
 

@@ -43,8 +43,6 @@ log = logging.getLogger("paycore.notifications")
 
 KEY_VERSION = "v1"
 HANDLER_ACTOR = "notification-handler"
-# Unresolved evidence (processing, a customer action) is looked at again after this.
-RECHECK_AFTER_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -207,7 +205,7 @@ def mismatch_key(attempt_id: UUID, key: str | None) -> str:
 
 async def apply_notification(
     conn: asyncpg.Connection, *, attempt: Attempt, n: Notification, key: str | None, now: datetime,
-    reminder_interval: timedelta, actor: str = HANDLER_ACTOR,
+    reminder_interval: timedelta, recheck_after_s: float, actor: str = HANDLER_ACTOR,
 ) -> Attempt:
     """Apply verified, matched evidence to its attempt, inside the caller's transaction.
 
@@ -218,7 +216,7 @@ async def apply_notification(
     and queues ``attempt:<id>:refund-request`` after the confirmation.
     """
     result = await apply_outcome(
-        conn, attempt.attempt_id, n.outcome, now=now, actor=actor, recheck_after_s=RECHECK_AFTER_S,
+        conn, attempt.attempt_id, n.outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
         reminder_interval=reminder_interval, from_send=False, evidence_key=key,
     )
     if n.is_refund and result.state is AttemptState.SUCCEEDED and result.provider_payment_id == n.payment_id:
@@ -267,7 +265,7 @@ def _attempt_fields(a: Attempt) -> dict[str, Any]:
 
 async def attach_notification(
     pool: asyncpg.Pool, *, event_id: int, attempt_id: UUID, operator: str, reason: str, now: datetime,
-    reminder_interval: timedelta,
+    reminder_interval: timedelta, recheck_after_s: float,
 ) -> Attached:
     """Apply a stored unmatched notification to its attempt (authorised reconciliation).
 
@@ -306,7 +304,8 @@ async def attach_notification(
             detail={"attached_notification": event_id, "notification_key": key},
         )
         result = await apply_notification(conn, attempt=attempt, n=n, key=key, now=now,
-                                          reminder_interval=reminder_interval, actor=f"operator-{operator}")
+                                          reminder_interval=reminder_interval,
+                                          recheck_after_s=recheck_after_s, actor=f"operator-{operator}")
         resolved = [r["escalation_id"] for r in await conn.fetch(
             RESOLVE_ESCALATION_BY_KEY, unmatched_key(attempt.provider_account, key, n), now)]
         recorded = await record_action(

@@ -35,6 +35,7 @@ from paycore.attempts import (
 )
 from paycore.clock import Clock
 from paycore.config import Settings
+from paycore.db import DATABASE_ERRORS
 from paycore.domain import AttemptState, ProviderOutcome
 from paycore.orders import OrderNotPayable, get_order
 from paycore.providers.cardco import CardcoClient, StoredRequest, build_request_body
@@ -42,11 +43,8 @@ from paycore.providers.cardco import CardcoClient, StoredRequest, build_request_
 log = logging.getLogger("paycore.checkout")
 
 # Database failures and budget expiry: the write may or may not have committed.
-UNCONFIRMED_WRITE = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError,
-                     OutcomeNotConfirmed)
+UNCONFIRMED_WRITE: tuple[type[BaseException], ...] = (*DATABASE_ERRORS, OutcomeNotConfirmed)
 
-# How long after an unresolved outcome recovery first looks (its first backoff step).
-FIRST_RECHECK_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -156,7 +154,8 @@ class CheckoutPayments:
             async with self.clock.budget(budgets.record_s):
                 recorded = await record_outcome(
                     self.pool, started.attempt_id, outcome, now=self.clock.now(), actor="endpoint",
-                    recheck_after_s=FIRST_RECHECK_S, reminder_interval=self.settings.reminder_interval,
+                    recheck_after_s=self.settings.recheck_after_s,
+                    reminder_interval=self.settings.reminder_interval,
                 )
         except UNCONFIRMED_WRITE as exc:
             self._report_outcome_not_recorded(started, outcome, exc)

@@ -44,6 +44,7 @@ import orjson
 
 from paycore import escalations
 from paycore.clock import Clock
+from paycore.db import DATABASE_ERRORS
 from paycore.outbox_admin import dead_letter_escalation_key
 
 log = logging.getLogger("paycore.dispatcher")
@@ -323,7 +324,7 @@ class Relay:
         while not stop.is_set():
             try:
                 result = await self.run_once()
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except DATABASE_ERRORS as exc:
                 log.error("%s: pass failed (%s); retrying", self.name, exc)
                 result = PassResult()
             if result.claimed == 0 or result.failed == result.claimed:

@@ -22,7 +22,7 @@ import uvicorn
 from paycore import kafka, outbox_admin
 from paycore.clock import Clock, SystemClock
 from paycore.config import Settings
-from paycore.db import create_pool
+from paycore.db import DATABASE_ERRORS, create_pool
 from paycore.kafka import KafkaSettings
 from paycore_dispatcher.metrics import DispatcherMetrics, metrics_app
 from paycore_dispatcher.relay import KafkaPublisher, PassResult, Relay, RelayConfig
@@ -75,7 +75,7 @@ async def _every(seconds: float, stop: asyncio.Event, job: str, step: Callable[[
     while not stop.is_set():
         try:
             await step()
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except DATABASE_ERRORS as exc:
             log.warning("%s failed: %s", job, exc)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), seconds)

@@ -27,6 +27,7 @@ import asyncpg
 from paycore.attempts import SELECT_PAYMENT_ID_OWNER, Attempt, Lease, get_attempt, record_outcome
 from paycore.clock import Clock
 from paycore.config import Settings
+from paycore.db import DATABASE_ERRORS
 from paycore.domain import LIVE_STATES, AttemptState
 from paycore.events import EventKind, append_event
 from paycore.orders import SELECT_ORDER, Order
@@ -39,7 +40,7 @@ from paycore_recovery.settings import RecoverySettings
 log = logging.getLogger("paycore.recovery")
 
 # Database failures and budget expiry while committing an intent: the write may have committed.
-UNCONFIRMED = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+UNCONFIRMED = DATABASE_ERRORS
 
 
 class Pass(enum.StrEnum):

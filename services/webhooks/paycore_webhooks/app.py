@@ -126,7 +126,8 @@ async def receive_cardco(request: Request) -> Response:
         else:
             result = await handle_notification(intake.pool, account=account, n=notification,
                                                now=intake.clock.now(), delivery=delivery,
-                                               reminder_interval=intake.settings.reminder_interval)
+                                               reminder_interval=intake.settings.reminder_interval,
+                                               recheck_after_s=intake.settings.recheck_after_s)
     except Exception as exc:
         # Nothing was acknowledged: the provider redelivers, and the redelivery is handled normally.
         if is_database_unavailable(exc):

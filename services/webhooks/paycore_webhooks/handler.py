@@ -75,7 +75,7 @@ def _payload_disagrees(account: ProviderAccountConfig, n: Notification) -> str |
 
 async def handle_notification(
     pool: asyncpg.Pool, *, account: ProviderAccountConfig, n: Notification, now: datetime,
-    reminder_interval: timedelta, delivery: SignedDelivery | None = None,
+    reminder_interval: timedelta, recheck_after_s: float, delivery: SignedDelivery | None = None,
 ) -> DeliveryResult:
     """Handle one verified notification in one transaction; ``delivery`` arms the replay window."""
     provider_account = account.provider_account
@@ -90,12 +90,12 @@ async def handle_notification(
             if delivery is not None and not await first_sight(conn, provider_account, delivery, now):
                 return DeliveryResult.DUPLICATE  # a replay of a delivery already handled
             return await _handle(conn, account=account, n=n, key=key, now=now,
-                                 reminder_interval=reminder_interval)
+                                 reminder_interval=reminder_interval, recheck_after_s=recheck_after_s)
 
 
 async def _handle(
     conn: asyncpg.Connection, *, account: ProviderAccountConfig, n: Notification, key: str | None,
-    now: datetime, reminder_interval: timedelta,
+    now: datetime, reminder_interval: timedelta, recheck_after_s: float,
 ) -> DeliveryResult:
     provider_account = account.provider_account
     by_reference, by_payment_id = await find_by_reference_and_payment_id(
@@ -151,7 +151,7 @@ async def _handle(
         return DeliveryResult.MISMATCH
 
     await apply_notification(conn, attempt=attempt, n=n, key=key, now=now,
-                             reminder_interval=reminder_interval)
+                             reminder_interval=reminder_interval, recheck_after_s=recheck_after_s)
     return DeliveryResult.APPLIED
 
 

@@ -38,6 +38,7 @@ PROBE_TIMEOUT_S = 2.0
 # their own transport errors into outcomes and problems.
 UNREACHABLE: tuple[type[BaseException], ...] = (
     OSError,
+    asyncpg.InternalClientError,  # a connection left unusable by a crash (these services never share one)
     asyncpg.PostgresConnectionError,
     pgerr.AdminShutdownError,
     pgerr.CrashShutdownError,

@@ -1,0 +1,94 @@
+"""When services and the database die.
+
+The plan is drawn from ``options.rng("kills")`` as points of progress (the
+share of orders done), so a run kills at the same moments of its load
+whatever the machine's speed: for each service kind, ``options.kills`` kills
+of a random instance of that kind somewhere in the middle of the load, and,
+with ``options.db_kill``, one ``kill -9`` of the PostgreSQL postmaster around
+the middle, down for 2 to 5 seconds.
+
+Kills run as their moments come without waiting for earlier ones to finish
+(a restart takes seconds); the stack lets only one kill of an instance run at
+a time. A restart that fails does not stop the run: the stack records the
+instance as exited, because a service that does not come back is what the
+report must show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from paycore.runtime.chaos.load import Progress
+from paycore.runtime.chaos.model import ChaosOptions, RunRecord
+from paycore.runtime.chaos.stack import ChaosStack
+
+log = logging.getLogger("paycore.chaos")
+
+SERVICE_KILLS_BETWEEN = (0.05, 0.85)  # not before the load has started, nor after it has ended
+DB_KILL_BETWEEN = (0.3, 0.7)  # in the thick of it
+DB_DOWN_S = (2.0, 5.0)
+DATABASE = "postgres"
+
+
+@dataclass(frozen=True)
+class PlannedKill:
+    at: float  # the share of orders done when it happens
+    target: str  # an instance name, or "postgres"
+    down_s: float | None = None  # for the database: how long it stays down
+
+
+def plan(kinds: dict[str, list[str]], options: ChaosOptions) -> list[PlannedKill]:
+    """The run's kills, in order of progress; the same for the same seed and kinds."""
+    rng = options.rng("kills")
+    kills: list[PlannedKill] = []
+    for kind in sorted(kinds):  # sorted: the draws do not depend on the stack's start order
+        instances = sorted(kinds[kind])
+        for _ in range(options.kills):
+            target = rng.choice(instances)
+            kills.append(PlannedKill(rng.uniform(*SERVICE_KILLS_BETWEEN), target))
+    if options.db_kill:
+        kills.append(PlannedKill(rng.uniform(*DB_KILL_BETWEEN), DATABASE, rng.uniform(*DB_DOWN_S)))
+    return sorted(kills, key=lambda k: (k.at, k.target))
+
+
+async def run(stack: ChaosStack, options: ChaosOptions, record: RunRecord, progress: Progress) -> None:
+    """Carry out the plan as the load progresses; returns when it is done or the load ended.
+
+    Kills already under way when the load ends are waited for (each is bounded by
+    the stack's own deadlines), so the system is whole again before it settles.
+    """
+    kills = plan(stack.kinds(), options)
+    record.extra["kill_plan"] = [
+        {"at": round(k.at, 4), "target": k.target, **({"down_s": round(k.down_s, 2)} if k.down_s else {})}
+        for k in kills
+    ]
+    log.info("kill plan: %s", ", ".join(f"{k.target}@{k.at:.2f}" for k in kills) or "none")
+    in_flight: set[asyncio.Task[None]] = set()
+    try:
+        for done, kill in enumerate(kills):
+            if not await progress.reached(kill.at):
+                skipped = len(kills) - done
+                log.info("the load ended at %.0f%%; %d planned kill(s) not carried out",
+                         100 * progress.fraction, skipped)
+                break
+            log.info("progress %.0f%%: killing %s", 100 * progress.fraction, kill.target)
+            task = asyncio.create_task(_carry_out(stack, record, kill), name=f"kill-{kill.target}")
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+    finally:
+        if in_flight:
+            await asyncio.gather(*in_flight, return_exceptions=True)
+
+
+async def _carry_out(stack: ChaosStack, record: RunRecord, kill: PlannedKill) -> None:
+    try:
+        if kill.target == DATABASE:
+            assert kill.down_s is not None
+            await stack.kill_database(kill.down_s)
+        else:
+            await stack.kill(kill.target)
+    except Exception:
+        # The stack recorded it (an instance that does not come back counts as exited).
+        log.exception("the kill of %s failed", kill.target)

@@ -1,0 +1,69 @@
+"""One chaos run, top to bottom.
+
+1. Start the whole system (:class:`~.stack.ChaosStack`): embedded PostgreSQL,
+   the local broker, the sandbox, two checkouts, the webhook intake, two
+   recovery workers, the dispatcher and the fulfillment and email consumers,
+   with short recovery timings and a short key window.
+2. Sample the system every second for the timeline.
+3. Turn the provider's faults on (drawn from the seed).
+4. Run the storefront clients; meanwhile kill and restart every service kind,
+   and the database once, at points of progress drawn from the seed.
+5. Turn the faults off; let recovery settle within a bound.
+6. Check every money invariant against the sandbox's ledger and the database.
+7. Write the table, the JSON report and the PNG timeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from paycore.runtime.chaos import faults, invariants, kills, load, report
+from paycore.runtime.chaos.model import ChaosOptions, RunRecord
+from paycore.runtime.chaos.stack import ChaosStack
+
+log = logging.getLogger("paycore.chaos")
+
+
+async def run_chaos(options: ChaosOptions) -> RunRecord:
+    """Run it; the record holds every observation and, at the end, the invariants' results."""
+    record = RunRecord(options)
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    # 1
+    async with ChaosStack(options, record) as stack:
+        endpoints = stack.endpoints
+        report_dir = stack.run_dir  # logs, the database's data and the report, per run
+        record.extra["report_dir"] = str(report_dir)
+        # 2
+        stop_sampling = asyncio.Event()
+        sampler = asyncio.create_task(invariants.sample_loop(endpoints, record, stop_sampling))
+        try:
+            # 3
+            await faults.install(endpoints, options, record)
+            # 4
+            load_started = record.now()
+            progress = load.Progress(total=options.orders)
+            killing = asyncio.create_task(kills.run(stack, options, record, progress))
+            try:
+                await load.run(endpoints, options, record, progress)
+            finally:
+                progress.finished.set()
+                await killing
+            record.phases["load"] = record.now() - load_started
+            record.incident("load-done", "clients", f"{len(record.orders)} orders")
+            # 5
+            await faults.clear(endpoints, record)
+            settle_started = record.now()
+            await invariants.settle(endpoints, options, record)
+            record.phases["settle"] = record.now() - settle_started
+            # 6
+            record.exited_on_own.extend(stack.exited_on_own())
+            record.results = await invariants.check(endpoints, record)
+        finally:
+            stop_sampling.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+    # 7
+    report.write(record, report_dir)
+    return record
