@@ -18,7 +18,7 @@ from paycore import attempts, db, orders
 from paycore.attempts import Attempt, StartResult
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
-from paycore.domain import LIVE_STATES, AttemptState, OrderStatus, ProviderOutcome
+from paycore.domain import LIVE_STATE_PREDICATE, LIVE_STATES, AttemptState, OrderStatus, ProviderOutcome
 from paycore.events import history
 from tests.support.timings import REMINDER_INTERVAL
 
@@ -234,7 +234,7 @@ async def test_the_on_conflict_predicate_for_the_live_attempt_insert_matches_the
     assert insert_match and migration_match
     insert_predicate = _normalise(insert_match.group(1))
     # Textually identical, as the reference requires, and to the module's named constant.
-    assert insert_predicate == _normalise(migration_match.group(1)) == attempts.LIVE_ATTEMPT_PREDICATE
+    assert insert_predicate == _normalise(migration_match.group(1)) == LIVE_STATE_PREDICATE
     assert {s.value for s in LIVE_STATES} == set(re.findall(r"'(\w+)'", insert_predicate))
 
     # And identical as PostgreSQL itself parses and prints them, on this server version.

@@ -604,7 +604,7 @@ async def test_a_payment_object_of_another_account_or_mode_inside_a_correct_enve
     rows = await hooks.pool.fetch("SELECT reason, detail FROM payment_escalations WHERE attempt_id = $1"
                                   " ORDER BY escalation_id", attempt.attempt_id)
     assert [(r["reason"], r["detail"]["field"]) for r in rows] == [
-        ("mismatched-payment", "environment"), ("mismatched-payment", "account")]
+        ("mismatch", "environment"), ("mismatch", "account")]
     assert f"attempt:{attempt.attempt_id}:order-confirmation" not in await outbox_keys(hooks)
 
 

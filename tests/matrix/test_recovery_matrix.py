@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from paycore import leases
 from paycore.attempts import Attempt
-from paycore_recovery import leases
 from paycore_recovery.loop import Pass
 from tests.support.recovery import RecoveryStack
 from tests.support.stack import eventually

@@ -12,10 +12,9 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-from paycore import accounts, orders
+from paycore import accounts, attempts, leases, orders
 from paycore.attempts import Attempt, StartResult, get_attempt, record_outcome, try_mark_started
 from paycore.domain import AttemptState, ProviderOutcome
-from paycore_recovery import leases
 from paycore_recovery.loop import Pass
 from paycore_recovery.settings import RecoverySettings
 from paycore_sandbox.app import create_app as create_sandbox_app
@@ -127,7 +126,7 @@ async def test_a_worker_whose_lease_was_reclaimed_cannot_close_the_not_started_a
     rec.clock.advance(rec.recovery.lease_s)  # w1 stalls past its lease; w2 takes the attempt over
     current = leases.new_lease("w2")
     assert await leases.claim(rec.pool, attempt.attempt_id, current, rec.clock.now(), rec.recovery.lease_s)
-    assert await leases.close_never_sent(rec.pool, claimed, stale, rec.clock.now(), "recovery-w1") is None
+    assert await attempts.close_never_sent(rec.pool, claimed, stale, rec.clock.now(), "recovery-w1") is None
     after = await rec.current(attempt)
     assert after.state is AttemptState.NOT_STARTED and after.version == attempt.version
     assert (after.recovery_owner, after.lease_token) == ("w2", current.token)
@@ -544,7 +543,7 @@ async def test_a_lookup_by_recorded_payment_id_that_misses_falls_back_to_the_cli
     # A record with another id than the recorded one: nothing resolved, nothing sent.
     assert await rec.open_escalations() == [f"attempt:{attempt.attempt_id}:provider-id-conflict"]
     [esc] = await rec.escalation_rows()
-    assert esc["detail"]["recorded"] == "pay_missing" and esc["detail"]["found"] == payment["id"]
+    assert esc["detail"]["recorded"] == "pay_missing" and esc["detail"]["reported"] == payment["id"]
     after = await rec.current(attempt)
     assert after.state is AttemptState.UNKNOWN and after.provider_payment_id == "pay_missing"
     assert len(await rec.sends_for(attempt)) == 1 and len(await rec.payments_for(attempt)) == 1
@@ -641,7 +640,7 @@ async def test_a_record_owned_by_another_attempt_resolves_nothing_and_escalates(
     assert await rec.worker().run_pass() == [Pass.ESCALATED]
     assert await rec.open_escalations() == [f"attempt:{a.attempt_id}:provider-id-conflict"]
     [esc] = await rec.escalation_rows()
-    assert esc["detail"]["owned_by_attempt"] == str(b.attempt_id) and esc["detail"]["found"] == payment["id"]
+    assert esc["detail"]["owned_by_attempt"] == str(b.attempt_id) and esc["detail"]["reported"] == payment["id"]
     # Both attempts exactly as they were; nothing sent.
     after_a, after_b = await rec.current(a), await rec.current(b)
     assert after_a.state is AttemptState.UNKNOWN and after_a.provider_payment_id is None
@@ -677,7 +676,7 @@ async def test_a_found_payment_with_another_amount_escalates_a_mismatch_and_reso
     assert await rec.worker().run_pass() == [Pass.ESCALATED]
     assert await rec.open_escalations() == [f"attempt:{attempt.attempt_id}:mismatch"]
     [esc] = await rec.escalation_rows()
-    assert esc["detail"]["field"] == "amount-or-currency"
+    assert esc["detail"]["field"] == "amount"
     after = await rec.current(attempt)
     assert after.state is AttemptState.UNKNOWN and after.provider_payment_id is None
     order = await rec.pool.fetchrow("SELECT status FROM orders WHERE order_id = $1", attempt.order_id)
@@ -735,8 +734,8 @@ async def test_a_stale_worker_cannot_release_the_new_owners_lease(rec: RecoveryS
     assert after.lease_token == lease_b.token
     assert after.lease_expires_at == now + seconds(rec.recovery.lease_s)
     assert await rec.escalation_rows() == [] and await rec.alerts() == []
-    assert await leases.owns_lease(rec.pool, attempt.attempt_id, lease_b, now)
-    assert not await leases.owns_lease(rec.pool, attempt.attempt_id, lease_a, now)
+    assert await leases.owns(rec.pool, attempt.attempt_id, lease_b, now)
+    assert not await leases.owns(rec.pool, attempt.attempt_id, lease_a, now)
 
     # A applying a valid provider outcome records it, but still cannot release B's lease.
     recorded = await record_outcome(

@@ -16,6 +16,7 @@ escalates; the rules for what a notification *does* live here, once.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from dataclasses import dataclass
@@ -26,9 +27,10 @@ from uuid import UUID
 import asyncpg
 import orjson
 
-from paycore import outbox
-from paycore.attempts import Attempt, apply_outcome, get_attempt
+from paycore import escalations, outbox
+from paycore.attempts import Attempt, OutcomeResult, apply_evidence, get_attempt
 from paycore.domain import AttemptState, ProviderOutcome
+from paycore.errors import PaycoreError
 from paycore.events import EventKind, append_event
 from paycore.operator_actions import (
     ActionKind,
@@ -64,6 +66,14 @@ class Notification:
     event: dict[str, Any]  # the event as received (no card data or secrets in it)
     object_account: str | None = None  # what the payment object itself says
     object_livemode: bool | None = None
+
+    def identified_otherwise(self) -> Notification:
+        """This notification as evidence for an attempt identified other than by its reference:
+        by the provider payment id the attempt recorded (the reference named no attempt, and
+        the provider's own id is the identity), or by an operator who corrected the reference
+        problem. The reference it carries is then not judged."""
+        claim = dataclasses.replace(self.outcome.evidence(), reference=None)
+        return dataclasses.replace(self, outcome=dataclasses.replace(self.outcome, claim=claim))
 
     @property
     def is_refund(self) -> bool:
@@ -180,45 +190,30 @@ async def record_notification(
     return Recorded(event_id)
 
 
-# -- escalation keys (see the reference's "Escalations") ---------------------------------------
-
-def unmatched_key(provider_account: str, key: str | None, n: Notification) -> str:
-    """Never per delivery: by notification key, else payment id or reference, else one per account."""
-    subject = key or n.payment_id or n.reference
-    if subject is None:
-        return f"notification:{provider_account}:unmatched-unidentified"
-    return f"notification:{provider_account}:{subject}:unmatched"
-
-
-def identity_conflict_key(provider_account: str, key: str | None, n: Notification) -> str:
-    subject = key or n.payment_id
-    if subject is None:  # a conflict needs both identifiers
-        raise ValueError("an identity conflict requires a provider payment id")
-    return f"notification:{provider_account}:{subject}:identity-conflict"
-
-
-def mismatch_key(attempt_id: UUID, key: str | None) -> str:
-    return f"attempt:{attempt_id}:mismatch:{key}" if key else f"attempt:{attempt_id}:mismatch"
-
-
 # -- applying ------------------------------------------------------------------------------
 
 async def apply_notification(
     conn: asyncpg.Connection, *, attempt: Attempt, n: Notification, key: str | None, now: datetime,
     reminder_interval: timedelta, recheck_after_s: float, actor: str = HANDLER_ACTOR,
-) -> Attempt:
+) -> OutcomeResult:
     """Apply verified, matched evidence to its attempt, inside the caller's transaction.
 
-    Final outcomes resolve a Started or Unknown attempt through the same
-    conditional write as checkout and recovery (same effect-keyed outbox rows,
-    same escalation resolution); processing and requires_action move Unknown to
-    Started and store the action. A refund of a Succeeded attempt is recorded
-    and queues ``attempt:<id>:refund-request`` after the confirmation.
+    Through the one writer of outcomes (:func:`paycore.attempts.apply_evidence`):
+    the evidence is judged first, and evidence about another payment resolves
+    nothing and is escalated under the verdict's reason, keyed by this
+    notification. Final outcomes resolve a Started or Unknown attempt through the
+    same conditional write as checkout and recovery (same effect-keyed outbox
+    rows, same escalation resolution); processing and requires_action move
+    Unknown to Started and store the action. A refund of a Succeeded attempt is
+    recorded and queues ``attempt:<id>:refund-request`` after the confirmation.
     """
-    result = await apply_outcome(
+    recorded = await apply_evidence(
         conn, attempt.attempt_id, n.outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
         reminder_interval=reminder_interval, from_send=False, evidence_key=key,
     )
+    result = recorded.attempt
+    if not recorded.verdict.accepted:
+        return recorded
     if n.is_refund and result.state is AttemptState.SUCCEEDED and result.provider_payment_id == n.payment_id:
         await outbox.enqueue_effect(
             conn, attempt_id=result.attempt_id, effect="refund-request", now=now,
@@ -226,7 +221,7 @@ async def apply_notification(
                      "currency": result.currency, "provider_account": result.provider_account,
                      "provider_payment_id": result.provider_payment_id},
         )
-    return result
+    return recorded
 
 
 SELECT_NOTIFICATION = """
@@ -240,14 +235,7 @@ SELECT 1 FROM payment_attempt_events
 WHERE attempt_id = $1 AND kind = 'transition' AND detail ->> 'attached_notification' = $2::text
 """
 
-RESOLVE_ESCALATION_BY_KEY = """
-UPDATE payment_escalations SET resolved_at = $2, next_reminder_at = NULL
-WHERE escalation_key = $1 AND resolved_at IS NULL
-RETURNING escalation_id
-"""
-
-
-class AttachRefused(Exception):
+class AttachRefused(PaycoreError):
     """The stored notification cannot be attached to that attempt."""
 
 
@@ -303,11 +291,15 @@ async def attach_notification(
             conn, attempt_id=attempt_id, kind=EventKind.TRANSITION, actor=f"operator-{operator}", now=now,
             detail={"attached_notification": event_id, "notification_key": key},
         )
-        result = await apply_notification(conn, attempt=attempt, n=n, key=key, now=now,
-                                          reminder_interval=reminder_interval,
-                                          recheck_after_s=recheck_after_s, actor=f"operator-{operator}")
-        resolved = [r["escalation_id"] for r in await conn.fetch(
-            RESOLVE_ESCALATION_BY_KEY, unmatched_key(attempt.provider_account, key, n), now)]
+        applied = await apply_notification(conn, attempt=attempt, n=n.identified_otherwise(), key=key,
+                                           now=now, reminder_interval=reminder_interval,
+                                           recheck_after_s=recheck_after_s, actor=f"operator-{operator}")
+        if not applied.verdict.accepted:  # rolls the whole attachment back
+            raise AttachRefused(f"notification {event_id} is not evidence about attempt {attempt_id}: "
+                                f"{applied.verdict.reason} ({applied.verdict.attribute})")
+        result = applied.attempt
+        resolved = await escalations.resolve_by_key(
+            conn, escalations.unmatched_key(attempt.provider_account, key, n.payment_id, n.reference), now)
         recorded = await record_action(
             conn, action=ActionKind.NOTIFICATION_ATTACH, operator=operator, reason=why, now=now,
             before=_attempt_fields(attempt), after=_attempt_fields(result),

@@ -166,7 +166,7 @@ class CheckoutPayments:
     async def _send(self, attempt: Attempt) -> ProviderOutcome:
         started_at = time.perf_counter()
         outcome = await self.client.create_payment(
-            StoredRequest.from_record(asdict(attempt)), budget_s=self.settings.budgets.call_s,
+            StoredRequest.from_attempt(attempt), budget_s=self.settings.budgets.call_s,
             first_send=True,
         )
         self.metrics.provider_latency.labels(outcome.kind.value).observe(time.perf_counter() - started_at)

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Final, Literal, TypeGuard
+from typing import Any, Final, Literal, Protocol, TypeGuard
 from urllib.parse import quote
 
 import httpx
@@ -47,6 +47,7 @@ import orjson
 from paycore.clock import Clock
 from paycore.config import MAX_BUDGET_S, ProviderAccountConfig
 from paycore.domain import OutcomeKind, ProviderOutcome
+from paycore.evidence import Claim, judge
 
 __all__ = [
     "CardcoClient",
@@ -92,6 +93,29 @@ _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 # The stored request
 
 
+class AttemptLike(Protocol):
+    """What a stored request is built from (a :class:`paycore.attempts.Attempt`)."""
+
+    @property
+    def attempt_id(self) -> uuid.UUID: ...
+    @property
+    def provider_account(self) -> str: ...
+    @property
+    def endpoint(self) -> str: ...
+    @property
+    def api_version(self) -> str: ...
+    @property
+    def idempotency_key(self) -> str: ...
+    @property
+    def request_body(self) -> str: ...
+    @property
+    def client_reference(self) -> str: ...
+    @property
+    def amount_minor(self) -> int: ...
+    @property
+    def currency(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class StoredRequest:
     """The provider request as stored on a payment attempt.
@@ -125,6 +149,17 @@ class StoredRequest:
     client_reference: str
     amount_minor: int
     currency: str
+
+    @classmethod
+    def from_attempt(cls, attempt: AttemptLike) -> StoredRequest:
+        """The request an attempt stores (every send of it is this request)."""
+        return cls(
+            attempt_id=attempt.attempt_id, provider_account=attempt.provider_account,
+            endpoint=attempt.endpoint, api_version=attempt.api_version,
+            idempotency_key=attempt.idempotency_key, request_body=attempt.request_body,
+            client_reference=attempt.client_reference, amount_minor=attempt.amount_minor,
+            currency=attempt.currency,
+        )
 
     @classmethod
     def from_record(cls, row: Mapping[str, Any]) -> StoredRequest:
@@ -246,6 +281,12 @@ class ProviderPayment:
         return {"id": self.id, "status": self.status, "account": self.account, "livemode": self.livemode,
                 "reference": self.reference, "amount_minor": self.amount_minor, "currency": self.currency}
 
+    def claim(self) -> Claim:
+        """What this payment object says about itself, for :func:`paycore.evidence.judge`."""
+        return Claim(provider_payment_id=self.id, reference=self.reference, amount_minor=self.amount_minor,
+                     currency=self.currency, accounts=(self.account,) if self.account is not None else (),
+                     livemodes=(self.livemode,) if self.livemode is not None else ())
+
     def to_outcome(self) -> ProviderOutcome:
         """What this payment says about the attempt.
 
@@ -263,9 +304,10 @@ class ProviderPayment:
         :return: The outcome, carrying the payment id, status, amount and
             currency.
         """
-        common: dict[str, Any] = {"amount_minor": self.amount_minor, "currency": self.currency}
+        common: dict[str, Any] = {"amount_minor": self.amount_minor, "currency": self.currency,
+                                  "claim": self.claim()}
         if self.status == "succeeded":
-            return ProviderOutcome.succeeded(self.id, self.amount_minor, self.currency)
+            return ProviderOutcome.succeeded(self.id, self.amount_minor, self.currency, claim=self.claim())
         if self.status == "processing":
             return ProviderOutcome.processing(self.id, **common)
         if self.status == "requires_action":
@@ -407,15 +449,6 @@ def _parse_payment(obj: Any) -> ProviderPayment | None:
         next_action=next_action,
         next_action_expires_at=expires_at,
     )
-
-
-def _payment_mismatch(payment: ProviderPayment, acct: ProviderAccountConfig) -> str | None:
-    """Which field says this payment is not from the configured account, if any."""
-    if payment.account is not None and payment.account != acct.account:
-        return "account"
-    if payment.livemode is not None and payment.livemode != (acct.environment == "live"):
-        return "livemode"
-    return None
 
 
 def _error(obj: Any) -> tuple[str, str | None] | None:
@@ -722,12 +755,12 @@ class CardcoClient:
             # A 402 is only ever a decline; anything else in it is not understood.
             if payment is None or (status == 402 and payment.status != "declined"):
                 return ProviderOutcome.unknown("provider.body-unrecognized", **meta)
-            mismatch = self._create_mismatch(stored, payment)
-            if mismatch is not None:
+            verdict = judge(stored, payment.claim())
+            if not verdict.accepted:
                 # Evidence about another payment: its id and status are never this
-                # attempt's. They travel only in ``detail``, for the escalation.
+                # attempt's. What it said travels in ``claim``, for the escalation.
                 return ProviderOutcome.unknown(
-                    f"provider.response-mismatch.{mismatch}", mismatch=mismatch,
+                    f"provider.response-mismatch.{verdict.attribute}", claim=payment.claim(),
                     detail={"reported_payment": payment.evidence()}, **meta,
                 )
             return dataclasses.replace(payment.to_outcome(), **meta)
@@ -777,16 +810,6 @@ class CardcoClient:
             # the request; a 500 is stored under the key and may hide a payment.
             return ProviderOutcome.unknown(f"provider.http-{status}", **meta)
         return ProviderOutcome.unknown(f"provider.unexpected-status-{status}", **meta)
-
-    def _create_mismatch(self, stored: StoredRequest, payment: ProviderPayment) -> str | None:
-        """A payment answering our request must describe what we sent."""
-        if payment.reference is not None and payment.reference != stored.client_reference:
-            return "reference"
-        if payment.amount_minor != stored.amount_minor:
-            return "amount"
-        if payment.currency != stored.currency:
-            return "currency"
-        return _payment_mismatch(payment, self._accounts[stored.provider_account])
 
     @staticmethod
     def _logged(stored: StoredRequest, outcome: ProviderOutcome) -> ProviderOutcome:

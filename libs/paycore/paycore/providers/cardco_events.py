@@ -8,6 +8,7 @@ stored.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -82,6 +83,11 @@ def parse_event(body: bytes) -> Notification:
     payment = parse_payment(obj)
     if payment is None:
         raise InvalidEvent("invalid-payment")
+    # The envelope's account and mode are statements too: evidence only if both agree.
+    said = payment.claim()
+    claim = dataclasses.replace(
+        said, accounts=said.accounts + ((account,) if account is not None else ()),
+        livemodes=said.livemodes + ((livemode,) if livemode is not None else ()))
     return Notification(
         event_id=_blank_to_none(event_id),
         event_type=event_type,
@@ -94,7 +100,7 @@ def parse_event(body: bytes) -> Notification:
         amount_refunded=payment.amount_refunded,
         payload_account=account,
         payload_livemode=livemode,
-        outcome=payment.to_outcome(),
+        outcome=dataclasses.replace(payment.to_outcome(), claim=claim),
         event=event,
         object_account=payment.account,
         object_livemode=payment.livemode,
