@@ -640,7 +640,8 @@ async def test_a_record_owned_by_another_attempt_resolves_nothing_and_escalates(
     assert await rec.worker().run_pass() == [Pass.ESCALATED]
     assert await rec.open_escalations() == [f"attempt:{a.attempt_id}:provider-id-conflict"]
     [esc] = await rec.escalation_rows()
-    assert esc["detail"]["owned_by_attempt"] == str(b.attempt_id) and esc["detail"]["reported"] == payment["id"]
+    assert esc["detail"]["owned_by_attempt"] == str(b.attempt_id)
+    assert esc["detail"]["reported"] == payment["id"]
     # Both attempts exactly as they were; nothing sent.
     after_a, after_b = await rec.current(a), await rec.current(b)
     assert after_a.state is AttemptState.UNKNOWN and after_a.provider_payment_id is None
