@@ -228,3 +228,13 @@ def test_recovery_settings_keep_their_defaults_and_have_no_upper_bound() -> None
     read = load_recovery_settings(app, {"PAYCORE_PAYMENT_TOKEN_TTL_S": ninety_days,
                                         "PAYCORE_RECOVERY_BACKOFF_S": "1, 2,3"})
     assert (read.payment_token_ttl_s, read.backoff_s) == (90 * 86_400.0, (1.0, 2.0, 3.0))
+
+
+def test_the_outbox_retention_can_be_set_to_its_own_default_and_beyond() -> None:
+    # A horizon in days is a SQL interval, not an asyncio budget: the budget bound
+    # (int32 milliseconds, ~24.8 days) refused the documented default of 30 days.
+    thirty_days = str(30 * 86_400)
+    assert load_settings({"PAYCORE_OUTBOX_RETENTION_S": thirty_days},
+                         require_cardco=False).outbox_retention_s == 30 * 86_400.0
+    assert load_settings({"PAYCORE_OUTBOX_RETENTION_S": str(90 * 86_400)},
+                         require_cardco=False).outbox_retention_s == 90 * 86_400.0

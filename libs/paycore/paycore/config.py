@@ -185,8 +185,9 @@ OUTBOX_BACKOFF_BASE = DISPATCHER.declare(
     "PAYCORE_OUTBOX_BACKOFF_BASE_S", SECONDS, 1.0, "first retry delay after a failed send; doubles")
 OUTBOX_BACKOFF_MAX = DISPATCHER.declare(
     "PAYCORE_OUTBOX_BACKOFF_MAX_S", SECONDS, 300.0, "longest retry delay; not below the base")
+# A horizon of days, not an asyncio budget: the budget bound (~24.8 days) would refuse its default.
 OUTBOX_RETENTION = DISPATCHER.declare(
-    "PAYCORE_OUTBOX_RETENTION_S", SECONDS, 30 * 86_400.0,
+    "PAYCORE_OUTBOX_RETENTION_S", Number("seconds", maximum=None), 30 * 86_400.0,
     "`paycore outbox purge` deletes rows dispatched longer ago (the replay horizon)")
 
 ALERTS = Group("`paycore run alerts`: operator-alert delivery (docs/dispatcher.md)")
