@@ -41,7 +41,7 @@ from types import FrameType
 from typing import Any, Literal, TypeVar, overload
 from urllib.parse import urlsplit, urlunsplit
 
-from paycore.config import ConfigError, load_settings
+from paycore.config import CARDCO_BASE_URL, ConfigError, load_settings
 from paycore.settings_spec import Choice, FilePath, Group
 
 log = logging.getLogger("paycore.cli")
@@ -637,7 +637,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     env["PYTHONUNBUFFERED"] = "1"
     env["PAYCORE_HOME"] = str(home)
     urls = {name: f"http://{LOOPBACK}:{port}" for name, port in ports.items()}
-    local_cardco = not (env.get("PAYCORE_CARDCO_BASE_URL") or "").strip()
+    local_cardco = CARDCO_BASE_URL.get(env) is None
     if local_cardco:
         env.update({
             "PAYCORE_CARDCO_BASE_URL": urls["sandbox"],

@@ -72,7 +72,7 @@ class Kind(Protocol[T_co]):
 
 
 def _num(value: float) -> str:
-    return f"{value:g}" if value == int(value) and abs(value) < 1e15 else repr(value)
+    return str(int(value)) if math.isfinite(value) and value == int(value) else repr(value)
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ class Count:
         return value
 
     def accepts(self) -> str:
-        return f"whole number 1–{self.maximum}"
+        return "whole number ≥ 1" if self.maximum == Count.maximum else f"whole number 1–{self.maximum}"
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ class Flag:
         raise Invalid(f"must be true or false, got {raw!r}")
 
     def accepts(self) -> str:
-        return "`true` \\| `false`"
+        return "`true` | `false`"
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ class Choice:
         return value
 
     def accepts(self) -> str:
-        return " \\| ".join(f"`{c}`" for c in self.choices)
+        return " | ".join(f"`{c}`" for c in self.choices)
 
 
 @dataclass(frozen=True)

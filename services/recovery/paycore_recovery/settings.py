@@ -12,7 +12,7 @@ from paycore.settings_spec import Count, Group, Items, Number
 # Recovery's durations have no upper bound of their own: a day-long cadence is policy.
 SECONDS = Number("seconds", maximum=None)
 
-RECOVERY = Group("`paycore run recovery`: the recovery loop (docs/recovery.md)")
+RECOVERY = Group("`paycore run recovery`: the recovery loop and its reminders job")
 BACKOFF = RECOVERY.declare(
     "PAYCORE_RECOVERY_BACKOFF_S", Items(SECONDS), (60.0, 120.0, 300.0, 900.0),
     "delays after the 1st, 2nd, … lookup (1, 2, 5, 15 minutes)")

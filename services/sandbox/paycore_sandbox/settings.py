@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
-from paycore.settings_spec import Count, FilePath, Group, Items, Number, Text
+from paycore.settings_spec import Count, FileField, FilePath, Group, Items, Number, Text
 
 Environment = Literal["test", "live"]
 ENVIRONMENTS: tuple[Environment, ...] = ("test", "live")
@@ -35,6 +35,26 @@ WEBHOOK_URLS = SANDBOX.declare(
 WEBHOOK_TIME_SCALE = SANDBOX.declare(
     "PAYCORE_SANDBOX_WEBHOOK_TIME_SCALE", Number("", checked=False), 1.0,
     "`webhook_time_scale` (> 0): multiplies every webhook retry delay and `webhook_delay` fault")
+
+# The keys of the PAYCORE_SANDBOX_CONFIG file: the SandboxSettings fields, and each account's.
+CONFIG_FILE_FIELDS = (
+    FileField("accounts", "`acct_store` (test, live), `acct_other` (test)",
+              "the merchant accounts: a non-empty list of objects with the `accounts[].` keys"),
+    FileField("accounts[].account", "required", "starts with `acct_`"),
+    FileField("accounts[].environment", "required", "`test` or `live`"),
+    FileField("accounts[].api_key", "required", "`sk_<environment>_…`, unique"),
+    FileField("accounts[].webhook_secret", "fixed per account and environment",
+              "`whsec_` + base64 of at least 16 bytes"),
+    FileField("accounts[].lookup_rate_per_s", "50", "lookups per second before 429 (> 0)"),
+    FileField("accounts[].lookup_burst", "50", "lookups allowed at once (≥ 1)"),
+    FileField("key_retention_s", "86400", "idempotency-key retention, sandbox-clock seconds (integer > 0)"),
+    FileField("action_expiry_s", "900", "a pending customer action expires after it (integer > 0)"),
+    FileField("async_delay_s", "1", "`tok_async` succeeds this long after creation (≥ 0)"),
+    FileField("hang_limit_s", "120", "real seconds a \"no response\" fault holds a request open (≥ 0)"),
+    FileField("webhook_endpoints", "none", "absolute http(s) URLs every webhook event is POSTed to"),
+    FileField("webhook_time_scale", "1", "multiplies every retry delay and `webhook_delay` fault (> 0)"),
+    FileField("webhook_timeout_s", "10", "real seconds a delivery may take; no 2xx within it fails (> 0)"),
+)
 
 
 def _fixed_secret(account: str, environment: str) -> str:
