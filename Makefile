@@ -7,7 +7,7 @@ PACKAGES := libs/paycore services/checkout services/sandbox services/webhooks \
             services/recovery services/dispatcher
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
 
-.PHONY: help venv run test test-fast lint typecheck check bench chaos mutate lock clean
+.PHONY: help venv run test test-fast lint typecheck check docs bench chaos mutate lock clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ lint: $(STAMP)  ## ruff
 
 typecheck: $(STAMP)  ## mypy --strict on libs/paycore and every service
 	$(BIN)/mypy
+
+docs: $(STAMP)  ## regenerate the configuration tables of the docs from the settings' declarations
+	$(BIN)/python -m tools.settings_doc --write
 
 bench: $(STAMP)  ## benchmarks with same-run baselines (prints ratios; not a test)
 	$(BIN)/python -m bench.checkout
