@@ -100,9 +100,9 @@ async def test_a_create_answer_naming_another_payment_stays_unknown_without_its_
 
     # The payment's real owner settles on its own evidence, with no conflict to untangle.
     evidence = ProviderOutcome.succeeded("pay_foreign", 4999, "EUR")
-    settled = await record_outcome(pool, owner.attempt_id, evidence, now=clock.now(),
+    settled = (await record_outcome(pool, owner.attempt_id, evidence, now=clock.now(),
                                    actor="notification-handler", recheck_after_s=60,
-                                   from_send=False, reminder_interval=REMINDER_INTERVAL)
+                                   from_send=False, reminder_interval=REMINDER_INTERVAL)).attempt
     assert settled.state is AttemptState.SUCCEEDED and settled.provider_payment_id == "pay_foreign"
     assert await escalations_of(pool, owner) == []
 
@@ -123,9 +123,9 @@ async def test_a_lookup_finding_a_payment_that_is_not_this_attempts_escalates_at
 ) -> None:
     attempt = await new_started_attempt(pool, clock, settings)
     lost = ProviderOutcome.unknown("provider.no-response.caller")
-    attempt = await record_outcome(pool, attempt.attempt_id, lost, now=clock.now(),
+    attempt = (await record_outcome(pool, attempt.attempt_id, lost, now=clock.now(),
                                    actor="endpoint", recheck_after_s=60,
-                                   reminder_interval=REMINDER_INTERVAL)
+                                   reminder_interval=REMINDER_INTERVAL)).attempt
     clock.advance(60)
     answered = payment_object(id="pay_seen", **{"reference": attempt.client_reference, **seen})
     cardco.reply(200, {"data": [answered]})

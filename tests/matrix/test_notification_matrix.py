@@ -48,10 +48,10 @@ async def live_attempt(hooks: WebhookStack, provider_account: str = TEST, *, unk
     acct = account(hooks, provider_account)
     started = await started_attempt(hooks.pool, hooks.clock, acct, order, customer)
     if unknown:
-        return await record_outcome(hooks.pool, started.attempt_id,
+        return (await record_outcome(hooks.pool, started.attempt_id,
                                     ProviderOutcome.unknown("provider.no-response.caller"),
                                     now=hooks.clock.now(), actor="endpoint", recheck_after_s=60,
-                                    reminder_interval=REMINDER_INTERVAL)
+                                    reminder_interval=REMINDER_INTERVAL)).attempt
     return started
 
 

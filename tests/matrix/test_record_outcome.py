@@ -53,7 +53,7 @@ async def record(pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt, outcome
     kw.setdefault("actor", "endpoint")
     kw.setdefault("recheck_after_s", RECHECK_S)
     kw.setdefault("reminder_interval", REMINDER_INTERVAL)
-    return await attempts.record_outcome(pool, attempt.attempt_id, outcome, now=clock.now(), **kw)
+    return (await attempts.record_outcome(pool, attempt.attempt_id, outcome, now=clock.now(), **kw)).attempt
 
 
 async def business_rows(pool: asyncpg.Pool, attempt: Attempt) -> list[asyncpg.Record]:

@@ -739,12 +739,12 @@ async def test_a_stale_worker_cannot_release_the_new_owners_lease(rec: RecoveryS
     assert not await leases.owns(rec.pool, attempt.attempt_id, lease_a, now)
 
     # A applying a valid provider outcome records it, but still cannot release B's lease.
-    recorded = await record_outcome(
+    recorded = (await record_outcome(
         rec.pool, attempt.attempt_id,
         ProviderOutcome.processing("pay_observed_by_a", amount_minor=attempt.amount_minor,
                                    currency=attempt.currency),
         now=now, actor="recovery-a", recheck_after_s=60, from_send=False, lease=lease_a,
-        reminder_interval=REMINDER_INTERVAL)
+        reminder_interval=REMINDER_INTERVAL)).attempt
     assert recorded.provider_status == "processing" and recorded.version == attempt.version + 1
     assert recorded.recovery_owner == "w" and recorded.lease_token == lease_b.token
     assert await leases.finish(rec.pool, attempt.attempt_id, lease_b, now, 60) is True

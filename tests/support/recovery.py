@@ -81,10 +81,10 @@ class RecoveryStack:
         outcome = await client.create_payment(StoredRequest.from_record(dataclasses.asdict(attempt)),
                                               budget_s=15, first_send=True)
         assert outcome.kind.value == "succeeded", outcome
-        return await record_outcome(self.pool, attempt.attempt_id,
+        return (await record_outcome(self.pool, attempt.attempt_id,
                                     ProviderOutcome.unknown("provider.no-response.caller"),
                                     now=self.clock.now(), actor="endpoint", recheck_after_s=60,
-                                    reminder_interval=REMINDER_INTERVAL)
+                                    reminder_interval=REMINDER_INTERVAL)).attempt
 
     async def make_due(self, attempt: Attempt | None = None) -> None:
         """Move the clock to the next due check (of one attempt, or of all live attempts)."""
@@ -155,10 +155,10 @@ class RecoveryStack:
     async def unknown_never_sent(self, provider_account: str = TEST, customer: str = "cus_alice") -> Attempt:
         """Started and recorded Unknown, but the request never reached the provider."""
         attempt = await self.started_attempt(provider_account, customer)
-        return await record_outcome(self.pool, attempt.attempt_id,
+        return (await record_outcome(self.pool, attempt.attempt_id,
                                     ProviderOutcome.unknown("provider.no-response.caller"),
                                     now=self.clock.now(), actor="endpoint", recheck_after_s=60,
-                                    reminder_interval=REMINDER_INTERVAL)
+                                    reminder_interval=REMINDER_INTERVAL)).attempt
 
     async def due_now(self, attempt: Attempt) -> None:
         """Make one attempt due at the current time without moving the clock."""

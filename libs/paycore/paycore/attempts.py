@@ -42,10 +42,10 @@ from paycore.leases import Lease
 from paycore.orders import OrderNotPayable, lock_order, lock_order_of_attempt, mark_paid
 
 __all__ = [
-    "Attempt", "IntentResult", "OutcomeNotConfirmed", "OutcomeResult", "StartResult", "apply_evidence",
-    "apply_outcome", "close_never_sent", "commit_send_intent", "find_by_reference_and_payment_id",
-    "get_attempt", "get_or_create_live_attempt", "judge_outcome", "latest_attempt", "record_evidence",
-    "record_outcome", "record_send_abandoned", "try_mark_started",
+    "Attempt", "IntentResult", "OutcomeNotConfirmed", "OutcomeResult", "StartResult", "apply_outcome",
+    "close_never_sent", "commit_send_intent", "find_by_reference_and_payment_id", "get_attempt",
+    "get_or_create_live_attempt", "judge_outcome", "latest_attempt", "record_outcome",
+    "record_send_abandoned", "try_mark_started",
 ]
 
 log = logging.getLogger("paycore.attempts")
@@ -313,7 +313,7 @@ class _Escalate:
 
 @dataclass(frozen=True)
 class OutcomeResult:
-    """The durable attempt after an outcome write, and the verdict on the evidence it brought."""
+    """What an outcome write leaves: the durable attempt, and the verdict on the evidence it brought."""
 
     attempt: Attempt
     verdict: Verdict
@@ -333,35 +333,10 @@ async def record_outcome(
     escalated_recheck_after_s: float | None = None,
     evidence_key: str | None = None,
     max_reapply: int = MAX_REAPPLY,
-) -> Attempt:
-    """Record a provider outcome in its own transaction; see :func:`apply_evidence`."""
-    recorded = await record_evidence(
-        pool, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
-        reminder_interval=reminder_interval, from_send=from_send, lease=lease,
-        escalated_recheck_after_s=escalated_recheck_after_s, evidence_key=evidence_key,
-        max_reapply=max_reapply,
-    )
-    return recorded.attempt
-
-
-async def record_evidence(
-    pool: asyncpg.Pool,
-    attempt_id: UUID,
-    outcome: ProviderOutcome,
-    *,
-    now: datetime,
-    actor: str,
-    recheck_after_s: float,
-    reminder_interval: timedelta,
-    from_send: bool = True,
-    lease: Lease | None = None,
-    escalated_recheck_after_s: float | None = None,
-    evidence_key: str | None = None,
-    max_reapply: int = MAX_REAPPLY,
 ) -> OutcomeResult:
-    """:func:`record_outcome`, also saying whether the evidence was about this attempt."""
+    """Record a provider outcome in its own transaction; see :func:`apply_outcome`."""
     async with pool.acquire() as conn, conn.transaction():
-        return await apply_evidence(
+        return await apply_outcome(
             conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
             reminder_interval=reminder_interval, from_send=from_send, lease=lease,
             escalated_recheck_after_s=escalated_recheck_after_s, evidence_key=evidence_key,
@@ -370,31 +345,6 @@ async def record_evidence(
 
 
 async def apply_outcome(
-    conn: asyncpg.Connection,
-    attempt_id: UUID,
-    outcome: ProviderOutcome,
-    *,
-    now: datetime,
-    actor: str,
-    recheck_after_s: float,
-    reminder_interval: timedelta,
-    from_send: bool = True,
-    lease: Lease | None = None,
-    escalated_recheck_after_s: float | None = None,
-    evidence_key: str | None = None,
-    max_reapply: int = MAX_REAPPLY,
-) -> Attempt:
-    """:func:`apply_evidence`, returning the durable attempt."""
-    recorded = await apply_evidence(
-        conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
-        reminder_interval=reminder_interval, from_send=from_send, lease=lease,
-        escalated_recheck_after_s=escalated_recheck_after_s, evidence_key=evidence_key,
-        max_reapply=max_reapply,
-    )
-    return recorded.attempt
-
-
-async def apply_evidence(
     conn: asyncpg.Connection,
     attempt_id: UUID,
     outcome: ProviderOutcome,
@@ -469,7 +419,7 @@ async def _apply_once(
     escalated_recheck_after_s: float | None,
     escalate: _Escalate,
 ) -> OutcomeResult:
-    """One try of :func:`apply_evidence`; raises :class:`_LostRace` to roll back and reapply."""
+    """One try of :func:`apply_outcome`; raises :class:`_LostRace` to roll back and reapply."""
     order = await lock_order_of_attempt(conn, attempt_id)
     attempt = await get_attempt(conn, attempt_id)
 

@@ -28,7 +28,7 @@ import asyncpg
 import orjson
 
 from paycore import escalations, outbox
-from paycore.attempts import Attempt, OutcomeResult, apply_evidence, get_attempt
+from paycore.attempts import Attempt, OutcomeResult, apply_outcome, get_attempt
 from paycore.domain import AttemptState, ProviderOutcome
 from paycore.errors import PaycoreError
 from paycore.events import EventKind, append_event
@@ -198,7 +198,7 @@ async def apply_notification(
 ) -> OutcomeResult:
     """Apply verified, matched evidence to its attempt, inside the caller's transaction.
 
-    Through the one writer of outcomes (:func:`paycore.attempts.apply_evidence`):
+    Through the one writer of outcomes (:func:`paycore.attempts.apply_outcome`):
     the evidence is judged first, and evidence about another payment resolves
     nothing and is escalated under the verdict's reason, keyed by this
     notification. Final outcomes resolve a Started or Unknown attempt through the
@@ -207,7 +207,7 @@ async def apply_notification(
     Unknown to Started and store the action. A refund of a Succeeded attempt is
     recorded and queues ``attempt:<id>:refund-request`` after the confirmation.
     """
-    recorded = await apply_evidence(
+    recorded = await apply_outcome(
         conn, attempt.attempt_id, n.outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
         reminder_interval=reminder_interval, from_send=False, evidence_key=key,
     )

@@ -152,11 +152,11 @@ class CheckoutPayments:
 
         try:
             async with self.clock.budget(budgets.record_s):
-                recorded = await record_outcome(
+                recorded = (await record_outcome(
                     self.pool, started.attempt_id, outcome, now=self.clock.now(), actor="endpoint",
                     recheck_after_s=self.settings.recheck_after_s,
                     reminder_interval=self.settings.reminder_interval,
-                )
+                )).attempt
         except UNCONFIRMED_WRITE as exc:
             self._report_outcome_not_recorded(started, outcome, exc)
             return await self._reload(started)

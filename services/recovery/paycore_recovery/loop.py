@@ -24,7 +24,7 @@ from uuid import UUID
 import asyncpg
 
 from paycore import attempts, events, evidence, leases, rate_limits
-from paycore.attempts import Attempt, get_attempt, record_evidence, record_outcome
+from paycore.attempts import Attempt, get_attempt, record_outcome
 from paycore.clock import Clock
 from paycore.config import Settings
 from paycore.domain import LIVE_STATES, AttemptState
@@ -347,7 +347,7 @@ class RecoveryWorker:
         # lapsed; only a lease it still owns is released.
         payment = payments[0]
         recheck = self.recovery.action_poll_s if payment.status == "requires_action" else backoff
-        recorded = await record_evidence(
+        recorded = await record_outcome(
             self.pool, attempt.attempt_id, payment.to_outcome(), now=self.clock.now(), actor=self.actor,
             recheck_after_s=recheck, from_send=False, lease=lease,
             escalated_recheck_after_s=self.recovery.slow_cadence_s,
@@ -419,8 +419,9 @@ class RecoveryWorker:
                                         actor=self.actor, recheck_after_s=recheck, from_send=True,
                                         lease=lease, reminder_interval=self.settings.reminder_interval)
         await leases.finish(self.pool, attempt_id, lease, self.clock.now(), recheck)
-        if recorded.state in (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.NOT_APPLIED):
-            self.metrics.resolved.labels(recorded.state.value).inc()
+        state = recorded.attempt.state
+        if state in (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.NOT_APPLIED):
+            self.metrics.resolved.labels(state.value).inc()
         return Pass.RESENT
 
     async def _escalate(self, attempt: Attempt, lease: Lease, reason: str, delay_s: float,
