@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
+from harness.servers import serve_asgi
 from paycore import accounts, attempts, leases, orders
 from paycore.attempts import Attempt, StartResult, get_attempt, record_outcome, try_mark_started
 from paycore.domain import AttemptState, ProviderOutcome
@@ -20,7 +21,6 @@ from paycore_recovery.settings import RecoverySettings
 from paycore_sandbox.app import create_app as create_sandbox_app
 from paycore_sandbox.settings import SandboxSettings
 from tests.support.recovery import RecoveryStack
-from tests.support.servers import serve_asgi
 from tests.support.timings import REMINDER_INTERVAL
 from tests.support.webhooks import OTHER, TEST, event, payment_object
 
