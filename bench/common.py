@@ -10,7 +10,7 @@ import shutil
 import statistics
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -97,8 +97,13 @@ async def pgbench(dsn: str, script: Path, *, clients: int, seconds: float,
     return float(tps.group(1)), float(latency.group(1))
 
 
-async def seed_provider_account(conn: asyncpg.Connection, base_url: str = "http://127.0.0.1:1") -> None:
-    """The sandbox's acct_store test account as a ``provider_accounts`` row (no secrets stored)."""
+async def seed_provider_account(conn: asyncpg.Connection, base_url: str = "http://127.0.0.1:1",
+                                env: Mapping[str, str] | None = None) -> None:
+    """The sandbox's acct_store test account as a ``provider_accounts`` row (no secrets stored).
+
+    Pass the services' ``env`` when they check the registered account against their own
+    configuration (recovery does): a row that differs stops them at start-up.
+    """
     settings = load_settings({"PAYCORE_CARDCO_BASE_URL": base_url, "PAYCORE_CARDCO_ACCOUNT": "acct_store",
-                              "PAYCORE_CARDCO_API_KEY": "sk_test_acct_store_local"})
+                              "PAYCORE_CARDCO_API_KEY": "sk_test_acct_store_local", **(env or {})})
     await register_provider_accounts(conn, settings.accounts, SystemClock().now())
