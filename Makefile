@@ -25,7 +25,7 @@ run: $(STAMP)  ## start the whole system on embedded defaults (Ctrl-C stops it)
 	$(BIN)/paycore up
 
 test: $(STAMP)  ## lint, type-check and run every test against real PostgreSQL and the sandbox
-	$(BIN)/ruff check libs services tests bench tools
+	$(BIN)/ruff check libs services harness tests bench tools
 	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -33,9 +33,9 @@ test-fast: $(STAMP)  ## run the tests only
 	$(BIN)/python -m pytest -x -q $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff
-	$(BIN)/ruff check libs services tests bench tools
+	$(BIN)/ruff check libs services harness tests bench tools
 
-typecheck: $(STAMP)  ## mypy --strict on libs/paycore and every service
+typecheck: $(STAMP)  ## mypy --strict on libs/paycore, every service and harness/
 	$(BIN)/mypy
 
 docs: $(STAMP)  ## regenerate the configuration tables of the docs from the settings' declarations

@@ -25,7 +25,8 @@ import asyncpg
 import httpx
 import orjson
 
-from bench.common import bench_database, free_port, paycore_process, seed_provider_account, service, wait_http
+from bench.common import bench_database, paycore_process, seed_provider_account, service
+from harness.servers import free_port, wait_http
 
 ATTEMPTS = int(os.environ.get("PAYCORE_BENCH_ATTEMPTS", "10000"))
 CONCURRENCY = int(os.environ.get("PAYCORE_BENCH_RECOVERY_CONCURRENCY", "16"))
@@ -72,9 +73,9 @@ async def create_payments(http: httpx.AsyncClient) -> None:
     await asyncio.gather(*(creator() for _ in range(CONCURRENCY)))
 
 
-async def seed(dsn: str, sandbox_url: str) -> None:
+async def seed(dsn: str, sandbox_url: str, env: dict[str, str]) -> None:
     conn = await asyncpg.connect(dsn)
-    await seed_provider_account(conn, sandbox_url)
+    await seed_provider_account(conn, sandbox_url, env)  # registered as the workers are configured
     orders, attempts = SEED_ATTEMPTS.strip().split(";\n")
     await conn.execute(orders, ATTEMPTS)
     await conn.execute(attempts, ATTEMPTS, sandbox_url)
@@ -83,7 +84,6 @@ async def seed(dsn: str, sandbox_url: str) -> None:
 
 async def sweep(dsn: str, sandbox_url: str, instances: int) -> float:
     """Seconds until every seeded attempt is resolved by ``instances`` worker processes."""
-    await seed(dsn, sandbox_url)
     env = {
         "PAYCORE_DATABASE_URL": dsn, "PAYCORE_CARDCO_BASE_URL": sandbox_url,
         "PAYCORE_CARDCO_ACCOUNT": "acct_store", "PAYCORE_CARDCO_ENVIRONMENT": "test",
@@ -91,12 +91,17 @@ async def sweep(dsn: str, sandbox_url: str, instances: int) -> float:
         "PAYCORE_RECOVERY_INTERVAL_S": "0.05", "PAYCORE_RECOVERY_BATCH": "500",
         "PAYCORE_RECOVERY_CONCURRENCY": str(CONCURRENCY // instances or 1),
     }
+    await seed(dsn, sandbox_url, env)
     conn = await asyncpg.connect(dsn)
     with contextlib.ExitStack() as stack:
         started = time.perf_counter()
-        for i in range(instances):
-            stack.enter_context(paycore_process(["run", "recovery", "--owner", f"bench-{i}"], env))
+        workers = [stack.enter_context(paycore_process(["run", "recovery", "--owner", f"bench-{i}"], env))
+                   for i in range(instances)]
         while await conn.fetchval("SELECT count(*) FROM payment_attempts WHERE state = 'Unknown'"):
+            if all(w.poll() is not None for w in workers):  # e.g. a configuration error at start-up
+                codes = [w.returncode for w in workers]
+                raise RuntimeError(f"every recovery worker exited (codes {codes}) before the sweep finished;"
+                                   " run `paycore run recovery` with its env to see why")
             if time.perf_counter() - started > 600:
                 raise TimeoutError("the sweep did not finish within 10 minutes")
             await asyncio.sleep(0.1)

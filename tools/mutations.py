@@ -45,7 +45,10 @@ REPLAYS = "libs/paycore/paycore/webhook_replays.py"
 RECORD = "tests/matrix/test_record_outcome.py"
 REPO = "tests/matrix/test_live_attempt_repository.py"
 REC = "tests/matrix/test_recovery_matrix.py"
-MORE = "tests/matrix/test_recovery_matrix_more.py"
+REC_NOT_STARTED = "tests/matrix/test_recovery_not_started.py"
+REC_CLAIMS = "tests/matrix/test_recovery_claims.py"
+REC_INTENTS = "tests/matrix/test_recovery_send_intents.py"
+REC_ESCALATIONS = "tests/matrix/test_recovery_escalations.py"
 INTENT = "tests/matrix/test_send_intent.py"
 NOTE = "tests/matrix/test_notification_matrix.py"
 CLIENT = "tests/unit/test_cardco_client.py"
@@ -87,56 +90,56 @@ MUTATIONS: tuple[Mutation, ...] = (
         "close-never-sent-guard", ATTEMPTS,
         "WHERE attempt_id = $1 AND version = $5 AND state = 'NotStarted' AND ",
         "WHERE attempt_id = $1 AND (version = $5 OR TRUE) AND (state = 'NotStarted' OR TRUE) AND ",
-        t(MORE, "test_a_stale_not_started_attempt_the_endpoint_starts_as_recovery_closes_it_is_rescheduled_not_closed"),
+        t(REC_NOT_STARTED, "test_a_stale_not_started_attempt_the_endpoint_starts_as_recovery_closes_it_is_rescheduled_not_closed"),
         'recovery closes only the NotStarted attempt it read, at the version it read',
     ),
     Mutation(
         "close-never-sent-lease", ATTEMPTS,
         'state = \'NotStarted\' AND """ + leases.OWNED + """',
         'state = \'NotStarted\' AND ($2::text IS NOT NULL OR $3::uuid IS NOT NULL OR $4::timestamptz IS NOT NULL)""" + """',
-        t(MORE, "test_a_worker_whose_lease_was_reclaimed_cannot_close_the_not_started_attempt"),
+        t(REC_NOT_STARTED, "test_a_worker_whose_lease_was_reclaimed_cannot_close_the_not_started_attempt"),
         'a worker whose lease was reclaimed cannot close the attempt',
     ),
     Mutation(
         "finish-ownership", LEASES,
         'OWNED = "recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $4"',
         'OWNED = "(recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $4 OR TRUE)"',
-        t(MORE, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
+        t(REC_CLAIMS, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
         "ownership (one predicate): only the owner's unexpired lease finishes, escalates or sends",
     ),
     Mutation(
         "finish-token", LEASES,
         'OWNED = "recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $4"',
         'OWNED = "recovery_owner = $2 AND (lease_token = $3 OR TRUE) AND lease_expires_at > $4"',
-        t(MORE, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
+        t(REC_CLAIMS, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
         'a stale worker with the same name but an old token owns nothing',
     ),
     Mutation(
         "claim-next-due-lease", LEASES,
         ' AND next_check_at <= $3 AND (recovery_owner IS NULL OR lease_expires_at <= $3)")',
         ' AND next_check_at <= $3")',
-        t(MORE, "test_an_unconfirmed_send_intent_write_sends_nothing_and_leaves_the_lease_to_expire"),
+        t(REC_INTENTS, "test_an_unconfirmed_send_intent_write_sends_nothing_and_leaves_the_lease_to_expire"),
         'a claim never takes an attempt whose lease is held and unexpired',
     ),
     Mutation(
         "claim-lease", LEASES,
         ' AND next_check_at <= $3 AND (recovery_owner IS NULL OR lease_expires_at <= $3)")',
         ' AND next_check_at <= $3 AND (recovery_owner IS NULL OR lease_expires_at <= $3 OR TRUE)")',
-        t(MORE, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
+        t(REC_CLAIMS, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
         'a claim of one attempt never takes a lease another worker holds',
     ),
     Mutation(
         "claim-next-due-live-states", LEASES,
         'CLAIMABLE = (LIVE_STATE_PREDICATE\n',
         'CLAIMABLE = ("TRUE"\n',
-        t(MORE, "test_a_sweep_never_claims_a_resolved_attempt_even_when_its_next_check_time_has_passed"),
+        t(REC_CLAIMS, "test_a_sweep_never_claims_a_resolved_attempt_even_when_its_next_check_time_has_passed"),
         'a sweep never claims a resolved attempt',
     ),
     Mutation(
         "claim-next-due-inner-states", LEASES,
         '        WHERE """ + CLAIMABLE + """\n        ORDER BY next_check_at, created_at, attempt_id',
         '        WHERE """ + CLAIMABLE.replace(LIVE_STATE_PREDICATE, "TRUE") + """\n        ORDER BY next_check_at, created_at, attempt_id',
-        t(MORE, "test_a_sweep_never_claims_a_resolved_attempt_even_when_its_next_check_time_has_passed"),
+        t(REC_CLAIMS, "test_a_sweep_never_claims_a_resolved_attempt_even_when_its_next_check_time_has_passed"),
         'the next-due sub-select picks only live attempts',
     ),
     # -- lease, deadline and cancellation checks ---------------------------------------------------
@@ -181,7 +184,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "loop-order-not-payable", LOOP,
         'if order is None or order.not_payable_reason is not None:',
         'if order is None:',
-        t(MORE, "test_an_order_cancelled_before_the_send_intent_prevents_the_resend_and_escalates"),
+        t(REC_INTENTS, "test_an_order_cancelled_before_the_send_intent_prevents_the_resend_and_escalates"),
         'recovery never resends for a cancelled or paid order',
     ),
     Mutation(
@@ -212,7 +215,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            await leases.finish(self.pool, attempt_id, lease, self.clock.now(), backoff)\n"
         "            return Pass.INTENT_REFUSED",
         "            return Pass.INTENT_REFUSED",
-        t(MORE, "test_a_refused_send_intent_reschedules_on_the_backoff_and_releases_the_lease"),
+        t(REC_INTENTS, "test_a_refused_send_intent_reschedules_on_the_backoff_and_releases_the_lease"),
         "a refused intent reschedules and releases the lease (M50 / C19)",
     ),
     # -- same-key resend ---------------------------------------------------------------------------
@@ -311,21 +314,21 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            else:",
         '                await self._escalate(attempt, lease, "deadline", backoff)\n'
         "            else:",
-        t(MORE, "test_failing_lookups_past_the_deadline_are_made_on_the_slow_read_only_cadence"),
+        t(REC_ESCALATIONS, "test_failing_lookups_past_the_deadline_are_made_on_the_slow_read_only_cadence"),
         "past the deadline, failing lookups only read, on the slow cadence",
     ),
     Mutation(
         "resend-rejected-escalates", ATTEMPTS,
         "    if outcome.kind is OutcomeKind.UNKNOWN and outcome.request_rejected:",
         "    if False:",
-        t(MORE, "test_a_resend_refused_before_execution_is_escalated_at_once_and_never_repeated"),
+        t(REC_ESCALATIONS, "test_a_resend_refused_before_execution_is_escalated_at_once_and_never_repeated"),
         "a resend refused before execution reaches a person at once",
     ),
     Mutation(
         "resend-rejected-never-repeated", LOOP,
         '        if await events.resend_was_rejected(self.pool, attempt_id):',
         '        if False:',
-        t(MORE, "test_a_resend_refused_before_execution_is_escalated_at_once_and_never_repeated"),
+        t(REC_ESCALATIONS, "test_a_resend_refused_before_execution_is_escalated_at_once_and_never_repeated"),
         'bytes the provider refused are never resent',
     ),
     # -- one source of truth for account settings --------------------------------------------------

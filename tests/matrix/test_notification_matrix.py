@@ -17,6 +17,7 @@ import httpx
 import orjson
 import pytest
 
+from harness.servers import serve_asgi
 from paycore.attempts import (
     Attempt,
     get_attempt,
@@ -29,7 +30,6 @@ from paycore.operator_actions import InvalidOperatorAction
 from paycore.webhook_signatures import signed_headers
 from paycore_webhooks.app import create_app as create_webhooks_app
 from tests.support.attempts import someone_waits_on_a_lock, started_attempt
-from tests.support.servers import serve_asgi
 from tests.support.stack import eventually
 from tests.support.timings import REMINDER_INTERVAL
 from tests.support.webhooks import LIVE, OTHER, TEST, WebhookStack, event, payment_object, sandbox_secrets

@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -31,6 +32,8 @@ from tests.support.attempts import recorded_attempt, started_attempt
 from tests.support.stack import eventually
 from tests.support.timings import REMINDER_INTERVAL
 from tests.support.webhooks import TEST, WebhookStack
+
+DEADLINE_S = 86_400 - 7_200  # the account's retention minus its margin
 
 
 @dataclass
@@ -127,7 +130,7 @@ class RecoveryStack:
         for client in self.clients:
             await client.aclose()
 
-    # -- more helpers (recovery matrix, more; reminders) -----------------------------------------
+    # -- more helpers (the recovery matrix's files; reminders) -----------------------------------
 
     async def not_started_attempt(self, provider_account: str = TEST, customer: str = "cus_alice",
                                   method: str = "tok_visa") -> Attempt:
@@ -183,6 +186,20 @@ class RecoveryStack:
         return [dict(r) for r in rows]
 
 
+def settle_s(rec: RecoveryStack) -> float:
+    """Call and record budgets plus the provider's normal processing time."""
+    b = rec.hooks.settings.budgets
+    return b.call_s + b.record_s + rec.hooks.settings.processing_allowance_s
+
+
+def seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)
+
+
+async def initial_alerts(rec: RecoveryStack) -> list[str]:
+    return [key for key in await rec.alerts() if key.endswith(":initial")]
+
+
 async def running_recovery_stack(hooks: WebhookStack) -> AsyncIterator[RecoveryStack]:
     stack = RecoveryStack(hooks)
     try:
@@ -191,4 +208,5 @@ async def running_recovery_stack(hooks: WebhookStack) -> AsyncIterator[RecoveryS
         await stack.aclose()
 
 
-__all__ = ["Pass", "RecoveryStack", "running_recovery_stack"]
+__all__ = ["DEADLINE_S", "Pass", "RecoveryStack", "initial_alerts", "running_recovery_stack", "seconds",
+           "settle_s"]

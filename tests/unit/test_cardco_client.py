@@ -24,6 +24,7 @@ import httpx
 import orjson
 import pytest
 
+from harness.servers import free_port
 from paycore.clock import FakeClock
 from paycore.config import CARDCO_API_VERSION, MAX_BUDGET_S, ProviderAccountConfig, Secret
 from paycore.domain import OutcomeKind, ProviderOutcome
@@ -42,7 +43,6 @@ from tests.support.scripted_cardco import (
     payment_object,
     running_scripted_cardco,
 )
-from tests.support.servers import free_port
 
 API_KEY = "sk_test_x"
 OTHER_KEY = "sk_test_other"
