@@ -31,7 +31,8 @@ class Mutation:
 
 
 ATTEMPTS = "libs/paycore/paycore/attempts.py"
-CARDCO = "libs/paycore/paycore/providers/cardco.py"
+CARDCO = "libs/paycore/paycore/providers/cardco/client.py"
+CARDCO_REQUEST = "libs/paycore/paycore/providers/cardco/request.py"
 LEASES = "libs/paycore/paycore/leases.py"
 LOOP = "services/recovery/paycore_recovery/loop.py"
 HANDLER = "services/webhooks/paycore_webhooks/handler.py"
@@ -39,7 +40,7 @@ INTAKE = "services/webhooks/paycore_webhooks/app.py"
 RELAY = "services/dispatcher/paycore_dispatcher/relay.py"
 ACCOUNTS = "libs/paycore/paycore/accounts.py"
 EVIDENCE_RULES = "libs/paycore/paycore/evidence.py"
-EVENTS = "libs/paycore/paycore/providers/cardco_events.py"
+EVENTS = "libs/paycore/paycore/providers/cardco/events.py"
 REPLAYS = "libs/paycore/paycore/webhook_replays.py"
 
 RECORD = "tests/matrix/test_record_outcome.py"
@@ -242,18 +243,17 @@ MUTATIONS: tuple[Mutation, ...] = (
         'a resend carries the stored bytes unchanged',
     ),
     Mutation(
-        "client-version-from-config", CARDCO,
-        "**_auth_headers(acct, stored.api_version),",
-        "**_auth_headers(acct, acct.api_version),",
+        "client-version-from-config", CARDCO_REQUEST,
+        "**auth_headers(acct, stored.api_version),",
+        "**auth_headers(acct, acct.api_version),",
         t(CLIENT, "test_a_send_carries_the_stored_api_version_after_the_account_moved_to_a_newer_one"),
         "every send carries the API version stored with the attempt, not today's configuration",
     ),
     # -- account scoping ---------------------------------------------------------------------------
     Mutation(
         "intake-account-from-verifier", INTAKE,
-        "account = intake.verifier.verify(request.headers, body, now=intake.clock.now())",
-        "account = intake.verifier.verify(request.headers, body, now=intake.clock.now()) \\\n"
-        "            and intake.settings.accounts[0]",
+        "account, header_id = delivery.account, delivery.delivery_id",
+        "account, header_id = intake.settings.accounts[0], delivery.delivery_id",
         t(NOTE, "test_a_notification_verified_by_another_accounts_secret_never_matches_the_default_accounts_attempt"),
         "a notification's account is the one whose secret verified it (C8)",
     ),

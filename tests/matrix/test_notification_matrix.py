@@ -25,8 +25,9 @@ from paycore.attempts import (
 )
 from paycore.config import ProviderAccountConfig
 from paycore.domain import ProviderOutcome
-from paycore.notifications import AttachRefused, attach_notification, synthesized_key
+from paycore.notifications import AttachRefused, attach_notification
 from paycore.operator_actions import InvalidOperatorAction
+from paycore.providers.base import synthesized_key
 from paycore.webhook_signatures import signed_headers
 from paycore_webhooks.app import create_app as create_webhooks_app
 from tests.support.attempts import someone_waits_on_a_lock, started_attempt

@@ -24,7 +24,8 @@ from paycore.attempts import (
 )
 from paycore.config import Settings
 from paycore.domain import ProviderOutcome
-from paycore.providers.cardco import CardcoClient, StoredRequest
+from paycore.providers.base import StoredRequest
+from paycore.providers.cardco import CardcoClient
 from paycore_recovery.loop import Pass, RecoveryWorker
 from paycore_recovery.metrics import RecoveryMetrics
 from paycore_recovery.settings import RecoverySettings

@@ -340,9 +340,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if name in ("checkout", "webhooks"):
         settings = load_settings()
         if name == "webhooks":
-            from paycore_webhooks.app import verifier_for
+            from paycore.clock import SystemClock
+            from paycore_webhooks.app import provider_for
 
-            verifier_for(settings)
+            provider_for(settings, SystemClock())  # opens nothing: only checks the webhook secrets
         if settings.database_url is not None:
             _preflight_accounts(settings.database_url, settings)
     elif name == "sandbox":

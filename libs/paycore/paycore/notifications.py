@@ -1,8 +1,10 @@
-"""Provider notifications: deduplication keys, the durable record, and applying one.
+"""Provider notifications: the durable record, and applying one.
 
-- :func:`notification_key`: the stable event id, or a versioned key synthesized
-  from a canonical form of fields that identify one logical event, or ``None``
-  (each delivery then recorded separately, since NULL keys never collide).
+A :class:`~paycore.providers.base.Notification` is provider-neutral and its
+deduplication key is its provider's rule (``Provider.notification_key``); this
+module names no provider: a stored event is re-parsed by the provider of the
+account that verified it (:func:`paycore.providers.registry.notification_format`).
+
 - :func:`record_notification`: the first write of the handler's transaction,
   ``ON CONFLICT (provider_account, notification_key) DO NOTHING``.
 - :func:`apply_notification`: the same conditional transition every writer uses
@@ -16,8 +18,6 @@ escalates; the rules for what a notification *does* live here, once.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -29,7 +29,7 @@ import orjson
 
 from paycore import escalations, outbox
 from paycore.attempts import Attempt, OutcomeResult, apply_outcome, get_attempt
-from paycore.domain import AttemptState, ProviderOutcome
+from paycore.domain import AttemptState
 from paycore.errors import PaycoreError
 from paycore.events import EventKind, append_event
 from paycore.operator_actions import (
@@ -40,72 +40,12 @@ from paycore.operator_actions import (
     validate_reason,
 )
 from paycore.orders import lock_order
+from paycore.providers.base import KEY_VERSION, Notification
+from paycore.providers.registry import notification_format
 
 log = logging.getLogger("paycore.notifications")
 
-KEY_VERSION = "v1"
 HANDLER_ACTOR = "notification-handler"
-
-
-@dataclass(frozen=True)
-class Notification:
-    """One verified provider notification, in provider-neutral terms."""
-
-    event_id: str | None
-    event_type: str
-    sequence: int | None
-    payment_id: str | None
-    reference: str | None
-    status: str | None
-    amount_minor: int | None
-    currency: str | None
-    amount_refunded: int
-    payload_account: str | None  # what the event envelope says
-    payload_livemode: bool | None
-    outcome: ProviderOutcome
-    event: dict[str, Any]  # the event as received (no card data or secrets in it)
-    object_account: str | None = None  # what the payment object itself says
-    object_livemode: bool | None = None
-
-    def identified_otherwise(self) -> Notification:
-        """This notification as evidence for an attempt identified other than by its reference:
-        by the provider payment id the attempt recorded (the reference named no attempt, and
-        the provider's own id is the identity), or by an operator who corrected the reference
-        problem. The reference it carries is then not judged."""
-        claim = dataclasses.replace(self.outcome.evidence(), reference=None)
-        return dataclasses.replace(self, outcome=dataclasses.replace(self.outcome, claim=claim))
-
-    @property
-    def is_refund(self) -> bool:
-        return self.event_type.endswith(".refunded")
-
-    def canonical_fields(self) -> dict[str, Any] | None:
-        """The fields that identify one logical event, normalised; ``None`` without all of them."""
-        if None in (self.payment_id, self.status, self.amount_minor, self.currency, self.sequence):
-            return None
-        assert self.payment_id is not None and self.status is not None and self.currency is not None
-        return {
-            "payment_id": self.payment_id.strip(),
-            "type": self.event_type.strip().lower(),
-            "status": self.status.strip().lower(),
-            "amount_minor": int(self.amount_minor or 0),
-            "currency": self.currency.strip().upper(),
-            "sequence": int(self.sequence or 0),
-        }
-
-
-def synthesized_key(fields: dict[str, Any]) -> str:
-    """``v1:`` + SHA-256 of the canonical JSON (sorted keys, no whitespace, integers as integers)."""
-    canonical = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
-    return f"{KEY_VERSION}:{hashlib.sha256(canonical).hexdigest()}"
-
-
-def notification_key(n: Notification) -> str | None:
-    """The event id when present; else a synthesized key where the fields allow; else None."""
-    if n.event_id is not None:
-        return n.event_id
-    fields = n.canonical_fields()
-    return synthesized_key(fields) if fields is not None else None
 
 
 def event_detail(n: Notification, key: str | None) -> dict[str, Any]:
@@ -264,9 +204,6 @@ async def attach_notification(
     operator action (the attempt's state, version and provider payment id before
     and after) is recorded in the same transaction.
     """
-    # The stored event is Cardco's wire format; re-parse it with the same parser.
-    from paycore.providers.cardco_events import parse_event
-
     operator = validate_operator(operator)
     why = validate_reason(ActionKind.NOTIFICATION_ATTACH, reason)
     async with pool.acquire() as conn, conn.transaction():
@@ -285,7 +222,9 @@ async def attach_notification(
         if "event" not in row["detail"]:  # kept as raw bytes: a person reads it, nothing applies it
             raise AttachRefused(f"notification {event_id} was stored unparsed "
                                 f"({row['detail'].get('unparseable')}); it cannot be applied")
-        n = parse_event(orjson.dumps(row["detail"]["event"]))
+        # The stored event is in its provider's wire format: the verified account's provider re-parses it.
+        stored_event = orjson.dumps(row["detail"]["event"])
+        n = notification_format(row["provider_account"]).parse_notification(stored_event)
         key: str | None = row["notification_key"]
         await append_event(
             conn, attempt_id=attempt_id, kind=EventKind.TRANSITION, actor=f"operator-{operator}", now=now,

@@ -38,7 +38,7 @@ from paycore.config import Settings
 from paycore.db import DATABASE_ERRORS
 from paycore.domain import AttemptState, ProviderOutcome
 from paycore.orders import OrderNotPayable, get_order
-from paycore.providers.cardco import CardcoClient, StoredRequest, build_request_body
+from paycore.providers.base import Provider, StoredRequest
 
 log = logging.getLogger("paycore.checkout")
 
@@ -96,7 +96,7 @@ class CheckoutMetrics:
 
 
 class CheckoutPayments:
-    def __init__(self, *, pool: asyncpg.Pool, client: CardcoClient, clock: Clock, settings: Settings,
+    def __init__(self, *, pool: asyncpg.Pool, client: Provider, clock: Clock, settings: Settings,
                  metrics: CheckoutMetrics) -> None:
         self.pool = pool
         self.client = client
@@ -110,9 +110,9 @@ class CheckoutPayments:
         budgets = self.settings.budgets
 
         def body(reference: str, amount_minor: int, currency: str) -> str:
-            return build_request_body(amount_minor=amount_minor, currency=currency,
-                                      payment_method=payment_method, reference=reference,
-                                      description=f"order {order_id}")
+            return self.client.build_request_body(amount_minor=amount_minor, currency=currency,
+                                                  payment_method=payment_method, reference=reference,
+                                                  description=f"order {order_id}")
 
         created_at = self.clock.now()
         try:

@@ -27,12 +27,12 @@ from paycore import attempts, events, evidence, leases, rate_limits
 from paycore.attempts import Attempt, get_attempt, record_outcome
 from paycore.clock import Clock
 from paycore.config import Settings
-from paycore.domain import LIVE_STATES, AttemptState
+from paycore.domain import LIVE_STATES, AttemptState, OutcomeKind
 from paycore.errors import MAY_HAVE_COMMITTED
 from paycore.events import EventKind, append_event
 from paycore.leases import Lease
 from paycore.orders import find_order
-from paycore.providers.cardco import CardcoClient, LookupResult, StoredRequest
+from paycore.providers.base import LookupResult, Provider, StoredRequest
 from paycore_recovery.metrics import RecoveryMetrics
 from paycore_recovery.pacing import Pacer
 from paycore_recovery.settings import RecoverySettings
@@ -73,7 +73,7 @@ def default_owner() -> str:
 
 
 class RecoveryWorker:
-    def __init__(self, *, pool: asyncpg.Pool, client: CardcoClient, clock: Clock, settings: Settings,
+    def __init__(self, *, pool: asyncpg.Pool, client: Provider, clock: Clock, settings: Settings,
                  recovery: RecoverySettings, metrics: RecoveryMetrics, owner: str | None = None) -> None:
         self.pool = pool
         self.client = client
@@ -267,7 +267,8 @@ class RecoveryWorker:
         if lookup.kind == "found":
             return await self._found(attempt, lease, lookup, backoff)
 
-        # Not found: the attempt stays Unknown.
+        # Not found, or the provider has no lookup by reference ("unsupported": then only a
+        # notification or a same-key resend inside the key window can tell): it stays Unknown.
         if attempt.escalation_deadline is None or now >= attempt.escalation_deadline:
             # Past the safe cutoff: send nothing, under any key; keep looking on the slow cadence.
             await self._escalate(attempt, lease, "deadline", self.recovery.slow_cadence_s)
@@ -316,7 +317,7 @@ class RecoveryWorker:
         by_reference = await self.client.find_by_reference(attempt.provider_account, attempt.client_reference,
                                                            budget_s=budget)
         made.append((by_reference, "reference"))
-        if foreign is not None and by_reference.kind == "not_found":
+        if foreign is not None and by_reference.kind in ("not_found", "unsupported"):
             made.append((foreign, "id"))  # decide on the record the recorded id points at
         return made
 
@@ -345,10 +346,10 @@ class RecoveryWorker:
         # slow cadence, scheduled with the lease's release in the same transaction. Valid
         # evidence is applied under the state rules alone, even if this worker's lease has
         # lapsed; only a lease it still owns is released.
-        payment = payments[0]
-        recheck = self.recovery.action_poll_s if payment.status == "requires_action" else backoff
+        outcome = payments[0].to_outcome()
+        recheck = self.recovery.action_poll_s if outcome.kind is OutcomeKind.REQUIRES_ACTION else backoff
         recorded = await record_outcome(
-            self.pool, attempt.attempt_id, payment.to_outcome(), now=self.clock.now(), actor=self.actor,
+            self.pool, attempt.attempt_id, outcome, now=self.clock.now(), actor=self.actor,
             recheck_after_s=recheck, from_send=False, lease=lease,
             escalated_recheck_after_s=self.recovery.slow_cadence_s,
             reminder_interval=self.settings.reminder_interval)

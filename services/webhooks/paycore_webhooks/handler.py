@@ -34,16 +34,10 @@ from paycore import escalations
 from paycore.attempts import find_by_reference_and_payment_id
 from paycore.config import ProviderAccountConfig
 from paycore.evidence import Reason
-from paycore.notifications import (
-    Notification,
-    apply_notification,
-    event_detail,
-    is_recorded,
-    notification_key,
-    record_notification,
-)
+from paycore.notifications import apply_notification, event_detail, is_recorded, record_notification
 from paycore.orders import lock_order
 from paycore.pgtext import MAX_INDEXED_CHARS, json_problem
+from paycore.providers.base import Notification
 from paycore.webhook_replays import SignedDelivery, first_sight
 
 
@@ -57,12 +51,12 @@ class DeliveryResult(enum.StrEnum):
 
 
 async def handle_notification(
-    pool: asyncpg.Pool, *, account: ProviderAccountConfig, n: Notification, now: datetime,
+    pool: asyncpg.Pool, *, account: ProviderAccountConfig, n: Notification, key: str | None, now: datetime,
     reminder_interval: timedelta, recheck_after_s: float, delivery: SignedDelivery | None = None,
 ) -> DeliveryResult:
-    """Handle one verified notification in one transaction; ``delivery`` arms the replay window."""
+    """Handle one verified notification in one transaction; ``key`` is its provider's deduplication
+    key (``Provider.notification_key``), ``delivery`` arms the replay window."""
     provider_account = account.provider_account
-    key = notification_key(n)
     async with pool.acquire() as conn:
         # A redelivery of a committed notification is answered by one indexed read
         # (history is append-only, so a recorded key stays recorded); the insert

@@ -1,22 +1,33 @@
-"""Cardco webhook events: the wire format, parsed into a provider-neutral notification.
+"""Cardco webhooks: Standard Webhooks verification, and events parsed into a neutral notification.
 
 An event is ``{"id", "type", "created", "account", "livemode", "sequence",
 "data": {"object": payment}}``; ``id`` may be null in deployments without
-stable event ids. Anything that does not fit is rejected before anything is
-stored.
+stable event ids. A delivery no configured secret verifies is refused; a verified
+one that does not fit is kept raw by the intake, never applied.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any, Final
 
 import orjson
 
-from paycore.notifications import Notification
+from paycore.config import ConfigError, ProviderAccountConfig
 from paycore.pgtext import json_problem
-from paycore.providers.cardco import parse_payment
+from paycore.providers.base import (
+    InvalidNotification,
+    Notification,
+    NotificationUnverified,
+    VerifiedDelivery,
+    standard_notification_key,
+)
+from paycore.providers.cardco.wire import NAME, parse_payment
+from paycore.webhook_replays import SignedDelivery
+from paycore.webhook_signatures import VerificationFailed, Verifier
 
 EVENT_TYPES = frozenset({
     "payment.processing", "payment.requires_action", "payment.succeeded", "payment.declined",
@@ -24,7 +35,7 @@ EVENT_TYPES = frozenset({
 })
 
 
-class InvalidEvent(ValueError):
+class InvalidEvent(InvalidNotification):
     """The body is not JSON, or not a Cardco event."""
 
 
@@ -105,3 +116,59 @@ def parse_event(body: bytes) -> Notification:
         object_account=payment.account,
         object_livemode=payment.livemode,
     )
+
+
+def notification_key(n: Notification) -> str | None:
+    """Cardco's event id is stable across redeliveries when the deployment sends one; without
+    it, the fields that identify one logical event (payment id, type, status, amount, currency,
+    sequence) are: the neutral rule, :func:`paycore.providers.base.standard_notification_key`."""
+    return standard_notification_key(n)
+
+
+class CardcoEvents:
+    """How Cardco's notifications read (:class:`~paycore.providers.base.NotificationFormat`).
+
+    Needs no account or secret: a stored event is re-parsed with it.
+    """
+
+    name: Final = NAME
+
+    def parse_notification(self, body: bytes) -> Notification:
+        return parse_event(body)
+
+    def notification_key(self, n: Notification) -> str | None:
+        return notification_key(n)
+
+
+class WebhookVerifier:
+    """Verifies a delivery against every configured Cardco account's webhook secret, then parses it.
+
+    :raises ConfigError: No account has a webhook secret.
+    :raises paycore.webhook_signatures.InvalidSecret: A secret is not ``whsec_`` + base64.
+    """
+
+    def __init__(self, accounts: Iterable[ProviderAccountConfig]) -> None:
+        secrets = [(a, a.webhook_secret.reveal()) for a in accounts if a.webhook_secret is not None]
+        if not secrets:
+            raise ConfigError("PAYCORE_CARDCO_WEBHOOK_SECRET", "is required to receive webhooks")
+        self._verifier = Verifier(secrets)
+
+    def verify(self, headers: Mapping[str, str], body: bytes, *, now: datetime) -> VerifiedDelivery:
+        """The account whose secret verified the delivery, and the event in it (or why it is none).
+
+        :raises NotificationUnverified: ``malformed`` when a Standard Webhooks header is missing.
+        """
+        try:
+            account = self._verifier.verify(headers, body, now=now)
+        except VerificationFailed as exc:
+            raise NotificationUnverified(exc.reason, malformed=exc.reason == "missing-headers") from None
+        # verify() required both headers, the timestamp as digits.
+        webhook_id = headers["webhook-id"].strip()
+        replay = SignedDelivery(webhook_id, int(headers["webhook-timestamp"].strip()))
+        try:
+            n = parse_event(body)
+            if n.event_id is not None and n.event_id != webhook_id:
+                raise InvalidEvent("id-differs-from-webhook-id")
+        except InvalidEvent as exc:
+            return VerifiedDelivery(account, webhook_id, replay, exc)
+        return VerifiedDelivery(account, webhook_id, replay, n, key=notification_key(n))
