@@ -7,7 +7,7 @@ PACKAGES := libs/paycore services/checkout services/sandbox services/webhooks \
             services/recovery services/dispatcher
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
 
-.PHONY: help venv run test test-fast lint typecheck check bench chaos mutate lock clean
+.PHONY: help venv run test test-fast lint typecheck check docs bench chaos mutate lock clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -25,7 +25,7 @@ run: $(STAMP)  ## start the whole system on embedded defaults (Ctrl-C stops it)
 	$(BIN)/paycore up
 
 test: $(STAMP)  ## lint, type-check and run every test against real PostgreSQL and the sandbox
-	$(BIN)/ruff check libs services tests bench tools
+	$(BIN)/ruff check libs services harness tests bench tools
 	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -33,10 +33,13 @@ test-fast: $(STAMP)  ## run the tests only
 	$(BIN)/python -m pytest -x -q $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff
-	$(BIN)/ruff check libs services tests bench tools
+	$(BIN)/ruff check libs services harness tests bench tools
 
-typecheck: $(STAMP)  ## mypy --strict on libs/paycore and every service
+typecheck: $(STAMP)  ## mypy --strict on libs/paycore, every service and harness/
 	$(BIN)/mypy
+
+docs: $(STAMP)  ## regenerate the configuration tables of the docs from the settings' declarations
+	$(BIN)/python -m tools.settings_doc --write
 
 bench: $(STAMP)  ## benchmarks with same-run baselines (prints ratios; not a test)
 	$(BIN)/python -m bench.checkout

@@ -23,13 +23,12 @@ import jwt
 from bench.common import (
     Latencies,
     bench_database,
-    free_port,
     pgbench,
     repo_root,
     seed_provider_account,
     service,
-    wait_http,
 )
+from harness.servers import free_port, wait_http
 
 SECONDS = float(os.environ.get("PAYCORE_BENCH_SECONDS", "30"))
 CLIENTS = int(os.environ.get("PAYCORE_BENCH_CLIENTS", "4"))

@@ -7,49 +7,28 @@ import contextlib
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
-import time
-import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
-import httpx
 
+from harness.postgres import find_server_dsn, migrated_database
 from paycore.accounts import register_provider_accounts
 from paycore.clock import SystemClock
 from paycore.config import load_settings
-from paycore.db import migrate
-from tests.support.database import find_server_dsn, with_database
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.asynccontextmanager
 async def bench_database() -> AsyncIterator[str]:
     """A fresh, migrated database on the bench server; dropped afterwards."""
     admin = os.environ.get("PAYCORE_BENCH_DATABASE_URL") or await find_server_dsn()
-    name = f"paycore_bench_{uuid.uuid4().hex[:8]}"
-    conn = await asyncpg.connect(admin)
-    await conn.execute(f'CREATE DATABASE "{name}"')
-    await conn.close()
-    dsn = with_database(admin, name)
-    await migrate(dsn, now=SystemClock().now())
-    try:
+    async with migrated_database(admin, "paycore_bench") as dsn:
         yield dsn
-    finally:
-        conn = await asyncpg.connect(admin)
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.close()
 
 
 def service(name: str, port: int, env: dict[str, str]) -> contextlib.AbstractContextManager[
@@ -74,19 +53,6 @@ def paycore_process(args: list[str], env: dict[str, str]) -> Iterator[subprocess
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
-
-
-async def wait_http(url: str, within_s: float = 30) -> None:
-    deadline = time.monotonic() + within_s
-    async with httpx.AsyncClient() as http:
-        while True:
-            try:
-                await http.get(url)
-                return
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.05)
 
 
 @dataclass(frozen=True)

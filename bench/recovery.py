@@ -25,7 +25,8 @@ import asyncpg
 import httpx
 import orjson
 
-from bench.common import bench_database, free_port, paycore_process, seed_provider_account, service, wait_http
+from bench.common import bench_database, paycore_process, seed_provider_account, service
+from harness.servers import free_port, wait_http
 
 ATTEMPTS = int(os.environ.get("PAYCORE_BENCH_ATTEMPTS", "10000"))
 CONCURRENCY = int(os.environ.get("PAYCORE_BENCH_RECOVERY_CONCURRENCY", "16"))

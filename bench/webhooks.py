@@ -23,13 +23,12 @@ import orjson
 from bench.common import (
     Latencies,
     bench_database,
-    free_port,
     pgbench,
     repo_root,
     seed_provider_account,
     service,
-    wait_http,
 )
+from harness.servers import free_port, wait_http
 from paycore.webhook_signatures import signed_headers
 from paycore_sandbox.settings import SandboxSettings
 

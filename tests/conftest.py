@@ -8,9 +8,10 @@ from collections.abc import AsyncIterator, Iterator
 import asyncpg
 import pytest
 
+from harness import postgres
+from harness.servers import free_port
 from paycore.clock import FakeClock
 from paycore.db import create_pool
-from tests.support import database
 from tests.support.recovery import RecoveryStack, running_recovery_stack
 from tests.support.stack import Stack, running_stack
 from tests.support.webhooks import WebhookStack, running_webhook_stack
@@ -18,21 +19,21 @@ from tests.support.webhooks import WebhookStack, running_webhook_stack
 
 @pytest.fixture(scope="session")
 def pg_admin_dsn() -> str:
-    return database.server_dsn()
+    return postgres.server_dsn()
 
 
 @pytest.fixture(scope="session")
 def pg_template(pg_admin_dsn: str) -> Iterator[str]:
-    name = asyncio.run(database.create_template(pg_admin_dsn))
+    name = asyncio.run(postgres.create_template(pg_admin_dsn))
     yield name
-    asyncio.run(database.drop_database(pg_admin_dsn, name))
+    asyncio.run(postgres.drop_database(pg_admin_dsn, name))
 
 
 @pytest.fixture
 async def db_dsn(pg_admin_dsn: str, pg_template: str) -> AsyncIterator[str]:
-    name = await database.create_test_database(pg_admin_dsn, pg_template)
-    yield database.with_database(pg_admin_dsn, name)
-    await database.drop_database(pg_admin_dsn, name)
+    name = await postgres.create_test_database(pg_admin_dsn, pg_template)
+    yield postgres.with_database(pg_admin_dsn, name)
+    await postgres.drop_database(pg_admin_dsn, name)
 
 
 @pytest.fixture
@@ -56,8 +57,6 @@ async def stack(pool: asyncpg.Pool, db_dsn: str) -> AsyncIterator[Stack]:
 
 @pytest.fixture
 def free_tcp_port() -> int:
-    from tests.support.servers import free_port
-
     return free_port()
 
 

@@ -31,19 +31,25 @@ class Mutation:
 
 
 ATTEMPTS = "libs/paycore/paycore/attempts.py"
-CARDCO = "libs/paycore/paycore/providers/cardco.py"
-LEASES = "services/recovery/paycore_recovery/leases.py"
+CARDCO = "libs/paycore/paycore/providers/cardco/client.py"
+CARDCO_REQUEST = "libs/paycore/paycore/providers/cardco/request.py"
+LEASES = "libs/paycore/paycore/leases.py"
 LOOP = "services/recovery/paycore_recovery/loop.py"
 HANDLER = "services/webhooks/paycore_webhooks/handler.py"
 INTAKE = "services/webhooks/paycore_webhooks/app.py"
 RELAY = "services/dispatcher/paycore_dispatcher/relay.py"
 ACCOUNTS = "libs/paycore/paycore/accounts.py"
+EVIDENCE_RULES = "libs/paycore/paycore/evidence.py"
+EVENTS = "libs/paycore/paycore/providers/cardco/events.py"
 REPLAYS = "libs/paycore/paycore/webhook_replays.py"
 
 RECORD = "tests/matrix/test_record_outcome.py"
 REPO = "tests/matrix/test_live_attempt_repository.py"
 REC = "tests/matrix/test_recovery_matrix.py"
-MORE = "tests/matrix/test_recovery_matrix_more.py"
+REC_NOT_STARTED = "tests/matrix/test_recovery_not_started.py"
+REC_CLAIMS = "tests/matrix/test_recovery_claims.py"
+REC_INTENTS = "tests/matrix/test_recovery_send_intents.py"
+REC_ESCALATIONS = "tests/matrix/test_recovery_escalations.py"
 INTENT = "tests/matrix/test_send_intent.py"
 NOTE = "tests/matrix/test_notification_matrix.py"
 CLIENT = "tests/unit/test_cardco_client.py"
@@ -82,111 +88,89 @@ MUTATIONS: tuple[Mutation, ...] = (
         "exactly one caller moves NotStarted -> Started and may send",
     ),
     Mutation(
-        "close-never-sent-guard", LEASES,
-        "WHERE attempt_id = $1 AND version = $2 AND state = 'NotStarted'",
-        "WHERE attempt_id = $1 AND (version = $2 OR TRUE) AND (state = 'NotStarted' OR TRUE)",
-        t(MORE, "test_a_stale_not_started_attempt_the_endpoint_starts_as_recovery_closes_it_is_rescheduled_not_closed"),
-        "recovery never closes as never-sent an attempt the endpoint has started",
+        "close-never-sent-guard", ATTEMPTS,
+        "WHERE attempt_id = $1 AND version = $5 AND state = 'NotStarted' AND ",
+        "WHERE attempt_id = $1 AND (version = $5 OR TRUE) AND (state = 'NotStarted' OR TRUE) AND ",
+        t(REC_NOT_STARTED, "test_a_stale_not_started_attempt_the_endpoint_starts_as_recovery_closes_it_is_rescheduled_not_closed"),
+        'recovery closes only the NotStarted attempt it read, at the version it read',
     ),
     Mutation(
-        "close-never-sent-lease", LEASES,
-        "  AND recovery_owner = $3 AND lease_token = $4 AND lease_expires_at > $5\nRETURNING *",
-        "  AND (recovery_owner = $3 AND lease_token = $4 AND lease_expires_at > $5 OR TRUE)\nRETURNING *",
-        t(MORE, "test_a_worker_whose_lease_was_reclaimed_cannot_close_the_not_started_attempt"),
-        "only the lease owner closes a stale NotStarted attempt",
+        "close-never-sent-lease", ATTEMPTS,
+        'state = \'NotStarted\' AND """ + leases.OWNED + """',
+        'state = \'NotStarted\' AND ($2::text IS NOT NULL OR $3::uuid IS NOT NULL OR $4::timestamptz IS NOT NULL)""" + """',
+        t(REC_NOT_STARTED, "test_a_worker_whose_lease_was_reclaimed_cannot_close_the_not_started_attempt"),
+        'a worker whose lease was reclaimed cannot close the attempt',
     ),
     Mutation(
         "finish-ownership", LEASES,
-        "WHERE attempt_id = $1 AND recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $5",
-        "WHERE attempt_id = $1 AND (recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $5 OR TRUE)",
-        t(MORE, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
-        "a worker whose lease was reclaimed cannot reschedule or release the new owner's claim",
+        'OWNED = "recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $4"',
+        'OWNED = "(recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $4 OR TRUE)"',
+        t(REC_CLAIMS, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
+        "ownership (one predicate): only the owner's unexpired lease finishes, escalates or sends",
     ),
     Mutation(
         "finish-token", LEASES,
-        "WHERE attempt_id = $1 AND recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $5",
-        "WHERE attempt_id = $1 AND recovery_owner = $2 AND (lease_token = $3 OR TRUE) AND lease_expires_at > $5",
-        t(MORE, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
-        "the fencing token, not the owner name, tells a stale worker from the new owner",
+        'OWNED = "recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $4"',
+        'OWNED = "recovery_owner = $2 AND (lease_token = $3 OR TRUE) AND lease_expires_at > $4"',
+        t(REC_CLAIMS, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
+        'a stale worker with the same name but an old token owns nothing',
     ),
     Mutation(
         "claim-next-due-lease", LEASES,
-        "          AND (recovery_owner IS NULL OR lease_expires_at <= $3)\n"
-        "        ORDER BY next_check_at, created_at, attempt_id\n"
-        "        LIMIT 1\n"
-        "        FOR NO KEY UPDATE SKIP LOCKED)\n"
-        "  AND state IN ('NotStarted', 'Started', 'Unknown')\n"
-        "  AND next_check_at <= $3\n"
-        "  AND (recovery_owner IS NULL OR lease_expires_at <= $3)\n",
-        "        ORDER BY next_check_at, created_at, attempt_id\n"
-        "        LIMIT 1\n"
-        "        FOR NO KEY UPDATE SKIP LOCKED)\n"
-        "  AND state IN ('NotStarted', 'Started', 'Unknown')\n"
-        "  AND next_check_at <= $3\n",
-        t(MORE, "test_an_unconfirmed_send_intent_write_sends_nothing_and_leaves_the_lease_to_expire"),
-        "a live lease keeps every other worker out of the attempt",
+        ' AND next_check_at <= $3 AND (recovery_owner IS NULL OR lease_expires_at <= $3)")',
+        ' AND next_check_at <= $3")',
+        t(REC_INTENTS, "test_an_unconfirmed_send_intent_write_sends_nothing_and_leaves_the_lease_to_expire"),
+        'a claim never takes an attempt whose lease is held and unexpired',
     ),
     Mutation(
         "claim-lease", LEASES,
-        "  AND next_check_at <= $4\n  AND (recovery_owner IS NULL OR lease_expires_at <= $4)\n",
-        "  AND next_check_at <= $4\n",
-        t(MORE, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
-        "claiming one attempt by id also respects a live lease",
+        ' AND next_check_at <= $3 AND (recovery_owner IS NULL OR lease_expires_at <= $3)")',
+        ' AND next_check_at <= $3 AND (recovery_owner IS NULL OR lease_expires_at <= $3 OR TRUE)")',
+        t(REC_CLAIMS, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
+        'a claim of one attempt never takes a lease another worker holds',
     ),
     Mutation(
         "claim-next-due-live-states", LEASES,
-        "        WHERE state IN ('NotStarted', 'Started', 'Unknown')\n"
-        "          AND next_check_at <= $3\n"
-        "          AND (recovery_owner IS NULL OR lease_expires_at <= $3)\n"
-        "        ORDER BY next_check_at, created_at, attempt_id\n"
-        "        LIMIT 1\n"
-        "        FOR NO KEY UPDATE SKIP LOCKED)\n"
-        "  AND state IN ('NotStarted', 'Started', 'Unknown')\n",
-        "        WHERE next_check_at <= $3\n"
-        "          AND (recovery_owner IS NULL OR lease_expires_at <= $3)\n"
-        "        ORDER BY next_check_at, created_at, attempt_id\n"
-        "        LIMIT 1\n"
-        "        FOR NO KEY UPDATE SKIP LOCKED)\n",
-        t(MORE, "test_a_sweep_never_claims_a_resolved_attempt_even_when_its_next_check_time_has_passed"),
-        "recovery never works an attempt that is already final",
+        'CLAIMABLE = (LIVE_STATE_PREDICATE\n',
+        'CLAIMABLE = ("TRUE"\n',
+        t(REC_CLAIMS, "test_a_sweep_never_claims_a_resolved_attempt_even_when_its_next_check_time_has_passed"),
+        'a sweep never claims a resolved attempt',
     ),
     Mutation(
         "claim-next-due-inner-states", LEASES,
-        "        WHERE state IN ('NotStarted', 'Started', 'Unknown')\n          AND next_check_at <= $3\n",
-        "        WHERE next_check_at <= $3\n",
-        t(MORE, "test_a_sweep_never_claims_a_resolved_attempt_even_when_its_next_check_time_has_passed"),
-        "a resolved attempt whose check time passed never ends a sweep before the live ones",
+        '        WHERE """ + CLAIMABLE + """\n        ORDER BY next_check_at, created_at, attempt_id',
+        '        WHERE """ + CLAIMABLE.replace(LIVE_STATE_PREDICATE, "TRUE") + """\n        ORDER BY next_check_at, created_at, attempt_id',
+        t(REC_CLAIMS, "test_a_sweep_never_claims_a_resolved_attempt_even_when_its_next_check_time_has_passed"),
+        'the next-due sub-select picks only live attempts',
     ),
     # -- lease, deadline and cancellation checks ---------------------------------------------------
     Mutation(
-        "intent-order-not-payable", LEASES,
+        "intent-order-not-payable", ATTEMPTS,
         'if order.not_payable_reason is not None:\n            return IntentResult.REFUSED, "order-not-payable"',
         'if False:\n            return IntentResult.REFUSED, "order-not-payable"',
         t(INTENT, "test_a_send_intent_is_refused_once_the_order_cancellation_has_committed"),
-        "no resend intent commits after the order's cancellation committed",
+        "no resend intent after the order's cancellation committed",
     ),
     Mutation(
-        "intent-changed", LEASES,
-        "if current.version != attempt.version:",
-        "if False:",
+        "intent-changed", ATTEMPTS,
+        'if current.version != attempt.version:',
+        'if False:',
         t(INTENT, "test_a_send_intent_is_refused_for_an_attempt_changed_since_it_was_read"),
-        "no resend intent on an attempt that changed since the worker read it",
+        'no resend intent for an attempt changed since it was read',
     ),
     Mutation(
-        "intent-lease", LEASES,
-        'and current.lease_expires_at is not None and current.lease_expires_at > now):\n'
-        '            return IntentResult.REFUSED, "lease-lost"',
-        'and current.lease_expires_at is not None and current.lease_expires_at > now) and False:\n'
-        '            return IntentResult.REFUSED, "lease-lost"',
+        "intent-lease", ATTEMPTS,
+        'current = await leases.lock_owned(conn, attempt.attempt_id, lease, now)',
+        'current = await get_attempt(conn, attempt.attempt_id)',
         t(INTENT, "test_the_repository_cannot_commit_a_send_intent_without_the_recovery_owners_lease"),
-        "only the lease owner commits a resend intent",
+        'no resend intent without the lease',
     ),
     Mutation(
-        "intent-deadline", LEASES,
-        "if current.escalation_deadline is None or now >= current.escalation_deadline:",
-        "if False:",
+        "intent-deadline", ATTEMPTS,
+        'if current.escalation_deadline is None or now >= current.escalation_deadline:',
+        'if False:',
         t(INTENT, "test_a_send_intent_commit_attempted_after_the_escalation_deadline_is_refused"),
-        "no resend intent at or after the stamped escalation deadline",
+        'no resend intent at or after the stamped escalation deadline',
     ),
     Mutation(
         "start-order-not-payable", ATTEMPTS,
@@ -199,10 +183,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "loop-order-not-payable", LOOP,
-        "if order is None or Order.from_record(order).not_payable_reason is not None:",
-        "if order is None:",
-        t(MORE, "test_an_order_cancelled_before_the_send_intent_prevents_the_resend_and_escalates"),
-        "a cancelled order is escalated as resend-not-safe, not silently retried",
+        'if order is None or order.not_payable_reason is not None:',
+        'if order is None:',
+        t(REC_INTENTS, "test_an_order_cancelled_before_the_send_intent_prevents_the_resend_and_escalates"),
+        'recovery never resends for a cancelled or paid order',
     ),
     Mutation(
         "loop-deadline-before-resend", LOOP,
@@ -215,26 +199,24 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "final-check-lease", LOOP,
-        "if not await leases.owns_lease(self.pool, attempt_id, lease, now):",
-        "if False and not await leases.owns_lease(self.pool, attempt_id, lease, now):",
+        'if not await leases.owns(self.pool, attempt_id, lease, now):',
+        'if False and not await leases.owns(self.pool, attempt_id, lease, now):',
         t(REC, "test_a_worker_whose_lease_was_reclaimed_before_its_final_check_records_send_abandoned_sends_nothing"),
-        "a worker that lost its lease after its intent sends nothing (M40, lease branch)",
+        'a worker whose lease was taken after its intent sends nothing',
     ),
     Mutation(
         "final-check-deadline", LOOP,
-        "        if attempt.escalation_deadline is None or now >= attempt.escalation_deadline:\n"
-        '            await leases.record_send_abandoned(self.pool, attempt_id, now, self.actor, "deadline-passed")',
-        "        if False:\n"
-        '            await leases.record_send_abandoned(self.pool, attempt_id, now, self.actor, "deadline-passed")',
+        '        if attempt.escalation_deadline is None or now >= attempt.escalation_deadline:\n            await attempts.record_send_abandoned(self.pool, attempt_id, now, self.actor, "deadline-passed")',
+        '        if False:\n            await attempts.record_send_abandoned(self.pool, attempt_id, now, self.actor, "deadline-passed")',
         t(REC, "test_a_worker_paused_before_its_final_check_past_the_deadline_records_send_abandoned"),
-        "a worker that stalled past the deadline after its intent sends nothing (M40, deadline branch)",
+        'no send once the deadline passed after the intent',
     ),
     Mutation(
         "refused-intent-finish", LOOP,
         "            await leases.finish(self.pool, attempt_id, lease, self.clock.now(), backoff)\n"
         "            return Pass.INTENT_REFUSED",
         "            return Pass.INTENT_REFUSED",
-        t(MORE, "test_a_refused_send_intent_reschedules_on_the_backoff_and_releases_the_lease"),
+        t(REC_INTENTS, "test_a_refused_send_intent_reschedules_on_the_backoff_and_releases_the_lease"),
         "a refused intent reschedules and releases the lease (M50 / C19)",
     ),
     # -- same-key resend ---------------------------------------------------------------------------
@@ -248,33 +230,30 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "resend-new-key", LOOP,
-        "outcome = await self.client.create_payment(StoredRequest.from_record(asdict(attempt)),",
-        "outcome = await self.client.create_payment(StoredRequest.from_record(\n"
-        '            {**asdict(attempt), "idempotency_key": str(attempt.attempt_id)}),',
+        'outcome = await self.client.create_payment(StoredRequest.from_attempt(attempt),',
+        'outcome = await self.client.create_payment(StoredRequest.from_record(\n            {**StoredRequest.from_attempt(attempt).__dict__, "idempotency_key": str(attempt.attempt_id)}),',
         t(REC, "test_a_recovery_resend_carries_the_first_sends_key_endpoint_headers_and_identical_bytes"),
-        "a resend goes under the attempt's own key (M7)",
+        "a resend carries the attempt's own key",
     ),
     Mutation(
         "resend-body-reserialized", LOOP,
-        "outcome = await self.client.create_payment(StoredRequest.from_record(asdict(attempt)),",
-        "outcome = await self.client.create_payment(StoredRequest.from_record(\n"
-        '            {**asdict(attempt), "request_body": attempt.request_body.replace(",", ", ")}),',
+        'outcome = await self.client.create_payment(StoredRequest.from_attempt(attempt),',
+        'outcome = await self.client.create_payment(StoredRequest.from_record(\n            {**StoredRequest.from_attempt(attempt).__dict__, "request_body": attempt.request_body.replace(",", ", ")}),',
         t(REC, "test_a_recovery_resend_carries_the_first_sends_key_endpoint_headers_and_identical_bytes"),
-        "a resend transmits the stored bytes unchanged (M7)",
+        'a resend carries the stored bytes unchanged',
     ),
     Mutation(
-        "client-version-from-config", CARDCO,
-        "**_auth_headers(acct, stored.api_version),",
-        "**_auth_headers(acct, acct.api_version),",
+        "client-version-from-config", CARDCO_REQUEST,
+        "**auth_headers(acct, stored.api_version),",
+        "**auth_headers(acct, acct.api_version),",
         t(CLIENT, "test_a_send_carries_the_stored_api_version_after_the_account_moved_to_a_newer_one"),
         "every send carries the API version stored with the attempt, not today's configuration",
     ),
     # -- account scoping ---------------------------------------------------------------------------
     Mutation(
         "intake-account-from-verifier", INTAKE,
-        "account = intake.verifier.verify(request.headers, body, now=intake.clock.now())",
-        "account = intake.verifier.verify(request.headers, body, now=intake.clock.now()) \\\n"
-        "            and intake.settings.accounts[0]",
+        "account, header_id = delivery.account, delivery.delivery_id",
+        "account, header_id = intake.settings.accounts[0], delivery.delivery_id",
         t(NOTE, "test_a_notification_verified_by_another_accounts_secret_never_matches_the_default_accounts_attempt"),
         "a notification's account is the one whose secret verified it (C8)",
     ),
@@ -287,18 +266,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         "notifications match attempts of the verified account only (C8)",
     ),
     Mutation(
-        "handler-payload-environment", HANDLER,
-        "if said_livemode is not None and said_livemode != live:",
-        "if False:",
+        "handler-payload-environment", EVIDENCE_RULES,
+        'if any(m != live for m in claim.livemodes):',
+        'if False:',
         t(NOTE, "test_a_payload_naming_another_environment_raises_an_alert_and_resolves_nothing"),
-        "a payload that names another environment than its verifying secret resolves nothing",
+        'evidence of another mode (test vs live) is never about this attempt',
     ),
     Mutation(
-        "handler-payment-object-fields", HANDLER,
-        "                                        (n.object_account, n.object_livemode)):",
-        "                                        ):",
+        "handler-payment-object-fields", EVENTS,
+        '        said, accounts=said.accounts + ((account,) if account is not None else ()),\n        livemodes=said.livemodes + ((livemode,) if livemode is not None else ()))',
+        '        said, accounts=((account,) if account is not None else ()),\n        livemodes=((livemode,) if livemode is not None else ()))',
         t(NOTE, "test_a_payment_object_of_another_account_or_mode_inside_a_correct_envelope_resolves_nothing"),
-        "the payment object's own account and mode must agree with the verifying secret too",
+        "the payment object's own account and mode are judged too, not only the envelope's",
     ),
     Mutation(
         "intake-replay-window", REPLAYS,
@@ -310,10 +289,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     # -- evidence about another payment ------------------------------------------------------------
     Mutation(
         "create-mismatch-escalates", ATTEMPTS,
-        "    if outcome.mismatch is not None:\n        # The answer described another payment",
-        "    if False:\n        # The answer described another payment",
+        '    verdict = await judge_outcome(conn, attempt, outcome)\n    if not verdict.accepted:',
+        '    verdict = await judge_outcome(conn, attempt, outcome)\n    if False:',
         t(EVIDENCE, "test_a_create_answer_naming_another_payment_stays_unknown_without_its_id_and_escalates_mismatch"),
-        "an answer describing another payment reaches a person",
+        'the one writer of outcomes enforces the evidence verdict',
     ),
     Mutation(
         "create-mismatch-keeps-foreign-id", CARDCO,
@@ -323,13 +302,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         "another payment's id is never recorded on this attempt",
     ),
     Mutation(
-        "lookup-mismatch-escalates", LOOP,
-        "        if mismatch is not None:\n"
-        '            await self._escalate(attempt, lease, "mismatch",',
-        "        if False:\n"
-        '            await self._escalate(attempt, lease, "mismatch",',
+        "lookup-mismatch-escalates", EVIDENCE_RULES,
+        '    if mismatch is not None:\n        return Verdict(Reason.MISMATCH',
+        '    if False:\n        return Verdict(Reason.MISMATCH',
         t(EVIDENCE, "test_a_lookup_finding_a_payment_that_is_not_this_attempts_escalates_at_once_and_records_it"),
-        "a found payment of another account or mode is escalated, never resolved from",
+        'a payment of another account, mode, reference, amount or currency is never evidence',
     ),
     Mutation(
         "lookup-failed-slow-cadence-past-deadline", LOOP,
@@ -337,22 +314,22 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            else:",
         '                await self._escalate(attempt, lease, "deadline", backoff)\n'
         "            else:",
-        t(MORE, "test_failing_lookups_past_the_deadline_are_made_on_the_slow_read_only_cadence"),
+        t(REC_ESCALATIONS, "test_failing_lookups_past_the_deadline_are_made_on_the_slow_read_only_cadence"),
         "past the deadline, failing lookups only read, on the slow cadence",
     ),
     Mutation(
         "resend-rejected-escalates", ATTEMPTS,
         "    if outcome.kind is OutcomeKind.UNKNOWN and outcome.request_rejected:",
         "    if False:",
-        t(MORE, "test_a_resend_refused_before_execution_is_escalated_at_once_and_never_repeated"),
+        t(REC_ESCALATIONS, "test_a_resend_refused_before_execution_is_escalated_at_once_and_never_repeated"),
         "a resend refused before execution reaches a person at once",
     ),
     Mutation(
         "resend-rejected-never-repeated", LOOP,
-        "        if await leases.resend_was_rejected(self.pool, attempt_id):",
-        "        if False:",
-        t(MORE, "test_a_resend_refused_before_execution_is_escalated_at_once_and_never_repeated"),
-        "bytes the provider refused are never resent",
+        '        if await events.resend_was_rejected(self.pool, attempt_id):',
+        '        if False:',
+        t(REC_ESCALATIONS, "test_a_resend_refused_before_execution_is_escalated_at_once_and_never_repeated"),
+        'bytes the provider refused are never resent',
     ),
     # -- one source of truth for account settings --------------------------------------------------
     Mutation(

@@ -12,6 +12,7 @@ import asyncpg
 import httpx
 import pytest
 
+from harness.servers import free_port, serve_asgi
 from paycore import currencies
 from paycore.runtime.chaos import faults, load
 from paycore.runtime.chaos.load import Progress
@@ -20,7 +21,6 @@ from paycore_checkout.app import create_app as create_checkout_app
 from paycore_sandbox.app import create_app as create_sandbox_app
 from paycore_sandbox.settings import SandboxSettings
 from paycore_webhooks.app import create_app as create_webhooks_app
-from tests.support.servers import free_port, serve_asgi
 from tests.support.stack import JWT_SECRET, Sandbox, checkout_settings
 from tests.support.webhooks import TEST, intake_settings, sandbox_secrets
 

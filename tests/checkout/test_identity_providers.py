@@ -21,9 +21,9 @@ import httpx
 import jwt
 import pytest
 
+from harness.servers import serve_asgi
 from paycore.config import ConfigError
 from tests.support.identity_provider import IdentityProvider
-from tests.support.servers import serve_asgi
 from tests.support.stack import JWT_SECRET, Stack, checkout_settings, running_stack
 
 # ---------------------------------------------------------------------------

@@ -15,8 +15,8 @@ import httpx
 import jwt
 import pytest
 
+from harness.servers import serve_asgi
 from tests.support.identity_provider import IdentityProvider
-from tests.support.servers import serve_asgi
 from tests.support.stack import Stack, running_stack
 
 

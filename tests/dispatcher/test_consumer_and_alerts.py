@@ -17,13 +17,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from harness.servers import serve_asgi
 from paycore import escalations
 from paycore.clock import FakeClock, SystemClock
 from paycore.consumer import InboxConsumer, Message, _Listener
 from paycore.kafka import KafkaSettings
 from paycore_dispatcher.alerts import AlertSender, alert_consumer
 from paycore_dispatcher.demo_consumers import demo_consumer
-from tests.support.servers import serve_asgi
 from tests.support.timings import REMINDER_INTERVAL
 
 from .support import kafka_publisher, queue_bare, relay

@@ -14,11 +14,11 @@ import asyncpg
 import httpx
 import pytest
 
+from harness.servers import free_port
 from paycore import outbox, outbox_admin
 from paycore.cli import main
 from paycore.clock import FakeClock
 from paycore.kafka import KafkaSettings
-from tests.support.servers import free_port
 
 from .support import effects, kafka_publisher, outbox_row, queue_bare, relay
 

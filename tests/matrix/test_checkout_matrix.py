@@ -16,13 +16,13 @@ import asyncpg
 import httpx
 import pytest
 
+from harness.servers import serve_asgi
 from paycore.attempts import get_attempt, get_or_create_live_attempt, record_outcome, try_mark_started
 from paycore.clock import FakeClock
 from paycore.domain import ProviderOutcome
 from paycore.providers.cardco import CardcoClient, StoredRequest, build_request_body
 from paycore_checkout.app import create_app
 from tests.support.attempts import recorded_attempt, someone_waits_on_a_lock
-from tests.support.servers import serve_asgi
 from tests.support.stack import Shop, Stack, checkout_settings, eventually, running_stack
 from tests.support.timings import REMINDER_INTERVAL
 

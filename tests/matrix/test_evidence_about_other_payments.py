@@ -90,18 +90,19 @@ async def test_a_create_answer_naming_another_payment_stays_unknown_without_its_
     [escalation] = await escalations_of(pool, attempt)
     assert escalation["reason"] == "mismatch" and escalation["resolved_at"] is None
     assert escalation["detail"]["field"] == "reference"
-    assert escalation["detail"]["reported_payment"]["id"] == "pay_foreign"
+    assert escalation["detail"]["provider_payment_id"] == "pay_foreign"
     # Raised by checkout's outcome write, on the configured reminder interval.
     assert escalation["next_reminder_at"] == escalation["raised_at"] + timedelta(seconds=120)
     [send_result] = await pool.fetch("SELECT detail FROM payment_attempt_events WHERE attempt_id = $1"
                                      " AND kind = 'send_result'", attempt.attempt_id)
-    assert send_result["detail"]["mismatch"] == "reference"
+    assert send_result["detail"]["reason"] == "provider.response-mismatch.reference"
+    assert send_result["detail"]["reported_payment"]["id"] == "pay_foreign"  # what it said, kept
 
     # The payment's real owner settles on its own evidence, with no conflict to untangle.
     evidence = ProviderOutcome.succeeded("pay_foreign", 4999, "EUR")
-    settled = await record_outcome(pool, owner.attempt_id, evidence, now=clock.now(),
+    settled = (await record_outcome(pool, owner.attempt_id, evidence, now=clock.now(),
                                    actor="notification-handler", recheck_after_s=60,
-                                   from_send=False, reminder_interval=REMINDER_INTERVAL)
+                                   from_send=False, reminder_interval=REMINDER_INTERVAL)).attempt
     assert settled.state is AttemptState.SUCCEEDED and settled.provider_payment_id == "pay_foreign"
     assert await escalations_of(pool, owner) == []
 
@@ -113,7 +114,7 @@ async def test_a_create_answer_naming_another_payment_stays_unknown_without_its_
     ("seen", "reason"),
     [({"livemode": True}, "mismatch"),
      ({"account": "acct_other"}, "mismatch"),
-     ({"reference": "ORD-someone-else-a1"}, "provider-id-conflict")],
+     ({"reference": "ORD-someone-else-a1"}, "mismatch")],
     ids=["live-mode", "another-account", "another-reference"],
 )
 async def test_a_lookup_finding_a_payment_that_is_not_this_attempts_escalates_at_once_and_records_it(
@@ -122,9 +123,9 @@ async def test_a_lookup_finding_a_payment_that_is_not_this_attempts_escalates_at
 ) -> None:
     attempt = await new_started_attempt(pool, clock, settings)
     lost = ProviderOutcome.unknown("provider.no-response.caller")
-    attempt = await record_outcome(pool, attempt.attempt_id, lost, now=clock.now(),
+    attempt = (await record_outcome(pool, attempt.attempt_id, lost, now=clock.now(),
                                    actor="endpoint", recheck_after_s=60,
-                                   reminder_interval=REMINDER_INTERVAL)
+                                   reminder_interval=REMINDER_INTERVAL)).attempt
     clock.advance(60)
     answered = payment_object(id="pay_seen", **{"reference": attempt.client_reference, **seen})
     cardco.reply(200, {"data": [answered]})

@@ -18,7 +18,7 @@ from paycore import attempts, db, orders
 from paycore.attempts import Attempt, StartResult
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
-from paycore.domain import LIVE_STATES, AttemptState, OrderStatus, ProviderOutcome
+from paycore.domain import LIVE_STATE_PREDICATE, LIVE_STATES, AttemptState, OrderStatus, ProviderOutcome
 from paycore.events import history
 from tests.support.timings import REMINDER_INTERVAL
 
@@ -52,9 +52,9 @@ async def _attempt_rows(pool: asyncpg.Pool, order_id: str) -> list[asyncpg.Recor
 
 
 async def _fail(pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt) -> Attempt:
-    return await attempts.record_outcome(
+    return (await attempts.record_outcome(
         pool, attempt.attempt_id, ProviderOutcome.failed("card_declined"), now=clock.now(),
-        actor="endpoint", recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)
+        actor="endpoint", recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)).attempt
 
 
 # --- get_or_create_live_attempt ------------------------------------------------------------------------
@@ -234,7 +234,7 @@ async def test_the_on_conflict_predicate_for_the_live_attempt_insert_matches_the
     assert insert_match and migration_match
     insert_predicate = _normalise(insert_match.group(1))
     # Textually identical, as the reference requires, and to the module's named constant.
-    assert insert_predicate == _normalise(migration_match.group(1)) == attempts.LIVE_ATTEMPT_PREDICATE
+    assert insert_predicate == _normalise(migration_match.group(1)) == LIVE_STATE_PREDICATE
     assert {s.value for s in LIVE_STATES} == set(re.findall(r"'(\w+)'", insert_predicate))
 
     # And identical as PostgreSQL itself parses and prints them, on this server version.
@@ -378,9 +378,9 @@ async def test_the_repository_cannot_commit_a_send_intent_for_an_attempt_without
     started = await started_attempt(pool, clock, account)
     assert (await start(pool, clock, started))[0] is StartResult.CONFLICT
     # An attempt that is Unknown.
-    unknown = await attempts.record_outcome(
+    unknown = (await attempts.record_outcome(
         pool, started.attempt_id, ProviderOutcome.unknown("provider.no-response.caller"), now=clock.now(),
-        actor="endpoint", recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)
+        actor="endpoint", recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)).attempt
     assert unknown.state is AttemptState.UNKNOWN
     assert (await start(pool, clock, unknown))[0] is StartResult.CONFLICT
     assert await event_count(pool, started.attempt_id, "send_intent") == 1

@@ -17,6 +17,7 @@ import httpx
 import orjson
 import pytest
 
+from harness.servers import serve_asgi
 from paycore.attempts import (
     Attempt,
     get_attempt,
@@ -24,12 +25,12 @@ from paycore.attempts import (
 )
 from paycore.config import ProviderAccountConfig
 from paycore.domain import ProviderOutcome
-from paycore.notifications import AttachRefused, attach_notification, synthesized_key
+from paycore.notifications import AttachRefused, attach_notification
 from paycore.operator_actions import InvalidOperatorAction
+from paycore.providers.base import synthesized_key
 from paycore.webhook_signatures import signed_headers
 from paycore_webhooks.app import create_app as create_webhooks_app
 from tests.support.attempts import someone_waits_on_a_lock, started_attempt
-from tests.support.servers import serve_asgi
 from tests.support.stack import eventually
 from tests.support.timings import REMINDER_INTERVAL
 from tests.support.webhooks import LIVE, OTHER, TEST, WebhookStack, event, payment_object, sandbox_secrets
@@ -48,10 +49,10 @@ async def live_attempt(hooks: WebhookStack, provider_account: str = TEST, *, unk
     acct = account(hooks, provider_account)
     started = await started_attempt(hooks.pool, hooks.clock, acct, order, customer)
     if unknown:
-        return await record_outcome(hooks.pool, started.attempt_id,
+        return (await record_outcome(hooks.pool, started.attempt_id,
                                     ProviderOutcome.unknown("provider.no-response.caller"),
                                     now=hooks.clock.now(), actor="endpoint", recheck_after_s=60,
-                                    reminder_interval=REMINDER_INTERVAL)
+                                    reminder_interval=REMINDER_INTERVAL)).attempt
     return started
 
 
@@ -604,7 +605,7 @@ async def test_a_payment_object_of_another_account_or_mode_inside_a_correct_enve
     rows = await hooks.pool.fetch("SELECT reason, detail FROM payment_escalations WHERE attempt_id = $1"
                                   " ORDER BY escalation_id", attempt.attempt_id)
     assert [(r["reason"], r["detail"]["field"]) for r in rows] == [
-        ("mismatched-payment", "environment"), ("mismatched-payment", "account")]
+        ("mismatch", "environment"), ("mismatch", "account")]
     assert f"attempt:{attempt.attempt_id}:order-confirmation" not in await outbox_keys(hooks)
 
 

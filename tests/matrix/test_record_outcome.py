@@ -53,7 +53,7 @@ async def record(pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt, outcome
     kw.setdefault("actor", "endpoint")
     kw.setdefault("recheck_after_s", RECHECK_S)
     kw.setdefault("reminder_interval", REMINDER_INTERVAL)
-    return await attempts.record_outcome(pool, attempt.attempt_id, outcome, now=clock.now(), **kw)
+    return (await attempts.record_outcome(pool, attempt.attempt_id, outcome, now=clock.now(), **kw)).attempt
 
 
 async def business_rows(pool: asyncpg.Pool, attempt: Attempt) -> list[asyncpg.Record]:
@@ -244,7 +244,7 @@ async def test_a_different_provider_payment_id_raises_a_provider_id_conflict_and
     assert await attempts.get_attempt(pool, attempt.attempt_id) == processing
     [esc] = await escalation_rows(pool, attempt)
     assert esc["escalation_key"] == f"attempt:{attempt.attempt_id}:provider-id-conflict"
-    assert esc["detail"] == {"recorded": "pay_1", "reported": "pay_2"}
+    assert esc["detail"] == {"recorded": "pay_1", "reported": "pay_2", "actor": "notification-handler"}
     assert (await order_of(pool, attempt)).status == "Open"
     assert await business_rows(pool, attempt) == []
 
@@ -261,7 +261,8 @@ async def test_a_provider_payment_id_owned_by_another_attempt_raises_an_escalati
     assert (await order_of(pool, other)).status == "Open"
     [esc] = await escalation_rows(pool, other)
     assert esc["reason"] == "provider-id-conflict"
-    assert esc["detail"] == {"reported": "pay_1", "owned_by_attempt": str(attempt.attempt_id)}
+    assert esc["detail"] == {"reported": "pay_1", "owned_by_attempt": str(attempt.attempt_id),
+                             "actor": "notification-handler"}
     assert await business_rows(pool, other) == []
     # The owner is untouched and not escalated.
     assert (await attempts.get_attempt(pool, attempt.attempt_id)).state is AttemptState.SUCCEEDED
@@ -356,7 +357,7 @@ async def test_a_notification_racing_a_started_status_update_that_records_anothe
     assert durable.version == attempt.version + 1  # the writer's change only
     [esc] = await escalation_rows(pool, attempt)
     assert esc["escalation_key"] == f"attempt:{attempt.attempt_id}:provider-id-conflict:evt_2"
-    assert esc["detail"] == {"recorded": "pay_1", "reported": "pay_2"}
+    assert esc["detail"] == {"recorded": "pay_1", "reported": "pay_2", "actor": "notification-handler"}
     assert (await order_of(pool, attempt)).status == "Open"
     assert await business_rows(pool, attempt) == []
 

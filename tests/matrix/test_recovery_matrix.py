@@ -1,5 +1,7 @@
 """Recovery lines of the reference's test matrix: workers on the fake clock, the sandbox over HTTP.
 
+Here: finding the payment, the same-key resend and its bytes, the key window, the final local
+check. The loop's other sections have a file each beside this one (test_recovery_*.py).
 The sandbox ledger counts payments; its request capture counts sends.
 """
 
@@ -10,14 +12,12 @@ from typing import Any
 
 import pytest
 
+from paycore import leases
 from paycore.attempts import Attempt
-from paycore_recovery import leases
 from paycore_recovery.loop import Pass
-from tests.support.recovery import RecoveryStack
+from tests.support.recovery import DEADLINE_S, RecoveryStack
 from tests.support.stack import eventually
 from tests.support.webhooks import event, payment_object
-
-DEADLINE_S = 86_400 - 7_200  # the account's retention minus its margin
 
 
 async def test_recovery_finds_the_payment_and_resolves_it_succeeded_one_payment_in_total(

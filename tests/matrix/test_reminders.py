@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from datetime import timedelta
 from typing import Any
 
 from paycore import escalations
@@ -16,10 +15,8 @@ from paycore.config import Settings
 from paycore.providers.cardco import StoredRequest
 from paycore_recovery.loop import Pass
 from paycore_recovery.reminders import send_due_reminders
-from tests.support.recovery import RecoveryStack
+from tests.support.recovery import DEADLINE_S, RecoveryStack, seconds
 from tests.support.stack import eventually
-
-DEADLINE_S = 86_400 - 7_200  # the account's retention minus its margin
 
 
 async def escalated_past_the_deadline(
@@ -41,10 +38,6 @@ async def episode(rec: RecoveryStack, escalation_id: int) -> dict[str, Any]:
 
 async def reminders(rec: RecoveryStack) -> list[str]:
     return [key for key in await rec.alerts() if ":reminder:" in key]
-
-
-def seconds(value: float) -> timedelta:
-    return timedelta(seconds=value)
 
 
 async def test_an_open_episode_sends_reminders_from_next_reminder_at_before_acknowledgement(

@@ -3,8 +3,8 @@ sendable attempt, and before the stamped escalation deadline."""
 
 from __future__ import annotations
 
+from paycore import attempts, leases
 from paycore.orders import cancel_order
-from paycore_recovery import leases
 from tests.support.recovery import RecoveryStack
 
 
@@ -33,8 +33,8 @@ async def test_a_send_intent_commit_attempted_after_the_escalation_deadline_is_r
     # Keep the lease valid at that moment, so the deadline alone decides.
     await rec.pool.execute("UPDATE payment_attempts SET lease_expires_at = $2 WHERE attempt_id = $1",
                            attempt.attempt_id, late.replace(year=late.year + 1))
-    assert await leases.commit_send_intent(rec.pool, attempt, lease, late, "recovery-w1") == (
-        leases.IntentResult.REFUSED, "deadline-passed")
+    assert await attempts.commit_send_intent(rec.pool, attempt, lease, late, "recovery-w1") == (
+        attempts.IntentResult.REFUSED, "deadline-passed")
     assert await intents(rec, attempt.attempt_id) == before
 
 
@@ -44,24 +44,24 @@ async def test_the_repository_cannot_commit_a_send_intent_without_the_recovery_o
     attempt, lease = await claimed(rec)
     before = await intents(rec, attempt.attempt_id)
     stranger = leases.new_lease("w1")  # same owner name, another token
-    assert await leases.commit_send_intent(rec.pool, attempt, stranger, rec.clock.now(), "recovery-w1") == (
-        leases.IntentResult.REFUSED, "lease-lost")
+    assert await attempts.commit_send_intent(rec.pool, attempt, stranger, rec.clock.now(), "recovery-w1") == (
+        attempts.IntentResult.REFUSED, "lease-lost")
     assert await intents(rec, attempt.attempt_id) == before
-    assert await leases.commit_send_intent(rec.pool, attempt, lease, rec.clock.now(), "recovery-w1") == (
-        leases.IntentResult.COMMITTED, None)
+    assert await attempts.commit_send_intent(rec.pool, attempt, lease, rec.clock.now(), "recovery-w1") == (
+        attempts.IntentResult.COMMITTED, None)
     assert await intents(rec, attempt.attempt_id) == before + 1
 
 
 async def test_a_send_intent_is_refused_once_the_order_cancellation_has_committed(rec: RecoveryStack) -> None:
     attempt, lease = await claimed(rec)
     await cancel_order(rec.pool, attempt.order_id, attempt.customer_id, rec.clock.now())
-    assert await leases.commit_send_intent(rec.pool, attempt, lease, rec.clock.now(), "recovery-w1") == (
-        leases.IntentResult.REFUSED, "order-not-payable")
+    assert await attempts.commit_send_intent(rec.pool, attempt, lease, rec.clock.now(), "recovery-w1") == (
+        attempts.IntentResult.REFUSED, "order-not-payable")
 
 
 async def test_a_send_intent_is_refused_for_an_attempt_changed_since_it_was_read(rec: RecoveryStack) -> None:
     attempt, lease = await claimed(rec)
     await rec.pool.execute("UPDATE payment_attempts SET version = version + 1 WHERE attempt_id = $1",
                            attempt.attempt_id)
-    assert await leases.commit_send_intent(rec.pool, attempt, lease, rec.clock.now(), "recovery-w1") == (
-        leases.IntentResult.REFUSED, "changed")
+    assert await attempts.commit_send_intent(rec.pool, attempt, lease, rec.clock.now(), "recovery-w1") == (
+        attempts.IntentResult.REFUSED, "changed")

@@ -6,9 +6,9 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
+from harness.servers import serve_asgi
 from paycore_sandbox.app import create_app
 from paycore_sandbox.settings import SandboxSettings
-from tests.support.servers import serve_asgi
 
 
 @pytest.fixture

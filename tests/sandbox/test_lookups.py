@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from harness.servers import serve_asgi
 from paycore_sandbox.app import create_app
 from paycore_sandbox.settings import SandboxAccount, SandboxSettings
 from tests.sandbox.support import (
@@ -19,7 +20,6 @@ from tests.sandbox.support import (
     new_reference,
     payment_body,
 )
-from tests.support.servers import serve_asgi
 
 OTHER = auth("acct_other", OTHER_TEST_KEY)
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.servers import serve_asgi
 from paycore_sandbox.app import create_app
 from paycore_sandbox.errors import ApiError
 from paycore_sandbox.idempotency import fingerprint, parse_idempotency_key
 from paycore_sandbox.settings import SandboxSettings
 from tests.sandbox.support import add_faults, create, ledger, payment_body
-from tests.support.servers import serve_asgi
 
 
 def test_default_settings() -> None:

@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from harness.servers import serve_asgi
 from paycore.webhook_signatures import VerificationFailed, Verifier
 from paycore_sandbox.app import create_app
 from paycore_sandbox.delivery import attempt_offsets
@@ -43,7 +44,6 @@ from tests.sandbox.support import (
     new_reference,
     payment_body,
 )
-from tests.support.servers import serve_asgi
 
 SECRETS = {f"{a.account}:{a.environment}": a.webhook_secret
            for a in SandboxSettings.default().accounts}

@@ -1,1 +1,4 @@
-"""Shared test infrastructure: real PostgreSQL databases, real HTTP servers."""
+"""The stacks tests run (checkout, webhooks, recovery) and their helpers.
+
+Real databases and servers on free ports come from ``harness/``, which the benchmarks share.
+"""

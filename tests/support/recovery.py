@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -23,7 +24,8 @@ from paycore.attempts import (
 )
 from paycore.config import Settings
 from paycore.domain import ProviderOutcome
-from paycore.providers.cardco import CardcoClient, StoredRequest
+from paycore.providers.base import StoredRequest
+from paycore.providers.cardco import CardcoClient
 from paycore_recovery.loop import Pass, RecoveryWorker
 from paycore_recovery.metrics import RecoveryMetrics
 from paycore_recovery.settings import RecoverySettings
@@ -31,6 +33,8 @@ from tests.support.attempts import recorded_attempt, started_attempt
 from tests.support.stack import eventually
 from tests.support.timings import REMINDER_INTERVAL
 from tests.support.webhooks import TEST, WebhookStack
+
+DEADLINE_S = 86_400 - 7_200  # the account's retention minus its margin
 
 
 @dataclass
@@ -81,10 +85,10 @@ class RecoveryStack:
         outcome = await client.create_payment(StoredRequest.from_record(dataclasses.asdict(attempt)),
                                               budget_s=15, first_send=True)
         assert outcome.kind.value == "succeeded", outcome
-        return await record_outcome(self.pool, attempt.attempt_id,
+        return (await record_outcome(self.pool, attempt.attempt_id,
                                     ProviderOutcome.unknown("provider.no-response.caller"),
                                     now=self.clock.now(), actor="endpoint", recheck_after_s=60,
-                                    reminder_interval=REMINDER_INTERVAL)
+                                    reminder_interval=REMINDER_INTERVAL)).attempt
 
     async def make_due(self, attempt: Attempt | None = None) -> None:
         """Move the clock to the next due check (of one attempt, or of all live attempts)."""
@@ -127,7 +131,7 @@ class RecoveryStack:
         for client in self.clients:
             await client.aclose()
 
-    # -- more helpers (recovery matrix, more; reminders) -----------------------------------------
+    # -- more helpers (the recovery matrix's files; reminders) -----------------------------------
 
     async def not_started_attempt(self, provider_account: str = TEST, customer: str = "cus_alice",
                                   method: str = "tok_visa") -> Attempt:
@@ -155,10 +159,10 @@ class RecoveryStack:
     async def unknown_never_sent(self, provider_account: str = TEST, customer: str = "cus_alice") -> Attempt:
         """Started and recorded Unknown, but the request never reached the provider."""
         attempt = await self.started_attempt(provider_account, customer)
-        return await record_outcome(self.pool, attempt.attempt_id,
+        return (await record_outcome(self.pool, attempt.attempt_id,
                                     ProviderOutcome.unknown("provider.no-response.caller"),
                                     now=self.clock.now(), actor="endpoint", recheck_after_s=60,
-                                    reminder_interval=REMINDER_INTERVAL)
+                                    reminder_interval=REMINDER_INTERVAL)).attempt
 
     async def due_now(self, attempt: Attempt) -> None:
         """Make one attempt due at the current time without moving the clock."""
@@ -183,6 +187,20 @@ class RecoveryStack:
         return [dict(r) for r in rows]
 
 
+def settle_s(rec: RecoveryStack) -> float:
+    """Call and record budgets plus the provider's normal processing time."""
+    b = rec.hooks.settings.budgets
+    return b.call_s + b.record_s + rec.hooks.settings.processing_allowance_s
+
+
+def seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)
+
+
+async def initial_alerts(rec: RecoveryStack) -> list[str]:
+    return [key for key in await rec.alerts() if key.endswith(":initial")]
+
+
 async def running_recovery_stack(hooks: WebhookStack) -> AsyncIterator[RecoveryStack]:
     stack = RecoveryStack(hooks)
     try:
@@ -191,4 +209,5 @@ async def running_recovery_stack(hooks: WebhookStack) -> AsyncIterator[RecoveryS
         await stack.aclose()
 
 
-__all__ = ["Pass", "RecoveryStack", "running_recovery_stack"]
+__all__ = ["DEADLINE_S", "Pass", "RecoveryStack", "initial_alerts", "running_recovery_stack", "seconds",
+           "settle_s"]

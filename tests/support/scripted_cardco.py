@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.support.servers import serve_asgi
+from harness.servers import serve_asgi
 
 REFERENCE = "ORD-5521-a1"
 

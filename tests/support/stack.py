@@ -17,12 +17,12 @@ import asyncpg
 import httpx
 import jwt
 
+from harness.servers import serve_asgi
 from paycore.clock import FakeClock
 from paycore.config import Settings, load_settings
 from paycore_checkout.app import create_app as create_checkout_app
 from paycore_sandbox.app import create_app as create_sandbox_app
 from paycore_sandbox.settings import SandboxSettings
-from tests.support.servers import serve_asgi
 
 JWT_SECRET = "test-secret-for-paycore-checkout-0123456789"
 T = TypeVar("T")

@@ -19,6 +19,7 @@ import asyncpg
 import httpx
 import orjson
 
+from harness.servers import serve_asgi
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig, Secret, Settings
 from paycore.webhook_signatures import signed_headers
@@ -26,7 +27,6 @@ from paycore_checkout.app import create_app as create_checkout_app
 from paycore_sandbox.app import create_app as create_sandbox_app
 from paycore_sandbox.settings import SandboxSettings
 from paycore_webhooks.app import create_app as create_webhooks_app
-from tests.support.servers import serve_asgi
 from tests.support.stack import Sandbox, Shop, checkout_settings
 
 TEST = "cardco:acct_store:test"

@@ -24,9 +24,11 @@ import httpx
 import orjson
 import pytest
 
+from harness.servers import free_port
 from paycore.clock import FakeClock
 from paycore.config import CARDCO_API_VERSION, MAX_BUDGET_S, ProviderAccountConfig, Secret
 from paycore.domain import OutcomeKind, ProviderOutcome
+from paycore.evidence import Claim
 from paycore.providers.cardco import (
     CardcoClient,
     LookupResult,
@@ -41,7 +43,6 @@ from tests.support.scripted_cardco import (
     payment_object,
     running_scripted_cardco,
 )
-from tests.support.servers import free_port
 
 API_KEY = "sk_test_x"
 OTHER_KEY = "sk_test_other"
@@ -385,6 +386,8 @@ async def test_succeeded_carries_the_payment(client: CardcoClient, cardco: Scrip
     outcome = await create(client, cardco)
     assert outcome == ProviderOutcome.succeeded(
         "pay_3f9c", 4999, "EUR", http_status=201, replayed=True,
+        claim=Claim(provider_payment_id="pay_3f9c", reference=REFERENCE, amount_minor=4999, currency="EUR",
+                    accounts=("acct_store",), livemodes=(False,)),
     )
 
 
@@ -487,7 +490,7 @@ async def test_key_reused_is_logged_as_our_bug(
         (201, payment_object(amount=5000), "provider.response-mismatch.amount"),
         (201, payment_object(currency="USD"), "provider.response-mismatch.currency"),
         (201, payment_object(account="acct_other"), "provider.response-mismatch.account"),
-        (201, payment_object(livemode=True), "provider.response-mismatch.livemode"),
+        (201, payment_object(livemode=True), "provider.response-mismatch.environment"),
         (402, payment_object("declined", amount=1), "provider.response-mismatch.amount"),
     ],
 )
@@ -503,15 +506,16 @@ async def test_unreadable_or_unrecognized_bodies_are_unknown(
     ("answered", "field"),
     [(payment_object(reference="ORD-other", id="pay_foreign"), "reference"),
      (payment_object(account="acct_other", id="pay_foreign"), "account"),
-     (payment_object(livemode=True, id="pay_foreign"), "livemode")],
+     (payment_object(livemode=True, id="pay_foreign"), "environment")],
 )
 async def test_a_create_answer_naming_another_payment_never_carries_its_id_or_status(
     client: CardcoClient, cardco: ScriptedCardco, answered: dict[str, Any], field: str
 ) -> None:
     cardco.reply(201, answered)
     outcome = await create(client, cardco)
-    assert (outcome.kind, outcome.mismatch) == (OutcomeKind.UNKNOWN, field)
+    assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, f"provider.response-mismatch.{field}")
     assert outcome.provider_payment_id is None and outcome.provider_status is None
+    assert outcome.claim is not None and outcome.claim.provider_payment_id == "pay_foreign"
     assert outcome.detail["reported_payment"]["id"] == "pay_foreign"
 
 
@@ -874,7 +878,9 @@ def _payment(status: str, **kw: Any) -> ProviderPayment:
 
 def test_provider_payment_to_outcome() -> None:
     expiry = datetime(2026, 11, 29, 12, 15, tzinfo=UTC)
-    assert _payment("succeeded").to_outcome() == ProviderOutcome.succeeded("pay_1", 100, "EUR")
+    assert _payment("succeeded").to_outcome() == ProviderOutcome.succeeded(
+        "pay_1", 100, "EUR", claim=Claim(provider_payment_id="pay_1", reference="r", amount_minor=100,
+                                         currency="EUR", accounts=("acct_store",), livemodes=(False,)))
     processing = _payment("processing").to_outcome()
     assert (processing.kind, processing.provider_payment_id) == (OutcomeKind.PROCESSING, "pay_1")
     action = _payment("requires_action", next_action={"type": "redirect_to_url"},

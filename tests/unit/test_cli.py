@@ -10,7 +10,6 @@ import signal
 import stat
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,11 +18,11 @@ import httpx
 import jwt
 import pytest
 
+from harness.postgres import create_database, drop_database, with_database
 from paycore.cli import local_jwt_secret, main, paycore_home
 from paycore.clock import SystemClock
 from paycore.db import migrate, migrations
 from paycore.runtime._process import accepts_connections, free_port
-from tests.support.database import with_database
 from tests.support.timings import REMINDER_INTERVAL
 from tests.support.up import BANNER_END, UP_SERVICES, running_up, up_env, wait_gone
 
@@ -68,20 +67,11 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]
 @pytest.fixture
 def fresh_database(pg_admin_dsn: str) -> Iterator[str]:
     """An empty, uniquely named database; dropped afterwards."""
-    name = f"paycore_cli_{uuid.uuid4().hex[:10]}"
-
-    async def run(sql: str) -> None:
-        conn = await asyncpg.connect(pg_admin_dsn)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(run(f'CREATE DATABASE "{name}"'))
+    name = asyncio.run(create_database(pg_admin_dsn, "paycore_cli"))
     try:
         yield with_database(pg_admin_dsn, name)
     finally:
-        asyncio.run(run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(drop_database(pg_admin_dsn, name))
 
 
 async def _tables(dsn: str) -> set[str]:

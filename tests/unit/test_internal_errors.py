@@ -11,8 +11,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from harness.servers import serve_asgi
 from paycore.http.problems import InternalErrorMiddleware
-from tests.support.servers import serve_asgi
 
 log = logging.getLogger("paycore.test-internal-errors")
 

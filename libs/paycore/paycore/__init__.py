@@ -10,7 +10,8 @@ resolved only by evidence. This package holds the rules every service shares:
 - :mod:`paycore.db` -- connection pool and migrations
 - :mod:`paycore.attempts` -- the attempt repository: create, start, record outcome
 - :mod:`paycore.escalations`, :mod:`paycore.outbox` -- durable alerts and downstream work
-- :mod:`paycore.providers.cardco` -- the Cardco adapter
+- :mod:`paycore.providers` -- the provider interface (``base.Provider``), its one factory
+  (``registry.for_accounts``), and Cardco (``providers.cardco``)
 """
 
 __version__ = "0.1.0"

@@ -10,6 +10,7 @@ handler or the recovery loop.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import uuid
@@ -21,27 +22,35 @@ from uuid import UUID
 
 import asyncpg
 
-from paycore import escalations, outbox
+from paycore import escalations, leases, outbox
+from paycore.attempt_row import Attempt, get_attempt
 from paycore.config import ProviderAccountConfig
 from paycore.domain import (
     FINAL_STATES,
+    LIVE_STATE_PREDICATE,
+    RESOLVABLE_STATES,
     AttemptState,
     OrderStatus,
     OutcomeKind,
     ProviderOutcome,
     can_transition,
 )
+from paycore.errors import OutcomeNotConfirmed, TransitionRefused
 from paycore.events import EventKind, append_event
-from paycore.orders import OrderNotPayable, lock_order, lock_order_of_attempt
+from paycore.evidence import Verdict, judge
+from paycore.leases import Lease
+from paycore.orders import OrderNotPayable, lock_order, lock_order_of_attempt, mark_paid
+
+__all__ = [
+    "Attempt", "IntentResult", "OutcomeNotConfirmed", "OutcomeResult", "StartResult", "apply_outcome",
+    "close_never_sent", "commit_send_intent", "find_by_reference_and_payment_id", "get_attempt",
+    "get_or_create_live_attempt", "judge_outcome", "latest_attempt", "record_outcome",
+    "record_send_abandoned", "try_mark_started",
+]
 
 log = logging.getLogger("paycore.attempts")
 
-SELECT_ATTEMPT = "SELECT * FROM payment_attempts WHERE attempt_id = $1"
-
-SELECT_LIVE_ATTEMPT = """
-SELECT * FROM payment_attempts
-WHERE order_id = $1 AND state IN ('NotStarted', 'Started', 'Unknown')
-"""
+SELECT_LIVE_ATTEMPT = "SELECT * FROM payment_attempts WHERE order_id = $1 AND " + LIVE_STATE_PREDICATE  # noqa: S608
 
 SELECT_LATEST_ATTEMPT = """
 SELECT * FROM payment_attempts
@@ -63,14 +72,12 @@ SELECT COALESCE(MAX(attempt_number), 0) + 1 FROM payment_attempts WHERE order_id
 
 # The conflict predicate is textually identical to the partial index
 # one_live_attempt_per_order (tested), so a migration cannot change one alone.
-LIVE_ATTEMPT_PREDICATE = "state IN ('NotStarted', 'Started', 'Unknown')"
-
 INSERT_LIVE_ATTEMPT = """
 INSERT INTO payment_attempts (attempt_id, order_id, customer_id, attempt_number, provider_account,
     endpoint, api_version, client_reference, idempotency_key, request_body, amount_minor, currency,
     state, created_at, next_check_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'NotStarted', $13, $14)
-ON CONFLICT (order_id) WHERE state IN ('NotStarted', 'Started', 'Unknown') DO NOTHING
+ON CONFLICT (order_id) WHERE """ + LIVE_STATE_PREDICATE + """ DO NOTHING
 RETURNING *
 """
 
@@ -120,11 +127,6 @@ SELECT attempt_id FROM payment_attempts
 WHERE provider_account = $1 AND provider_payment_id = $2 AND attempt_id <> $3
 """
 
-MARK_ORDER_PAID = """
-UPDATE orders SET status = 'Paid', version = version + 1
-WHERE order_id = $1 AND status = 'Open'
-"""
-
 MAX_REAPPLY = 5
 
 
@@ -134,78 +136,8 @@ class StartResult(enum.Enum):
     ORDER_NOT_PAYABLE = "order-not-payable"  # cancelled or paid under the order lock
 
 
-class OutcomeNotConfirmed(Exception):
-    """The outcome could not be confirmed as recorded (retries exhausted)."""
-
-
 class _LostRace(Exception):
     """The conditional write matched no row: another writer moved the attempt first."""
-
-
-@dataclass(frozen=True)
-class Lease:
-    """A recovery worker's claim on an attempt: owner name and fencing token."""
-
-    owner: str
-    token: UUID
-
-
-@dataclass(frozen=True)
-class Attempt:
-    attempt_id: UUID
-    order_id: str
-    customer_id: str
-    attempt_number: int
-    provider_account: str
-    endpoint: str
-    api_version: str
-    client_reference: str
-    idempotency_key: str
-    request_body: str
-    amount_minor: int
-    currency: str
-    state: AttemptState
-    provider_status: str | None
-    next_action: dict[str, Any] | None
-    next_action_expires_at: datetime | None
-    outcome_reason: str | None
-    created_at: datetime
-    first_sent_at: datetime | None
-    escalation_deadline: datetime | None
-    provider_payment_id: str | None
-    recovery_owner: str | None
-    lease_token: UUID | None
-    lease_acquired_at: datetime | None
-    lease_expires_at: datetime | None
-    next_check_at: datetime
-    version: int
-
-    @classmethod
-    def from_record(cls, r: asyncpg.Record) -> Attempt:
-        values = dict(r)
-        values["state"] = AttemptState(values["state"])
-        return cls(**values)
-
-    def action_is_current(self, now: datetime) -> bool:
-        """A customer action is shown only on a Started attempt and only before it expires."""
-        return (
-            self.state is AttemptState.STARTED
-            and self.next_action is not None
-            and (self.next_action_expires_at is None or self.next_action_expires_at > now)
-        )
-
-    def matches(self, amount_minor: int | None, currency: str | None) -> bool:
-        """Whether evidence about amount and currency agrees with this attempt."""
-        return (amount_minor is None or amount_minor == self.amount_minor) and (
-            currency is None or currency.upper() == self.currency
-        )
-
-
-async def get_attempt(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID) -> Attempt:
-    row = await conn.fetchrow(SELECT_ATTEMPT, attempt_id)
-    if row is None:
-        raise LookupError(f"attempt {attempt_id} not found")
-    return Attempt.from_record(row)
 
 
 async def latest_attempt(
@@ -352,15 +284,9 @@ def _send_result_detail(outcome: ProviderOutcome) -> dict[str, Any]:
         "provider_status": outcome.provider_status,
         "request_rejected": outcome.request_rejected,
     }
-    if outcome.mismatch is not None:
-        detail["mismatch"] = outcome.mismatch
-        detail["reported_payment"] = outcome.detail.get("reported_payment")
+    if "reported_payment" in outcome.detail:  # an answer about another payment: what it said
+        detail["reported_payment"] = outcome.detail["reported_payment"]
     return detail
-
-
-def _escalation_key(attempt_id: UUID, reason: str, evidence_key: str | None) -> str:
-    key = f"attempt:{attempt_id}:{reason}"
-    return f"{key}:{evidence_key}" if evidence_key else key
 
 
 @dataclass(frozen=True)
@@ -378,11 +304,19 @@ class _Escalate:
     reminder_interval: timedelta
 
     async def __call__(self, reason: str, detail: dict[str, Any], *, per_evidence: bool = True) -> None:
-        key = _escalation_key(self.attempt_id, reason, self.evidence_key if per_evidence else None)
+        key = escalations.attempt_key(self.attempt_id, reason, self.evidence_key if per_evidence else None)
         await escalations.raise_escalation(
             self.conn, key=key, reason=reason, attempt_id=self.attempt_id, now=self.now, detail=detail,
             reminder_interval=self.reminder_interval,
         )
+
+
+@dataclass(frozen=True)
+class OutcomeResult:
+    """What an outcome write leaves: the durable attempt, and the verdict on the evidence it brought."""
+
+    attempt: Attempt
+    verdict: Verdict
 
 
 async def record_outcome(
@@ -396,15 +330,17 @@ async def record_outcome(
     reminder_interval: timedelta,
     from_send: bool = True,
     lease: Lease | None = None,
+    escalated_recheck_after_s: float | None = None,
     evidence_key: str | None = None,
     max_reapply: int = MAX_REAPPLY,
-) -> Attempt:
+) -> OutcomeResult:
     """Record a provider outcome in its own transaction; see :func:`apply_outcome`."""
     async with pool.acquire() as conn, conn.transaction():
         return await apply_outcome(
             conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
             reminder_interval=reminder_interval, from_send=from_send, lease=lease,
-            evidence_key=evidence_key, max_reapply=max_reapply,
+            escalated_recheck_after_s=escalated_recheck_after_s, evidence_key=evidence_key,
+            max_reapply=max_reapply,
         )
 
 
@@ -419,23 +355,28 @@ async def apply_outcome(
     reminder_interval: timedelta,
     from_send: bool = True,
     lease: Lease | None = None,
+    escalated_recheck_after_s: float | None = None,
     evidence_key: str | None = None,
     max_reapply: int = MAX_REAPPLY,
-) -> Attempt:
-    """Apply a provider outcome to a Started or Unknown attempt; return the durable attempt.
+) -> OutcomeResult:
+    """Apply a provider outcome to a Started or Unknown attempt: the one writer of outcomes.
 
     Runs inside the caller's transaction (the notification handler records its
     notification in the same one), each try in a savepoint. Conditional on the
     state and version read:
 
+    - the evidence is judged first (:mod:`paycore.evidence`): a payment id other
+      than the recorded one or owned by another attempt, or an account, mode,
+      reference, amount or currency that is not the attempt's, resolves nothing
+      and is escalated under the verdict's reason, whatever the attempt's state;
+      given a ``lease`` and ``escalated_recheck_after_s``, the next check is
+      scheduled and the lease released in the same transaction (escalate and
+      finish). An Unknown answer about another payment still records Unknown,
+      never that payment's id;
     - a final winner (a notification or lookup got there first) is returned
       unchanged; a final outcome that contradicts it is escalated, never written;
     - ``Unknown`` never overwrites a known outcome, nor a Started attempt whose
       provider status was observed;
-    - a different provider payment id than the recorded one, or one another
-      attempt owns, or an amount or currency that does not match, resolves
-      nothing and is escalated; so is an answer that described another payment
-      (``outcome.mismatch``: recorded as Unknown, never with that payment's id);
     - a resend refused before execution (``outcome.request_rejected``) stays
       Unknown and is escalated ``resend-rejected``: the same bytes would be
       refused again, so recovery stops resending;
@@ -455,7 +396,7 @@ async def apply_outcome(
             async with conn.transaction():  # a savepoint inside the caller's transaction
                 return await _apply_once(
                     conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
-                    from_send=from_send, lease=lease, evidence_key=evidence_key,
+                    from_send=from_send, lease=lease, escalated_recheck_after_s=escalated_recheck_after_s,
                     escalate=_Escalate(conn, attempt_id, now, evidence_key, reminder_interval),
                 )
         except _LostRace:
@@ -475,10 +416,10 @@ async def _apply_once(
     recheck_after_s: float,
     from_send: bool,
     lease: Lease | None,
-    evidence_key: str | None,
+    escalated_recheck_after_s: float | None,
     escalate: _Escalate,
-) -> Attempt:
-    """One try of :func:`record_outcome`; raises :class:`_LostRace` to roll back and reapply."""
+) -> OutcomeResult:
+    """One try of :func:`apply_outcome`; raises :class:`_LostRace` to roll back and reapply."""
     order = await lock_order_of_attempt(conn, attempt_id)
     attempt = await get_attempt(conn, attempt_id)
 
@@ -486,27 +427,30 @@ async def _apply_once(
         await append_event(conn, attempt_id=attempt_id, kind=EventKind.SEND_RESULT, actor=actor,
                            now=now, detail=_send_result_detail(outcome))
 
-    if outcome.mismatch is not None:
-        # The answer described another payment (the client dropped its id and status):
-        # a person must see it, whatever this attempt's state; it resolves nothing.
-        await escalate("mismatch", {"field": outcome.mismatch, "actor": actor,
-                                    "reported_payment": outcome.detail.get("reported_payment")})
+    verdict = await judge_outcome(conn, attempt, outcome)
+    if not verdict.accepted:
+        # Evidence about a different payment (paycore.evidence): a person must see it,
+        # whatever this attempt's state (after resolution it may be a second charge).
+        assert verdict.reason is not None
+        await escalate(verdict.reason.value, {**verdict.detail, "actor": actor})
+        if lease is not None and escalated_recheck_after_s is not None:
+            # Escalate-and-finish: the next look and the lease's release commit with it.
+            await leases.finish(conn, attempt_id, lease, now, escalated_recheck_after_s)
+        if outcome.kind is not OutcomeKind.UNKNOWN or attempt.state in FINAL_STATES:
+            return OutcomeResult(attempt, verdict)
+        # An answer about another payment leaves this attempt Unknown all the same, with
+        # nothing of that payment recorded on it (the client already dropped its id).
+        outcome = dataclasses.replace(outcome, claim=None, provider_payment_id=None, provider_status=None)
 
     target = outcome.target_state
     if attempt.state in FINAL_STATES:
-        # Evidence about another payment, or one that does not match, is escalated
-        # even after resolution: it may be a second charge.
-        identity = await _identity_problem(conn, attempt, outcome)
-        if identity is not None:
-            reason, detail = identity
-            await escalate(reason, detail)
-        elif outcome.is_final and target is not attempt.state:
+        if outcome.is_final and target is not attempt.state:
             await escalate("contradiction",
                            {"recorded": attempt.state.value, "reported": target.value, "actor": actor})
-        return attempt
+        return OutcomeResult(attempt, verdict)
     if attempt.state is AttemptState.NOT_STARTED:
         # Only a sender that moved it to Started can have an outcome for it.
-        raise ValueError(f"attempt {attempt_id} is NotStarted; no outcome can be recorded")
+        raise TransitionRefused(f"attempt {attempt_id} is NotStarted; no outcome can be recorded")
 
     if outcome.kind is OutcomeKind.UNKNOWN and outcome.request_rejected:
         # A resend refused before execution: Unknown stays Unknown, and since the same
@@ -518,15 +462,10 @@ async def _apply_once(
         attempt.state is AttemptState.UNKNOWN or attempt.provider_status is not None
     ):
         # Unknown adds no evidence: it never overwrites an observed provider status.
-        return attempt
-
-    identity_problem = await _identity_problem(conn, attempt, outcome)
-    if identity_problem is not None:
-        await escalate(*identity_problem)
-        return attempt
+        return OutcomeResult(attempt, verdict)
 
     if not can_transition(attempt.state, target):
-        raise ValueError(f"transition {attempt.state} -> {target} is not allowed")
+        raise TransitionRefused(f"transition {attempt.state} -> {target} is not allowed")
 
     next_check_at = now + timedelta(seconds=recheck_after_s)
     expires_at = outcome.next_action_expires_at
@@ -562,28 +501,19 @@ async def _apply_once(
         await escalations.resolve_for_attempt(conn, attempt_id, now)
     if target is AttemptState.SUCCEEDED:
         await _queue_success_effects(conn, updated, order.status, order.cancel_requested_at, now, escalate)
-    return updated
+    return OutcomeResult(updated, verdict)
 
 
-async def _identity_problem(
-    conn: asyncpg.Connection, attempt: Attempt, outcome: ProviderOutcome
-) -> tuple[str, dict[str, Any]] | None:
-    """Evidence about a different payment, or a payment that does not match, resolves nothing."""
-    pid = outcome.provider_payment_id
-    if pid is not None:
-        if attempt.provider_payment_id is not None and attempt.provider_payment_id != pid:
-            return "provider-id-conflict", {"recorded": attempt.provider_payment_id, "reported": pid}
-        # An id this attempt already recorded is its own: the unique index
-        # (provider_account, provider_payment_id) admits no other owner.
-        other = None if attempt.provider_payment_id == pid else await conn.fetchval(
-            SELECT_PAYMENT_ID_OWNER, attempt.provider_account, pid, attempt.attempt_id
-        )
-        if other is not None:
-            return "provider-id-conflict", {"reported": pid, "owned_by_attempt": str(other)}
-    if not attempt.matches(outcome.amount_minor, outcome.currency):
-        return "mismatch", {"amount_minor": outcome.amount_minor, "currency": outcome.currency,
-                            "provider_payment_id": pid}
-    return None
+async def judge_outcome(conn: asyncpg.Connection | asyncpg.Pool, attempt: Attempt,
+                        outcome: ProviderOutcome) -> Verdict:
+    """:func:`paycore.evidence.judge` for this outcome, with the owner of its payment id looked up."""
+    claim = outcome.evidence()
+    pid = claim.provider_payment_id
+    # An id this attempt already recorded is its own: the unique index
+    # (provider_account, provider_payment_id) admits no other owner.
+    owner = None if pid is None or pid == attempt.provider_payment_id else await conn.fetchval(
+        SELECT_PAYMENT_ID_OWNER, attempt.provider_account, pid, attempt.attempt_id)
+    return judge(attempt, claim, recorded_payment_id=attempt.provider_payment_id, payment_id_owner=owner)
 
 
 async def _queue_success_effects(
@@ -602,7 +532,7 @@ async def _queue_success_effects(
         "provider_payment_id": attempt.provider_payment_id,
     }
     if order_status is OrderStatus.OPEN:
-        await conn.execute(MARK_ORDER_PAID, attempt.order_id)
+        await mark_paid(conn, attempt.order_id)
     await outbox.enqueue_effect(conn, attempt_id=attempt.attempt_id, effect="order-confirmation",
                                 payload=payload, now=now)
     if order_status is OrderStatus.OPEN and cancel_requested_at is None:
@@ -612,3 +542,77 @@ async def _queue_success_effects(
         # The customer cancelled after the send intent: the charge stands, and a
         # refund is its own operation, decided by a person.
         await escalate("succeeded-after-cancel", {"order_id": attempt.order_id}, per_evidence=False)
+
+
+# -- recovery's writes: closing a never-sent attempt, committing a resend's intent --------------
+
+# $1 attempt, $2 owner, $3 token, $4 now (the ownership of paycore.leases), $5 the version read.
+CLOSE_NEVER_SENT = """
+UPDATE payment_attempts
+SET state = 'NotApplied', outcome_reason = 'never-sent', next_check_at = $4, version = version + 1,
+    recovery_owner = NULL, lease_token = NULL, lease_acquired_at = NULL, lease_expires_at = NULL
+WHERE attempt_id = $1 AND version = $5 AND state = 'NotStarted' AND """ + leases.OWNED + """
+RETURNING *
+"""
+
+
+async def close_never_sent(pool: asyncpg.Pool, attempt: Attempt, lease: Lease, now: datetime,
+                           actor: str) -> Attempt | None:
+    """NotStarted -> NotApplied(never-sent), releasing the lease; ``None`` if the endpoint won."""
+    async with pool.acquire() as conn, conn.transaction():
+        await lock_order(conn, attempt.order_id)  # the endpoint's Started transition takes it too
+        row = await conn.fetchrow(CLOSE_NEVER_SENT, attempt.attempt_id, lease.owner, lease.token, now,
+                                  attempt.version)
+        if row is None:
+            return None
+        closed = Attempt.from_record(row)
+        await append_event(conn, attempt_id=attempt.attempt_id, kind=EventKind.TRANSITION, actor=actor,
+                           now=now, detail={"from": "NotStarted", "to": "NotApplied",
+                                            "reason": "never-sent"})
+        await escalations.resolve_for_attempt(conn, attempt.attempt_id, now)
+        return closed
+
+
+class IntentResult(enum.Enum):
+    COMMITTED = "committed"
+    REFUSED = "refused"  # confirmed not committed: nothing may be sent this cycle
+
+
+async def commit_send_intent(
+    pool: asyncpg.Pool, attempt: Attempt, lease: Lease, now: datetime, actor: str
+) -> tuple[IntentResult, str | None]:
+    """Commit a resend's ``send_intent`` under the order lock, or refuse it.
+
+    Requires that this worker owns the lease, the order is still payable, the
+    attempt is still sendable (Started or Unknown, unchanged since it was read),
+    and ``now`` is before the stamped escalation deadline. A database error or an
+    unconfirmed commit raises: the caller must not send and must not finish.
+    """
+    async with pool.acquire() as conn, conn.transaction():
+        order = await lock_order(conn, attempt.order_id)
+        if order.not_payable_reason is not None:
+            return IntentResult.REFUSED, "order-not-payable"
+        current = await leases.lock_owned(conn, attempt.attempt_id, lease, now)
+        if current is None:
+            return IntentResult.REFUSED, "lease-lost"
+        if current.state not in RESOLVABLE_STATES:
+            return IntentResult.REFUSED, "not-sendable"
+        if current.version != attempt.version:
+            return IntentResult.REFUSED, "changed"
+        if current.escalation_deadline is None or now >= current.escalation_deadline:
+            return IntentResult.REFUSED, "deadline-passed"
+        await append_event(
+            conn, attempt_id=attempt.attempt_id, kind=EventKind.SEND_INTENT, actor=actor, now=now,
+            detail={"endpoint": current.endpoint, "api_version": current.api_version,
+                    "provider_account": current.provider_account, "first_send": False,
+                    "lease_token": str(lease.token)},
+        )
+        return IntentResult.COMMITTED, None
+
+
+async def record_send_abandoned(pool: asyncpg.Pool, attempt_id: UUID, now: datetime, actor: str,
+                                why: str) -> None:
+    """This worker chose not to dispatch after its intent; it proves nothing about the payment."""
+    async with pool.acquire() as conn:
+        await append_event(conn, attempt_id=attempt_id, kind=EventKind.SEND_ABANDONED, actor=actor,
+                           now=now, detail={"why": why})

@@ -41,7 +41,8 @@ from types import FrameType
 from typing import Any, Literal, TypeVar, overload
 from urllib.parse import urlsplit, urlunsplit
 
-from paycore.config import ConfigError, load_settings
+from paycore.config import CARDCO_BASE_URL, ConfigError, load_settings
+from paycore.settings_spec import Choice, FilePath, Group
 
 log = logging.getLogger("paycore.cli")
 T = TypeVar("T")
@@ -76,6 +77,17 @@ READY_WITHIN_S = 60.0
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
+COMMANDS = Group("every `paycore` command")
+HOME = COMMANDS.declare(
+    "PAYCORE_HOME", FilePath(), None,
+    "local state: the generated JWT secret, embedded PostgreSQL's data, the broker log",
+    shown_default="the nearest `.paycore/` of the current directory or its parents")
+LOG_LEVEL = COMMANDS.declare(
+    "PAYCORE_LOG_LEVEL",
+    Choice(("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "WARN", "FATAL"), case="upper"), "INFO",
+    "the log level of every process `paycore` starts")
+
+
 class CommandError(Exception):
     """A command cannot proceed; printed as ``paycore: <message>``, exits with ``code``."""
 
@@ -100,10 +112,9 @@ def paycore_home(env: Mapping[str, str] | None = None, *, create: bool = False) 
     with ``create``, a new ``.paycore`` in the current directory. With
     ``create`` the directory exists on return.
     """
-    env = os.environ if env is None else env
-    raw = (env.get("PAYCORE_HOME") or "").strip()
+    configured = HOME.get(os.environ if env is None else env)
     cwd = Path.cwd()
-    home = Path(raw).absolute() if raw else next(
+    home = configured.absolute() if configured is not None else next(
         (d / STATE_DIR for d in (cwd, *cwd.parents) if (d / STATE_DIR).is_dir()), None)
     if home is None and create:
         home = cwd / STATE_DIR
@@ -191,12 +202,7 @@ def _operator(raw: str) -> str:
 
 
 def _log_level(env: Mapping[str, str]) -> int:
-    raw = (env.get("PAYCORE_LOG_LEVEL") or "INFO").strip().upper()
-    level = logging.getLevelNamesMapping().get(raw)
-    if level is None or raw == "NOTSET":
-        raise ConfigError("PAYCORE_LOG_LEVEL",
-                          f"must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {raw!r}")
-    return level
+    return logging.getLevelNamesMapping()[LOG_LEVEL.read(env)]
 
 
 def configure_logging(env: Mapping[str, str] | None = None) -> int:
@@ -334,9 +340,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if name in ("checkout", "webhooks"):
         settings = load_settings()
         if name == "webhooks":
-            from paycore_webhooks.app import verifier_for
+            from paycore.clock import SystemClock
+            from paycore_webhooks.app import provider_for
 
-            verifier_for(settings)
+            provider_for(settings, SystemClock())  # opens nothing: only checks the webhook secrets
         if settings.database_url is not None:
             _preflight_accounts(settings.database_url, settings)
     elif name == "sandbox":
@@ -631,7 +638,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     env["PYTHONUNBUFFERED"] = "1"
     env["PAYCORE_HOME"] = str(home)
     urls = {name: f"http://{LOOPBACK}:{port}" for name, port in ports.items()}
-    local_cardco = not (env.get("PAYCORE_CARDCO_BASE_URL") or "").strip()
+    local_cardco = CARDCO_BASE_URL.get(env) is None
     if local_cardco:
         env.update({
             "PAYCORE_CARDCO_BASE_URL": urls["sandbox"],

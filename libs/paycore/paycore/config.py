@@ -1,77 +1,231 @@
-"""``PAYCORE_*`` settings, read from the environment and validated at start-up.
+"""``PAYCORE_*`` settings every service shares, declared here and validated at start-up.
 
-A bad value stops the process with a :class:`ConfigError` that names the
-variable. Secrets (API keys, webhook and JWT secrets) are held in
-:class:`Secret` so that neither ``repr`` nor a log line can print them.
+Each setting is declared once (:mod:`paycore.settings_spec`), grouped by the
+component it governs; :func:`load_settings` reads them all into
+:class:`Settings`, then checks the rules that tie two of them together. A bad
+value stops the process with a :class:`ConfigError` that names the variable.
+Secrets (API keys, webhook and JWT secrets) are held in :class:`Secret` so that
+neither ``repr`` nor a log line can print them. Recovery's settings are declared
+in ``paycore_recovery.settings``, the sandbox's in ``paycore_sandbox.settings``.
 """
 
 from __future__ import annotations
 
-import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 
 from paycore.domain import provider_account_id
+from paycore.settings_spec import MAX_BUDGET_S as MAX_BUDGET_S  # re-exported: the library's bound
+from paycore.settings_spec import (
+    Choice,
+    Count,
+    FileField,
+    FilePath,
+    Flag,
+    Group,
+    Invalid,
+    Items,
+    Number,
+    SecretText,
+    Text,
+    Url,
+    env_value,
+)
+from paycore.settings_spec import ConfigError as ConfigError  # re-exported: every service raises it
+from paycore.settings_spec import Secret as Secret  # re-exported
 
 CARDCO_API_VERSION = "2026-11-01"
+SECONDS = Number("seconds")
+SECONDS_OR_ZERO = Number("seconds", allow_zero=True)
 
-# asyncio accepts any finite float, but a budget beyond int32 milliseconds is a
-# misconfiguration; the same conservative bound the reference validates.
-MAX_BUDGET_S = 2_147_483.647
+# --------------------------------------------------------------------------- declarations
+
+CONNECTIONS = Group("every service: where the database and the broker are")
+DATABASE_URL = CONNECTIONS.declare(
+    "PAYCORE_DATABASE_URL", Text(), None, "PostgreSQL DSN",
+    shown_default="embedded (`paycore up`), else required")
+KAFKA_BOOTSTRAP = CONNECTIONS.declare(
+    "PAYCORE_KAFKA_BOOTSTRAP", Text(), None, "Kafka bootstrap servers (`host:port`, comma-separated)",
+    shown_default="embedded (`paycore up`), else required by the dispatcher")
+
+TOKENS = Group("checkout: customer tokens (JWT)")
+JWT_SECRET = TOKENS.declare(
+    "PAYCORE_JWT_SECRET", SecretText(min_length=32), None,
+    "HS256 secret customer tokens are signed with",
+    shown_default="— (this or a JWKS, for checkout)")
+JWKS_URL = TOKENS.declare(
+    "PAYCORE_JWKS_URL", Url(), None,
+    "a JWKS serving RS256/ES256 keys; wins when both are set; unreachable, checkout answers 503")
+JWKS_REFETCH_COOLDOWN = TOKENS.declare(
+    "PAYCORE_JWKS_REFETCH_COOLDOWN_S", SECONDS_OR_ZERO, 30.0,
+    "least time between JWKS refetches for an unknown `kid` (a key rotation is seen after it)")
+JWT_AUDIENCE = TOKENS.declare(
+    "PAYCORE_JWT_AUDIENCE", Items(Text(printable=True)), (),
+    "a token's `aud` (string or list) must name one of these, else 401",
+    shown_default="— (required with a JWKS)")
+JWT_ISSUER = TOKENS.declare(
+    "PAYCORE_JWT_ISSUER", Text(printable=True), None,
+    "a token's `iss` must equal it exactly, trailing slash included",
+    shown_default="— (required with a JWKS)")
+JWT_ALLOW_ANY_AUDIENCE = TOKENS.declare(
+    "PAYCORE_JWT_ALLOW_ANY_AUDIENCE", Flag(), False,
+    "`true`: `aud` is not verified (a warning at start-up); waives the audience, never the issuer; "
+    "contradicts `PAYCORE_JWT_AUDIENCE`")
+JWT_LEEWAY = TOKENS.declare(
+    "PAYCORE_JWT_LEEWAY_S", Number("seconds", allow_zero=True, maximum=300.0), 30.0,
+    "clock skew tolerated on `exp`, `nbf` and `iat`")
+
+CARDCO = Group("every service: the default Cardco account")
+CARDCO_BASE_URL = CARDCO.declare(
+    "PAYCORE_CARDCO_BASE_URL", Url(), None, "the Cardco API",
+    shown_default="— (required but for `migrate` and operator commands)")
+CARDCO_ACCOUNT = CARDCO.declare(
+    "PAYCORE_CARDCO_ACCOUNT", Text(), None, "the account, e.g. `acct_store`",
+    shown_default="— (required with the base URL)")
+CARDCO_ENVIRONMENT = CARDCO.declare(
+    "PAYCORE_CARDCO_ENVIRONMENT", Choice(("test", "live")), "test", "the account's mode")
+CARDCO_API_KEY = CARDCO.declare(
+    "PAYCORE_CARDCO_API_KEY", SecretText(), None, "its API key, `sk_test_…` or `sk_live_…` as the mode says",
+    shown_default="— (required with the base URL)")
+CARDCO_WEBHOOK_SECRET = CARDCO.declare(
+    "PAYCORE_CARDCO_WEBHOOK_SECRET", SecretText(), None,
+    "its webhook signing secret (`whsec_…`); without one the webhook intake does not start")
+CARDCO_API_VERSION_SETTING = CARDCO.declare(
+    "PAYCORE_CARDCO_API_VERSION", Text(), CARDCO_API_VERSION,
+    "the `Cardco-Version` header of every request; stamped on each attempt, so a resend keeps its own")
+CARDCO_KEY_RETENTION = CARDCO.declare(
+    "PAYCORE_CARDCO_KEY_RETENTION_S", SECONDS, 86_400.0,
+    "the provider's minimum idempotency-key retention")
+ESCALATION_MARGIN_CAP_S = 7_200
+CARDCO_ESCALATION_MARGIN = CARDCO.declare(
+    "PAYCORE_CARDCO_ESCALATION_MARGIN_S", SECONDS_OR_ZERO, None,
+    "safety margin, below the retention: `escalation_deadline = first_sent_at + retention − margin`",
+    shown_default="min(7200, retention/4)")
+CARDCO_LOOKUP_RATE = CARDCO.declare(
+    "PAYCORE_CARDCO_LOOKUP_RATE_PER_S", Number("lookups per second"), 20.0,
+    "recovery's pace of lookups on this account, across its concurrent lanes")
+ACCOUNTS_FILE = CARDCO.declare(
+    "PAYCORE_ACCOUNTS_FILE", FilePath(), None,
+    "more Cardco accounts: a JSON list of entries (below); their secrets are named by variable, never "
+    "written in the file")
+
+PAYMENTS = Group("checkout, webhooks, recovery: each payment attempt's timings")
+START_BUDGET = PAYMENTS.declare(
+    "PAYCORE_START_BUDGET_S", SECONDS, 5.0, "budget of the start transition (NotStarted → Started)")
+CALL_BUDGET = PAYMENTS.declare("PAYCORE_CALL_BUDGET_S", SECONDS, 15.0, "budget of one provider call")
+RECORD_BUDGET = PAYMENTS.declare("PAYCORE_RECORD_BUDGET_S", SECONDS, 5.0, "budget of recording its outcome")
+MAX_CALL_DURATION = PAYMENTS.declare(
+    "PAYCORE_MAX_CALL_DURATION_S", SECONDS, 30.0, "the payment client's own ceiling on one call")
+ABANDONMENT_THRESHOLD = PAYMENTS.declare(
+    "PAYCORE_ABANDONMENT_THRESHOLD_S", SECONDS, 60.0,
+    "a NotStarted attempt older than this is abandoned (closed by recovery)")
+PROCESSING_ALLOWANCE = PAYMENTS.declare(
+    "PAYCORE_PROCESSING_ALLOWANCE_S", SECONDS, 30.0,
+    "the provider's normal processing time: a started attempt's first recovery check is due after "
+    "call + record budgets + this")
+IDEMPOTENCY_TTL = PAYMENTS.declare(
+    "PAYCORE_IDEMPOTENCY_TTL_S", SECONDS, 86_400.0, "inbound `Idempotency-Key` retention (whole seconds)")
+RECHECK_AFTER = PAYMENTS.declare(
+    "PAYCORE_RECHECK_AFTER_S", SECONDS, 60.0,
+    "checkout or the webhook intake left an attempt unresolved (Unknown, processing, a customer action): "
+    "recovery looks again after this long, then follows its own backoff")
+
+REMINDERS = Group("every service that raises an escalation: its reminders")
+REMINDER_INTERVAL = REMINDERS.declare(
+    "PAYCORE_REMINDER_INTERVAL_S", SECONDS, 900.0,
+    "first reminder of an escalation episode, and every one after it until acknowledged")
+REMINDER_ACK_INTERVAL = REMINDERS.declare(
+    "PAYCORE_REMINDER_ACK_INTERVAL_S", SECONDS, 3600.0, "reminders of an acknowledged, still open episode")
 
 
-class ConfigError(ValueError):
-    """A setting is missing or invalid; ``variable`` names it."""
+class KafkaTopic:
+    """A Kafka topic name: letters, digits, ``.``, ``_``, ``-``; at most 249 characters."""
 
-    def __init__(self, variable: str, message: str) -> None:
-        super().__init__(f"{variable}: {message}")
-        self.variable = variable
+    _NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+    def parse(self, raw: str) -> str:
+        if not self._NAME.fullmatch(raw):
+            raise Invalid(f"must be a Kafka topic name (letters, digits, '.', '_', '-'), got {raw!r}")
+        return raw
+
+    def accepts(self) -> str:
+        return "Kafka topic name"
 
 
-class Secret:
-    """A string that never appears in ``repr``, ``str`` or logs."""
+DISPATCHER = Group("dispatcher: Kafka and the outbox relay (docs/dispatcher.md)")
+KAFKA_IDEMPOTENT = DISPATCHER.declare(
+    "PAYCORE_KAFKA_IDEMPOTENT", Flag(), None, "idempotent producer",
+    shown_default="true; false when `paycore up` started the local broker")
+KAFKA_EFFECTS_TOPIC = DISPATCHER.declare(
+    "PAYCORE_KAFKA_EFFECTS_TOPIC", KafkaTopic(), "payments.effects", "business effects, keyed by attempt")
+KAFKA_ALERTS_TOPIC = DISPATCHER.declare(
+    "PAYCORE_KAFKA_ALERTS_TOPIC", KafkaTopic(), "ops.alerts", "operator alerts, keyed by escalation")
+KAFKA_EFFECTS_PARTITIONS = DISPATCHER.declare(
+    "PAYCORE_KAFKA_EFFECTS_PARTITIONS", Count(maximum=10_000), 12,
+    "partitions of the effects topic when the dispatcher creates it")
+KAFKA_ALERTS_PARTITIONS = DISPATCHER.declare(
+    "PAYCORE_KAFKA_ALERTS_PARTITIONS", Count(maximum=10_000), 3,
+    "partitions of the alerts topic when the dispatcher creates it")
+KAFKA_MAX_REQUEST_SIZE = DISPATCHER.declare(
+    "PAYCORE_KAFKA_MAX_REQUEST_SIZE", Count(), 1_048_576, "producer `max_request_size`, bytes")
+OUTBOX_BATCH_SIZE = DISPATCHER.declare(
+    "PAYCORE_OUTBOX_BATCH_SIZE", Count(maximum=100_000), 500, "outbox rows a relay claims at a time")
+OUTBOX_MAX_DELIVERY_ATTEMPTS = DISPATCHER.declare(
+    "PAYCORE_OUTBOX_MAX_DELIVERY_ATTEMPTS", Count(maximum=1_000), 10,
+    "failed sends of one row before it is dead-lettered (and escalated)")
+OUTBOX_SEND_TIMEOUT = DISPATCHER.declare(
+    "PAYCORE_OUTBOX_SEND_TIMEOUT_S", SECONDS, 10.0, "one send's deadline, on the application clock")
+OUTBOX_BACKOFF_BASE = DISPATCHER.declare(
+    "PAYCORE_OUTBOX_BACKOFF_BASE_S", SECONDS, 1.0, "first retry delay after a failed send; doubles")
+OUTBOX_BACKOFF_MAX = DISPATCHER.declare(
+    "PAYCORE_OUTBOX_BACKOFF_MAX_S", SECONDS, 300.0, "longest retry delay; not below the base")
+# A horizon of days, not an asyncio budget: the budget bound (~24.8 days) would refuse its default.
+OUTBOX_RETENTION = DISPATCHER.declare(
+    "PAYCORE_OUTBOX_RETENTION_S", Number("seconds", maximum=None), 30 * 86_400.0,
+    "`paycore outbox purge` deletes rows dispatched longer ago (the replay horizon)")
 
-    __slots__ = ("_value",)
+ALERTS = Group("`paycore run alerts`: operator-alert delivery (docs/dispatcher.md)")
+ALERT_WEBHOOK_URL = ALERTS.declare(
+    "PAYCORE_ALERT_WEBHOOK_URL", Url(), None, "where alerts are posted",
+    shown_default="— (required by `paycore run alerts`)")
+ALERT_FORMAT = ALERTS.declare(
+    "PAYCORE_ALERT_FORMAT", Choice(("slack", "pagerduty"), case="lower"), "slack",
+    "Slack-compatible incoming webhook, or PagerDuty Events v2")
+PAGERDUTY_ROUTING_KEY = ALERTS.declare(
+    "PAYCORE_PAGERDUTY_ROUTING_KEY", SecretText(), None, "the PagerDuty integration key",
+    shown_default="— (required with `pagerduty`)")
 
-    def __init__(self, value: str) -> None:
-        self._value = value
+# The keys of one PAYCORE_ACCOUNTS_FILE entry, as _account_entry reads them.
+ACCOUNTS_FILE_FIELDS = (
+    FileField("account", "required", "the account, e.g. `acct_eu`"),
+    FileField("environment", "required", "`test` or `live`"),
+    FileField("base_url", "required", "the Cardco API (absolute http(s) URL)"),
+    FileField("api_key_env", "required", "the variable holding its API key (`sk_<environment>_…`)"),
+    FileField("webhook_secret_env", "—", "the variable holding its webhook secret"),
+    FileField("api_version", f"`{CARDCO_API_VERSION}`", "as `PAYCORE_CARDCO_API_VERSION`"),
+    FileField("key_retention_s", "86400", "as `PAYCORE_CARDCO_KEY_RETENTION_S` (positive integer)"),
+    FileField("escalation_margin_s", "min(7200, retention // 4)",
+              "as `PAYCORE_CARDCO_ESCALATION_MARGIN_S` (integer below `key_retention_s`)"),
+    FileField("lookup_rate_per_s", "20", "as `PAYCORE_CARDCO_LOOKUP_RATE_PER_S` (positive number)"),
+)
 
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
+# --------------------------------------------------------------------------- what they make
 
 
 @dataclass(frozen=True)
 class Budgets:
     """Time budgets, in seconds on the application clock."""
 
-    start_s: float = 5.0  # NotStarted -> Started transaction
-    call_s: float = 15.0  # one provider call
-    record_s: float = 5.0  # recording its outcome
-    max_call_duration_s: float = 30.0  # the payment client's own ceiling
-
-
-# Clock skew tolerated on a token's exp/nbf/iat: a few seconds of drift between
-# hosts is normal; minutes would let expired tokens in.
-JWT_DEFAULT_LEEWAY_S = 30.0
-JWT_MAX_LEEWAY_S = 300.0
+    start_s: float = START_BUDGET.default  # NotStarted -> Started transaction
+    call_s: float = CALL_BUDGET.default  # one provider call
+    record_s: float = RECORD_BUDGET.default  # recording its outcome
+    max_call_duration_s: float = MAX_CALL_DURATION.default  # the payment client's own ceiling
 
 
 @dataclass(frozen=True)
@@ -82,7 +236,9 @@ class JwtClaimRules:
     issuer: str | None = None  # ``iss`` must equal it exactly (Auth0's trailing slash included)
     # Explicit opt-out: ``aud`` is not checked at all (never the default).
     allow_any_audience: bool = False
-    leeway_s: float = JWT_DEFAULT_LEEWAY_S
+    # Clock skew tolerated on exp/nbf/iat: a few seconds of drift between hosts is
+    # normal; minutes would let expired tokens in.
+    leeway_s: float = JWT_LEEWAY.default
 
 
 @dataclass(frozen=True)
@@ -96,9 +252,9 @@ class ProviderAccountConfig:
     api_key: Secret
     webhook_secret: Secret | None
     api_version: str = CARDCO_API_VERSION
-    key_retention_s: int = 86_400
-    escalation_margin_s: int = 7_200
-    lookup_rate_per_s: float = 20.0
+    key_retention_s: int = int(CARDCO_KEY_RETENTION.default)
+    escalation_margin_s: int = ESCALATION_MARGIN_CAP_S
+    lookup_rate_per_s: float = CARDCO_LOOKUP_RATE.default
 
     @property
     def provider_account(self) -> str:
@@ -118,39 +274,39 @@ class Settings:
     accounts: tuple[ProviderAccountConfig, ...]
     # Least time between two refetches of the JWKS for an unknown ``kid``: a
     # rotation is picked up after it, and forged kids cannot hammer the IdP.
-    jwks_refetch_cooldown_s: float = 30.0
+    jwks_refetch_cooldown_s: float = JWKS_REFETCH_COOLDOWN.default
     jwt_claims: JwtClaimRules = field(default_factory=JwtClaimRules)
     budgets: Budgets = field(default_factory=Budgets)
     # Longest expected gap between inserting an attempt and moving it to Started.
-    abandonment_threshold_s: float = 60.0
+    abandonment_threshold_s: float = ABANDONMENT_THRESHOLD.default
     # The provider's normal processing time after a call, before recovery looks.
-    processing_allowance_s: float = 30.0
-    inbound_idempotency_ttl_s: int = 86_400
+    processing_allowance_s: float = PROCESSING_ALLOWANCE.default
+    inbound_idempotency_ttl_s: int = int(IDEMPOTENCY_TTL.default)
     # After checkout or the webhook intake records an outcome that leaves an attempt
     # unresolved (Unknown, processing, a customer action), recovery looks again after
     # this long; recovery's own passes then follow its backoff.
-    recheck_after_s: float = 60.0
+    recheck_after_s: float = RECHECK_AFTER.default
     # Escalation reminders, for every episode whichever service raised it: the first
     # reminder is due this long after raising, and again after each reminder.
-    reminder_interval_s: float = 900.0
+    reminder_interval_s: float = REMINDER_INTERVAL.default
     # After acknowledgement: the interval for an acknowledged but still open episode.
-    reminder_ack_interval_s: float = 3600.0
+    reminder_ack_interval_s: float = REMINDER_ACK_INTERVAL.default
     # Kafka and the outbox dispatcher (issue 5). None = decide from the broker:
     # on for real Kafka, off when paycore started the local broker itself.
-    kafka_idempotent: bool | None = None
-    kafka_effects_topic: str = "payments.effects"
-    kafka_alerts_topic: str = "ops.alerts"
-    kafka_effects_partitions: int = 12
-    kafka_alerts_partitions: int = 3
-    kafka_max_request_size: int = 1_048_576  # Kafka's default message.max.bytes
-    outbox_batch_size: int = 500
-    outbox_max_delivery_attempts: int = 10
-    outbox_send_timeout_s: float = 10.0
-    outbox_backoff_base_s: float = 1.0
-    outbox_backoff_max_s: float = 300.0
-    outbox_retention_s: float = 30 * 86_400.0  # the replay horizon for dispatched rows
+    kafka_idempotent: bool | None = KAFKA_IDEMPOTENT.default
+    kafka_effects_topic: str = KAFKA_EFFECTS_TOPIC.default
+    kafka_alerts_topic: str = KAFKA_ALERTS_TOPIC.default
+    kafka_effects_partitions: int = KAFKA_EFFECTS_PARTITIONS.default
+    kafka_alerts_partitions: int = KAFKA_ALERTS_PARTITIONS.default
+    kafka_max_request_size: int = KAFKA_MAX_REQUEST_SIZE.default  # Kafka's default message.max.bytes
+    outbox_batch_size: int = OUTBOX_BATCH_SIZE.default
+    outbox_max_delivery_attempts: int = OUTBOX_MAX_DELIVERY_ATTEMPTS.default
+    outbox_send_timeout_s: float = OUTBOX_SEND_TIMEOUT.default
+    outbox_backoff_base_s: float = OUTBOX_BACKOFF_BASE.default
+    outbox_backoff_max_s: float = OUTBOX_BACKOFF_MAX.default
+    outbox_retention_s: float = OUTBOX_RETENTION.default  # the replay horizon for dispatched rows
     alert_webhook_url: str | None = None
-    alert_format: str = "slack"  # or "pagerduty"
+    alert_format: str = ALERT_FORMAT.default  # or "pagerduty"
     pagerduty_routing_key: Secret | None = None
 
     @property
@@ -172,54 +328,51 @@ class Settings:
         return None
 
 
-def _get(env: Mapping[str, str], name: str) -> str | None:
-    value = env.get(name)
-    if value is None or value.strip() == "":
-        return None
-    return value.strip()
+# --------------------------------------------------------------------------- reading them
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float, *, allow_zero: bool = False) -> float:
-    raw = _get(env, name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(name, f"must be a number of seconds, got {raw!r}") from None
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(name, f"must be a positive number of seconds, got {raw!r}")
-    if value > MAX_BUDGET_S:
-        raise ConfigError(name, f"must be at most {MAX_BUDGET_S} seconds, got {raw!r}")
-    return value
+def load_settings(env: Mapping[str, str] | None = None, *, require_cardco: bool = True) -> Settings:
+    """Read and validate every ``PAYCORE_*`` variable the library declares.
 
+    ``require_cardco=False`` lets tools that never call the provider (``paycore
+    migrate``) start without Cardco credentials.
+    """
+    env = os.environ if env is None else env
 
-def _url(env: Mapping[str, str], name: str, raw: str) -> str:
-    parts = urlsplit(raw)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(name, f"must be an absolute http(s) URL, got {raw!r}")
-    return raw.rstrip("/")
+    budgets = Budgets(
+        start_s=START_BUDGET.read(env),
+        call_s=CALL_BUDGET.read(env),
+        record_s=RECORD_BUDGET.read(env),
+        max_call_duration_s=MAX_CALL_DURATION.read(env),
+    )
+    jwt_secret = JWT_SECRET.get(env)
+    jwks_url = JWKS_URL.get(env)
 
+    accounts: list[ProviderAccountConfig] = []
+    if require_cardco or CARDCO_BASE_URL.get(env) is not None:
+        accounts.append(_default_account(env))
+    accounts.extend(_accounts_file(env))
+    ids = [a.provider_account for a in accounts]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(ACCOUNTS_FILE.name, "configures a provider account twice")
 
-def validate_budgets(budgets: Budgets) -> Budgets:
-    """Reject budgets that are zero, negative, non-finite or out of range."""
-    for name, value in (
-        ("PAYCORE_START_BUDGET_S", budgets.start_s),
-        ("PAYCORE_CALL_BUDGET_S", budgets.call_s),
-        ("PAYCORE_RECORD_BUDGET_S", budgets.record_s),
-        ("PAYCORE_MAX_CALL_DURATION_S", budgets.max_call_duration_s),
-    ):
-        if not math.isfinite(value) or value <= 0 or value > MAX_BUDGET_S:
-            raise ConfigError(name, f"must be positive and at most {MAX_BUDGET_S} s, got {value!r}")
-    return budgets
-
-
-def _jwt_text(env: Mapping[str, str], name: str) -> str | None:
-    raw = _get(env, name)
-    # These are compared with token claims verbatim; invisible characters would never match.
-    if raw is not None and any(not c.isprintable() for c in raw):
-        raise ConfigError(name, "must not contain control or other non-printable characters")
-    return raw
+    return Settings(
+        database_url=DATABASE_URL.get(env),
+        kafka_bootstrap=KAFKA_BOOTSTRAP.get(env),
+        jwt_secret=jwt_secret,
+        jwks_url=jwks_url,
+        jwks_refetch_cooldown_s=JWKS_REFETCH_COOLDOWN.read(env),
+        jwt_claims=_jwt_claims(env, jwks=jwks_url is not None),
+        accounts=tuple(accounts),
+        budgets=budgets,
+        abandonment_threshold_s=ABANDONMENT_THRESHOLD.read(env),
+        processing_allowance_s=PROCESSING_ALLOWANCE.read(env),
+        inbound_idempotency_ttl_s=int(IDEMPOTENCY_TTL.read(env)),
+        recheck_after_s=RECHECK_AFTER.read(env),
+        reminder_interval_s=REMINDER_INTERVAL.read(env),
+        reminder_ack_interval_s=REMINDER_ACK_INTERVAL.read(env),
+        **_dispatcher_settings(env),
+    )
 
 
 def _jwt_claims(env: Mapping[str, str], *, jwks: bool) -> JwtClaimRules:
@@ -230,198 +383,97 @@ def _jwt_claims(env: Mapping[str, str], *, jwks: bool) -> JwtClaimRules:
     service (``aud``) or this tenant (``iss``; Entra's common key set signs for
     every tenant). ``PAYCORE_JWT_ALLOW_ANY_AUDIENCE=true`` waives the audience.
     """
-    raw_audience = _jwt_text(env, "PAYCORE_JWT_AUDIENCE")
-    audiences = tuple(a.strip() for a in raw_audience.split(",")) if raw_audience else ()
-    if any(not a for a in audiences):
-        raise ConfigError("PAYCORE_JWT_AUDIENCE", "must be one audience or a comma-separated list "
-                          f"without empty entries, got {raw_audience!r}")
-    issuer = _jwt_text(env, "PAYCORE_JWT_ISSUER")
-    allow_any = _bool(env, "PAYCORE_JWT_ALLOW_ANY_AUDIENCE") or False
+    audiences = JWT_AUDIENCE.read(env)
+    issuer = JWT_ISSUER.get(env)
+    allow_any = JWT_ALLOW_ANY_AUDIENCE.read(env)
     if allow_any and audiences:
-        raise ConfigError("PAYCORE_JWT_ALLOW_ANY_AUDIENCE",
+        raise ConfigError(JWT_ALLOW_ANY_AUDIENCE.name,
                           "contradicts PAYCORE_JWT_AUDIENCE; set only one of them")
     if jwks and not audiences and not allow_any:
-        raise ConfigError("PAYCORE_JWT_AUDIENCE",
+        raise ConfigError(JWT_AUDIENCE.name,
                           "is required with PAYCORE_JWKS_URL: this API's identifier at the identity "
                           "provider (or PAYCORE_JWT_ALLOW_ANY_AUDIENCE=true to accept any audience)")
     if jwks and issuer is None:
-        raise ConfigError("PAYCORE_JWT_ISSUER",
+        raise ConfigError(JWT_ISSUER.name,
                           "is required with PAYCORE_JWKS_URL: the exact 'iss' of the identity provider's "
                           "tokens, e.g. https://<tenant>.auth0.com/ or https://<host>/realms/<realm>")
-    leeway = _seconds(env, "PAYCORE_JWT_LEEWAY_S", JWT_DEFAULT_LEEWAY_S, allow_zero=True)
-    if leeway > JWT_MAX_LEEWAY_S:
-        raise ConfigError("PAYCORE_JWT_LEEWAY_S", f"must be at most {JWT_MAX_LEEWAY_S:g} seconds, "
-                          f"got {leeway:g}")
     return JwtClaimRules(audiences=audiences, issuer=issuer, allow_any_audience=allow_any,
-                         leeway_s=leeway)
+                         leeway_s=JWT_LEEWAY.read(env))
 
 
-def load_settings(env: Mapping[str, str] | None = None, *, require_cardco: bool = True) -> Settings:
-    """Read and validate every ``PAYCORE_*`` variable.
-
-    ``require_cardco=False`` lets tools that never call the provider (``paycore
-    migrate``) start without Cardco credentials.
-    """
-    env = os.environ if env is None else env
-
-    budgets = validate_budgets(
-        Budgets(
-            start_s=_seconds(env, "PAYCORE_START_BUDGET_S", 5.0),
-            call_s=_seconds(env, "PAYCORE_CALL_BUDGET_S", 15.0),
-            record_s=_seconds(env, "PAYCORE_RECORD_BUDGET_S", 5.0),
-            max_call_duration_s=_seconds(env, "PAYCORE_MAX_CALL_DURATION_S", 30.0),
-        )
+def _default_account(env: Mapping[str, str]) -> ProviderAccountConfig:
+    """The account ``PAYCORE_CARDCO_*`` configures."""
+    base_url = CARDCO_BASE_URL.require(env, " (the Cardco API base URL)")
+    account = CARDCO_ACCOUNT.require(env, ", e.g. acct_store")
+    environment = CARDCO_ENVIRONMENT.read(env)
+    api_key = CARDCO_API_KEY.require(env)
+    if not api_key.reveal().startswith(f"sk_{environment}_"):
+        raise ConfigError(CARDCO_API_KEY.name, f"must be a {environment}-mode key (sk_{environment}_...)")
+    retention = CARDCO_KEY_RETENTION.read(env)
+    margin = CARDCO_ESCALATION_MARGIN.get(env)
+    if margin is None:
+        margin = min(float(ESCALATION_MARGIN_CAP_S), retention / 4)
+    if margin >= retention:
+        raise ConfigError(CARDCO_ESCALATION_MARGIN.name,
+                          "must be smaller than PAYCORE_CARDCO_KEY_RETENTION_S")
+    return ProviderAccountConfig(
+        provider="cardco",
+        account=account,
+        environment=environment,
+        base_url=base_url,
+        api_key=api_key,
+        webhook_secret=CARDCO_WEBHOOK_SECRET.get(env),
+        api_version=CARDCO_API_VERSION_SETTING.read(env),
+        key_retention_s=int(retention),
+        escalation_margin_s=int(margin),
+        lookup_rate_per_s=CARDCO_LOOKUP_RATE.read(env),
     )
-
-    jwt_secret = _get(env, "PAYCORE_JWT_SECRET")
-    jwks_url = _get(env, "PAYCORE_JWKS_URL")
-    if jwt_secret is not None and len(jwt_secret) < 32:
-        raise ConfigError("PAYCORE_JWT_SECRET", "must be at least 32 characters for HS256")
-    if jwks_url is not None:
-        jwks_url = _url(env, "PAYCORE_JWKS_URL", jwks_url)
-
-    accounts: list[ProviderAccountConfig] = []
-    base_url = _get(env, "PAYCORE_CARDCO_BASE_URL")
-    if base_url is not None or require_cardco:
-        if base_url is None:
-            raise ConfigError("PAYCORE_CARDCO_BASE_URL", "is required (the Cardco API base URL)")
-        account = _get(env, "PAYCORE_CARDCO_ACCOUNT")
-        if account is None:
-            raise ConfigError("PAYCORE_CARDCO_ACCOUNT", "is required, e.g. acct_store")
-        environment = _get(env, "PAYCORE_CARDCO_ENVIRONMENT") or "test"
-        if environment not in ("test", "live"):
-            raise ConfigError("PAYCORE_CARDCO_ENVIRONMENT", f"must be 'test' or 'live', got {environment!r}")
-        api_key = _get(env, "PAYCORE_CARDCO_API_KEY")
-        if api_key is None:
-            raise ConfigError("PAYCORE_CARDCO_API_KEY", "is required")
-        if not api_key.startswith(f"sk_{environment}_"):
-            raise ConfigError("PAYCORE_CARDCO_API_KEY",
-                              f"must be a {environment}-mode key (sk_{environment}_...)")
-        webhook_secret = _get(env, "PAYCORE_CARDCO_WEBHOOK_SECRET")
-        retention = _seconds(env, "PAYCORE_CARDCO_KEY_RETENTION_S", 86_400)
-        margin = _seconds(env, "PAYCORE_CARDCO_ESCALATION_MARGIN_S", min(7_200.0, retention / 4),
-                          allow_zero=True)
-        if margin >= retention:
-            raise ConfigError("PAYCORE_CARDCO_ESCALATION_MARGIN_S",
-                              "must be smaller than PAYCORE_CARDCO_KEY_RETENTION_S")
-        accounts.append(
-            ProviderAccountConfig(
-                provider="cardco",
-                account=account,
-                environment=environment,
-                base_url=_url(env, "PAYCORE_CARDCO_BASE_URL", base_url),
-                api_key=Secret(api_key),
-                webhook_secret=Secret(webhook_secret) if webhook_secret else None,
-                api_version=_get(env, "PAYCORE_CARDCO_API_VERSION") or CARDCO_API_VERSION,
-                key_retention_s=int(retention),
-                escalation_margin_s=int(margin),
-                lookup_rate_per_s=_seconds(env, "PAYCORE_CARDCO_LOOKUP_RATE_PER_S", 20.0),
-            )
-        )
-
-    accounts.extend(_accounts_file(env))
-    ids = [a.provider_account for a in accounts]
-    if len(set(ids)) != len(ids):
-        raise ConfigError("PAYCORE_ACCOUNTS_FILE", "configures a provider account twice")
-
-    return Settings(
-        database_url=_get(env, "PAYCORE_DATABASE_URL"),
-        kafka_bootstrap=_get(env, "PAYCORE_KAFKA_BOOTSTRAP"),
-        jwt_secret=Secret(jwt_secret) if jwt_secret else None,
-        jwks_url=jwks_url,
-        jwks_refetch_cooldown_s=_seconds(env, "PAYCORE_JWKS_REFETCH_COOLDOWN_S", 30.0, allow_zero=True),
-        jwt_claims=_jwt_claims(env, jwks=jwks_url is not None),
-        accounts=tuple(accounts),
-        budgets=budgets,
-        abandonment_threshold_s=_seconds(env, "PAYCORE_ABANDONMENT_THRESHOLD_S", 60.0),
-        processing_allowance_s=_seconds(env, "PAYCORE_PROCESSING_ALLOWANCE_S", 30.0),
-        inbound_idempotency_ttl_s=int(_seconds(env, "PAYCORE_IDEMPOTENCY_TTL_S", 86_400)),
-        recheck_after_s=_seconds(env, "PAYCORE_RECHECK_AFTER_S", 60.0),
-        reminder_interval_s=_seconds(env, "PAYCORE_REMINDER_INTERVAL_S", 900.0),
-        reminder_ack_interval_s=_seconds(env, "PAYCORE_REMINDER_ACK_INTERVAL_S", 3600.0),
-        **_dispatcher_settings(env),
-    )
-
-
-def _bool(env: Mapping[str, str], name: str) -> bool | None:
-    raw = _get(env, name)
-    if raw is None:
-        return None
-    value = raw.lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(name, f"must be true or false, got {raw!r}")
-
-
-def _count(env: Mapping[str, str], name: str, default: int, *, maximum: int = 1_000_000_000) -> int:
-    raw = _get(env, name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(name, f"must be a whole number, got {raw!r}") from None
-    if not 1 <= value <= maximum:
-        raise ConfigError(name, f"must be between 1 and {maximum}, got {raw!r}")
-    return value
-
-
-def _topic(env: Mapping[str, str], name: str, default: str) -> str:
-    raw = _get(env, name) or default
-    if len(raw) > 249 or not all(c.isascii() and (c.isalnum() or c in "._-") for c in raw):
-        raise ConfigError(name, f"must be a Kafka topic name (letters, digits, '.', '_', '-'), got {raw!r}")
-    return raw
 
 
 def _dispatcher_settings(env: Mapping[str, str]) -> dict[str, Any]:
     """The optional Kafka, outbox relay and alert-delivery settings."""
-    alert_url = _get(env, "PAYCORE_ALERT_WEBHOOK_URL")
-    alert_format = (_get(env, "PAYCORE_ALERT_FORMAT") or "slack").lower()
-    if alert_format not in ("slack", "pagerduty"):
-        raise ConfigError("PAYCORE_ALERT_FORMAT", f"must be 'slack' or 'pagerduty', got {alert_format!r}")
-    routing_key = _get(env, "PAYCORE_PAGERDUTY_ROUTING_KEY")
+    alert_url = ALERT_WEBHOOK_URL.get(env)
+    alert_format = ALERT_FORMAT.read(env)
+    routing_key = PAGERDUTY_ROUTING_KEY.get(env)
     if alert_format == "pagerduty" and alert_url is not None and routing_key is None:
-        raise ConfigError("PAYCORE_PAGERDUTY_ROUTING_KEY", "is required when PAYCORE_ALERT_FORMAT=pagerduty")
-    base = _seconds(env, "PAYCORE_OUTBOX_BACKOFF_BASE_S", 1.0)
-    ceiling = _seconds(env, "PAYCORE_OUTBOX_BACKOFF_MAX_S", 300.0)
+        raise ConfigError(PAGERDUTY_ROUTING_KEY.name, "is required when PAYCORE_ALERT_FORMAT=pagerduty")
+    base = OUTBOX_BACKOFF_BASE.read(env)
+    ceiling = OUTBOX_BACKOFF_MAX.read(env)
     if ceiling < base:
-        raise ConfigError("PAYCORE_OUTBOX_BACKOFF_MAX_S", "must not be below PAYCORE_OUTBOX_BACKOFF_BASE_S")
+        raise ConfigError(OUTBOX_BACKOFF_MAX.name, "must not be below PAYCORE_OUTBOX_BACKOFF_BASE_S")
     return {
-        "kafka_idempotent": _bool(env, "PAYCORE_KAFKA_IDEMPOTENT"),
-        "kafka_effects_topic": _topic(env, "PAYCORE_KAFKA_EFFECTS_TOPIC", "payments.effects"),
-        "kafka_alerts_topic": _topic(env, "PAYCORE_KAFKA_ALERTS_TOPIC", "ops.alerts"),
-        "kafka_effects_partitions": _count(env, "PAYCORE_KAFKA_EFFECTS_PARTITIONS", 12, maximum=10_000),
-        "kafka_alerts_partitions": _count(env, "PAYCORE_KAFKA_ALERTS_PARTITIONS", 3, maximum=10_000),
-        "kafka_max_request_size": _count(env, "PAYCORE_KAFKA_MAX_REQUEST_SIZE", 1_048_576),
-        "outbox_batch_size": _count(env, "PAYCORE_OUTBOX_BATCH_SIZE", 500, maximum=100_000),
-        "outbox_max_delivery_attempts": _count(env, "PAYCORE_OUTBOX_MAX_DELIVERY_ATTEMPTS", 10,
-                                               maximum=1_000),
-        "outbox_send_timeout_s": _seconds(env, "PAYCORE_OUTBOX_SEND_TIMEOUT_S", 10.0),
+        "kafka_idempotent": KAFKA_IDEMPOTENT.get(env),
+        "kafka_effects_topic": KAFKA_EFFECTS_TOPIC.read(env),
+        "kafka_alerts_topic": KAFKA_ALERTS_TOPIC.read(env),
+        "kafka_effects_partitions": KAFKA_EFFECTS_PARTITIONS.read(env),
+        "kafka_alerts_partitions": KAFKA_ALERTS_PARTITIONS.read(env),
+        "kafka_max_request_size": KAFKA_MAX_REQUEST_SIZE.read(env),
+        "outbox_batch_size": OUTBOX_BATCH_SIZE.read(env),
+        "outbox_max_delivery_attempts": OUTBOX_MAX_DELIVERY_ATTEMPTS.read(env),
+        "outbox_send_timeout_s": OUTBOX_SEND_TIMEOUT.read(env),
         "outbox_backoff_base_s": base,
         "outbox_backoff_max_s": ceiling,
-        "outbox_retention_s": _seconds(env, "PAYCORE_OUTBOX_RETENTION_S", 30 * 86_400.0),
-        "alert_webhook_url": _url(env, "PAYCORE_ALERT_WEBHOOK_URL", alert_url) if alert_url else None,
+        "outbox_retention_s": OUTBOX_RETENTION.read(env),
+        "alert_webhook_url": alert_url,
         "alert_format": alert_format,
-        "pagerduty_routing_key": Secret(routing_key) if routing_key else None,
+        "pagerduty_routing_key": routing_key,
     }
 
 
 def _accounts_file(env: Mapping[str, str]) -> list[ProviderAccountConfig]:
-    """More Cardco accounts from ``PAYCORE_ACCOUNTS_FILE`` (JSON list).
+    """More Cardco accounts from ``PAYCORE_ACCOUNTS_FILE`` (JSON list of ``ACCOUNTS_FILE_FIELDS``).
 
     Each entry names its secrets by environment variable (``api_key_env``,
     ``webhook_secret_env``); the file itself never holds a secret.
     """
-    name = "PAYCORE_ACCOUNTS_FILE"
-    path = _get(env, name)
+    name = ACCOUNTS_FILE.name
+    path = ACCOUNTS_FILE.get(env)
     if path is None:
         return []
     try:
-        entries = orjson.loads(Path(path).read_bytes())
+        entries = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
-        raise ConfigError(name, f"cannot read a JSON list from {path!r}: {type(exc).__name__}") from None
+        raise ConfigError(name, f"cannot read a JSON list from {str(path)!r}: {type(exc).__name__}") from None
     if not isinstance(entries, list):
         raise ConfigError(name, "must hold a JSON list of accounts")
     return [_account_entry(env, name, i, e) for i, e in enumerate(entries)]
@@ -436,13 +488,14 @@ def _account_entry(env: Mapping[str, str], name: str, i: int, e: Any) -> Provide
         raise ConfigError(f"{where}.account", "is required")
     if environment not in ("test", "live"):
         raise ConfigError(f"{where}.environment", "must be 'test' or 'live'")
-    api_key = _get(env, str(e.get("api_key_env", "")))
+    api_key = env_value(env, str(e.get("api_key_env", "")))
     if api_key is None or not api_key.startswith(f"sk_{environment}_"):
         raise ConfigError(f"{where}.api_key_env", f"must name a variable holding a sk_{environment}_ key")
     secret_env = e.get("webhook_secret_env")
-    webhook_secret = _get(env, str(secret_env)) if secret_env else None
+    webhook_secret = env_value(env, str(secret_env)) if secret_env else None
     retention = e.get("key_retention_s", 86_400)
-    margin = e.get("escalation_margin_s", min(7_200, retention // 4 if isinstance(retention, int) else 0))
+    margin = e.get("escalation_margin_s",
+                   min(ESCALATION_MARGIN_CAP_S, retention // 4 if isinstance(retention, int) else 0))
     rate = e.get("lookup_rate_per_s", 20.0)
     if type(retention) is not int or retention <= 0:
         raise ConfigError(f"{where}.key_retention_s", "must be a positive integer")
@@ -450,9 +503,12 @@ def _account_entry(env: Mapping[str, str], name: str, i: int, e: Any) -> Provide
         raise ConfigError(f"{where}.escalation_margin_s", "must be an integer below key_retention_s")
     if not isinstance(rate, int | float) or rate <= 0:
         raise ConfigError(f"{where}.lookup_rate_per_s", "must be positive")
+    try:
+        base_url = Url().parse(str(e.get("base_url", "")))
+    except Invalid as exc:
+        raise ConfigError(f"{where}.base_url", str(exc)) from None
     return ProviderAccountConfig(
-        provider="cardco", account=account, environment=environment,
-        base_url=_url(env, f"{where}.base_url", str(e.get("base_url", ""))),
+        provider="cardco", account=account, environment=environment, base_url=base_url,
         api_key=Secret(api_key), webhook_secret=Secret(webhook_secret) if webhook_secret else None,
         api_version=str(e.get("api_version", CARDCO_API_VERSION)), key_retention_s=retention,
         escalation_margin_s=margin, lookup_rate_per_s=float(rate),

@@ -16,16 +16,11 @@ from pathlib import Path
 import asyncpg
 import orjson
 
-log = logging.getLogger("paycore.db")
+from paycore.errors import DATABASE_ERRORS
 
-# Every way a database call can fail without it being our bug: the socket (refused,
-# reset, timed out), the server's errors, a connection closed under us, and a
-# connection asyncpg finds in a state it cannot use (as a crash of the server can
-# leave one: seen in `make chaos`). A loop that must outlive a database outage
-# catches these, and only these.
-DATABASE_ERRORS: tuple[type[BaseException], ...] = (
-    OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError,
-)
+__all__ = ["DATABASE_ERRORS", "create_pool", "migrate", "migrations"]
+
+log = logging.getLogger("paycore.db")
 
 # An arbitrary constant: the advisory lock that serialises migrations.
 MIGRATION_LOCK_ID = 0x7061_7963_6F72_65  # "paycore"

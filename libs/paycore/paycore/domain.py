@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from paycore.evidence import Claim
+
 
 class AttemptState(enum.StrEnum):
     NOT_STARTED = "NotStarted"
@@ -29,6 +31,11 @@ LIVE_STATES: frozenset[AttemptState] = frozenset(
 FINAL_STATES: frozenset[AttemptState] = frozenset(
     {AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.NOT_APPLIED}
 )
+# The live states in SQL, written once: the partial indexes one_live_attempt_per_order
+# and payment_attempts_due say exactly this (a test pins it), and every query of
+# live attempts uses it so a migration cannot change one without the others.
+LIVE_STATE_PREDICATE = "state IN ('NotStarted', 'Started', 'Unknown')"
+
 RESOLVABLE_STATES: frozenset[AttemptState] = frozenset(
     {AttemptState.STARTED, AttemptState.UNKNOWN}
 )
@@ -107,10 +114,11 @@ class ProviderOutcome:
     next_action_expires_at: datetime | None = None
     http_status: int | None = None
     replayed: bool = False
-    # The answer described another payment than the one requested (``reference``,
-    # ``amount``, ``account`` ...): evidence about a different payment. It never
-    # carries that payment's id or status, and the attempt's writer escalates it.
-    mismatch: str | None = None
+    # What the provider said about the payment this outcome is about (its id,
+    # reference, amount, account, mode), for paycore.evidence to judge. An answer
+    # that described another payment is Unknown, never carries that payment's id or
+    # status, and keeps what it said here for the escalation.
+    claim: Claim | None = None
     # The provider refused this very request as invalid before executing it (a
     # documented validation rejection). The same bytes will be refused again, so a
     # rejected resend is never repeated; on the only send it is NotApplied.
@@ -124,6 +132,13 @@ class ProviderOutcome:
     @property
     def is_final(self) -> bool:
         return self.target_state in FINAL_STATES
+
+    def evidence(self) -> Claim:
+        """What this outcome claims about its payment (its own fields when no claim came with it)."""
+        if self.claim is not None:
+            return self.claim
+        return Claim(provider_payment_id=self.provider_payment_id, amount_minor=self.amount_minor,
+                     currency=self.currency)
 
     @classmethod
     def unknown(cls, reason: str, **kw: Any) -> ProviderOutcome:

@@ -26,6 +26,33 @@ from paycore.operator_actions import (
     validate_reason,
 )
 
+
+def attempt_key(attempt_id: UUID, reason: str, evidence_key: str | None = None) -> str:
+    """``attempt:<id>:<reason>``, plus ``:<evidence key>`` when a notification caused it (one
+    episode per piece of evidence, so two distinct notifications alert separately)."""
+    key = f"attempt:{attempt_id}:{reason}"
+    return f"{key}:{evidence_key}" if evidence_key else key
+
+
+def unmatched_key(provider_account: str, notification_key: str | None, provider_payment_id: str | None,
+                  reference: str | None) -> str:
+    """A notification no attempt matched: never per delivery (by its key, else its payment id
+    or reference); without any of them, one episode per account."""
+    subject = notification_key or provider_payment_id or reference
+    if subject is None:
+        return f"notification:{provider_account}:unmatched-unidentified"
+    return f"notification:{provider_account}:{subject}:unmatched"
+
+
+def identity_conflict_key(provider_account: str, notification_key: str | None,
+                          provider_payment_id: str | None) -> str:
+    """A notification whose reference and payment id name two attempts (a conflict needs both)."""
+    subject = notification_key or provider_payment_id
+    if subject is None:
+        raise ValueError("an identity conflict requires a provider payment id")
+    return f"notification:{provider_account}:{subject}:identity-conflict"
+
+
 RAISE_ESCALATION = """
 INSERT INTO payment_escalations (escalation_key, attempt_id, reason, detail, raised_at, next_reminder_at)
 VALUES ($1, $2, $3, $4, $5, $6)
@@ -162,3 +189,15 @@ async def resolve(
     """Close an episode whose condition has ended; no reminder follows. Changes no attempt; recorded."""
     return await _act(pool, escalation_id, ActionKind.ESCALATION_RESOLVE, RESOLVE,
                       operator=operator, reason=reason, now=now)
+
+
+RESOLVE_BY_KEY = """
+UPDATE payment_escalations SET resolved_at = $2, next_reminder_at = NULL
+WHERE escalation_key = $1 AND resolved_at IS NULL
+RETURNING escalation_id
+"""
+
+
+async def resolve_by_key(conn: asyncpg.Connection, key: str, now: datetime) -> list[int]:
+    """Close the open episode of ``key`` (a reconciliation ended its condition); its ids."""
+    return [r["escalation_id"] for r in await conn.fetch(RESOLVE_BY_KEY, key, now)]

@@ -57,3 +57,40 @@ async def history(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID) -> 
     """Every event of one attempt, oldest first."""
     rows: list[asyncpg.Record] = await conn.fetch(SELECT_HISTORY, attempt_id)
     return rows
+
+
+# -- what recovery reads from an attempt's history -------------------------------------------
+
+LATEST_SEND_EVENT = """
+SELECT kind FROM payment_attempt_events
+WHERE attempt_id = $1 AND kind IN ('send_intent', 'send_result', 'send_abandoned')
+ORDER BY event_id DESC
+LIMIT 1
+"""
+
+
+async def latest_send_event(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID) -> EventKind | None:
+    """The latest of send_intent / send_result / send_abandoned (an intent alone: an ambiguous send)."""
+    kind: str | None = await conn.fetchval(LATEST_SEND_EVENT, attempt_id)
+    return EventKind(kind) if kind is not None else None
+
+
+COUNT_LOOKUPS = "SELECT count(*) FROM payment_attempt_events WHERE attempt_id = $1 AND kind = 'lookup'"
+
+
+async def lookups_so_far(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID) -> int:
+    return int(await conn.fetchval(COUNT_LOOKUPS, attempt_id))
+
+
+# A resend the provider refused as invalid before executing it (paycore.attempts records
+# it in its send_result): the same bytes would be refused again.
+RESEND_WAS_REJECTED = """
+SELECT EXISTS (SELECT 1 FROM payment_attempt_events
+               WHERE attempt_id = $1 AND kind = 'send_result'
+                 AND (detail ->> 'request_rejected')::boolean
+                 AND detail ->> 'outcome' = 'unknown')
+"""
+
+
+async def resend_was_rejected(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID) -> bool:
+    return bool(await conn.fetchval(RESEND_WAS_REJECTED, attempt_id))

@@ -19,12 +19,21 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from paycore.config import ConfigError, Settings
+from paycore.config import (
+    KAFKA_ALERTS_PARTITIONS,
+    KAFKA_ALERTS_TOPIC,
+    KAFKA_BOOTSTRAP,
+    KAFKA_EFFECTS_PARTITIONS,
+    KAFKA_EFFECTS_TOPIC,
+    KAFKA_MAX_REQUEST_SIZE,
+    ConfigError,
+    Settings,
+)
 
 log = logging.getLogger("paycore.kafka")
 
-EFFECTS_TOPIC = "payments.effects"
-ALERTS_TOPIC = "ops.alerts"
+EFFECTS_TOPIC = KAFKA_EFFECTS_TOPIC.default  # "payments.effects"
+ALERTS_TOPIC = KAFKA_ALERTS_TOPIC.default  # "ops.alerts"
 TOPIC_ALREADY_EXISTS = 36  # Kafka error code
 
 
@@ -34,10 +43,10 @@ class KafkaSettings:
     idempotent: bool = True
     effects_topic: str = EFFECTS_TOPIC
     alerts_topic: str = ALERTS_TOPIC
-    effects_partitions: int = 12
-    alerts_partitions: int = 3
+    effects_partitions: int = KAFKA_EFFECTS_PARTITIONS.default
+    alerts_partitions: int = KAFKA_ALERTS_PARTITIONS.default
     replication_factor: int = 1
-    max_request_size: int = 1_048_576
+    max_request_size: int = KAFKA_MAX_REQUEST_SIZE.default
     request_timeout_ms: int = 30_000
     client_id: str = "paycore"
 
@@ -48,7 +57,7 @@ class KafkaSettings:
 def kafka_settings(settings: Settings, *, local_broker: bool = False) -> KafkaSettings:
     """Kafka settings from ``PAYCORE_*``; ``local_broker`` says paycore started the broker."""
     if settings.kafka_bootstrap is None:
-        raise ConfigError("PAYCORE_KAFKA_BOOTSTRAP", "is required (host:port of a Kafka broker)")
+        raise ConfigError(KAFKA_BOOTSTRAP.name, "is required (host:port of a Kafka broker)")
     idempotent = settings.kafka_idempotent
     if idempotent is None:
         idempotent = not local_broker

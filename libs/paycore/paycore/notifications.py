@@ -1,8 +1,10 @@
-"""Provider notifications: deduplication keys, the durable record, and applying one.
+"""Provider notifications: the durable record, and applying one.
 
-- :func:`notification_key`: the stable event id, or a versioned key synthesized
-  from a canonical form of fields that identify one logical event, or ``None``
-  (each delivery then recorded separately, since NULL keys never collide).
+A :class:`~paycore.providers.base.Notification` is provider-neutral and its
+deduplication key is its provider's rule (``Provider.notification_key``); this
+module names no provider: a stored event is re-parsed by the provider of the
+account that verified it (:func:`paycore.providers.registry.notification_format`).
+
 - :func:`record_notification`: the first write of the handler's transaction,
   ``ON CONFLICT (provider_account, notification_key) DO NOTHING``.
 - :func:`apply_notification`: the same conditional transition every writer uses
@@ -16,7 +18,6 @@ escalates; the rules for what a notification *does* live here, once.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -26,9 +27,10 @@ from uuid import UUID
 import asyncpg
 import orjson
 
-from paycore import outbox
-from paycore.attempts import Attempt, apply_outcome, get_attempt
-from paycore.domain import AttemptState, ProviderOutcome
+from paycore import escalations, outbox
+from paycore.attempts import Attempt, OutcomeResult, apply_outcome, get_attempt
+from paycore.domain import AttemptState
+from paycore.errors import PaycoreError
 from paycore.events import EventKind, append_event
 from paycore.operator_actions import (
     ActionKind,
@@ -38,64 +40,12 @@ from paycore.operator_actions import (
     validate_reason,
 )
 from paycore.orders import lock_order
+from paycore.providers.base import KEY_VERSION, Notification
+from paycore.providers.registry import notification_format
 
 log = logging.getLogger("paycore.notifications")
 
-KEY_VERSION = "v1"
 HANDLER_ACTOR = "notification-handler"
-
-
-@dataclass(frozen=True)
-class Notification:
-    """One verified provider notification, in provider-neutral terms."""
-
-    event_id: str | None
-    event_type: str
-    sequence: int | None
-    payment_id: str | None
-    reference: str | None
-    status: str | None
-    amount_minor: int | None
-    currency: str | None
-    amount_refunded: int
-    payload_account: str | None  # what the event envelope says
-    payload_livemode: bool | None
-    outcome: ProviderOutcome
-    event: dict[str, Any]  # the event as received (no card data or secrets in it)
-    object_account: str | None = None  # what the payment object itself says
-    object_livemode: bool | None = None
-
-    @property
-    def is_refund(self) -> bool:
-        return self.event_type.endswith(".refunded")
-
-    def canonical_fields(self) -> dict[str, Any] | None:
-        """The fields that identify one logical event, normalised; ``None`` without all of them."""
-        if None in (self.payment_id, self.status, self.amount_minor, self.currency, self.sequence):
-            return None
-        assert self.payment_id is not None and self.status is not None and self.currency is not None
-        return {
-            "payment_id": self.payment_id.strip(),
-            "type": self.event_type.strip().lower(),
-            "status": self.status.strip().lower(),
-            "amount_minor": int(self.amount_minor or 0),
-            "currency": self.currency.strip().upper(),
-            "sequence": int(self.sequence or 0),
-        }
-
-
-def synthesized_key(fields: dict[str, Any]) -> str:
-    """``v1:`` + SHA-256 of the canonical JSON (sorted keys, no whitespace, integers as integers)."""
-    canonical = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
-    return f"{KEY_VERSION}:{hashlib.sha256(canonical).hexdigest()}"
-
-
-def notification_key(n: Notification) -> str | None:
-    """The event id when present; else a synthesized key where the fields allow; else None."""
-    if n.event_id is not None:
-        return n.event_id
-    fields = n.canonical_fields()
-    return synthesized_key(fields) if fields is not None else None
 
 
 def event_detail(n: Notification, key: str | None) -> dict[str, Any]:
@@ -180,45 +130,30 @@ async def record_notification(
     return Recorded(event_id)
 
 
-# -- escalation keys (see the reference's "Escalations") ---------------------------------------
-
-def unmatched_key(provider_account: str, key: str | None, n: Notification) -> str:
-    """Never per delivery: by notification key, else payment id or reference, else one per account."""
-    subject = key or n.payment_id or n.reference
-    if subject is None:
-        return f"notification:{provider_account}:unmatched-unidentified"
-    return f"notification:{provider_account}:{subject}:unmatched"
-
-
-def identity_conflict_key(provider_account: str, key: str | None, n: Notification) -> str:
-    subject = key or n.payment_id
-    if subject is None:  # a conflict needs both identifiers
-        raise ValueError("an identity conflict requires a provider payment id")
-    return f"notification:{provider_account}:{subject}:identity-conflict"
-
-
-def mismatch_key(attempt_id: UUID, key: str | None) -> str:
-    return f"attempt:{attempt_id}:mismatch:{key}" if key else f"attempt:{attempt_id}:mismatch"
-
-
 # -- applying ------------------------------------------------------------------------------
 
 async def apply_notification(
     conn: asyncpg.Connection, *, attempt: Attempt, n: Notification, key: str | None, now: datetime,
     reminder_interval: timedelta, recheck_after_s: float, actor: str = HANDLER_ACTOR,
-) -> Attempt:
+) -> OutcomeResult:
     """Apply verified, matched evidence to its attempt, inside the caller's transaction.
 
-    Final outcomes resolve a Started or Unknown attempt through the same
-    conditional write as checkout and recovery (same effect-keyed outbox rows,
-    same escalation resolution); processing and requires_action move Unknown to
-    Started and store the action. A refund of a Succeeded attempt is recorded
-    and queues ``attempt:<id>:refund-request`` after the confirmation.
+    Through the one writer of outcomes (:func:`paycore.attempts.apply_outcome`):
+    the evidence is judged first, and evidence about another payment resolves
+    nothing and is escalated under the verdict's reason, keyed by this
+    notification. Final outcomes resolve a Started or Unknown attempt through the
+    same conditional write as checkout and recovery (same effect-keyed outbox
+    rows, same escalation resolution); processing and requires_action move
+    Unknown to Started and store the action. A refund of a Succeeded attempt is
+    recorded and queues ``attempt:<id>:refund-request`` after the confirmation.
     """
-    result = await apply_outcome(
+    recorded = await apply_outcome(
         conn, attempt.attempt_id, n.outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
         reminder_interval=reminder_interval, from_send=False, evidence_key=key,
     )
+    result = recorded.attempt
+    if not recorded.verdict.accepted:
+        return recorded
     if n.is_refund and result.state is AttemptState.SUCCEEDED and result.provider_payment_id == n.payment_id:
         await outbox.enqueue_effect(
             conn, attempt_id=result.attempt_id, effect="refund-request", now=now,
@@ -226,7 +161,7 @@ async def apply_notification(
                      "currency": result.currency, "provider_account": result.provider_account,
                      "provider_payment_id": result.provider_payment_id},
         )
-    return result
+    return recorded
 
 
 SELECT_NOTIFICATION = """
@@ -240,14 +175,7 @@ SELECT 1 FROM payment_attempt_events
 WHERE attempt_id = $1 AND kind = 'transition' AND detail ->> 'attached_notification' = $2::text
 """
 
-RESOLVE_ESCALATION_BY_KEY = """
-UPDATE payment_escalations SET resolved_at = $2, next_reminder_at = NULL
-WHERE escalation_key = $1 AND resolved_at IS NULL
-RETURNING escalation_id
-"""
-
-
-class AttachRefused(Exception):
+class AttachRefused(PaycoreError):
     """The stored notification cannot be attached to that attempt."""
 
 
@@ -276,9 +204,6 @@ async def attach_notification(
     operator action (the attempt's state, version and provider payment id before
     and after) is recorded in the same transaction.
     """
-    # The stored event is Cardco's wire format; re-parse it with the same parser.
-    from paycore.providers.cardco_events import parse_event
-
     operator = validate_operator(operator)
     why = validate_reason(ActionKind.NOTIFICATION_ATTACH, reason)
     async with pool.acquire() as conn, conn.transaction():
@@ -297,17 +222,23 @@ async def attach_notification(
         if "event" not in row["detail"]:  # kept as raw bytes: a person reads it, nothing applies it
             raise AttachRefused(f"notification {event_id} was stored unparsed "
                                 f"({row['detail'].get('unparseable')}); it cannot be applied")
-        n = parse_event(orjson.dumps(row["detail"]["event"]))
+        # The stored event is in its provider's wire format: the verified account's provider re-parses it.
+        stored_event = orjson.dumps(row["detail"]["event"])
+        n = notification_format(row["provider_account"]).parse_notification(stored_event)
         key: str | None = row["notification_key"]
         await append_event(
             conn, attempt_id=attempt_id, kind=EventKind.TRANSITION, actor=f"operator-{operator}", now=now,
             detail={"attached_notification": event_id, "notification_key": key},
         )
-        result = await apply_notification(conn, attempt=attempt, n=n, key=key, now=now,
-                                          reminder_interval=reminder_interval,
-                                          recheck_after_s=recheck_after_s, actor=f"operator-{operator}")
-        resolved = [r["escalation_id"] for r in await conn.fetch(
-            RESOLVE_ESCALATION_BY_KEY, unmatched_key(attempt.provider_account, key, n), now)]
+        applied = await apply_notification(conn, attempt=attempt, n=n.identified_otherwise(), key=key,
+                                           now=now, reminder_interval=reminder_interval,
+                                           recheck_after_s=recheck_after_s, actor=f"operator-{operator}")
+        if not applied.verdict.accepted:  # rolls the whole attachment back
+            raise AttachRefused(f"notification {event_id} is not evidence about attempt {attempt_id}: "
+                                f"{applied.verdict.reason} ({applied.verdict.attribute})")
+        result = applied.attempt
+        resolved = await escalations.resolve_by_key(
+            conn, escalations.unmatched_key(attempt.provider_account, key, n.payment_id, n.reference), now)
         recorded = await record_action(
             conn, action=ActionKind.NOTIFICATION_ATTACH, operator=operator, reason=why, now=now,
             before=_attempt_fields(attempt), after=_attempt_fields(result),

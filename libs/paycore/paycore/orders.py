@@ -13,7 +13,7 @@ from uuid import UUID
 
 import asyncpg
 
-from paycore.domain import OrderStatus
+from paycore.domain import LIVE_STATE_PREDICATE, OrderStatus
 
 
 class OrderNotFound(LookupError):
@@ -69,10 +69,8 @@ SELECT * FROM orders
 WHERE order_id = (SELECT order_id FROM payment_attempts WHERE attempt_id = $1)
 FOR UPDATE
 """
-HAS_LIVE_ATTEMPT = """
-SELECT EXISTS (SELECT 1 FROM payment_attempts
-               WHERE order_id = $1 AND state IN ('NotStarted', 'Started', 'Unknown'))
-"""
+HAS_LIVE_ATTEMPT = ("SELECT EXISTS (SELECT 1 FROM payment_attempts WHERE order_id = $1 AND "  # noqa: S608
+                    + LIVE_STATE_PREDICATE + ")")
 CANCEL_OUTRIGHT = """
 UPDATE orders SET status = 'Cancelled', cancel_requested_at = $2, version = version + 1
 WHERE order_id = $1 AND status = 'Open'
@@ -140,3 +138,21 @@ async def cancel_order(pool: asyncpg.Pool, order_id: str, customer_id: str, now:
         else:
             row = await conn.fetchrow(CANCEL_OUTRIGHT, order_id, now)
         return Order.from_record(row) if row is not None else order
+
+
+# Recording Succeeded and marking the order Paid happen in one transaction, under the order lock.
+MARK_ORDER_PAID = """
+UPDATE orders SET status = 'Paid', version = version + 1
+WHERE order_id = $1 AND status = 'Open'
+"""
+
+
+async def mark_paid(conn: asyncpg.Connection, order_id: str) -> None:
+    """The order is Paid (only an Open one changes); run in the transaction that records Succeeded."""
+    await conn.execute(MARK_ORDER_PAID, order_id)
+
+
+async def find_order(conn: asyncpg.Connection | asyncpg.Pool, order_id: str) -> Order | None:
+    """The order, whoever its customer is (recovery's view; checkout uses :func:`get_order`)."""
+    row = await conn.fetchrow(SELECT_ORDER, order_id)
+    return Order.from_record(row) if row is not None else None

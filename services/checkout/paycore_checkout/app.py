@@ -32,7 +32,8 @@ from paycore.http.problems import (
     http_exception_handler,
     problem_handler,
 )
-from paycore.providers.cardco import CardcoClient
+from paycore.providers.base import Provider
+from paycore.providers.registry import for_accounts
 from paycore_checkout.auth import Authenticator
 from paycore_checkout.payments import CheckoutMetrics, CheckoutPayments
 from paycore_checkout.routes import routes
@@ -96,7 +97,7 @@ def create_app(
     *,
     clock: Clock | None = None,
     pool: asyncpg.Pool | None = None,
-    client: CardcoClient | None = None,
+    client: Provider | None = None,
 ) -> Starlette:
     clock = clock or SystemClock()
     registry = CollectorRegistry()
@@ -115,12 +116,12 @@ def create_app(
             raise RuntimeError("PAYCORE_DATABASE_URL is not set")
         db = pool or await create_pool(settings.database_url or "", max_size=20)
         own_client = client is None
-        cardco = client or CardcoClient(settings.accounts, clock,
-                                        max_call_duration_s=settings.budgets.max_call_duration_s)
+        provider = client or for_accounts(settings.accounts, clock,
+                                          max_call_duration_s=settings.budgets.max_call_duration_s)
         await register_provider_accounts(db, settings.accounts, clock.now())
         services = Services(
             settings=settings, clock=clock, pool=db, auth=auth,
-            payments=CheckoutPayments(pool=db, client=cardco, clock=clock, settings=settings,
+            payments=CheckoutPayments(pool=db, client=provider, clock=clock, settings=settings,
                                       metrics=metrics),
             outage=outage,
         )
@@ -133,7 +134,7 @@ def create_app(
             await services.drain(settings.budgets.call_s + settings.budgets.record_s)
             await outage.aclose()
             if own_client:
-                await cardco.aclose()
+                await provider.aclose()
             if own_pool:
                 await db.close()
 

@@ -38,7 +38,7 @@ from paycore.config import Settings
 from paycore.db import DATABASE_ERRORS
 from paycore.domain import AttemptState, ProviderOutcome
 from paycore.orders import OrderNotPayable, get_order
-from paycore.providers.cardco import CardcoClient, StoredRequest, build_request_body
+from paycore.providers.base import Provider, StoredRequest
 
 log = logging.getLogger("paycore.checkout")
 
@@ -96,7 +96,7 @@ class CheckoutMetrics:
 
 
 class CheckoutPayments:
-    def __init__(self, *, pool: asyncpg.Pool, client: CardcoClient, clock: Clock, settings: Settings,
+    def __init__(self, *, pool: asyncpg.Pool, client: Provider, clock: Clock, settings: Settings,
                  metrics: CheckoutMetrics) -> None:
         self.pool = pool
         self.client = client
@@ -110,9 +110,9 @@ class CheckoutPayments:
         budgets = self.settings.budgets
 
         def body(reference: str, amount_minor: int, currency: str) -> str:
-            return build_request_body(amount_minor=amount_minor, currency=currency,
-                                      payment_method=payment_method, reference=reference,
-                                      description=f"order {order_id}")
+            return self.client.build_request_body(amount_minor=amount_minor, currency=currency,
+                                                  payment_method=payment_method, reference=reference,
+                                                  description=f"order {order_id}")
 
         created_at = self.clock.now()
         try:
@@ -152,11 +152,11 @@ class CheckoutPayments:
 
         try:
             async with self.clock.budget(budgets.record_s):
-                recorded = await record_outcome(
+                recorded = (await record_outcome(
                     self.pool, started.attempt_id, outcome, now=self.clock.now(), actor="endpoint",
                     recheck_after_s=self.settings.recheck_after_s,
                     reminder_interval=self.settings.reminder_interval,
-                )
+                )).attempt
         except UNCONFIRMED_WRITE as exc:
             self._report_outcome_not_recorded(started, outcome, exc)
             return await self._reload(started)
@@ -166,7 +166,7 @@ class CheckoutPayments:
     async def _send(self, attempt: Attempt) -> ProviderOutcome:
         started_at = time.perf_counter()
         outcome = await self.client.create_payment(
-            StoredRequest.from_record(asdict(attempt)), budget_s=self.settings.budgets.call_s,
+            StoredRequest.from_attempt(attempt), budget_s=self.settings.budgets.call_s,
             first_send=True,
         )
         self.metrics.provider_latency.labels(outcome.kind.value).observe(time.perf_counter() - started_at)

@@ -18,21 +18,21 @@ import os
 import secrets
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
 from datetime import datetime, timedelta
 from uuid import UUID
 
 import asyncpg
 
-from paycore.attempts import SELECT_PAYMENT_ID_OWNER, Attempt, Lease, get_attempt, record_outcome
+from paycore import attempts, events, evidence, leases, rate_limits
+from paycore.attempts import Attempt, get_attempt, record_outcome
 from paycore.clock import Clock
 from paycore.config import Settings
-from paycore.db import DATABASE_ERRORS
-from paycore.domain import LIVE_STATES, AttemptState
+from paycore.domain import LIVE_STATES, AttemptState, OutcomeKind
+from paycore.errors import MAY_HAVE_COMMITTED
 from paycore.events import EventKind, append_event
-from paycore.orders import SELECT_ORDER, Order
-from paycore.providers.cardco import CardcoClient, LookupResult, ProviderPayment, StoredRequest
-from paycore_recovery import leases
+from paycore.leases import Lease
+from paycore.orders import find_order
+from paycore.providers.base import LookupResult, Provider, StoredRequest
 from paycore_recovery.metrics import RecoveryMetrics
 from paycore_recovery.pacing import Pacer
 from paycore_recovery.settings import RecoverySettings
@@ -40,7 +40,7 @@ from paycore_recovery.settings import RecoverySettings
 log = logging.getLogger("paycore.recovery")
 
 # Database failures and budget expiry while committing an intent: the write may have committed.
-UNCONFIRMED = DATABASE_ERRORS
+UNCONFIRMED = MAY_HAVE_COMMITTED
 
 
 class Pass(enum.StrEnum):
@@ -73,7 +73,7 @@ def default_owner() -> str:
 
 
 class RecoveryWorker:
-    def __init__(self, *, pool: asyncpg.Pool, client: CardcoClient, clock: Clock, settings: Settings,
+    def __init__(self, *, pool: asyncpg.Pool, client: Provider, clock: Clock, settings: Settings,
                  recovery: RecoverySettings, metrics: RecoveryMetrics, owner: str | None = None) -> None:
         self.pool = pool
         self.client = client
@@ -188,13 +188,12 @@ class RecoveryWorker:
         age = (now - attempt.created_at).total_seconds()
         threshold = self.settings.abandonment_threshold_s
         if age >= threshold:
-            if await leases.close_never_sent(self.pool, attempt, lease, now, self.actor) is not None:
+            if await attempts.close_never_sent(self.pool, attempt, lease, now, self.actor) is not None:
                 self.metrics.closed_never_sent.inc()
                 return Pass.CLOSED_NEVER_SENT
             # The endpoint started it first: schedule it for its new state, once.
             current = await get_attempt(self.pool, attempt.attempt_id)
-            if current.state in LIVE_STATES and await leases.owns_lease(self.pool, current.attempt_id,
-                                                                         lease, now):
+            if current.state in LIVE_STATES and await leases.owns(self.pool, current.attempt_id, lease, now):
                 started = current.state is AttemptState.STARTED
                 delay = self._settle_s() if started else self.recovery.backoff(0)
                 await leases.finish(self.pool, current.attempt_id, lease, now, delay)
@@ -224,7 +223,7 @@ class RecoveryWorker:
         # Send history first: an intent with neither result nor abandonment is an
         # ambiguous boundary. It is reconciled by the lookup below; no new intent is
         # appended unless every resend condition holds again.
-        if await leases.latest_send_event(self.pool, attempt_id) == EventKind.SEND_INTENT.value:
+        if await events.latest_send_event(self.pool, attempt_id) is EventKind.SEND_INTENT:
             self.metrics.ambiguous_boundaries.inc()
             log.info("attempt %s has a send intent without a result: reconciling", attempt_id)
 
@@ -234,11 +233,11 @@ class RecoveryWorker:
                                  self.recovery.slow_cadence_s)
             return Pass.ESCALATED
 
-        step = await leases.lookups_so_far(self.pool, attempt_id)
+        step = await events.lookups_so_far(self.pool, attempt_id)
         backoff = self.recovery.backoff(step)
         scope = attempt.provider_account
         now = self.clock.now()
-        paused = await leases.paused_until(self.pool, scope, now)
+        paused = await rate_limits.paused_until(self.pool, scope, now)
         if paused is not None:
             await leases.finish(self.pool, attempt_id, lease, now, (paused - now).total_seconds())
             return Pass.PAUSED
@@ -261,20 +260,21 @@ class RecoveryWorker:
         if lookup.kind == "rate_limited":
             # Pause this rate-limit scope only (the account); other accounts go on.
             wait = lookup.retry_after_s or 1.0
-            await leases.pause_scope(self.pool, scope, now + timedelta(seconds=wait), "429", now)
+            await rate_limits.pause(self.pool, scope, now + timedelta(seconds=wait), "429", now)
             self.metrics.pauses.labels(scope).inc()
             await leases.finish(self.pool, attempt_id, lease, now, wait)
             return Pass.PAUSED
         if lookup.kind == "found":
             return await self._found(attempt, lease, lookup, backoff)
 
-        # Not found: the attempt stays Unknown.
+        # Not found, or the provider has no lookup by reference ("unsupported": then only a
+        # notification or a same-key resend inside the key window can tell): it stays Unknown.
         if attempt.escalation_deadline is None or now >= attempt.escalation_deadline:
             # Past the safe cutoff: send nothing, under any key; keep looking on the slow cadence.
             await self._escalate(attempt, lease, "deadline", self.recovery.slow_cadence_s)
             return Pass.ESCALATED
 
-        if await leases.resend_was_rejected(self.pool, attempt_id):
+        if await events.resend_was_rejected(self.pool, attempt_id):
             # An earlier resend of these bytes was refused before execution: never again.
             await self._escalate(attempt, lease, "resend-rejected", self.recovery.slow_cadence_s)
             return Pass.ESCALATED
@@ -307,7 +307,8 @@ class RecoveryWorker:
             if by_id.kind in ("failed", "rate_limited"):
                 return made
             if by_id.kind == "found" and by_id.payment is not None:
-                if self._mismatch(attempt, by_id.payment) is None:
+                if evidence.judge(attempt, by_id.payment.claim(),
+                                  recorded_payment_id=attempt.provider_payment_id).accepted:
                     return made
                 foreign = by_id
             # A miss (replication lag) or a record that does not match: ask by reference before concluding.
@@ -316,7 +317,7 @@ class RecoveryWorker:
         by_reference = await self.client.find_by_reference(attempt.provider_account, attempt.client_reference,
                                                            budget_s=budget)
         made.append((by_reference, "reference"))
-        if foreign is not None and by_reference.kind == "not_found":
+        if foreign is not None and by_reference.kind in ("not_found", "unsupported"):
             made.append((foreign, "id"))  # decide on the record the recorded id points at
         return made
 
@@ -332,68 +333,42 @@ class RecoveryWorker:
                         "payments": [p.evidence() for p in lookup.payments]},
             )
 
-    def _mismatch(self, attempt: Attempt, payment: ProviderPayment) -> str | None:
-        account = self.settings.account(attempt.provider_account)
-        if account is not None and payment.account is not None and payment.account != account.account:
-            return "account"
-        if account is not None and payment.livemode is not None \
-                and payment.livemode != (account.environment == "live"):
-            return "environment"
-        if payment.amount_minor != attempt.amount_minor or payment.currency != attempt.currency:
-            return "amount-or-currency"
-        if payment.reference is not None and payment.reference != attempt.client_reference:
-            return "reference"
-        return None
-
     async def _found(self, attempt: Attempt, lease: Lease, lookup: LookupResult, backoff: float) -> Pass:
         payments = lookup.payments
-        distinct = {p.id for p in payments}
+        distinct = evidence.distinct_payments(p.claim() for p in payments)
         if len(distinct) > 1:
-            # Two provider payments for one attempt's reference: a person must look.
-            await self._escalate(attempt, lease, "multiple-provider-payments", self.recovery.slow_cadence_s,
-                                 {"provider_payment_ids": sorted(distinct)})
+            # Several provider payments for one attempt's reference: a person must look.
+            await self._escalate(attempt, lease, evidence.Reason.MULTIPLE_PAYMENTS.value,
+                                 self.recovery.slow_cadence_s, {"provider_payment_ids": distinct})
             return Pass.ESCALATED
-        payment = payments[0]
-        owner = await self.pool.fetchval(SELECT_PAYMENT_ID_OWNER, attempt.provider_account, payment.id,
-                                         attempt.attempt_id)
-        if (attempt.provider_payment_id is not None and attempt.provider_payment_id != payment.id) \
-                or owner is not None:
-            # Evidence about a different payment: send nothing, resolve nothing.
-            await self._escalate(attempt, lease, "provider-id-conflict", self.recovery.slow_cadence_s,
-                                 {"recorded": attempt.provider_payment_id, "found": payment.id,
-                                  "owned_by_attempt": str(owner) if owner else None})
+        # The one writer of outcomes judges the evidence (paycore.evidence): a payment that
+        # is not this attempt's resolves nothing, is escalated, and the next look is on the
+        # slow cadence, scheduled with the lease's release in the same transaction. Valid
+        # evidence is applied under the state rules alone, even if this worker's lease has
+        # lapsed; only a lease it still owns is released.
+        outcome = payments[0].to_outcome()
+        recheck = self.recovery.action_poll_s if outcome.kind is OutcomeKind.REQUIRES_ACTION else backoff
+        recorded = await record_outcome(
+            self.pool, attempt.attempt_id, outcome, now=self.clock.now(), actor=self.actor,
+            recheck_after_s=recheck, from_send=False, lease=lease,
+            escalated_recheck_after_s=self.recovery.slow_cadence_s,
+            reminder_interval=self.settings.reminder_interval)
+        if not recorded.verdict.accepted:
+            assert recorded.verdict.reason is not None
+            self.metrics.escalations.labels(recorded.verdict.reason.value).inc()
             return Pass.ESCALATED
-        mismatch = self._mismatch(attempt, payment)
-        if mismatch == "reference":
-            # The record belongs to another attempt's reference: evidence about a different payment.
-            await self._escalate(attempt, lease, "provider-id-conflict", self.recovery.slow_cadence_s,
-                                 {"recorded": attempt.provider_payment_id, "found": payment.id,
-                                  "found_reference": payment.reference})
-            return Pass.ESCALATED
-        if mismatch is not None:
-            await self._escalate(attempt, lease, "mismatch", self.recovery.slow_cadence_s,
-                                 {"field": mismatch, "provider_payment_id": payment.id})
-            return Pass.ESCALATED
-
-        # Evidence: resolve a final outcome, or record processing / a customer action
-        # (Unknown -> Started). Valid evidence is applied under the state rules alone, even
-        # if this worker's lease has lapsed; only a lease it still owns is released.
-        outcome = payment.to_outcome()
-        recheck = self.recovery.action_poll_s if payment.status == "requires_action" else backoff
-        recorded = await record_outcome(self.pool, attempt.attempt_id, outcome, now=self.clock.now(),
-                                        actor=self.actor, recheck_after_s=recheck, from_send=False,
-                                        lease=lease, reminder_interval=self.settings.reminder_interval)
         # If that wrote nothing (an already-final winner), still release what is ours.
         await leases.finish(self.pool, attempt.attempt_id, lease, self.clock.now(), recheck)
-        if recorded.state in (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.NOT_APPLIED):
-            self.metrics.resolved.labels(recorded.state.value).inc()
+        state = recorded.attempt.state
+        if state in (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.NOT_APPLIED):
+            self.metrics.resolved.labels(state.value).inc()
             return Pass.RESOLVED
         return Pass.OBSERVED
 
     async def _failing_resend_condition(self, attempt: Attempt, now: datetime) -> str | None:
         """The article's resend conditions, each its own escalation when it fails."""
-        order = await self.pool.fetchrow(SELECT_ORDER, attempt.order_id)
-        if order is None or Order.from_record(order).not_payable_reason is not None:
+        order = await find_order(self.pool, attempt.order_id)
+        if order is None or order.not_payable_reason is not None:
             return "order-not-payable"
         if (now - attempt.created_at).total_seconds() > self.recovery.payment_token_ttl_s:
             return "token-expired"
@@ -402,7 +377,7 @@ class RecoveryWorker:
             return "account-not-configured"
         if attempt.endpoint != account.payments_endpoint:
             return "endpoint-changed"
-        unbuildable = self.client.unbuildable_reason(StoredRequest.from_record(asdict(attempt)))
+        unbuildable = self.client.unbuildable_reason(StoredRequest.from_attempt(attempt))
         if unbuildable is not None:
             return f"request-not-buildable:{unbuildable}"
         return None
@@ -410,14 +385,14 @@ class RecoveryWorker:
     async def _resend(self, attempt: Attempt, lease: Lease, backoff: float) -> Pass:
         attempt_id = attempt.attempt_id
         try:
-            committed, why = await leases.commit_send_intent(self.pool, attempt, lease, self.clock.now(),
+            committed, why = await attempts.commit_send_intent(self.pool, attempt, lease, self.clock.now(),
                                                              self.actor)
         except UNCONFIRMED as exc:
             # Unknown commit: send nothing and do not finish (ownership cannot be confirmed).
             # The next claimed pass finds the intent present or absent and acts on that.
             log.warning("send intent for %s unconfirmed (%s)", attempt_id, type(exc).__name__)
             return Pass.INTENT_UNKNOWN
-        if committed is not leases.IntentResult.COMMITTED:
+        if committed is not attempts.IntentResult.COMMITTED:
             log.info("send intent for %s refused: %s", attempt_id, why)
             await leases.finish(self.pool, attempt_id, lease, self.clock.now(), backoff)
             return Pass.INTENT_REFUSED
@@ -425,18 +400,18 @@ class RecoveryWorker:
         await self.before_final_check(attempt)
         # Final local check, just before dispatch.
         now = self.clock.now()
-        if not await leases.owns_lease(self.pool, attempt_id, lease, now):
-            await leases.record_send_abandoned(self.pool, attempt_id, now, self.actor, "lease-lost")
+        if not await leases.owns(self.pool, attempt_id, lease, now):
+            await attempts.record_send_abandoned(self.pool, attempt_id, now, self.actor, "lease-lost")
             return Pass.ABANDONED  # the new owner schedules it
         if attempt.escalation_deadline is None or now >= attempt.escalation_deadline:
-            await leases.record_send_abandoned(self.pool, attempt_id, now, self.actor, "deadline-passed")
+            await attempts.record_send_abandoned(self.pool, attempt_id, now, self.actor, "deadline-passed")
             await self._escalate(attempt, lease, "deadline", self.recovery.slow_cadence_s)
             return Pass.ABANDONED
         await self.after_final_check(attempt)
 
         # The stored request, unchanged, under its own key and its own call budget.
         self.metrics.resends.inc()
-        outcome = await self.client.create_payment(StoredRequest.from_record(asdict(attempt)),
+        outcome = await self.client.create_payment(StoredRequest.from_attempt(attempt),
                                                    budget_s=self.settings.budgets.call_s, first_send=False)
         # A resend refused before execution is escalated by the outcome write
         # (resend-rejected) and never repeated: only lookups go on, on the slow cadence.
@@ -445,8 +420,9 @@ class RecoveryWorker:
                                         actor=self.actor, recheck_after_s=recheck, from_send=True,
                                         lease=lease, reminder_interval=self.settings.reminder_interval)
         await leases.finish(self.pool, attempt_id, lease, self.clock.now(), recheck)
-        if recorded.state in (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.NOT_APPLIED):
-            self.metrics.resolved.labels(recorded.state.value).inc()
+        state = recorded.attempt.state
+        if state in (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.NOT_APPLIED):
+            self.metrics.resolved.labels(state.value).inc()
         return Pass.RESENT
 
     async def _escalate(self, attempt: Attempt, lease: Lease, reason: str, delay_s: float,

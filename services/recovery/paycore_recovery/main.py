@@ -13,7 +13,7 @@ from paycore.accounts import register_provider_accounts
 from paycore.clock import SystemClock
 from paycore.config import ConfigError, load_settings
 from paycore.db import create_pool
-from paycore.providers.cardco import CardcoClient
+from paycore.providers.registry import for_accounts
 from paycore_recovery.loop import RecoveryWorker
 from paycore_recovery.metrics import RecoveryMetrics
 from paycore_recovery.settings import load_recovery_settings
@@ -38,11 +38,14 @@ async def run(*, metrics_port: int | None, owner: str | None = None) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await register_provider_accounts(pool, settings.accounts, clock.now())
-        async with CardcoClient(settings.accounts, clock,
-                                max_call_duration_s=settings.budgets.max_call_duration_s) as client:
+        client = for_accounts(settings.accounts, clock,
+                              max_call_duration_s=settings.budgets.max_call_duration_s)
+        try:
             worker = RecoveryWorker(pool=pool, client=client, clock=clock, settings=settings,
                                     recovery=recovery, metrics=metrics, owner=owner)
             await worker.run_forever(stop)
+        finally:
+            await client.aclose()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(Exception):

@@ -2,7 +2,7 @@
 
 This is throughput shaping on real time (the provider's limit is in real
 seconds), not coordination: correctness never depends on it. A 429 still
-pauses the whole scope through the database (see ``leases.pause_scope``).
+pauses the whole scope through the database (see ``paycore.rate_limits.pause``).
 """
 
 from __future__ import annotations

@@ -13,17 +13,48 @@ import json
 import math
 import os
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
+
+from paycore.settings_spec import Count, FileField, FilePath, Group, Items, Number, Text
 
 Environment = Literal["test", "live"]
 ENVIRONMENTS: tuple[Environment, ...] = ("test", "live")
 
-CONFIG_ENV = "PAYCORE_SANDBOX_CONFIG"
-RETENTION_ENV = "PAYCORE_SANDBOX_KEY_RETENTION_S"
-WEBHOOK_URLS_ENV = "PAYCORE_SANDBOX_WEBHOOK_URLS"
-WEBHOOK_TIME_SCALE_ENV = "PAYCORE_SANDBOX_WEBHOOK_TIME_SCALE"
+# The variables set fields of the config file, and override it; every field is
+# then validated as one, naming the field, wherever its value came from.
+SANDBOX = Group("`paycore serve sandbox`: the Cardco sandbox")
+CONFIG_FILE = SANDBOX.declare(
+    "PAYCORE_SANDBOX_CONFIG", FilePath(), None, "a JSON object of the `SandboxSettings` fields (below)")
+KEY_RETENTION = SANDBOX.declare(
+    "PAYCORE_SANDBOX_KEY_RETENTION_S", Count(), 86_400,
+    "`key_retention_s`: how long the sandbox keeps an idempotency key")
+WEBHOOK_URLS = SANDBOX.declare(
+    "PAYCORE_SANDBOX_WEBHOOK_URLS", Items(Text(), drop_empty=True), (),
+    "`webhook_endpoints`: absolute http(s) URLs every webhook event is POSTed to")
+WEBHOOK_TIME_SCALE = SANDBOX.declare(
+    "PAYCORE_SANDBOX_WEBHOOK_TIME_SCALE", Number("", checked=False), 1.0,
+    "`webhook_time_scale` (> 0): multiplies every webhook retry delay and `webhook_delay` fault")
+
+# The keys of the PAYCORE_SANDBOX_CONFIG file: the SandboxSettings fields, and each account's.
+CONFIG_FILE_FIELDS = (
+    FileField("accounts", "`acct_store` (test, live), `acct_other` (test)",
+              "the merchant accounts: a non-empty list of objects with the `accounts[].` keys"),
+    FileField("accounts[].account", "required", "starts with `acct_`"),
+    FileField("accounts[].environment", "required", "`test` or `live`"),
+    FileField("accounts[].api_key", "required", "`sk_<environment>_…`, unique"),
+    FileField("accounts[].webhook_secret", "fixed per account and environment",
+              "`whsec_` + base64 of at least 16 bytes"),
+    FileField("accounts[].lookup_rate_per_s", "50", "lookups per second before 429 (> 0)"),
+    FileField("accounts[].lookup_burst", "50", "lookups allowed at once (≥ 1)"),
+    FileField("key_retention_s", "86400", "idempotency-key retention, sandbox-clock seconds (integer > 0)"),
+    FileField("action_expiry_s", "900", "a pending customer action expires after it (integer > 0)"),
+    FileField("async_delay_s", "1", "`tok_async` succeeds this long after creation (≥ 0)"),
+    FileField("hang_limit_s", "120", "real seconds a \"no response\" fault holds a request open (≥ 0)"),
+    FileField("webhook_endpoints", "none", "absolute http(s) URLs every webhook event is POSTed to"),
+    FileField("webhook_time_scale", "1", "multiplies every retry delay and `webhook_delay` fault (> 0)"),
+    FileField("webhook_timeout_s", "10", "real seconds a delivery may take; no 2xx within it fails (> 0)"),
+)
 
 
 def _fixed_secret(account: str, environment: str) -> str:
@@ -100,7 +131,7 @@ class SandboxSettings:
     """Accounts plus timing. All times are sandbox-clock seconds unless noted."""
 
     accounts: list[SandboxAccount] = field(default_factory=_default_accounts)
-    key_retention_s: int = 86400
+    key_retention_s: int = KEY_RETENTION.default
     action_expiry_s: int = 900
     # tok_async turns succeeded this long after creation (sandbox clock).
     async_delay_s: float = 1.0
@@ -111,7 +142,7 @@ class SandboxSettings:
     webhook_endpoints: list[str] = field(default_factory=list)
     # Multiplies every webhook retry delay and webhook_delay fault (real time),
     # so tests can run the 3-day retry schedule in well under a second.
-    webhook_time_scale: float = 1.0
+    webhook_time_scale: float = WEBHOOK_TIME_SCALE.default
     # Real seconds a delivery attempt may take; no 2xx within it is a failure.
     webhook_timeout_s: float = 10.0
 
@@ -130,34 +161,23 @@ class SandboxSettings:
         variables override the file; defaults for whatever is unset."""
         env = dict(os.environ) if environ is None else environ
         data: dict[str, Any] = {}
-        path = env.get(CONFIG_ENV)
-        if path:
+        path = CONFIG_FILE.get(env)
+        if path is not None:
             try:
-                loaded = json.loads(Path(path).read_text(encoding="utf-8"))
+                loaded = json.loads(path.read_text(encoding="utf-8"))
             except OSError as exc:
-                raise ValueError(f"{CONFIG_ENV}: cannot read {path}: {exc}") from None
+                raise ValueError(f"{CONFIG_FILE.name}: cannot read {path}: {exc}") from None
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{CONFIG_ENV}: {path} is not valid JSON: {exc}") from None
+                raise ValueError(f"{CONFIG_FILE.name}: {path} is not valid JSON: {exc}") from None
             if not isinstance(loaded, dict):
-                raise ValueError(f"{CONFIG_ENV}: {path} must contain a JSON object")
+                raise ValueError(f"{CONFIG_FILE.name}: {path} must contain a JSON object")
             data = loaded
-        retention = env.get(RETENTION_ENV)
-        if retention is not None and retention.strip():
-            try:
-                data["key_retention_s"] = int(retention)
-            except ValueError:
-                raise ValueError(f"{RETENTION_ENV} must be an integer number of seconds, "
-                                 f"got {retention!r}") from None
-        urls = env.get(WEBHOOK_URLS_ENV)
-        if urls is not None and urls.strip():
-            data["webhook_endpoints"] = [u.strip() for u in urls.split(",") if u.strip()]
-        scale = env.get(WEBHOOK_TIME_SCALE_ENV)
-        if scale is not None and scale.strip():
-            try:
-                data["webhook_time_scale"] = float(scale)
-            except ValueError:
-                raise ValueError(f"{WEBHOOK_TIME_SCALE_ENV} must be a number, "
-                                 f"got {scale!r}") from None
+        if (retention := KEY_RETENTION.get(env)) is not None:
+            data["key_retention_s"] = retention
+        if (urls := WEBHOOK_URLS.get(env)) is not None:
+            data["webhook_endpoints"] = list(urls)
+        if (scale := WEBHOOK_TIME_SCALE.get(env)) is not None:
+            data["webhook_time_scale"] = scale
         return cls.from_mapping(data)
 
     @classmethod

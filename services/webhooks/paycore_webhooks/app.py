@@ -1,10 +1,13 @@
-"""``POST /webhooks/cardco``: verify, parse, handle, and acknowledge only after commit.
+"""``POST /webhooks/<provider>``: verify, parse, handle, and acknowledge only after commit.
+
+The provider (:class:`paycore.providers.base.Provider`) verifies and parses; this
+module names none.
 
 - Unverifiable (missing headers 400; bad or stale signature 401):
   problem+json, nothing stored. A replay of a verified delivery inside the
   signature tolerance (same webhook-id and timestamp) answers ``duplicate``.
 - Body over 256 KiB: 413.
-- A verified body that is not a Cardco event we understand (not JSON, an unknown
+- A verified body that is not an event of the provider we understand (not JSON, an unknown
   type, a key repeated in one object, an id that differs from webhook-id), or one
   PostgreSQL cannot store as parsed (NUL, lone surrogates, an id too long to
   index): recorded raw, escalated ``unparseable-notification`` (one episode per
@@ -34,7 +37,7 @@ from starlette.routing import Route
 from paycore import webhook_replays
 from paycore.accounts import register_provider_accounts
 from paycore.clock import Clock, SystemClock
-from paycore.config import ConfigError, ProviderAccountConfig, Settings, load_settings
+from paycore.config import ConfigError, Settings, load_settings
 from paycore.db import create_pool
 from paycore.http.bodies import first_duplicate_key, read_limited
 from paycore.http.metrics import metrics_endpoint
@@ -46,10 +49,8 @@ from paycore.http.problems import (
     problem_handler,
     problem_response,
 )
-from paycore.notifications import Notification
-from paycore.providers.cardco_events import InvalidEvent, parse_event
-from paycore.webhook_replays import SignedDelivery
-from paycore.webhook_signatures import VerificationFailed, Verifier
+from paycore.providers.base import InvalidNotification, NotificationUnverified, Provider
+from paycore.providers.registry import for_accounts
 from paycore_webhooks.handler import handle_notification, record_unparseable, storage_problem
 
 log = logging.getLogger("paycore.webhooks")
@@ -65,7 +66,7 @@ class Intake:
     settings: Settings
     clock: Clock
     pool: asyncpg.Pool
-    verifier: Verifier[ProviderAccountConfig]
+    provider: Provider
     deliveries: Counter
     outage: DatabaseOutage
     _next_purge_at: datetime | None = None
@@ -77,55 +78,52 @@ class Intake:
             await webhook_replays.purge_expired(self.pool, now)
 
 
-def verifier_for(settings: Settings) -> Verifier[ProviderAccountConfig]:
-    secrets = [(a, a.webhook_secret.reveal()) for a in settings.accounts if a.webhook_secret is not None]
-    if not secrets:
-        raise ConfigError("PAYCORE_CARDCO_WEBHOOK_SECRET", "is required to receive webhooks")
-    return Verifier(secrets)
+def provider_for(settings: Settings, clock: Clock) -> Provider:
+    """The provider whose webhooks this intake verifies; refuses to start when no account has a secret."""
+    provider = for_accounts(settings.accounts, clock,
+                            max_call_duration_s=settings.budgets.max_call_duration_s)
+    provider.check_notification_secrets()
+    return provider
 
 
-async def receive_cardco(request: Request) -> Response:
+async def receive_notification(request: Request) -> Response:
     intake: Intake = request.app.state.intake
+    provider = intake.provider
     body = await read_limited(request, MAX_BODY)
     try:
-        account = intake.verifier.verify(request.headers, body, now=intake.clock.now())
-    except VerificationFailed as exc:
+        delivery = provider.verify_notification(request.headers, body, now=intake.clock.now())
+    except NotificationUnverified as exc:
         intake.deliveries.labels("rejected-signature").inc()
         log.warning("webhook rejected: %s", exc.reason)
-        status = 400 if exc.reason == "missing-headers" else 401
+        status = 400 if exc.malformed else 401
         return problem_response(status, "webhook-unverified", "Webhook not verified", exc.reason)
-    header_id = request.headers.get("webhook-id", "").strip()
-    # A verified delivery that is not a Cardco event we understand, or one PostgreSQL
-    # cannot store as parsed: refusing it would make the provider retry for days and
-    # then drop it. Keep the bytes, acknowledge, and tell a person.
-    notification: Notification | None = None
-    try:
-        notification = parse_event(body)
-        if notification.event_id is not None and notification.event_id != header_id:
-            raise InvalidEvent("id-differs-from-webhook-id")
-        if first_duplicate_key(body) is not None:
-            raise InvalidEvent("duplicate-key")  # parsers disagree on which value wins: never guess
-        unstorable = storage_problem(notification)
-    except InvalidEvent as exc:
+    account, header_id = delivery.account, delivery.delivery_id
+    # A verified delivery that is not an event we understand, or one PostgreSQL cannot
+    # store as parsed: refusing it would make the provider retry for days and then
+    # drop it. Keep the bytes, acknowledge, and tell a person.
+    parsed = delivery.parsed
+    if not isinstance(parsed, InvalidNotification) and first_duplicate_key(body) is not None:
+        parsed = InvalidNotification("duplicate-key")  # parsers disagree on which value wins: never guess
+    if isinstance(parsed, InvalidNotification):
         intake.deliveries.labels("invalid").inc()
-        log.warning("webhook %s for %s is not a Cardco event (%s): recording it raw",
-                    header_id[:64], account.provider_account, exc)
-        unstorable = f"not-a-cardco-event:{exc}"
-    delivery = SignedDelivery(request.headers["webhook-id"].strip(),
-                              int(request.headers["webhook-timestamp"].strip()))
+        log.warning("webhook %s for %s is not a %s event (%s): recording it raw",
+                    header_id[:64], account.provider_account, provider.name, parsed)
+        unstorable: str | None = f"not-a-{provider.name}-event:{parsed}"
+    else:
+        unstorable = storage_problem(parsed)
     try:
         await intake.purge_replay_window()
-        if unstorable is not None or notification is None:
+        if unstorable is not None or isinstance(parsed, InvalidNotification):
             log.warning("webhook %s for %s cannot be handled as parsed (%s): recording it raw",
                         header_id[:64], account.provider_account, unstorable)
             result = await record_unparseable(intake.pool, account=account, webhook_id=header_id,
                                               body=body, why=unstorable or "unparseable",
                                               now=intake.clock.now(),
                                               reminder_interval=intake.settings.reminder_interval,
-                                              delivery=delivery)
+                                              delivery=delivery.replay)
         else:
-            result = await handle_notification(intake.pool, account=account, n=notification,
-                                               now=intake.clock.now(), delivery=delivery,
+            result = await handle_notification(intake.pool, account=account, n=parsed, key=delivery.key,
+                                               now=intake.clock.now(), delivery=delivery.replay,
                                                reminder_interval=intake.settings.reminder_interval,
                                                recheck_after_s=intake.settings.recheck_after_s)
     except Exception as exc:
@@ -157,25 +155,26 @@ def create_app(
     registry = CollectorRegistry()
     deliveries = Counter("paycore_webhook_deliveries", "Webhook deliveries by result", ["result"],
                          registry=registry)
-    verifier = verifier_for(settings)
+    provider = provider_for(settings, clock)
     outage = DatabaseOutage(log)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         db = pool or await create_pool(settings.database_url or "", max_size=20)
         await register_provider_accounts(db, settings.accounts, clock.now())
-        app.state.intake = Intake(settings, clock, db, verifier, deliveries, outage)
+        app.state.intake = Intake(settings, clock, db, provider, deliveries, outage)
         outage.start(db)
         try:
             yield
         finally:
             await outage.aclose()
+            await provider.aclose()
             if pool is None:
                 await db.close()
 
     app = Starlette(
         routes=[
-            Route("/webhooks/cardco", receive_cardco, methods=["POST"]),
+            Route(f"/webhooks/{provider.name}", receive_notification, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/metrics", metrics_endpoint(registry), methods=["GET"]),

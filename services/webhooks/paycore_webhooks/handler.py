@@ -10,8 +10,10 @@
    returns before any transition, alert or outbox row.
 3. Identity conflict -> escalation naming both attempts, applied to neither.
 4. Unmatched -> escalation keyed by notification, payment id or reference.
-5. Amount, currency or account mismatch -> escalation, nothing resolved.
-6. Otherwise apply it through the same conditional transition every writer uses.
+5. Otherwise apply it through the one writer of outcomes, which judges the evidence
+   first (:mod:`paycore.evidence`): another account, mode, amount or currency is
+   escalated ``mismatch``, another payment id ``provider-id-conflict``, and
+   nothing is resolved; else the same conditional transition every writer uses.
 
 A verified event PostgreSQL cannot store as parsed takes :func:`record_unparseable`
 instead: its raw bytes are recorded and a person is alerted; it is never applied.
@@ -31,19 +33,11 @@ import asyncpg
 from paycore import escalations
 from paycore.attempts import find_by_reference_and_payment_id
 from paycore.config import ProviderAccountConfig
-from paycore.notifications import (
-    Notification,
-    apply_notification,
-    event_detail,
-    identity_conflict_key,
-    is_recorded,
-    mismatch_key,
-    notification_key,
-    record_notification,
-    unmatched_key,
-)
+from paycore.evidence import Reason
+from paycore.notifications import apply_notification, event_detail, is_recorded, record_notification
 from paycore.orders import lock_order
 from paycore.pgtext import MAX_INDEXED_CHARS, json_problem
+from paycore.providers.base import Notification
 from paycore.webhook_replays import SignedDelivery, first_sight
 
 
@@ -56,30 +50,13 @@ class DeliveryResult(enum.StrEnum):
     UNPARSEABLE = "unparseable"
 
 
-def _payload_disagrees(account: ProviderAccountConfig, n: Notification) -> str | None:
-    """The account comes from the verifying secret; a payload that says otherwise is suspect.
-
-    Both the event envelope and the payment object it carries are checked: a
-    correctly signed envelope around another account's (or mode's) payment is
-    evidence about a different payment.
-    """
-    live = account.environment == "live"
-    for said_account, said_livemode in ((n.payload_account, n.payload_livemode),
-                                        (n.object_account, n.object_livemode)):
-        if said_account is not None and said_account != account.account:
-            return "account"
-        if said_livemode is not None and said_livemode != live:
-            return "environment"
-    return None
-
-
 async def handle_notification(
-    pool: asyncpg.Pool, *, account: ProviderAccountConfig, n: Notification, now: datetime,
+    pool: asyncpg.Pool, *, account: ProviderAccountConfig, n: Notification, key: str | None, now: datetime,
     reminder_interval: timedelta, recheck_after_s: float, delivery: SignedDelivery | None = None,
 ) -> DeliveryResult:
-    """Handle one verified notification in one transaction; ``delivery`` arms the replay window."""
+    """Handle one verified notification in one transaction; ``key`` is its provider's deduplication
+    key (``Provider.notification_key``), ``delivery`` arms the replay window."""
     provider_account = account.provider_account
-    key = notification_key(n)
     async with pool.acquire() as conn:
         # A redelivery of a committed notification is answered by one indexed read
         # (history is append-only, so a recorded key stays recorded); the insert
@@ -117,7 +94,8 @@ async def _handle(
     if conflict:
         assert by_reference is not None and by_payment_id is not None
         await escalations.raise_escalation(
-            conn, key=identity_conflict_key(provider_account, key, n), reason="identity-conflict",
+            conn, key=escalations.identity_conflict_key(provider_account, key, n.payment_id),
+            reason=Reason.IDENTITY_CONFLICT.value,
             attempt_id=by_reference.attempt_id, now=now, reminder_interval=reminder_interval,
             detail={
                 "reference_attempt_id": str(by_reference.attempt_id),
@@ -133,25 +111,25 @@ async def _handle(
     if attempt is None:
         # Never silently ignored: stored for reconciliation, one episode per subject.
         await escalations.raise_escalation(
-            conn, key=unmatched_key(provider_account, key, n), reason="unmatched-payment",
+            conn, key=escalations.unmatched_key(provider_account, key, n.payment_id, n.reference),
+            reason="unmatched-payment",
             attempt_id=None, now=now, reminder_interval=reminder_interval,
             detail={"provider_account": provider_account, "provider_payment_id": n.payment_id,
                     "client_reference": n.reference, "notification_event_id": recorded.event_id},
         )
         return DeliveryResult.UNMATCHED
 
-    disagreement = _payload_disagrees(account, n)
-    if disagreement is not None or not attempt.matches(n.amount_minor, n.currency):
-        await escalations.raise_escalation(
-            conn, key=mismatch_key(attempt.attempt_id, key), reason="mismatched-payment",
-            attempt_id=attempt.attempt_id, now=now, reminder_interval=reminder_interval,
-            detail={"field": disagreement or "amount-or-currency", "amount_minor": n.amount_minor,
-                    "currency": n.currency, "notification_event_id": recorded.event_id},
-        )
+    if by_reference is None:
+        n = n.identified_otherwise()  # by the payment id it recorded
+    # The one writer of outcomes judges the evidence first (paycore.evidence): a payment of
+    # another account, mode, amount or currency, or another payment id, is escalated and
+    # resolves nothing.
+    applied = await apply_notification(conn, attempt=attempt, n=n, key=key, now=now,
+                                       reminder_interval=reminder_interval, recheck_after_s=recheck_after_s)
+    if applied.verdict.reason is Reason.MISMATCH:
         return DeliveryResult.MISMATCH
-
-    await apply_notification(conn, attempt=attempt, n=n, key=key, now=now,
-                             reminder_interval=reminder_interval, recheck_after_s=recheck_after_s)
+    if applied.verdict.reason is not None:
+        return DeliveryResult.CONFLICT
     return DeliveryResult.APPLIED
 
 

@@ -1,24 +1,25 @@
-"""Run an ASGI app as a real HTTP server (uvicorn) on a free loopback port.
+"""Real servers on free loopback ports: run an ASGI app in-process, wait for one to answer.
 
 Tests talk to services over real sockets: the sandbox, checkout and webhooks are
-exercised exactly as a storefront or provider would reach them.
+exercised exactly as a storefront or provider would reach them. Benchmarks start
+them as child processes and wait for them here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import uvicorn
 
+# The library's own port picker (``paycore up`` and the chaos run use it): one way to choose a port.
+from paycore.runtime._process import free_port
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["free_port", "serve_asgi", "wait_http"]
 
 
 @contextlib.asynccontextmanager
@@ -46,3 +47,17 @@ async def serve_asgi(app: Any, *, port: int | None = None) -> AsyncIterator[str]
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, timeout=5)
+
+
+async def wait_http(url: str, within_s: float = 30) -> None:
+    """Poll ``url`` until the server behind it answers at all (any status); a deadline, no fixed sleep."""
+    deadline = time.monotonic() + within_s
+    async with httpx.AsyncClient() as http:
+        while True:
+            try:
+                await http.get(url)
+                return
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)

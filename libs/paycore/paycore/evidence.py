@@ -1,0 +1,151 @@
+"""What counts as evidence about an attempt: one module, one vocabulary of reasons.
+
+A provider's answer, a lookup or a notification says things about a payment: its
+id, the reference it carries, its amount and currency, and (often) the account
+and mode it belongs to. It is evidence about an attempt only when every one of
+those agrees with the attempt (whose account and mode come from the verified
+provider account, never from the payload) and no other attempt owns its payment
+id. Anything else is evidence about a *different* payment: it resolves nothing,
+records nothing on the attempt, and a person is told.
+
+:func:`judge` is pure and is the only place that decides it. The provider client
+uses it to never hand a foreign payment's id or status back as this attempt's;
+:func:`paycore.attempts.apply_outcome`, the one writer of outcomes, enforces it
+and escalates a rejected verdict under its reason; the webhook handler and the
+recovery loop ask the same question to say what happened.
+
+The reasons (each an escalation reason, ``attempt:<id>:<reason>[:<evidence key>]``):
+
+========================  ==================================================================
+``mismatch``              the payment's account, environment, reference, amount or
+                          currency is not the attempt's (``attribute`` says which)
+``provider-id-conflict``  the payment id is not the one the attempt recorded, or another
+                          attempt of the account owns it, or the payment the recorded id
+                          names carries another reference (the recorded id may be wrong)
+``identity-conflict``     a notification's reference and payment id identify two different
+                          attempts (decided when matching, before any attempt is chosen)
+``multiple-provider-payments``  a lookup found several payments for one attempt's reference
+========================  ==================================================================
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from uuid import UUID
+
+
+class Reason(enum.StrEnum):
+    MISMATCH = "mismatch"
+    PROVIDER_ID_CONFLICT = "provider-id-conflict"
+    IDENTITY_CONFLICT = "identity-conflict"
+    MULTIPLE_PAYMENTS = "multiple-provider-payments"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a piece of evidence says about the payment it describes; ``None``: it does not say.
+
+    ``accounts`` and ``livemodes`` hold every statement of the provider account label and
+    mode the evidence makes (a notification's envelope and the payment object inside it
+    are two statements, and both must agree).
+    """
+
+    provider_payment_id: str | None = None
+    reference: str | None = None
+    amount_minor: int | None = None
+    currency: str | None = None
+    accounts: tuple[str, ...] = ()
+    livemodes: tuple[bool, ...] = ()
+
+    def as_detail(self) -> dict[str, Any]:
+        """For history and escalations: identifiers only, never card data."""
+        return {"provider_payment_id": self.provider_payment_id, "reference": self.reference,
+                "amount_minor": self.amount_minor, "currency": self.currency,
+                "accounts": list(self.accounts), "livemodes": list(self.livemodes)}
+
+
+class Subject(Protocol):
+    """What evidence is judged against: an attempt (or the stored request of one)."""
+
+    @property
+    def attempt_id(self) -> UUID: ...
+    @property
+    def provider_account(self) -> str: ...  # 'cardco:acct_store:test': provider, account label, mode
+    @property
+    def client_reference(self) -> str: ...
+    @property
+    def amount_minor(self) -> int: ...
+    @property
+    def currency(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``reason`` is ``None`` when the evidence is about the attempt."""
+
+    reason: Reason | None = None
+    attribute: str | None = None  # which attribute disagrees: account, environment, reference, ...
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def accepted(self) -> bool:
+        return self.reason is None
+
+
+ACCEPTED = Verdict()
+
+
+def account_and_mode(provider_account: str) -> tuple[str, bool]:
+    """The account label and whether it is live, from ``provider:account:environment``."""
+    _, account, environment = provider_account.rsplit(":", 2)
+    return account, environment == "live"
+
+
+def judge(subject: Subject, claim: Claim, *, recorded_payment_id: str | None = None,
+          payment_id_owner: UUID | None = None) -> Verdict:
+    """Whether ``claim`` is evidence about ``subject``.
+
+    :param recorded_payment_id: the provider payment id the attempt already recorded.
+    :param payment_id_owner: the attempt of this account that owns ``claim``'s payment
+        id, when one does (the caller looks it up; the unique index admits one).
+    """
+    pid = claim.provider_payment_id
+    if pid is not None and recorded_payment_id is not None and pid != recorded_payment_id:
+        return Verdict(Reason.PROVIDER_ID_CONFLICT, "provider_payment_id",
+                       {"recorded": recorded_payment_id, "reported": pid})
+    if pid is not None and payment_id_owner is not None and payment_id_owner != subject.attempt_id:
+        return Verdict(Reason.PROVIDER_ID_CONFLICT, "provider_payment_id",
+                       {"reported": pid, "owned_by_attempt": str(payment_id_owner)})
+    if (pid is not None and pid == recorded_payment_id and claim.reference is not None
+            and claim.reference != subject.client_reference):
+        # The payment the recorded id names carries another reference: the recorded id
+        # itself may be wrong, which is a conflict about the id, not a stray payment.
+        return Verdict(Reason.PROVIDER_ID_CONFLICT, "reference",
+                       {"recorded": recorded_payment_id, "reported_reference": claim.reference})
+    mismatch = _first_mismatch(subject, claim)
+    if mismatch is not None:
+        return Verdict(Reason.MISMATCH, mismatch, {"field": mismatch, **claim.as_detail()})
+    return ACCEPTED
+
+
+def _first_mismatch(subject: Subject, claim: Claim) -> str | None:
+    account, live = account_and_mode(subject.provider_account)
+    if any(a != account for a in claim.accounts):
+        return "account"
+    if any(m != live for m in claim.livemodes):
+        return "environment"
+    if claim.reference is not None and claim.reference != subject.client_reference:
+        return "reference"
+    if claim.amount_minor is not None and claim.amount_minor != subject.amount_minor:
+        return "amount"
+    if claim.currency is not None and claim.currency.upper() != subject.currency:
+        return "currency"
+    return None
+
+
+def distinct_payments(claims: Iterable[Claim]) -> list[str]:
+    """The distinct payment ids among ``claims`` (several for one reference: a person must look)."""
+    return sorted({c.provider_payment_id for c in claims if c.provider_payment_id is not None})

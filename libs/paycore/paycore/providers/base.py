@@ -1,0 +1,376 @@
+"""The provider interface the core depends on, and the provider-neutral data it trades in.
+
+Checkout, the recovery loop and the webhook intake hold a :class:`Provider` (built by
+:func:`paycore.providers.registry.for_accounts`) and never a provider's own names. A
+provider serves every configured account of its kind; each call names the account
+(``stored.provider_account``, or ``provider_account``), and a notification's account is
+the one whose secret verified it.
+
+The rules every implementation keeps (the reference's "payment client is registered
+without automatic resends"):
+
+- it sends the stored request once per call, never retries, never invents a request;
+- it never raises for what the provider does: every ending without a usable answer is
+  ``ProviderOutcome.unknown(reason)`` (a lookup: ``LookupResult("failed", reason=…)``);
+  only a documented rejection of the *first* send is ``not_applied``;
+- programming errors surface (only the expected failure types are caught);
+- an answer about another payment is never this attempt's (:func:`paycore.evidence.judge`).
+
+Nothing here imports a provider, so :mod:`paycore.notifications` and the services can
+import it without a cycle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final, Literal, Protocol
+
+import orjson
+
+from paycore.attempt_row import Attempt
+from paycore.config import ProviderAccountConfig
+from paycore.domain import ProviderOutcome
+from paycore.errors import PaycoreError
+from paycore.evidence import Claim
+from paycore.webhook_replays import SignedDelivery
+
+__all__ = [
+    "KEY_VERSION", "Capabilities", "InvalidNotification", "LookupResult", "Notification",
+    "NotificationFormat", "NotificationUnverified", "PaymentRecord", "Provider", "ReferenceLookup",
+    "StoredRequest", "VerifiedDelivery", "standard_notification_key", "synthesized_key",
+]
+
+# ---------------------------------------------------------------------------
+# What a provider can do
+
+
+class ReferenceLookup(enum.StrEnum):
+    """What a lookup by the attempt's client reference can tell."""
+
+    CONSISTENT = "consistent"  # a miss means no payment carries the reference (Cardco)
+    EVENTUALLY_CONSISTENT = "eventually-consistent"  # a miss may be indexing lag (a search API)
+    UNSUPPORTED = "unsupported"  # no such lookup: find_by_reference answers "unsupported", sends nothing
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the core may rely on from a provider, as its contract documents it.
+
+    :param lookup_by_reference: How far a miss by reference can be trusted.
+    :param key_retention_s: The documented idempotency-key retention. An account's
+        configured ``key_retention_s`` (the ``provider_accounts`` row) governs the
+        deadlines; this is what the contract promises.
+    :param server_errors_replayed: A request that failed after execution began is
+        stored under its key and answered again, unchanged, to every same-key resend
+        (a resend cannot learn more than a lookup).
+    """
+
+    lookup_by_reference: ReferenceLookup
+    key_retention_s: float
+    server_errors_replayed: bool
+
+
+# ---------------------------------------------------------------------------
+# The stored request: what every send of one attempt transmits
+
+
+@dataclass(frozen=True)
+class StoredRequest:
+    """The provider request as stored on a payment attempt (its ``payment_attempts`` columns).
+
+    Everything the create call sends comes from here, so every send of one
+    attempt (checkout's and each of recovery's) is the same request. It is the
+    attempt's record, not a provider's: each provider reads the fields its wire needs.
+
+    :param uuid.UUID attempt_id: The attempt; used in logs only.
+    :param str provider_account: Internal provider-account id,
+        e.g. ``'cardco:acct_store:test'``; selects the provider and the credentials.
+    :param str endpoint: Absolute URL the create request goes to, as stored on
+        the attempt. It must still be on the configured account's origin.
+    :param str api_version: The provider API version the attempt was created under.
+    :param str idempotency_key: The attempt's key.
+    :param str request_body: The exact serialized body; its UTF-8 bytes are
+        sent unchanged on every send. Hidden from ``repr``.
+    :param str client_reference: The reference inside the body; a payment
+        object in the response must carry the same one.
+    :param int amount_minor: The amount inside the body, in minor units.
+    :param str currency: The currency inside the body.
+    """
+
+    attempt_id: uuid.UUID
+    provider_account: str
+    endpoint: str
+    api_version: str
+    idempotency_key: str
+    # repr=False: the body holds the payment method and must never reach a log.
+    request_body: str = field(repr=False)
+    client_reference: str
+    amount_minor: int
+    currency: str
+
+    @classmethod
+    def from_attempt(cls, attempt: Attempt) -> StoredRequest:
+        """The request an attempt stores (every send of it is this request)."""
+        return cls(
+            attempt_id=attempt.attempt_id, provider_account=attempt.provider_account,
+            endpoint=attempt.endpoint, api_version=attempt.api_version,
+            idempotency_key=attempt.idempotency_key, request_body=attempt.request_body,
+            client_reference=attempt.client_reference, amount_minor=attempt.amount_minor,
+            currency=attempt.currency,
+        )
+
+    @classmethod
+    def from_record(cls, row: Mapping[str, Any]) -> StoredRequest:
+        """Build from a ``payment_attempts`` row (or any mapping with its column names).
+
+        :raises KeyError: A column is missing.
+        """
+        attempt_id = row["attempt_id"]
+        if not isinstance(attempt_id, uuid.UUID):
+            attempt_id = uuid.UUID(str(attempt_id))
+        return cls(
+            attempt_id=attempt_id, provider_account=row["provider_account"], endpoint=row["endpoint"],
+            api_version=row["api_version"], idempotency_key=row["idempotency_key"],
+            request_body=row["request_body"], client_reference=row["client_reference"],
+            amount_minor=row["amount_minor"], currency=row["currency"],
+        )
+
+
+# ---------------------------------------------------------------------------
+# Lookups
+
+
+class PaymentRecord(Protocol):
+    """A payment as a provider's lookup answered it, validated but not yet judged as evidence."""
+
+    def claim(self) -> Claim:
+        """What it says about itself (id, reference, amount, account, mode), for ``evidence.judge``."""
+        ...
+
+    def evidence(self) -> dict[str, Any]:
+        """What was seen, for history and escalations: identifiers, never card data."""
+        ...
+
+    def to_outcome(self) -> ProviderOutcome:
+        """What it says about an attempt it is evidence about."""
+        ...
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """The answer to one lookup.
+
+    :param kind: ``found`` (``payments`` holds at least one, exactly as the
+        provider answered; not yet judged as evidence), ``not_found``,
+        ``failed`` (no usable answer; ``reason`` says why), ``rate_limited``
+        (``retry_after_s`` says when to ask again) or ``unsupported`` (the
+        provider has no such lookup; nothing was sent).
+    :param payments: The payments found, in the provider's order (oldest
+        first for a reference lookup).
+    :param retry_after_s: Seconds to wait, for ``rate_limited``.
+    :param reason: Machine-readable reason, for ``failed`` and ``rate_limited``.
+    """
+
+    kind: Literal["found", "not_found", "failed", "rate_limited", "unsupported"]
+    payments: tuple[PaymentRecord, ...] = ()
+    retry_after_s: float | None = None
+    reason: str | None = None
+
+    @property
+    def payment(self) -> PaymentRecord | None:
+        """The first payment found, or ``None``."""
+        return self.payments[0] if self.payments else None
+
+
+# ---------------------------------------------------------------------------
+# Notifications, in provider-neutral terms
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One verified provider notification, in provider-neutral terms."""
+
+    event_id: str | None
+    event_type: str
+    sequence: int | None
+    payment_id: str | None
+    reference: str | None
+    status: str | None
+    amount_minor: int | None
+    currency: str | None
+    amount_refunded: int
+    payload_account: str | None  # what the event envelope says
+    payload_livemode: bool | None
+    outcome: ProviderOutcome
+    event: dict[str, Any]  # the event as received (no card data or secrets in it)
+    object_account: str | None = None  # what the payment object itself says
+    object_livemode: bool | None = None
+
+    def identified_otherwise(self) -> Notification:
+        """This notification as evidence for an attempt identified other than by its reference:
+        by the provider payment id the attempt recorded (the reference named no attempt, and
+        the provider's own id is the identity), or by an operator who corrected the reference
+        problem. The reference it carries is then not judged."""
+        claim = dataclasses.replace(self.outcome.evidence(), reference=None)
+        return dataclasses.replace(self, outcome=dataclasses.replace(self.outcome, claim=claim))
+
+    @property
+    def is_refund(self) -> bool:
+        return self.event_type.endswith(".refunded")
+
+    def canonical_fields(self) -> dict[str, Any] | None:
+        """The fields that identify one logical event, normalised; ``None`` without all of them."""
+        if None in (self.payment_id, self.status, self.amount_minor, self.currency, self.sequence):
+            return None
+        assert self.payment_id is not None and self.status is not None and self.currency is not None
+        return {
+            "payment_id": self.payment_id.strip(),
+            "type": self.event_type.strip().lower(),
+            "status": self.status.strip().lower(),
+            "amount_minor": int(self.amount_minor or 0),
+            "currency": self.currency.strip().upper(),
+            "sequence": int(self.sequence or 0),
+        }
+
+
+KEY_VERSION: Final = "v1"
+
+
+def synthesized_key(fields: dict[str, Any]) -> str:
+    """``v1:`` + SHA-256 of the canonical JSON (sorted keys, no whitespace, integers as integers)."""
+    canonical = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
+    return f"{KEY_VERSION}:{hashlib.sha256(canonical).hexdigest()}"
+
+
+def standard_notification_key(n: Notification) -> str | None:
+    """The event id when present; else a synthesized key where the fields allow; else ``None``
+    (each delivery is then recorded separately, since NULL keys never collide)."""
+    if n.event_id is not None:
+        return n.event_id
+    fields = n.canonical_fields()
+    return synthesized_key(fields) if fields is not None else None
+
+
+class InvalidNotification(PaycoreError, ValueError):
+    """A verified body that is not a notification this provider understands; ``str()`` says why."""
+
+
+class NotificationUnverified(PaycoreError):
+    """No configured secret verified the delivery: nothing is stored.
+
+    :param reason: Why, never a secret or a signature.
+    :param malformed: The delivery lacks what verification needs (answered 400, else 401).
+    """
+
+    def __init__(self, reason: str, *, malformed: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.malformed = malformed
+
+
+@dataclass(frozen=True)
+class VerifiedDelivery:
+    """A delivery whose signature a configured account's secret verified.
+
+    :param account: That account: the notification's account is whichever secret
+        verified it, never a field of the payload.
+    :param delivery_id: The provider's id of this delivery, the key a body kept raw is
+        recorded under.
+    :param replay: What identifies a byte-identical replay inside the signature
+        tolerance, when the signature scheme has one.
+    :param parsed: The notification, with ``key`` its deduplication key; or why the
+        verified body is not one this provider understands (kept raw, never applied).
+    """
+
+    account: ProviderAccountConfig
+    delivery_id: str
+    replay: SignedDelivery | None
+    parsed: Notification | InvalidNotification
+    key: str | None = None
+
+
+# ---------------------------------------------------------------------------
+# The interface
+
+
+class NotificationFormat(Protocol):
+    """How one provider's notifications read: what a stored event is re-parsed with."""
+
+    @property
+    def name(self) -> str:
+        """The provider's name, the first part of its provider-account ids (``cardco``)."""
+        ...
+
+    def parse_notification(self, body: bytes) -> Notification:
+        """The notification in a verified body, or :class:`InvalidNotification`.
+
+        It may still hold text PostgreSQL cannot store (NUL, a lone surrogate): the
+        caller checks :func:`paycore.pgtext.json_problem` of ``event`` before recording.
+        """
+        ...
+
+    def notification_key(self, n: Notification) -> str | None:
+        """The deduplication key of ``n`` (per account), or ``None`` for "record each delivery"."""
+        ...
+
+
+class Provider(NotificationFormat, Protocol):
+    """One payment provider, for every configured account of its kind."""
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    def build_request_body(self, *, amount_minor: int, currency: str, payment_method: str, reference: str,
+                           description: str | None = None) -> str:
+        """The create request's body, serialized once to be stored on the attempt.
+
+        :raises ValueError: A value the provider's contract would reject.
+        """
+        ...
+
+    def unbuildable_reason(self, stored: StoredRequest) -> str | None:
+        """Why the stored request cannot be sent as its account is configured now, or ``None``."""
+        ...
+
+    async def create_payment(self, stored: StoredRequest, *, budget_s: float | None,
+                             first_send: bool) -> ProviderOutcome:
+        """Send the stored request once, within ``budget_s`` (and the client's own ceiling).
+
+        ``first_send``: no earlier send of this attempt can have happened; only then
+        may a documented rejection be ``not_applied``. The outcome carries its
+        :class:`~paycore.evidence.Claim`. Never raises for what the provider does.
+        """
+        ...
+
+    async def get_payment(self, provider_account: str, payment_id: str, *,
+                          budget_s: float | None) -> LookupResult:
+        """Look a payment up by the provider's id (``found`` even when it is another's: the caller
+        judges); ``not_found``, ``rate_limited`` or ``failed`` otherwise, never an exception."""
+        ...
+
+    async def find_by_reference(self, provider_account: str, reference: str, *,
+                                budget_s: float | None) -> LookupResult:
+        """Every payment of the account carrying the reference (oldest first, as seen; the caller
+        judges); ``unsupported``, sending nothing, when the provider has no such lookup."""
+        ...
+
+    def check_notification_secrets(self) -> None:
+        """Raise :class:`paycore.config.ConfigError` unless some account can verify a notification
+        (and ``ValueError`` for a malformed secret): the webhook intake's start-up check."""
+        ...
+
+    def verify_notification(self, headers: Mapping[str, str], body: bytes, *,
+                            now: datetime) -> VerifiedDelivery:
+        """Verify a delivery against every configured account's secret, then parse it.
+
+        :raises NotificationUnverified: No secret verified it (nothing may be stored).
+        """
+        ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,513 @@
+"""The Cardco client: create a payment and classify the answer, look payments up, budgets.
+
+:class:`CardcoClient` is Cardco's :class:`paycore.providers.base.Provider`. The
+wire contract is ``docs/providers/cardco.md``; the payment object, parsing and
+headers are :mod:`.wire`, what is sent is :mod:`.request`, webhooks are :mod:`.events`.
+
+Rules this module keeps (see the reference's "payment client is registered
+without automatic resends"):
+
+- **It never decides to send.** :meth:`CardcoClient.create_payment` sends the
+  stored attempt exactly once per call. There are no retries of any kind: not
+  in httpx's transport, not on redirects, not here. Only checkout and the
+  recovery loop decide when a payment request goes out.
+- **It never invents the request.** Endpoint, body bytes, idempotency key and
+  API version come from the stored attempt; only the credentials of the stored
+  provider account are applied at send time. There is no fallback to another
+  or a default account.
+- **No answer is Unknown.** A stored request that cannot be built, an expired
+  budget, a transport failure and an unreadable or unrecognised response all
+  become ``ProviderOutcome.unknown(reason)``. Only a documented rejection of
+  the *first* send is ``not_applied``: a no-effect rejection of a resend proves
+  nothing about an earlier send.
+- **Programming errors surface.** Only the expected failure types are caught;
+  a bug is not disguised as a provider outcome. The attempt is already durably
+  Started, so recovery still resolves it.
+- **Secrets stay out.** Logs carry attempt ids and reason codes only: never
+  the API key, the ``Authorization`` header or a request body.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Final
+from urllib.parse import quote
+
+import httpx
+
+from paycore.clock import Clock
+from paycore.config import MAX_BUDGET_S, ProviderAccountConfig
+from paycore.domain import OutcomeKind, ProviderOutcome
+from paycore.evidence import judge
+from paycore.providers.base import (
+    Capabilities,
+    LookupResult,
+    PaymentRecord,
+    ReferenceLookup,
+    StoredRequest,
+    VerifiedDelivery,
+)
+from paycore.providers.cardco import events
+from paycore.providers.cardco.request import build_request_body, create_request
+from paycore.providers.cardco.wire import (
+    DEFAULT_RETRY_AFTER_S,
+    NAME,
+    REJECTION_CODES,
+    UNREADABLE,
+    NotBuildable,
+    auth_headers,
+    error_code,
+    is_replayed,
+    parse_payment,
+    read_json,
+    retry_after_seconds,
+)
+
+# The logger keeps the module's historical name: log routing and alerts filter on it.
+log = logging.getLogger("paycore.providers.cardco")
+
+CAPABILITIES: Final = Capabilities(
+    lookup_by_reference=ReferenceLookup.CONSISTENT,  # GET /v1/payments?reference=: every payment, at once
+    key_retention_s=86_400.0,  # 24 hours from the key's first request
+    server_errors_replayed=True,  # a 500 is stored under the key; 400, 429 and 503 are not
+)
+
+
+class CardcoClient(events.CardcoEvents):
+    """The one HTTP client for Cardco, and Cardco's :class:`~paycore.providers.base.Provider`.
+
+    One ``httpx.AsyncClient`` with an HTTP/1.1 keep-alive pool, no httpx
+    timeout (the per-call budget is the deadline), no redirects and no retries;
+    environment proxy settings are not read (``trust_env=False``), so every way
+    a payment request leaves is visible here. The pool is opened by the first
+    call, so building a client (to check settings, or for the webhook intake,
+    which never calls Cardco) opens nothing.
+
+    :param accounts: Configured provider accounts; those whose provider is not
+        ``cardco`` are ignored. Each stored request names its account.
+    :param clock: The clock budgets run on.
+    :param max_call_duration_s: The client's own ceiling for one call, applied
+        even when the caller passes no budget.
+    :param transport: Replaces the HTTP transport (tests); its own pool
+        settings then apply.
+    :raises ValueError: ``max_call_duration_s`` is not positive, not finite or
+        above :data:`paycore.config.MAX_BUDGET_S`; two accounts share an id.
+    """
+
+    def __init__(
+        self,
+        accounts: Sequence[ProviderAccountConfig],
+        clock: Clock,
+        *,
+        max_call_duration_s: float,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not math.isfinite(max_call_duration_s) or not 0 < max_call_duration_s <= MAX_BUDGET_S:
+            raise ValueError(
+                f"max_call_duration_s must be positive and at most {MAX_BUDGET_S} s, "
+                f"got {max_call_duration_s!r}"
+            )
+        self._accounts: dict[str, ProviderAccountConfig] = {}
+        for acct in accounts:
+            if acct.provider != NAME:
+                continue
+            if acct.provider_account in self._accounts:
+                raise ValueError(f"provider account {acct.provider_account} is configured twice")
+            self._accounts[acct.provider_account] = acct
+        self._clock = clock
+        self._max_call_duration_s = float(max_call_duration_s)
+        self._transport = transport
+        self._pool: httpx.AsyncClient | None = None
+        self._webhooks: events.WebhookVerifier | None = None
+
+    @property
+    def _http(self) -> httpx.AsyncClient:
+        if self._pool is None:
+            transport = self._transport or httpx.AsyncHTTPTransport(
+                http1=True,
+                http2=False,
+                # retries=0: httpx would otherwise be allowed to reconnect on its own.
+                retries=0,
+                # keepalive_expiry below the common 5 s server idle timeout (uvicorn's
+                # default), so we rarely reuse a connection the server is closing:
+                # that race would turn a healthy call into an Unknown.
+                limits=httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=4.0),
+            )
+            self._pool = httpx.AsyncClient(
+                transport=transport,
+                timeout=None,
+                follow_redirects=False,
+                trust_env=False,
+            )
+        return self._pool
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.aclose()
+
+    async def __aenter__(self) -> CardcoClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- what Cardco is -------------------------------------------------------
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return CAPABILITIES
+
+    def build_request_body(self, *, amount_minor: int, currency: str, payment_method: str, reference: str,
+                           description: str | None = None) -> str:
+        """:func:`paycore.providers.cardco.request.build_request_body`."""
+        return build_request_body(amount_minor=amount_minor, currency=currency, payment_method=payment_method,
+                                  reference=reference, description=description)
+
+    # -- budgets ------------------------------------------------------------
+
+    def _call_limit(self, budget_s: float | None) -> tuple[float, str]:
+        """Seconds this call may take, and which limit that is (for the reason)."""
+        if budget_s is None:
+            return self._max_call_duration_s, "client-ceiling"
+        if math.isnan(budget_s):
+            raise ValueError("budget_s must be a number of seconds, got NaN")
+        if budget_s <= self._max_call_duration_s:
+            return budget_s, "caller"
+        return self._max_call_duration_s, "client-ceiling"
+
+    # -- create -------------------------------------------------------------
+
+    def _build_create(self, stored: StoredRequest) -> httpx.Request:
+        acct = self._accounts.get(stored.provider_account)
+        if acct is None:
+            raise NotBuildable("account-not-configured")
+        return create_request(stored, acct)
+
+    def unbuildable_reason(self, stored: StoredRequest) -> str | None:
+        """Why the stored request cannot be sent as it is now configured, or ``None``.
+
+        Recovery asks this before committing a resend intent: an account no
+        longer configured, an endpoint whose origin changed, or an invalid
+        stored header or body each refuse the resend before anything is sent.
+        """
+        try:
+            self._build_create(stored)
+        except NotBuildable as exc:
+            return exc.reason
+        return None
+
+    async def create_payment(
+        self, stored: StoredRequest, *, budget_s: float | None, first_send: bool
+    ) -> ProviderOutcome:
+        """Send the stored create-payment request once and classify the answer.
+
+        The call runs under ``clock.budget(min(budget_s, max_call_duration_s))``;
+        a caller that passes no budget is still cut off by the client's maximum
+        call duration. The request is built only from ``stored``, plus the
+        current credentials of ``stored.provider_account``.
+
+        :param stored: The attempt's stored request.
+        :param budget_s: The caller's budget for this call, in seconds on the
+            clock, or ``None``. Zero or negative: nothing is sent.
+        :param first_send: ``True`` only if no earlier send of this attempt can
+            have happened. Only then may a documented rejection mean
+            ``not_applied``; on a resend it is ``unknown``.
+        :return: The classified outcome (see :meth:`_classify_create`), with
+            ``http_status`` and ``replayed`` filled when a response arrived.
+        :raises ValueError: ``budget_s`` is NaN.
+        :raises asyncio.CancelledError: The calling task was cancelled.
+        """
+        limit_s, limit_name = self._call_limit(budget_s)
+        try:
+            request = self._build_create(stored)
+        except NotBuildable as exc:
+            # Still Unknown, not NotApplied: this call cannot prove that the
+            # attempt had no earlier send. Recovery escalates it.
+            return self._logged(stored, ProviderOutcome.unknown(f"request.not-buildable.{exc.reason}"))
+        if limit_s <= 0:
+            # The budget is already spent; do not start a send that would be
+            # cut off part-way.
+            return self._logged(stored, ProviderOutcome.unknown(f"provider.no-response.{limit_name}"))
+
+        try:
+            async with self._clock.budget(limit_s):
+                # stream=False (the default) reads the whole body here, so a
+                # response that ends early is a transport error, not a parse error.
+                response = await self._http.send(request)
+        except TimeoutError:
+            return self._logged(stored, ProviderOutcome.unknown(f"provider.no-response.{limit_name}"))
+        except httpx.TransportError as exc:
+            # Connect/read/write errors, a reset, a remote protocol error, an
+            # incomplete body: each means the same for the payment.
+            return self._logged(stored, ProviderOutcome.unknown(f"provider.transport.{type(exc).__name__}"))
+        except httpx.DecodingError:
+            # The body could not be decoded (e.g. a broken Content-Encoding).
+            return self._logged(stored, ProviderOutcome.unknown("provider.body-unreadable"))
+
+        outcome = self._classify_create(stored, response, first_send=first_send)
+        return self._logged(stored, outcome)
+
+    def _classify_create(
+        self, stored: StoredRequest, response: httpx.Response, *, first_send: bool
+    ) -> ProviderOutcome:
+        """Map a create response to an outcome.
+
+        ======================  ===================  ==========================================
+        status                  body                 outcome
+        ======================  ===================  ==========================================
+        201                     payment              by payment status (see
+                                                     :meth:`ProviderPayment.to_outcome`)
+        402                     payment, declined    ``failed``, ``declined:<code>``
+        400                     documented code      first send: ``not_applied``
+                                                     ``rejected:<code>[:<param>]``;
+                                                     resend: ``unknown``
+                                                     ``provider.rejected-this-send.<code>``
+        429                     any                  first send: ``not_applied``
+                                                     ``rejected:rate_limited``; resend:
+                                                     ``unknown`` ``provider.rate-limited``
+        409                     any                  ``unknown`` ``provider.in-progress``
+        422                     any                  ``unknown`` ``provider.key-reused``
+        401, 403                any                  ``unknown`` ``provider.rejected.auth``
+        5xx                     any                  ``unknown`` ``provider.http-<status>``
+        other                   any                  ``unknown``
+                                                     ``provider.unexpected-status-<status>``
+        ======================  ===================  ==========================================
+
+        A 201/402/400 body that is empty or not JSON is ``provider.body-unreadable``;
+        JSON that does not fit is ``provider.body-unrecognized``; a payment
+        whose reference, amount, currency, account or mode differs from what
+        was sent is ``provider.response-mismatch.<field>``.
+        """
+        status = response.status_code
+        replayed = is_replayed(response)
+        meta: dict[str, Any] = {"http_status": status, "replayed": replayed}
+
+        if status in (201, 402):
+            body = read_json(response.content)
+            if body is UNREADABLE:
+                return ProviderOutcome.unknown("provider.body-unreadable", **meta)
+            payment = parse_payment(body)
+            # A 402 is only ever a decline; anything else in it is not understood.
+            if payment is None or (status == 402 and payment.status != "declined"):
+                return ProviderOutcome.unknown("provider.body-unrecognized", **meta)
+            verdict = judge(stored, payment.claim())
+            if not verdict.accepted:
+                # Evidence about another payment: its id and status are never this
+                # attempt's. What it said travels in ``claim``, for the escalation.
+                return ProviderOutcome.unknown(
+                    f"provider.response-mismatch.{verdict.attribute}", claim=payment.claim(),
+                    detail={"reported_payment": payment.evidence()}, **meta,
+                )
+            return dataclasses.replace(payment.to_outcome(), **meta)
+
+        if status == 400:
+            body = read_json(response.content)
+            if body is UNREADABLE:
+                return ProviderOutcome.unknown("provider.body-unreadable", **meta)
+            error = error_code(body)
+            if error is None or error[0] not in REJECTION_CODES:
+                return ProviderOutcome.unknown("provider.body-unrecognized", **meta)
+            code, param = error
+            # The contract never stores a 400 under the key, so a replayed one is
+            # off-contract and proves nothing either.
+            if first_send and not replayed:
+                return ProviderOutcome.not_applied(
+                    f"rejected:{code}" + (f":{param}" if param else ""), request_rejected=True, **meta
+                )
+            # A resend refused before execution: Unknown (the earlier send may have
+            # taken effect), and the same bytes will be refused again.
+            return ProviderOutcome.unknown(f"provider.rejected-this-send.{code}", request_rejected=True,
+                                           **meta)
+
+        retry_after = retry_after_seconds(response, self._clock.now())
+        if retry_after is not None:
+            meta["detail"] = {"retry_after_s": retry_after}
+
+        if status == 429:
+            # Rejected before execution and not stored under the key: on the
+            # only send, nothing happened. On a resend it says nothing about
+            # the earlier one.
+            if first_send and not replayed:
+                return ProviderOutcome.not_applied("rejected:rate_limited", **meta)
+            return ProviderOutcome.unknown("provider.rate-limited", **meta)
+        if status == 409:
+            return ProviderOutcome.unknown("provider.in-progress", **meta)
+        if status == 422:
+            # The stored body never changes, so a key reused with another body
+            # is our bug (or a key collision), never the customer's.
+            log.error("cardco create attempt_id=%s: idempotency key reused with a different body",
+                      stored.attempt_id)
+            return ProviderOutcome.unknown("provider.key-reused", **meta)
+        if status in (401, 403):
+            return ProviderOutcome.unknown("provider.rejected.auth", **meta)
+        if 500 <= status <= 599:
+            # Even a 503 "not processed" may come from a proxy that did forward
+            # the request; a 500 is stored under the key and may hide a payment.
+            return ProviderOutcome.unknown(f"provider.http-{status}", **meta)
+        return ProviderOutcome.unknown(f"provider.unexpected-status-{status}", **meta)
+
+    @staticmethod
+    def _logged(stored: StoredRequest, outcome: ProviderOutcome) -> ProviderOutcome:
+        level = logging.WARNING if outcome.kind is OutcomeKind.UNKNOWN else logging.INFO
+        log.log(level, "cardco create attempt_id=%s outcome=%s reason=%s http_status=%s replayed=%s",
+                stored.attempt_id, outcome.kind.value, outcome.reason, outcome.http_status, outcome.replayed)
+        return outcome
+
+    # -- lookups ------------------------------------------------------------
+
+    async def get_payment(
+        self, provider_account: str, payment_id: str, *, budget_s: float | None
+    ) -> LookupResult:
+        """``GET /v1/payments/{id}`` for one account.
+
+        :param provider_account: Internal provider-account id.
+        :param payment_id: Cardco's payment id.
+        :param budget_s: Caller's budget, or ``None`` for the client ceiling.
+        :return: ``found`` with the payment as answered (even one whose id,
+            account or mode is not what was asked: the caller judges the
+            evidence), ``not_found`` on 404, ``rate_limited`` on 429, else
+            ``failed`` with a reason.
+        :raises ValueError: ``budget_s`` is NaN.
+        """
+        if not payment_id:
+            result = LookupResult("failed", reason="request.not-buildable.invalid-payment-id")
+        else:
+            # quote(safe=""): an id is one path segment, whatever it contains.
+            result = await self._lookup(provider_account, f"/v1/payments/{quote(payment_id, safe='')}", None,
+                                        budget_s=budget_s, found=self._payment_found, not_found_on_404=True)
+        return self._lookup_logged("get_payment", provider_account, result)
+
+    async def find_by_reference(
+        self, provider_account: str, reference: str, *, budget_s: float | None
+    ) -> LookupResult:
+        """``GET /v1/payments?reference=…``: every payment of the account with that reference.
+
+        :param provider_account: Internal provider-account id.
+        :param reference: The attempt's client reference.
+        :param budget_s: Caller's budget, or ``None`` for the client ceiling.
+        :return: ``found`` with every payment answered (oldest first, as seen:
+            the caller judges whether each is about this attempt), ``not_found``
+            for ``data: []``, ``rate_limited`` on 429, else ``failed``.
+        :raises ValueError: ``budget_s`` is NaN.
+        """
+        if not reference:
+            result = LookupResult("failed", reason="request.not-buildable.invalid-reference")
+        else:
+            # httpx encodes the query parameter.
+            result = await self._lookup(provider_account, "/v1/payments", {"reference": reference},
+                                        budget_s=budget_s, found=self._payments_found, not_found_on_404=False)
+        return self._lookup_logged("find_by_reference", provider_account, result)
+
+    # A lookup reports every payment the provider answered with, as it was seen. Whether
+    # one is evidence about this attempt (its id, reference, amount, account and mode)
+    # is the caller's judgement: a payment of another account or reference is not a
+    # failed lookup, it is a mismatch a person must see, with what was seen recorded.
+
+    @staticmethod
+    def _payment_found(body: Any) -> LookupResult:
+        payment = parse_payment(body)
+        if payment is None:
+            return LookupResult("failed", reason="provider.body-unrecognized")
+        return LookupResult("found", payments=(payment,))
+
+    @staticmethod
+    def _payments_found(body: Any) -> LookupResult:
+        if not isinstance(body, dict) or not isinstance(body.get("data"), list):
+            return LookupResult("failed", reason="provider.body-unrecognized")
+        payments: list[PaymentRecord] = []
+        for item in body["data"]:
+            payment = parse_payment(item)
+            if payment is None:
+                return LookupResult("failed", reason="provider.body-unrecognized")
+            payments.append(payment)
+        if not payments:
+            return LookupResult("not_found")
+        return LookupResult("found", payments=tuple(payments))
+
+    async def _lookup(
+        self,
+        provider_account: str,
+        path: str,
+        params: dict[str, str] | None,
+        *,
+        budget_s: float | None,
+        found: Callable[[Any], LookupResult],
+        not_found_on_404: bool,
+    ) -> LookupResult:
+        """Send one ``GET`` lookup; ``found`` reads the JSON of a 200."""
+        limit_s, limit_name = self._call_limit(budget_s)
+        acct = self._accounts.get(provider_account)
+        if acct is None:
+            return LookupResult("failed", reason="request.not-buildable.account-not-configured")
+        try:
+            headers = auth_headers(acct, acct.api_version)
+        except NotBuildable as exc:
+            return LookupResult("failed", reason=f"request.not-buildable.{exc.reason}")
+        request = httpx.Request("GET", acct.base_url.rstrip("/") + path, params=params, headers=headers)
+        if limit_s <= 0:
+            return LookupResult("failed", reason=f"provider.no-response.{limit_name}")
+
+        try:
+            async with self._clock.budget(limit_s):
+                response = await self._http.send(request)
+        except TimeoutError:
+            return LookupResult("failed", reason=f"provider.no-response.{limit_name}")
+        except httpx.TransportError as exc:
+            return LookupResult("failed", reason=f"provider.transport.{type(exc).__name__}")
+        except httpx.DecodingError:
+            return LookupResult("failed", reason="provider.body-unreadable")
+
+        status = response.status_code
+        if status == 200:
+            body = read_json(response.content)
+            if body is UNREADABLE:
+                return LookupResult("failed", reason="provider.body-unreadable")
+            return found(body)
+        if status == 404 and not_found_on_404:
+            return LookupResult("not_found")
+        if status == 429:
+            retry_after = retry_after_seconds(response, self._clock.now())
+            return LookupResult(
+                "rate_limited",
+                retry_after_s=DEFAULT_RETRY_AFTER_S if retry_after is None else retry_after,
+                reason="provider.rate-limited",
+            )
+        if status in (401, 403):
+            return LookupResult("failed", reason="provider.rejected.auth")
+        if 500 <= status <= 599:
+            return LookupResult("failed", reason=f"provider.http-{status}")
+        return LookupResult("failed", reason=f"provider.unexpected-status-{status}")
+
+    @staticmethod
+    def _lookup_logged(operation: str, provider_account: str, result: LookupResult) -> LookupResult:
+        level = logging.INFO if result.kind in ("found", "not_found") else logging.WARNING
+        log.log(level, "cardco %s account=%s result=%s reason=%s",
+                operation, provider_account, result.kind, result.reason)
+        return result
+
+    # -- notifications (parsing and keys: events.CardcoEvents) ----------------
+
+    def check_notification_secrets(self) -> None:
+        self._verifier()
+
+    def verify_notification(self, headers: Mapping[str, str], body: bytes, *,
+                            now: datetime) -> VerifiedDelivery:
+        return self._verifier().verify(headers, body, now=now)
+
+    def _verifier(self) -> events.WebhookVerifier:
+        # Built on first use: checkout and recovery never receive webhooks and need no secret.
+        if self._webhooks is None:
+            self._webhooks = events.WebhookVerifier(self._accounts.values())
+        return self._webhooks

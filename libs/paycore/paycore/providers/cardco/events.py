@@ -1,0 +1,174 @@
+"""Cardco webhooks: Standard Webhooks verification, and events parsed into a neutral notification.
+
+An event is ``{"id", "type", "created", "account", "livemode", "sequence",
+"data": {"object": payment}}``; ``id`` may be null in deployments without
+stable event ids. A delivery no configured secret verifies is refused; a verified
+one that does not fit is kept raw by the intake, never applied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any, Final
+
+import orjson
+
+from paycore.config import ConfigError, ProviderAccountConfig
+from paycore.pgtext import json_problem
+from paycore.providers.base import (
+    InvalidNotification,
+    Notification,
+    NotificationUnverified,
+    VerifiedDelivery,
+    standard_notification_key,
+)
+from paycore.providers.cardco.wire import NAME, parse_payment
+from paycore.webhook_replays import SignedDelivery
+from paycore.webhook_signatures import VerificationFailed, Verifier
+
+EVENT_TYPES = frozenset({
+    "payment.processing", "payment.requires_action", "payment.succeeded", "payment.declined",
+    "payment.failed", "payment.canceled", "payment.refunded",
+})
+
+
+class InvalidEvent(InvalidNotification):
+    """The body is not JSON, or not a Cardco event."""
+
+
+def _blank_to_none(value: Any) -> str | None:
+    """Empty or whitespace ids count as missing."""
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    return None
+
+
+def _lone_surrogate_json(body: bytes) -> Any:
+    """JSON orjson refuses only for its lone surrogate escapes (``"\\ud800"``), else ``not-json``.
+
+    RFC 8259's grammar allows such escapes and the standard parser reads them;
+    the event can then be recognised, though never stored as parsed (see
+    :func:`paycore.pgtext.json_problem`). Anything else orjson refuses stays not JSON.
+    """
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        raise InvalidEvent("not-json") from None
+    if json_problem(value) != "lone-surrogate":
+        raise InvalidEvent("not-json")
+    return value
+
+
+def parse_event(body: bytes) -> Notification:
+    """The notification in a verified body, or :class:`InvalidEvent`.
+
+    It may still hold text PostgreSQL cannot store (NUL, a lone surrogate):
+    check :func:`paycore.pgtext.json_problem` of ``event`` before recording it.
+    """
+    try:
+        event = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        event = _lone_surrogate_json(body)
+    if not isinstance(event, dict):
+        raise InvalidEvent("not-an-object")
+    event_type = event.get("type")
+    if not isinstance(event_type, str) or event_type not in EVENT_TYPES:
+        raise InvalidEvent("unknown-type")
+    event_id = event.get("id")
+    if event_id is not None and not isinstance(event_id, str):
+        raise InvalidEvent("invalid-id")
+    sequence = event.get("sequence")
+    if sequence is not None and (type(sequence) is not int or sequence < 1):
+        raise InvalidEvent("invalid-sequence")
+    account = event.get("account")
+    livemode = event.get("livemode")
+    if account is not None and not isinstance(account, str):
+        raise InvalidEvent("invalid-account")
+    if livemode is not None and not isinstance(livemode, bool):
+        raise InvalidEvent("invalid-livemode")
+    data = event.get("data")
+    obj = data.get("object") if isinstance(data, dict) else None
+    payment = parse_payment(obj)
+    if payment is None:
+        raise InvalidEvent("invalid-payment")
+    # The envelope's account and mode are statements too: evidence only if both agree.
+    said = payment.claim()
+    claim = dataclasses.replace(
+        said, accounts=said.accounts + ((account,) if account is not None else ()),
+        livemodes=said.livemodes + ((livemode,) if livemode is not None else ()))
+    return Notification(
+        event_id=_blank_to_none(event_id),
+        event_type=event_type,
+        sequence=sequence,
+        payment_id=_blank_to_none(payment.id),
+        reference=_blank_to_none(payment.reference),
+        status=payment.status,
+        amount_minor=payment.amount_minor,
+        currency=payment.currency,
+        amount_refunded=payment.amount_refunded,
+        payload_account=account,
+        payload_livemode=livemode,
+        outcome=dataclasses.replace(payment.to_outcome(), claim=claim),
+        event=event,
+        object_account=payment.account,
+        object_livemode=payment.livemode,
+    )
+
+
+def notification_key(n: Notification) -> str | None:
+    """Cardco's event id is stable across redeliveries when the deployment sends one; without
+    it, the fields that identify one logical event (payment id, type, status, amount, currency,
+    sequence) are: the neutral rule, :func:`paycore.providers.base.standard_notification_key`."""
+    return standard_notification_key(n)
+
+
+class CardcoEvents:
+    """How Cardco's notifications read (:class:`~paycore.providers.base.NotificationFormat`).
+
+    Needs no account or secret: a stored event is re-parsed with it.
+    """
+
+    name: Final = NAME
+
+    def parse_notification(self, body: bytes) -> Notification:
+        return parse_event(body)
+
+    def notification_key(self, n: Notification) -> str | None:
+        return notification_key(n)
+
+
+class WebhookVerifier:
+    """Verifies a delivery against every configured Cardco account's webhook secret, then parses it.
+
+    :raises ConfigError: No account has a webhook secret.
+    :raises paycore.webhook_signatures.InvalidSecret: A secret is not ``whsec_`` + base64.
+    """
+
+    def __init__(self, accounts: Iterable[ProviderAccountConfig]) -> None:
+        secrets = [(a, a.webhook_secret.reveal()) for a in accounts if a.webhook_secret is not None]
+        if not secrets:
+            raise ConfigError("PAYCORE_CARDCO_WEBHOOK_SECRET", "is required to receive webhooks")
+        self._verifier = Verifier(secrets)
+
+    def verify(self, headers: Mapping[str, str], body: bytes, *, now: datetime) -> VerifiedDelivery:
+        """The account whose secret verified the delivery, and the event in it (or why it is none).
+
+        :raises NotificationUnverified: ``malformed`` when a Standard Webhooks header is missing.
+        """
+        try:
+            account = self._verifier.verify(headers, body, now=now)
+        except VerificationFailed as exc:
+            raise NotificationUnverified(exc.reason, malformed=exc.reason == "missing-headers") from None
+        # verify() required both headers, the timestamp as digits.
+        webhook_id = headers["webhook-id"].strip()
+        replay = SignedDelivery(webhook_id, int(headers["webhook-timestamp"].strip()))
+        try:
+            n = parse_event(body)
+            if n.event_id is not None and n.event_id != webhook_id:
+                raise InvalidEvent("id-differs-from-webhook-id")
+        except InvalidEvent as exc:
+            return VerifiedDelivery(account, webhook_id, replay, exc)
+        return VerifiedDelivery(account, webhook_id, replay, n, key=notification_key(n))

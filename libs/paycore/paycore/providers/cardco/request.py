@@ -1,0 +1,104 @@
+"""What Cardco is sent: the create body (serialized once, stored on the attempt) and the
+create request built from the stored attempt plus the account's credentials.
+
+The stored request itself is the attempt's record, provider-neutral:
+:class:`paycore.providers.base.StoredRequest`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+
+from paycore.config import ProviderAccountConfig
+from paycore.providers.base import StoredRequest
+from paycore.providers.cardco.wire import (
+    CURRENCY_RE,
+    DEFAULT_PORTS,
+    MAX_IDEMPOTENCY_KEY_LEN,
+    NotBuildable,
+    auth_headers,
+    origin,
+    sf_string,
+)
+
+
+def build_request_body(
+    *,
+    amount_minor: int,
+    currency: str,
+    payment_method: str,
+    reference: str,
+    description: str | None = None,
+    return_url: str | None = None,
+) -> str:
+    """Serialize the body of ``POST /v1/payments``, once, for storing on the attempt.
+
+    The result is canonical JSON (orjson, keys sorted, no whitespace); optional
+    fields that are ``None`` are left out. It is built once when the attempt is
+    created and never again: every send transmits the stored string, so the
+    provider's body fingerprint for the key cannot change between sends.
+
+    :param amount_minor: Positive amount in minor units.
+    :param currency: Three upper-case letters, e.g. ``'EUR'``.
+    :param payment_method: The payment-method token.
+    :param reference: The attempt's client reference (1 to 64 characters).
+    :param description: Optional free text.
+    :param return_url: Optional URL the customer returns to after an action.
+    :return: The JSON text.
+    :raises ValueError: A value the contract would reject.
+    """
+    if isinstance(amount_minor, bool) or not isinstance(amount_minor, int) or amount_minor <= 0:
+        raise ValueError("amount_minor must be a positive integer")
+    if not CURRENCY_RE.fullmatch(currency):
+        raise ValueError("currency must be three upper-case letters")
+    if not payment_method:
+        raise ValueError("payment_method must not be empty")
+    if not 1 <= len(reference) <= 64:
+        raise ValueError("reference must be 1 to 64 characters")
+    body: dict[str, Any] = {
+        "amount": amount_minor,
+        "currency": currency,
+        "payment_method": payment_method,
+        "reference": reference,
+    }
+    if description is not None:
+        body["description"] = description
+    if return_url is not None:
+        body["return_url"] = return_url
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode("utf-8")
+
+
+def create_request(stored: StoredRequest, acct: ProviderAccountConfig) -> httpx.Request:
+    """``POST /v1/payments`` exactly as stored, with ``acct``'s credentials applied now.
+
+    :raises NotBuildable: the endpoint left the account's origin, or a stored header
+        or body cannot be sent as stored.
+    """
+    try:
+        url = httpx.URL(stored.endpoint)
+        base = httpx.URL(acct.base_url)
+    except httpx.InvalidURL:
+        raise NotBuildable("endpoint-changed") from None
+    if (
+        url.scheme not in DEFAULT_PORTS
+        or not url.host
+        # httpx would turn userinfo into Basic auth, replacing our credentials.
+        or url.userinfo
+        or origin(url) != origin(base)
+    ):
+        raise NotBuildable("endpoint-changed")
+    if not 0 < len(stored.idempotency_key) <= MAX_IDEMPOTENCY_KEY_LEN:
+        raise NotBuildable("invalid-header")
+    headers = {
+        "Idempotency-Key": sf_string(stored.idempotency_key),
+        "Content-Type": "application/json",
+        **auth_headers(acct, stored.api_version),
+    }
+    try:
+        content = stored.request_body.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: not a body we can send as stored
+        raise NotBuildable("invalid-body") from None
+    return httpx.Request("POST", url, headers=headers, content=content)
