@@ -241,9 +241,26 @@ class JwtClaimRules:
     leeway_s: float = JWT_LEEWAY.default
 
 
+# Where each provider's create request goes, below the account's base URL.
+PAYMENTS_PATHS = {"cardco": "/v1/payments", "stripe": "/v1/payment_intents", "adyen": "/{api_version}/payments"}
+
+
 @dataclass(frozen=True)
 class ProviderAccountConfig:
-    """One configured Cardco account: where it lives and how to authenticate."""
+    """One configured provider account: where it lives and how to authenticate.
+
+    :param provider: ``cardco``, ``stripe`` or ``adyen``.
+    :param account: The account label in provider-account ids: Cardco's account,
+        Adyen's merchant account, a Stripe account's label (Stripe's objects do not
+        name the account, so it is never compared with a payment's).
+    :param webhook_secret: What verifies a notification's signature: Cardco's and
+        Stripe's ``whsec_…`` signing secret, Adyen's hex HMAC key.
+    :param webhook_username: Adyen: the basic-auth user its notifications carry.
+    :param webhook_password: Adyen: that user's password.
+    :param live_url_prefix: Adyen live: the company's endpoint prefix.
+    :param return_url: Where a customer comes back after a redirect or 3-D Secure
+        (Stripe ``return_url``, Adyen ``returnUrl``).
+    """
 
     provider: str
     account: str
@@ -255,6 +272,10 @@ class ProviderAccountConfig:
     key_retention_s: int = int(CARDCO_KEY_RETENTION.default)
     escalation_margin_s: int = ESCALATION_MARGIN_CAP_S
     lookup_rate_per_s: float = CARDCO_LOOKUP_RATE.default
+    webhook_username: str | None = None
+    webhook_password: Secret | None = None
+    live_url_prefix: str | None = None
+    return_url: str | None = None
 
     @property
     def provider_account(self) -> str:
@@ -262,7 +283,8 @@ class ProviderAccountConfig:
 
     @property
     def payments_endpoint(self) -> str:
-        return self.base_url.rstrip("/") + "/v1/payments"
+        path = PAYMENTS_PATHS[self.provider].format(api_version=self.api_version)
+        return self.base_url.rstrip("/") + path
 
 
 @dataclass(frozen=True)
