@@ -10,8 +10,9 @@ import orjson
 import pytest
 
 import paycore.providers
+from paycore.account_settings import CARDCO_KEY_RETENTION
 from paycore.clock import FakeClock
-from paycore.config import CARDCO_KEY_RETENTION, ProviderAccountConfig, Secret
+from paycore.config import ProviderAccountConfig, Secret
 from paycore.providers import cardco, registry
 from paycore.providers.base import InvalidNotification, ReferenceLookup
 from tests.support.webhooks import event, payment_object

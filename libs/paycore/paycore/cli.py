@@ -41,7 +41,8 @@ from types import FrameType
 from typing import Any, Literal, TypeVar, overload
 from urllib.parse import urlsplit, urlunsplit
 
-from paycore.config import CARDCO_BASE_URL, ConfigError, load_settings
+from paycore.account_settings import CARDCO_BASE_URL
+from paycore.config import ConfigError, load_settings
 from paycore.settings_spec import Choice, FilePath, Group
 
 log = logging.getLogger("paycore.cli")
@@ -310,7 +311,7 @@ def _sigterm_raises_interrupt() -> Iterator[None]:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    settings = load_settings(require_cardco=False)
+    settings = load_settings(require_account=False)
     with contextlib.ExitStack() as stack:
         stack.enter_context(_sigterm_raises_interrupt())
         dsn = settings.database_url
@@ -391,7 +392,7 @@ def _with_operator_pool(action: Callable[[Any, Any], Awaitable[T]]) -> tuple[Any
     """Run an operator ``action(settings, pool)`` on a small pool over PAYCORE_DATABASE_URL."""
     from paycore.db import create_pool
 
-    settings = load_settings(require_cardco=False)
+    settings = load_settings(require_account=False)
     if settings.database_url is None:
         raise ConfigError("PAYCORE_DATABASE_URL", "is required")
 
@@ -579,7 +580,7 @@ def cmd_token(args: argparse.Namespace) -> int:
 
     from paycore.clock import SystemClock
 
-    settings = load_settings(require_cardco=False)
+    settings = load_settings(require_account=False)
     if settings.jwt_secret is not None:
         secret = settings.jwt_secret.reveal()
     else:
@@ -624,7 +625,7 @@ def _http_probe(url: str, *, any_status: bool) -> Callable[[], Awaitable[bool]]:
 def cmd_up(args: argparse.Namespace) -> int:
     from paycore.runtime._process import port_is_free
 
-    base = load_settings(require_cardco=False)
+    base = load_settings(require_account=False)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # readiness polls are not news
     home = paycore_home(create=True)
     ports: dict[str, int] = {name: getattr(args, f"{name}_port") for name in UP_SERVICES}
