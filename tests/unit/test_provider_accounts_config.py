@@ -28,7 +28,8 @@ def refused(env: dict[str, str], variable: str) -> str:
 
 def test_cardco_stays_the_default_provider() -> None:
     settings = load_settings({**CARDCO, **STRIPE})
-    assert [a.provider_account for a in settings.accounts] == ["cardco:acct_store:test", "stripe:default:test"]
+    ids = [a.provider_account for a in settings.accounts]
+    assert ids == ["cardco:acct_store:test", "stripe:default:test"]
     assert settings.default_account.payments_endpoint == "http://cardco.test/v1/payments"
 
 
@@ -42,7 +43,8 @@ def test_stripe_as_the_default_provider_comes_first_with_its_contract_defaults()
     assert stripe.webhook_secret is not None and "whsec" not in repr(stripe)
 
 
-@pytest.mark.parametrize(("key", "mode"), [("sk_live_x", "live"), ("rk_test_x", "test"), ("rk_live_x", "live")])
+@pytest.mark.parametrize(("key", "mode"),
+                         [("sk_live_x", "live"), ("rk_test_x", "test"), ("rk_live_x", "live")])
 def test_a_stripe_accounts_mode_is_its_keys(key: str, mode: str) -> None:
     settings = load_settings({"PAYCORE_STRIPE_API_KEY": key, "PAYCORE_DEFAULT_PROVIDER": "stripe"})
     assert settings.default_account.environment == mode
@@ -111,11 +113,13 @@ def test_accounts_of_every_provider_from_the_file(tmp_path: Path) -> None:
     ({"provider": "stripe", "account": "a", "api_key_env": "US_KEY", "environment": "test"}, "environment"),
     ({"provider": "stripe", "account": "a", "api_key_env": "UNSET_VARIABLE"}, "api_key_env"),
     ({"provider": "adyen", "account": "a", "environment": "test", "api_key_env": "US_KEY"}, "return_url"),
-    ({"provider": "stripe", "account": "a", "api_key_env": "US_KEY", "webhook_username": "u"}, "webhook_username"),
+    ({"provider": "stripe", "account": "a", "api_key_env": "US_KEY", "webhook_username": "u"},
+     "webhook_username"),
     ({"provider": "cardco", "account": "a", "environment": "test", "api_key_env": "US_KEY",
       "base_url": "http://x"}, "api_key_env"),
 ])
-def test_a_bad_file_entry_is_refused_naming_its_field(tmp_path: Path, entry: dict[str, Any], field: str) -> None:
+def test_a_bad_file_entry_is_refused_naming_its_field(tmp_path: Path, entry: dict[str, Any],
+                                                      field: str) -> None:
     env = {**CARDCO, "US_KEY": "sk_live_us", **accounts_file(tmp_path, [entry])}
     assert refused(env, f"PAYCORE_ACCOUNTS_FILE[0].{field}")
 
