@@ -342,9 +342,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = load_settings()
         if name == "webhooks":
             from paycore.clock import SystemClock
-            from paycore_webhooks.app import provider_for
+            from paycore_webhooks.app import receivers_for
 
-            provider_for(settings, SystemClock())  # opens nothing: only checks the webhook secrets
+            receivers_for(settings, SystemClock())  # opens nothing: only checks the webhook secrets
         if settings.database_url is not None:
             _preflight_accounts(settings.database_url, settings)
     elif name == "sandbox":

@@ -32,7 +32,7 @@ from paycore.errors import MAY_HAVE_COMMITTED
 from paycore.events import EventKind, append_event
 from paycore.leases import Lease
 from paycore.orders import find_order
-from paycore.providers.base import LookupResult, Provider, StoredRequest
+from paycore.providers.base import LookupResult, PaymentCalls, StoredRequest
 from paycore_recovery.metrics import RecoveryMetrics
 from paycore_recovery.pacing import Pacer
 from paycore_recovery.settings import RecoverySettings
@@ -73,7 +73,7 @@ def default_owner() -> str:
 
 
 class RecoveryWorker:
-    def __init__(self, *, pool: asyncpg.Pool, client: Provider, clock: Clock, settings: Settings,
+    def __init__(self, *, pool: asyncpg.Pool, client: PaymentCalls, clock: Clock, settings: Settings,
                  recovery: RecoverySettings, metrics: RecoveryMetrics, owner: str | None = None) -> None:
         self.pool = pool
         self.client = client
