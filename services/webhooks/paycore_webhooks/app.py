@@ -155,7 +155,7 @@ async def _record(intake: Intake, receiver: NotificationReceiver, delivery: Veri
         intake.deliveries.labels("invalid").inc()
         log.warning("webhook %s for %s is not a %s event (%s): recording it raw",
                     header_id[:64], account.provider_account, receiver.name, parsed)
-        unstorable: str | None = f"not-{receiver.name}-event:{parsed}"
+        unstorable: str | None = f"not-a-{receiver.name}-event:{parsed}"
     else:
         unstorable = storage_problem(parsed)
     await intake.purge_replay_window()
