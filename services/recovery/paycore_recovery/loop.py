@@ -282,10 +282,11 @@ class RecoveryWorker:
         if inconclusive_until is not None and lookup.kind == "not_found":
             # The search lag: a payment created by the last send may not be indexed yet, so this
             # miss is no evidence that the request never arrived. Conclude nothing from it: no
-            # resend (the attempt's own sends do not prove it absent either: waiting for a
-            # conclusive miss costs minutes and keeps resends for when the lookup has spoken)
-            # and no resend-rejected / resend-not-safe escalation (each presumes "not found").
-            # Look again when the miss will be conclusive, or at the deadline if that is sooner.
+            # resend (one under the key inside its window would charge nothing twice, but it
+            # would be a decision on no evidence while a conclusive miss is minutes away, and
+            # may meet the original still executing) and no resend-rejected / resend-not-safe
+            # escalation (each presumes "not found"). Look again when the miss will be
+            # conclusive, or at the deadline if that is sooner.
             assert attempt.escalation_deadline is not None
             again = min(inconclusive_until, attempt.escalation_deadline)
             await leases.finish(self.pool, attempt_id, lease, now, (again - now).total_seconds())
