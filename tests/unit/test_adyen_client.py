@@ -39,8 +39,9 @@ API_KEY = "AQEyhmfxK4_adyen_test_key_x"
 OTHER_KEY = "AQEyhmfxK4_adyen_test_key_other"
 IDEMPOTENCY_KEY = "8e03978e-6f0a-4b7e-9c1d-2f3a4b5c6d7e"
 RETURN_URL = "https://shop.example/checkout/return"
-PAYMENT_METHOD = {"type": "scheme", "encryptedCardNumber": "adyenjs_0_1_25$cipher", "encryptedSecurityCode":
-                  "adyenjs_0_1_25$cvc", "encryptedExpiryMonth": "adyenjs$m", "encryptedExpiryYear": "adyenjs$y"}
+PAYMENT_METHOD = {"type": "scheme", "encryptedCardNumber": "adyenjs_0_1_25$cipher",
+                  "encryptedSecurityCode": "adyenjs_0_1_25$cvc", "encryptedExpiryMonth": "adyenjs$m",
+                  "encryptedExpiryYear": "adyenjs$y"}
 
 
 def account(base_url: str, *, name: str = MERCHANT_ACCOUNT, key: str = API_KEY, environment: str = "test",
@@ -122,7 +123,8 @@ def test_name_and_capabilities() -> None:
 def test_body_is_the_documented_payments_request() -> None:
     body = orjson.loads(body_for())
     assert body == {"amount": {"value": 4999, "currency": "EUR"}, "reference": REFERENCE,
-                    "merchantAccount": MERCHANT_ACCOUNT, "paymentMethod": PAYMENT_METHOD, "returnUrl": RETURN_URL}
+                    "merchantAccount": MERCHANT_ACCOUNT, "paymentMethod": PAYMENT_METHOD,
+                    "returnUrl": RETURN_URL}
 
 
 async def test_provider_builds_for_the_named_account(client: AdyenProvider, adyen: ScriptedAdyen) -> None:
@@ -218,7 +220,9 @@ async def test_every_send_carries_the_same_key_and_body_bytes_one_request_per_ca
     assert {r.body for r in adyen.received} == {stored.request_body.encode("utf-8")}
 
 
-async def test_credentials_are_those_of_the_stored_account(client: AdyenProvider, adyen: ScriptedAdyen) -> None:
+async def test_credentials_are_those_of_the_stored_account(
+    client: AdyenProvider, adyen: ScriptedAdyen
+) -> None:
     adyen.reply(200, payment_response(merchantAccount="OtherECOM"))
     outcome = await create(client, adyen, provider_account="adyen:OtherECOM:test",
                            request_body=body_for(merchant_account="OtherECOM"))
@@ -301,7 +305,9 @@ async def test_an_answer_without_amount_still_succeeds(client: AdyenProvider, ad
     [payment_response()],
 ], ids=["partially-authorised", "authentication-finished", "no-psp-reference", "action-missing",
         "amount-as-text", "not-an-object"])
-async def test_an_unrecognized_answer_is_unknown(client: AdyenProvider, adyen: ScriptedAdyen, answer: Any) -> None:
+async def test_an_unrecognized_answer_is_unknown(
+    client: AdyenProvider, adyen: ScriptedAdyen, answer: Any
+) -> None:
     adyen.reply(200, answer)
     outcome = await create(client, adyen)
     assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, "provider.body-unrecognized")
@@ -383,7 +389,9 @@ async def test_a_server_error_is_unknown(client: AdyenProvider, adyen: ScriptedA
 
 
 @pytest.mark.parametrize("status", [201, 204, 302, 404, 418])
-async def test_an_unexpected_status_is_unknown(client: AdyenProvider, adyen: ScriptedAdyen, status: int) -> None:
+async def test_an_unexpected_status_is_unknown(
+    client: AdyenProvider, adyen: ScriptedAdyen, status: int
+) -> None:
     adyen.reply(status, payment_response())
     outcome = await create(client, adyen)
     assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, f"provider.unexpected-status-{status}")
@@ -506,7 +514,9 @@ async def test_no_budget_is_still_cut_off_by_the_client_ceiling(
 
 
 @pytest.mark.parametrize("budget_s", [0, -1])
-async def test_a_spent_budget_sends_nothing(client: AdyenProvider, adyen: ScriptedAdyen, budget_s: float) -> None:
+async def test_a_spent_budget_sends_nothing(
+    client: AdyenProvider, adyen: ScriptedAdyen, budget_s: float
+) -> None:
     outcome = await create(client, adyen, budget_s=budget_s)
     assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, "provider.no-response.caller")
     assert adyen.received == []
@@ -532,7 +542,8 @@ async def test_a_rejection_is_not_applied_only_on_the_first_send(
     adyen.reply(status, body)
     first = await create(client, adyen, first_send=True)
     resend = await create(client, adyen, first_send=False)
-    assert (first.kind, first.reason, first.http_status) == (OutcomeKind.NOT_APPLIED, not_applied_reason, status)
+    assert (first.kind, first.reason, first.http_status) == (
+        OutcomeKind.NOT_APPLIED, not_applied_reason, status)
     assert (resend.kind, resend.reason) == (OutcomeKind.UNKNOWN, resend_reason)
     assert len(adyen.received) == 2
 
