@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import copy
+import uuid
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -19,6 +21,7 @@ from Adyen.util import generate_notification_sig, is_valid_hmac_notification  # 
 from paycore.clock import FakeClock
 from paycore.config import ConfigError, ProviderAccountConfig, Secret
 from paycore.domain import OutcomeKind
+from paycore.evidence import judge
 from paycore.providers.adyen import (
     ACKNOWLEDGEMENT,
     AdyenEvents,
@@ -28,7 +31,14 @@ from paycore.providers.adyen import (
     parse_notification,
 )
 from paycore.providers.adyen.notifications import hmac_key_bytes, signing_string
-from paycore.providers.base import Notification, NotificationUnverified, VerifiedDelivery
+from paycore.providers.base import (
+    Notification,
+    NotificationFormat,
+    NotificationUnverified,
+    Provider,
+    VerifiedDelivery,
+)
+from paycore.providers.registry import ProviderFactory
 
 HMAC_KEY = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
 OTHER_HMAC_KEY = "0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF"
@@ -388,3 +398,31 @@ def test_the_stored_event_reparses_to_the_same_notification(provider: AdyenProvi
 def test_a_stored_event_that_is_not_one_item_is_invalid(body: bytes) -> None:
     with pytest.raises(InvalidItem):
         parse_notification(body)
+
+
+# ---------------------------------------------------------------------------
+# Fit with the core: the interface, and the judge
+
+
+def test_the_provider_fits_the_interface_and_the_factory() -> None:
+    # Checked by mypy (strict) as much as at run time: the registry can hold it as any provider.
+    factory: ProviderFactory = AdyenProvider
+    p: Provider = factory([account()], FakeClock(), max_call_duration_s=30)
+    fmt: NotificationFormat = AdyenEvents()
+    assert (p.name, fmt.name) == ("adyen", "adyen")
+
+
+@pytest.mark.parametrize(("fields", "live", "verdict"), [
+    ({}, "false", None),
+    ({"merchantAccountCode": "OtherECOM"}, "false", "account"),
+    ({}, "true", "environment"),
+    ({"merchantReference": "ORD-other"}, "false", "reference"),
+    ({"amount": {"value": 100, "currency": "EUR"}}, "false", "amount"),
+])
+def test_a_notification_is_judged_against_the_attempt(
+    provider: AdyenProvider, fields: dict[str, Any], live: str, verdict: str | None
+) -> None:
+    [d] = verify(provider, batch(signed(item(**fields)), live=live))
+    subject = SimpleNamespace(attempt_id=uuid.uuid4(), provider_account="adyen:PaycoreECOM:test",
+                              client_reference="ORD-5521-a1", amount_minor=4999, currency="EUR")
+    assert judge(subject, parsed(d).outcome.evidence()).attribute == verdict
