@@ -128,24 +128,22 @@ def test_body_is_the_documented_payments_request() -> None:
 
 
 async def test_provider_builds_for_the_named_account(client: AdyenProvider, adyen: ScriptedAdyen) -> None:
-    body = client.build_request_body(amount_minor=100, currency="EUR", payment_method=PAYMENT_METHOD,
-                                     reference="R-1", provider_account="adyen:OtherECOM:test")
+    other = account(adyen.base_url, name="OtherECOM", key=OTHER_KEY)
+    body = client.build_request_body(other, amount_minor=100, currency="EUR", payment_method=PAYMENT_METHOD,
+                                     reference="R-1")
     assert orjson.loads(body)["merchantAccount"] == "OtherECOM"
-    with pytest.raises(ValueError, match="name the Adyen provider account"):
-        client.build_request_body(amount_minor=100, currency="EUR", payment_method=PAYMENT_METHOD,
-                                  reference="R-1")
     with pytest.raises(ValueError, match="no Adyen account"):
-        client.build_request_body(amount_minor=100, currency="EUR", payment_method=PAYMENT_METHOD,
-                                  reference="R-1", provider_account="adyen:Nobody:test")
+        client.build_request_body(account(adyen.base_url, name="Nobody"), amount_minor=100, currency="EUR",
+                                  payment_method=PAYMENT_METHOD, reference="R-1")
 
 
 def test_building_without_a_return_url_is_refused(clock: FakeClock) -> None:
     with pytest.raises(ValueError, match="returnUrl"):
         body_for(return_url=None)
-    provider = AdyenProvider([account("https://checkout-test.adyen.com", return_url=None)], clock,
-                             max_call_duration_s=30)
+    acct = account("https://checkout-test.adyen.com", return_url=None)
+    provider = AdyenProvider([acct], clock, max_call_duration_s=30)
     with pytest.raises(ValueError, match="PAYCORE_ADYEN_RETURN_URL"):
-        provider.build_request_body(amount_minor=100, currency="EUR", payment_method=PAYMENT_METHOD,
+        provider.build_request_body(acct, amount_minor=100, currency="EUR", payment_method=PAYMENT_METHOD,
                                     reference="R-1")
 
 

@@ -18,7 +18,7 @@ import httpx
 from paycore.clock import Clock
 from paycore.config import ProviderAccountConfig
 from paycore.domain import ProviderOutcome
-from paycore.providers import cardco
+from paycore.providers import adyen, cardco
 from paycore.providers.base import (
     Capabilities,
     LookupResult,
@@ -36,8 +36,10 @@ class ProviderFactory(Protocol):
 
 
 # Each provider by its name. The next provider adds its line to both.
-PROVIDERS: Final[Mapping[str, ProviderFactory]] = {cardco.NAME: cardco.CardcoClient}
-NOTIFICATION_FORMATS: Final[Mapping[str, NotificationFormat]] = {cardco.NAME: cardco.CardcoEvents()}
+PROVIDERS: Final[Mapping[str, ProviderFactory]] = {
+    cardco.NAME: cardco.CardcoClient, adyen.NAME: adyen.AdyenProvider}
+NOTIFICATION_FORMATS: Final[Mapping[str, NotificationFormat]] = {
+    cardco.NAME: cardco.CardcoEvents(), adyen.NAME: adyen.AdyenEvents()}
 
 
 class UnknownProvider(ValueError):

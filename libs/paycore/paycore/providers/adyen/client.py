@@ -36,6 +36,7 @@ from paycore.config import MAX_BUDGET_S, ProviderAccountConfig
 from paycore.domain import OutcomeKind, ProviderOutcome
 from paycore.evidence import judge
 from paycore.providers.adyen import notifications
+from paycore.providers.adyen.notifications import ACKNOWLEDGEMENT
 from paycore.providers.adyen.request import build_request_body, create_request
 from paycore.providers.adyen.wire import (
     NAME,
@@ -49,6 +50,7 @@ from paycore.providers.adyen.wire import (
 from paycore.providers.base import (
     Capabilities,
     LookupResult,
+    PaymentMethod,
     ReferenceLookup,
     StoredRequest,
     VerifiedDelivery,
@@ -142,34 +144,26 @@ class AdyenProvider(notifications.AdyenEvents):
     def capabilities(self) -> Capabilities:
         return CAPABILITIES
 
-    def build_request_body(self, *, amount_minor: int, currency: str, payment_method: str | Mapping[str, Any],
-                           reference: str, description: str | None = None,
-                           provider_account: str | None = None) -> str:
-        """The ``/payments`` body for ``provider_account`` (:func:`.request.build_request_body`).
+    def capabilities_of(self, provider_account: str) -> Capabilities:
+        return CAPABILITIES
 
-        The body names the merchant account and its ``returnUrl``, so it needs the
-        account: ``provider_account`` names it, or, left out, the one configured Adyen
-        account is used. ``description`` is not sent (``/payments`` has no such field).
+    def build_request_body(self, account: ProviderAccountConfig, *, amount_minor: int, currency: str,
+                           payment_method: PaymentMethod, reference: str,
+                           description: str | None = None) -> str:
+        """The ``/payments`` body for ``account`` (:func:`.request.build_request_body`): it names the
+        merchant account and its ``returnUrl``. ``description`` is not sent (``/payments`` has no
+        such field).
 
-        :raises ValueError: No such account (or several and none named), no ``returnUrl``,
-            raw card data, or a value Adyen would reject.
+        :raises ValueError: An account this provider does not serve, no ``returnUrl``, raw card
+            data, or a value Adyen would reject.
         """
         del description
-        acct = self._account_for_body(provider_account)
+        acct = self._accounts.get(account.provider_account)
+        if acct is None:
+            raise ValueError(f"no Adyen account {account.provider_account} is configured")
         return build_request_body(amount_minor=amount_minor, currency=currency, payment_method=payment_method,
                                   reference=reference, merchant_account=acct.account,
                                   return_url=acct.return_url, environment=acct.environment)
-
-    def _account_for_body(self, provider_account: str | None) -> ProviderAccountConfig:
-        if provider_account is not None:
-            acct = self._accounts.get(provider_account)
-            if acct is None:
-                raise ValueError(f"no Adyen account {provider_account} is configured")
-            return acct
-        if len(self._accounts) != 1:
-            raise ValueError("name the Adyen provider account: the body names its merchant account")
-        [acct] = self._accounts.values()
-        return acct
 
     # -- budgets ------------------------------------------------------------
 
@@ -335,6 +329,14 @@ class AdyenProvider(notifications.AdyenEvents):
                             now: datetime) -> VerifiedDelivery:
         """A single-item batch (see :meth:`verify_notification_batch` for batches)."""
         return self._notification_verifier().verify(headers, body)
+
+    def verify_deliveries(self, headers: Mapping[str, str], body: bytes, *,
+                          now: datetime) -> tuple[VerifiedDelivery, ...]:
+        return self.verify_notification_batch(headers, body, now=now)
+
+    @property
+    def acknowledgement(self) -> tuple[bytes, str] | None:
+        return ACKNOWLEDGEMENT, "text/plain"
 
     def verify_notification_batch(self, headers: Mapping[str, str], body: bytes, *,
                                   now: datetime) -> tuple[VerifiedDelivery, ...]:
