@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import re
 import ssl
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -76,6 +77,8 @@ DEFAULT_API_BASE: Final = "https://api.stripe.com"
 # The SDK's pinned API version: what an attempt is stamped with unless configured otherwise.
 DEFAULT_API_VERSION: Final[str] = stripe.api_version
 DEFAULT_RETRY_AFTER_S: Final = 1.0
+# A PaymentIntent id is one path segment of letters, digits and underscores.
+_INTENT_ID_RE: Final = re.compile(r"pi_[A-Za-z0-9_]{1,250}")
 
 CAPABILITIES: Final = Capabilities(
     # Search "is not for read-after-write flows … under normal operating conditions, data is
@@ -272,6 +275,10 @@ class StripeProvider(events.StripeEvents):
             # Connect, reset, incomplete body, protocol error: the SDK wraps httpx's error.
             cause = exc.__cause__
             return f"provider.transport.{type(cause).__name__ if cause is not None else 'APIConnectionError'}"
+        except UnicodeDecodeError:
+            # The SDK formats every response body for its debug log before anything else,
+            # and that raises on a body that is not UTF-8 (stripe 16.1.0 ``_util.logfmt``).
+            return "provider.body-unreadable"
         except stripe.StripeError as exc:
             if exc.http_status is None:
                 return "provider.body-unreadable"
@@ -445,7 +452,7 @@ class StripeProvider(events.StripeEvents):
         :return: ``found`` with the intent as answered (the caller judges it), ``not_found``
             on 404, ``rate_limited`` on 429, else ``failed`` with a reason.
         """
-        if not payment_id.startswith("pi_") or not is_token(payment_id):
+        if not _INTENT_ID_RE.fullmatch(payment_id):
             result = LookupResult("failed", reason="request.not-buildable.invalid-payment-id")
         else:
             path = f"{CREATE_PATH}/{quote(payment_id, safe='')}"
