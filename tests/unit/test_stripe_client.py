@@ -21,11 +21,13 @@ from harness.servers import free_port
 from paycore.clock import FakeClock
 from paycore.config import MAX_BUDGET_S, ProviderAccountConfig, Secret
 from paycore.domain import OutcomeKind, ProviderOutcome
-from paycore.providers.base import ReferenceLookup, StoredRequest
+from paycore.providers.base import NotificationFormat, Provider, ReferenceLookup, StoredRequest
+from paycore.providers.registry import ProviderFactory
 from paycore.providers.stripe import (
     CAPABILITIES,
     DEFAULT_API_VERSION,
     PaymentIntent,
+    StripeEvents,
     StripeProvider,
     build_request_body,
 )
@@ -147,6 +149,15 @@ def test_max_call_duration_out_of_range_is_rejected(ceiling: float) -> None:
 def test_an_account_configured_twice_is_rejected() -> None:
     with pytest.raises(ValueError, match="configured twice"):
         StripeProvider([account("http://a"), account("http://b")], FakeClock(), max_call_duration_s=30)
+
+
+async def test_it_is_a_provider_with_the_factorys_signature() -> None:
+    # mypy checks these assignments: the class fits registry.ProviderFactory and Provider.
+    factory: ProviderFactory = StripeProvider
+    provider: Provider = factory([], FakeClock(), max_call_duration_s=30)
+    events: NotificationFormat = StripeEvents()
+    assert (provider.name, events.name) == ("stripe", "stripe")
+    await provider.aclose()
 
 
 def test_capabilities_say_search_lags_and_500s_are_replayed(provider: StripeProvider) -> None:
