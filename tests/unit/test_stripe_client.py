@@ -260,6 +260,7 @@ async def test_every_send_carries_the_stored_bytes_key_and_version(
         description="Ünïcode café [x] a+b=c&d %5B 100% ~*'()!/?#",
     )
     stored = stored_request(stripe_api.base_url, request_body=body)
+    assert provider.unbuildable_reason(stored) is None
     for _ in range(3):
         stripe_api.reply(200, intent())
     for first in (True, False, False):

@@ -287,7 +287,11 @@ class StripeProvider(events.StripeEvents):
 
     # -- create -------------------------------------------------------------
 
-    def _build_create(self, stored: StoredRequest) -> tuple[stripe.StripeClient, dict[str, str]]:
+    def _build_create(self, stored: StoredRequest) -> tuple[ProviderAccountConfig, dict[str, str]]:
+        """The account and the SDK's arguments for the stored request (builds no client, sends nothing).
+
+        :raises NotBuildable: The stored request cannot be sent as stored, as configured now.
+        """
         acct = self._account(stored.provider_account)
         if stored.endpoint != acct.base_url.rstrip("/") + CREATE_PATH:
             raise NotBuildable("endpoint-changed")
@@ -296,7 +300,7 @@ class StripeProvider(events.StripeEvents):
             raise NotBuildable("invalid-header")
         options = {"idempotency_key": check_idempotency_key(stored.idempotency_key),
                    "stripe_version": stored.api_version}
-        return self._client(acct), {**params, **options}
+        return acct, {**params, **options}
 
     def unbuildable_reason(self, stored: StoredRequest) -> str | None:
         """Why the stored request cannot be sent as it is now configured, or ``None``."""
@@ -316,12 +320,12 @@ class StripeProvider(events.StripeEvents):
         """
         limit_s, limit_name = self._call_limit(budget_s)
         try:
-            client, params = self._build_create(stored)
+            acct, params = self._build_create(stored)
         except NotBuildable as exc:
             return self._logged(stored, ProviderOutcome.unknown(f"request.not-buildable.{exc.reason}"))
         if limit_s <= 0:
             return self._logged(stored, ProviderOutcome.unknown(f"provider.no-response.{limit_name}"))
-        answer = await self._send(client, "post", CREATE_PATH, params, limit_s, limit_name)
+        answer = await self._send(self._client(acct), "post", CREATE_PATH, params, limit_s, limit_name)
         if isinstance(answer, str):
             return self._logged(stored, ProviderOutcome.unknown(answer))
         return self._logged(stored, self._classify_create(stored, answer, first_send=first_send))
