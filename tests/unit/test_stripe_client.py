@@ -31,6 +31,7 @@ from paycore.providers.stripe import (
     StripeProvider,
     build_request_body,
 )
+from paycore.providers.stripe.request import looks_like_card_number
 from tests.support.scripted_stripe import (
     INTENT_ID,
     REFERENCE,
@@ -864,3 +865,21 @@ async def test_no_secret_body_or_payment_method_reaches_a_log(
     for secret in (API_KEY, "Bearer", PAYMENT_METHOD, stored.request_body, "pi_secret_abc", "café"):
         assert secret not in everything
     assert not [r for r in caplog.records if r.name.startswith("stripe") and r.levelno <= logging.DEBUG]
+
+
+@pytest.mark.parametrize(
+    ("text", "card_like"),
+    [
+        ("4242424242424242", True),
+        ("4242 4242 4242 4242", True),
+        ("4242-4242-4242-4242", True),
+        ("paid with 4242 4242 4242 4242 1234 today", True),  # the number is its first four groups
+        ("378282246310005", True),  # 15-digit Amex test number
+        ("4242424242424243", False),  # not Luhn-valid
+        ("12345678901234567890123", False),  # 23 digits: not windowed into a 16-digit "card"
+        ("ORD-5521-a1", False),
+        ("order 2026-12-01 #42", False),
+    ],
+)
+def test_what_looks_like_a_card_number(text: str, card_like: bool) -> None:
+    assert looks_like_card_number(text) is card_like

@@ -28,7 +28,7 @@ _PAYMENT_METHOD_RE: Final = re.compile(r"pm_[A-Za-z0-9_]{1,250}")
 # A reference goes into a search query between single quotes: no quote, no backslash,
 # no control characters (https://docs.stripe.com/search#search-query-language).
 _REFERENCE_RE: Final = re.compile(r"[^'\\\x00-\x1f\x7f]{1,64}")
-_DIGIT_RUN_RE: Final = re.compile(r"\d(?:[ -]?\d){11,18}")
+_DIGIT_RUN_RE: Final = re.compile(r"\d+(?:[ -]\d+)*")
 
 # The parameters a stored body may hold, and nothing else: a key the SDK would take
 # as a request option (``idempotency_key``, ``stripe_version``, ``api_key``,
@@ -58,12 +58,19 @@ def _luhn_valid(digits: str) -> bool:
 
 
 def looks_like_card_number(text: str) -> bool:
-    """A 12 to 19 digit Luhn-valid run (spaces or dashes between digits allowed)."""
+    """A 12 to 19 digit Luhn-valid number: a run of digits, or consecutive groups of one joined
+    by single spaces or dashes (``4242 4242 4242 4242``). Groups are never cut, so a longer
+    number is judged by its own groups, not by every window of its digits."""
     for match in _DIGIT_RUN_RE.finditer(text):
-        digits = re.sub(r"[ -]", "", match.group())
-        for length in range(min(len(digits), 19), 11, -1):
-            if any(_luhn_valid(digits[i:i + length]) for i in range(len(digits) - length + 1)):
-                return True
+        groups = re.split(r"[ -]", match.group())
+        for start in range(len(groups)):
+            digits = ""
+            for group in groups[start:]:
+                digits += group
+                if len(digits) > 19:
+                    break
+                if len(digits) >= 12 and _luhn_valid(digits):
+                    return True
     return False
 
 
