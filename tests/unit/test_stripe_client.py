@@ -236,12 +236,12 @@ async def test_provider_body_takes_the_named_accounts_return_url(stripe_api: Scr
         max_call_duration_s=30,
     )
     kw: dict[str, Any] = {"amount_minor": 5, "currency": "EUR", "payment_method": "pm_x", "reference": "r"}
-    assert "return_url=https" in p.build_request_body(**kw, provider_account="stripe:acct_store:test")
-    assert p.build_request_body(**kw, provider_account="stripe:acct_other:test").endswith(
-        "payment_method_types[]=card"
-    )
-    with pytest.raises(ValueError, match="name the provider_account"):
-        p.build_request_body(**kw)
+    store = account(stripe_api.base_url, return_url="https://shop.example/back")
+    other = account(stripe_api.base_url, name="acct_other", key=OTHER_KEY)
+    assert "return_url=https" in p.build_request_body(store, **kw)
+    assert p.build_request_body(other, **kw).endswith("payment_method_types[]=card")
+    with pytest.raises(ValueError, match="not configured"):
+        p.build_request_body(account(stripe_api.base_url, name="acct_nope"), **kw)
     await p.aclose()
 
 

@@ -18,7 +18,7 @@ import httpx
 from paycore.clock import Clock
 from paycore.config import ProviderAccountConfig
 from paycore.domain import ProviderOutcome
-from paycore.providers import adyen, cardco
+from paycore.providers import adyen, cardco, stripe
 from paycore.providers.base import (
     Capabilities,
     LookupResult,
@@ -37,9 +37,9 @@ class ProviderFactory(Protocol):
 
 # Each provider by its name. The next provider adds its line to both.
 PROVIDERS: Final[Mapping[str, ProviderFactory]] = {
-    cardco.NAME: cardco.CardcoClient, adyen.NAME: adyen.AdyenProvider}
+    cardco.NAME: cardco.CardcoClient, stripe.NAME: stripe.StripeProvider, adyen.NAME: adyen.AdyenProvider}
 NOTIFICATION_FORMATS: Final[Mapping[str, NotificationFormat]] = {
-    cardco.NAME: cardco.CardcoEvents(), adyen.NAME: adyen.AdyenEvents()}
+    cardco.NAME: cardco.CardcoEvents(), stripe.NAME: stripe.StripeEvents(), adyen.NAME: adyen.AdyenEvents()}
 
 
 class UnknownProvider(ValueError):

@@ -45,6 +45,7 @@ from paycore.evidence import judge
 from paycore.providers.base import (
     Capabilities,
     LookupResult,
+    PaymentMethod,
     PaymentRecord,
     ReferenceLookup,
     StoredRequest,
@@ -202,25 +203,19 @@ class StripeProvider(events.StripeEvents):
     def capabilities(self) -> Capabilities:
         return CAPABILITIES
 
-    def build_request_body(self, *, amount_minor: int, currency: str, payment_method: str | Mapping[str, Any],
-                           reference: str, description: str | None = None,
-                           provider_account: str | None = None) -> str:
-        """:func:`paycore.providers.stripe.request.build_request_body`, with the account's ``return_url``.
+    def capabilities_of(self, provider_account: str) -> Capabilities:
+        return CAPABILITIES
 
-        :param provider_account: The account the attempt is for (its ``return_url``
-            goes into the body); may be left out when one Stripe account is configured.
-        :raises ValueError: As the body builder; an account not configured, or none named
-            among several.
+    def build_request_body(self, account: ProviderAccountConfig, *, amount_minor: int, currency: str,
+                           payment_method: PaymentMethod, reference: str,
+                           description: str | None = None) -> str:
+        """:func:`paycore.providers.stripe.request.build_request_body`, with ``account``'s ``return_url``.
+
+        :raises ValueError: As the body builder; an account this provider does not serve.
         """
-        if provider_account is None:
-            if len(self._accounts) != 1:
-                raise ValueError("name the provider_account: several (or no) Stripe accounts are configured")
-            [acct] = self._accounts.values()
-        else:
-            found = self._accounts.get(provider_account)
-            if found is None:
-                raise ValueError(f"provider account {provider_account} is not configured")
-            acct = found
+        acct = self._accounts.get(account.provider_account)
+        if acct is None:
+            raise ValueError(f"provider account {account.provider_account} is not configured")
         return build_request_body(amount_minor=amount_minor, currency=currency, payment_method=payment_method,
                                   reference=reference, description=description, return_url=acct.return_url)
 
@@ -530,6 +525,14 @@ class StripeProvider(events.StripeEvents):
     def verify_notification(self, headers: Mapping[str, str], body: bytes, *,
                             now: datetime) -> VerifiedDelivery:
         return self._verifier().verify(headers, body, now=now)
+
+    def verify_deliveries(self, headers: Mapping[str, str], body: bytes, *,
+                          now: datetime) -> tuple[VerifiedDelivery, ...]:
+        return (self.verify_notification(headers, body, now=now),)  # one event per delivery
+
+    @property
+    def acknowledgement(self) -> tuple[bytes, str] | None:
+        return None  # any 2xx
 
     def _verifier(self) -> events.WebhookVerifier:
         if self._webhooks is None:
