@@ -15,7 +15,8 @@ lookup of an existing payment answers 404 as if it did not exist, as a lagging
 read replica would; by-reference lookups are unaffected); see
 :mod:`paycore_sandbox.faults`.
 
-Webhook delivery (sandbox extensions): ``GET|POST|DELETE /_sandbox/webhooks/endpoints``,
+Webhook delivery (sandbox extensions): ``GET|POST|DELETE /_sandbox/webhooks/endpoints``
+(``POST {"url", "dialect"?}``; listed as ``url`` for Cardco, ``<dialect>=<url>`` else),
 ``GET /_sandbox/webhooks/deliveries`` (every attempt, in order; never a
 signature or secret), ``GET /_sandbox/webhooks/pending`` and
 ``POST /_sandbox/webhooks/events/{event_id}/redeliver``.
@@ -31,6 +32,7 @@ from starlette.responses import Response
 
 from paycore_sandbox import lifecycle
 from paycore_sandbox.api import sandbox_of
+from paycore_sandbox.dialects import DEFAULT_DIALECT, DIALECT_NAMES, Endpoint, dialect_named
 from paycore_sandbox.errors import ApiError, JSONResponse, invalid_param, not_found
 from paycore_sandbox.faults import parse_rules
 from paycore_sandbox.ledger import Payment
@@ -112,7 +114,7 @@ async def payment_action(request: Request) -> Response:
         raise invalid_param("result", "result must be 'succeeded' or 'failed'.")
     payment = _payment(sandbox, request)
     lifecycle.complete_action(sandbox.state, sandbox.clock.now(), payment, result)
-    return JSONResponse(payment.to_public())
+    return JSONResponse(dialect_named(payment.dialect).render_payment(payment))
 
 
 async def payment_refund(request: Request) -> Response:
@@ -122,7 +124,7 @@ async def payment_refund(request: Request) -> Response:
         raise invalid_param("amount", "amount must be an integer in minor units.")
     payment = _payment(sandbox, request)
     lifecycle.refund(sandbox.state, payment, amount)
-    return JSONResponse(payment.to_public())
+    return JSONResponse(dialect_named(payment.dialect).render_payment(payment))
 
 
 async def reset(request: Request) -> Response:
@@ -142,17 +144,22 @@ async def events(request: Request) -> Response:
 
 
 async def list_endpoints(request: Request) -> Response:
-    return JSONResponse({"data": list(sandbox_of(request).state.webhooks.endpoints)})
+    # Cardco endpoints as bare URLs (as before dialects), others as <dialect>=<url>.
+    endpoints = sandbox_of(request).state.webhooks.endpoints
+    return JSONResponse({"data": [e.spec for e in endpoints]})
 
 
 async def add_endpoint(request: Request) -> Response:
     sandbox = sandbox_of(request)
-    url = (await _json_object(request)).get("url")
+    body = await _json_object(request)
+    url, dialect = body.get("url"), body.get("dialect", DEFAULT_DIALECT)
     problem = webhook_url_problem(url)
     if problem is not None:
         raise invalid_param("url", f"url {problem}.")
+    if dialect not in DIALECT_NAMES:
+        raise invalid_param("dialect", f"dialect must be one of {', '.join(DIALECT_NAMES)}.")
     assert isinstance(url, str)
-    sandbox.state.webhooks.add_endpoint(url)
+    sandbox.state.webhooks.add_endpoint(Endpoint(url, dialect))
     return await list_endpoints(request)
 
 

@@ -1,6 +1,8 @@
 """Webhook delivery: every recorded event POSTed to every endpoint, signed, retried.
 
-One *delivery* is one event going to one endpoint URL. Each runs in its own
+Endpoints have a dialect (:mod:`paycore_sandbox.dialects`); an event goes only
+to the endpoints of its payment's dialect, rendered and signed by that dialect
+(below: Cardco's). One *delivery* is one event going to one endpoint URL. Each runs in its own
 background task (so delivery is unordered and a slow endpoint never holds up
 another) and makes attempts until one gets a 2xx answer:
 
@@ -38,18 +40,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import secrets
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
-import orjson
 
-from paycore.webhook_signatures import signed_headers
+from paycore_sandbox.dialects import Endpoint, dialect_named, parse_endpoint
 from paycore_sandbox.faults import FaultBook, FaultContext
-from paycore_sandbox.settings import SandboxSettings
+from paycore_sandbox.settings import SandboxAccount, SandboxSettings
 from paycore_sandbox.webhooks import Event
 
 log = logging.getLogger("paycore_sandbox")
@@ -86,8 +86,7 @@ class EventPlan:
     """What every delivery of one event sends."""
 
     event: Event
-    body: bytes
-    secret: str
+    account: SandboxAccount  # whose secret signs it
     unstable_ids: bool = False
 
 
@@ -119,13 +118,18 @@ class WebhookSender:
         self._pending: set[str] = set()
         self._ids = itertools.count(1)
         self._closed = False
-        self.endpoints: list[str] = list(settings.webhook_endpoints)
+        self.endpoints: list[Endpoint] = [parse_endpoint(spec)
+                                          for spec in settings.webhook_endpoints]
 
     # -- endpoints and introspection ------------------------------------------
 
-    def add_endpoint(self, url: str) -> None:
-        if url not in self.endpoints:
-            self.endpoints.append(url)
+    def add_endpoint(self, endpoint: Endpoint) -> None:
+        if endpoint not in self.endpoints:
+            self.endpoints.append(endpoint)
+
+    def endpoints_for(self, dialect: str) -> list[str]:
+        """The URLs events of ``dialect`` go to, in the order they were added."""
+        return [e.url for e in self.endpoints if e.dialect == dialect]
 
     def clear_endpoints(self) -> None:
         self.endpoints.clear()
@@ -147,10 +151,11 @@ class WebhookSender:
     # -- starting deliveries --------------------------------------------------
 
     def on_event(self, event: Event) -> None:
-        """The emitter's listener: deliver ``event`` to every endpoint."""
-        if self._closed or not self.endpoints:
+        """The emitter's listener: deliver ``event`` to every endpoint of its dialect."""
+        urls = self.endpoints_for(event.dialect)
+        if self._closed or not urls:
             return
-        ctx = FaultContext(event.account, "webhook", event.reference)
+        ctx = FaultContext(event.account, "webhook", event.reference, event.dialect)
         unstable = self._faults.take(ctx, _UNSTABLE) is not None
         delay = self._faults.take(ctx, _DELAY)
         drop_first = self._faults.take(ctx, _DROP_FIRST) is not None
@@ -161,30 +166,29 @@ class WebhookSender:
         self._plans[event.id] = plan
         first_delay_s = delay.delay_s * self._settings.webhook_time_scale if delay else 0.0
         extra = (duplicate.times or 1) if duplicate is not None else 0
-        for url in list(self.endpoints):
+        for url in urls:
             for copy in range(1 + extra):
                 self._start(plan, url, "original" if copy == 0 else "duplicate",
                             first_delay_s=first_delay_s, drop_first=drop_first)
 
     def redeliver(self, event: Event) -> list[str]:
-        """One more delivery of ``event`` (same bytes, same id mode) to every endpoint."""
+        """One more delivery of ``event`` (same bytes, same id mode) to every endpoint
+        of its dialect."""
         if self._closed:
             return []
         plan = self._plans.get(event.id) or self._plan(event, unstable_ids=False)
         if plan is None:
             return []
         self._plans[event.id] = plan
-        return [self._start(plan, url, "redeliver") for url in list(self.endpoints)]
+        return [self._start(plan, url, "redeliver")
+                for url in self.endpoints_for(event.dialect)]
 
     def _plan(self, event: Event, *, unstable_ids: bool) -> EventPlan | None:
         account = self._settings.account_for(event.account, event.environment)
         if account is None:  # events only come from configured accounts
             log.error("no webhook secret for %s/%s", event.account, event.environment)
             return None
-        body = event.to_json()
-        if unstable_ids:
-            body["id"] = None
-        return EventPlan(event, orjson.dumps(body), account.webhook_secret, unstable_ids)
+        return EventPlan(event, account, unstable_ids)
 
     def _start(self, plan: EventPlan, url: str, kind: Kind, *, first_delay_s: float = 0.0,
                drop_first: bool = False) -> str:
@@ -225,7 +229,8 @@ class WebhookSender:
 
     def _entry(self, delivery: Delivery, attempt: int) -> dict[str, Any]:
         event = delivery.plan.event
-        msg_id = "msg_" + secrets.token_hex(12) if delivery.plan.unstable_ids else event.id
+        msg_id = dialect_named(event.dialect).unstable_message_id() \
+            if delivery.plan.unstable_ids else event.id
         entry: dict[str, Any] = {
             "delivery": delivery.id, "kind": delivery.kind, "event_id": event.id,
             "webhook_id": msg_id, "payment_id": event.payment_id, "type": event.type,
@@ -237,12 +242,14 @@ class WebhookSender:
 
     async def _send(self, delivery: Delivery, entry: dict[str, Any]) -> bool:
         plan = delivery.plan
-        headers = signed_headers(plan.secret, entry["webhook_id"], int(entry["time"]), plan.body)
+        message = dialect_named(plan.event.dialect).webhook_message(
+            plan.event, plan.account, message_id=entry["webhook_id"],
+            unstable=plan.unstable_ids, timestamp=int(entry["time"]))
         timeout_s = self._settings.webhook_timeout_s
         try:
             async with asyncio.timeout(timeout_s):
-                response = await self._client().post(delivery.url, content=plan.body,
-                                                     headers=headers)
+                response = await self._client().post(delivery.url, content=message.body,
+                                                     headers=message.headers)
         except (TimeoutError, httpx.TimeoutException):
             entry["error"] = f"timeout: no answer within {timeout_s:g} s"
             return False

@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from paycore_sandbox.capture import CapturedRequest
-from paycore_sandbox.errors import not_processed, rate_limited
+from paycore_sandbox.errors import CARDCO_ANSWERS, FaultAnswers
 from paycore_sandbox.faults import TRANSPORT_FAULTS, FaultContext, HoldGate
 from paycore_sandbox.state import Sandbox, SandboxState
 
@@ -58,7 +58,7 @@ async def hold_open(request: Request, gate: HoldGate, limit_s: float) -> Respons
 
 async def with_faults(request: Request, sandbox: Sandbox, state: SandboxState,
                       entry: CapturedRequest, ctx: FaultContext, raw_process: Process,
-                      ok_status: int) -> Response:
+                      ok_status: int, answers: FaultAnswers = CARDCO_ANSWERS) -> Response:
     rule = state.faults.take(ctx, TRANSPORT_FAULTS)
     fault = rule.fault if rule is not None else None
     entry.fault = fault
@@ -82,10 +82,10 @@ async def with_faults(request: Request, sandbox: Sandbox, state: SandboxState,
         return await hold_open(request, state.gate, limit_s)
     if fault == "not_processed_503":
         entry.processed(503, False)
-        return not_processed().response()
+        return answers.not_processed().response()
     if fault == "rate_limit":
         entry.processed(429, False)
-        return rate_limited(1).response()
+        return answers.rate_limited(1).response()
 
     response = await process(rule.delay_s if rule is not None and fault == "delay" else 0.0)
 
