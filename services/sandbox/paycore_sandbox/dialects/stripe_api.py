@@ -207,7 +207,8 @@ def validate_intent(call: IntentCall, now: float,
     payment_method = _string(params, "payment_method", required=True)
     outcome = wire.TOKENS.get(payment_method)
     if outcome is None:
-        raise wire.resource_missing("PaymentMethod", payment_method, "payment_method")
+        raise wire.resource_missing("PaymentMethod", payment_method, "payment_method",
+                                    status=400)
     metadata = _metadata(params.get("metadata", {}))
     description = _string(params, "description") or None
     return_url = _string(params, "return_url") or None

@@ -196,9 +196,10 @@ def unauthorized(message: str) -> ApiError:
     return invalid_request(message, code="api_key_invalid", status=401)
 
 
-def resource_missing(kind: str, value: str, param: str) -> ApiError:
+def resource_missing(kind: str, value: str, param: str, *, status: int = 404) -> ApiError:
+    """404 for the object a path names; 400 for one a parameter names."""
     return invalid_request(f"No such {kind}: '{value}'", param=param,
-                           code="resource_missing", status=404)
+                           code="resource_missing", status=status)
 
 
 def idempotency_mismatch(key: str) -> ApiError:
