@@ -23,12 +23,14 @@ _TIMER_MARGIN_S = 0.05
 
 def create_payment(sandbox: Sandbox, state: SandboxState, account: SandboxAccount,
                    req: CreateRequest, idempotency_key: str, *, dialect: str = "cardco",
-                   id_prefix: str = "pay_",
+                   id_prefix: str = "pay_", payment_id: str | None = None,
                    dialect_data: dict[str, Any] | None = None) -> Payment:
-    """Create and record a payment of ``dialect`` (its ids start with ``id_prefix``)."""
+    """Create and record a payment of ``dialect``: its id is ``payment_id`` when the
+    dialect mints its own (Adyen's pspReference), else ``id_prefix`` + random hex."""
     now = sandbox.clock.now()
     payment = Payment(
-        id=new_payment_id(id_prefix), account=account.account, environment=account.environment,
+        id=payment_id or new_payment_id(id_prefix), account=account.account,
+        environment=account.environment,
         amount=req.amount, currency=req.currency, reference=req.reference,
         payment_method=req.payment_method, idempotency_key=idempotency_key,
         created=int(now), status=req.outcome.status, decline_code=req.outcome.decline_code,
