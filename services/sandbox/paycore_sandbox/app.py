@@ -12,6 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from paycore_sandbox import api, control
+from paycore_sandbox.dialects import adyen
 from paycore_sandbox.errors import ApiError
 from paycore_sandbox.settings import SandboxSettings
 from paycore_sandbox.state import Sandbox
@@ -40,6 +41,9 @@ def create_app(settings: SandboxSettings | None = None) -> Starlette:
         Route("/v1/payments", api.create_payment, methods=["POST"]),
         Route("/v1/payments", api.list_payments, methods=["GET"]),
         Route("/v1/payments/{payment_id}", api.get_payment, methods=["GET"]),
+        # The Adyen dialect (Checkout API v71); no lookup exists in Adyen's API.
+        Route(adyen.PAYMENTS_PATH, adyen.create_payment, methods=["POST"]),
+        Route("/_sandbox/accounts", adyen.accounts, methods=["GET"]),
         Route("/_sandbox/payments", control.ledger, methods=["GET"]),
         Route("/_sandbox/payments/{payment_id}/action", control.payment_action,
               methods=["POST"]),
@@ -60,6 +64,7 @@ def create_app(settings: SandboxSettings | None = None) -> Starlette:
         Route("/_sandbox/webhooks/pending", control.webhook_pending, methods=["GET"]),
         Route("/_sandbox/webhooks/events/{event_id}/redeliver", control.redeliver_event,
               methods=["POST"]),
+        Route("/_sandbox/webhooks/batch", control.batch_events, methods=["POST"]),
     ]
     app = Starlette(
         routes=routes,

@@ -31,6 +31,7 @@ from starlette.responses import Response
 
 from paycore_sandbox import lifecycle
 from paycore_sandbox.api import sandbox_of
+from paycore_sandbox.dialects import DEFAULT_DIALECT, DIALECTS
 from paycore_sandbox.errors import ApiError, JSONResponse, invalid_param, not_found
 from paycore_sandbox.faults import parse_rules
 from paycore_sandbox.ledger import Payment
@@ -141,19 +142,35 @@ async def events(request: Request) -> Response:
     return JSONResponse({"data": [e.to_json() for e in found]})
 
 
+def _dialect(value: object) -> str:
+    if value not in DIALECTS:
+        raise invalid_param("dialect", f"dialect must be one of {', '.join(DIALECTS)}.")
+    assert isinstance(value, str)
+    return value
+
+
 async def list_endpoints(request: Request) -> Response:
-    return JSONResponse({"data": list(sandbox_of(request).state.webhooks.endpoints)})
+    """``?dialect=`` (default cardco): the endpoints of that dialect."""
+    dialect = _dialect(request.query_params.get("dialect", DEFAULT_DIALECT))
+    return _endpoints_of(sandbox_of(request), dialect)
+
+
+def _endpoints_of(sandbox: Sandbox, dialect: str) -> Response:
+    return JSONResponse({"data": list(sandbox.state.webhooks.endpoints_for(dialect))})
 
 
 async def add_endpoint(request: Request) -> Response:
+    """``{"url", "dialect"?}``; answers the endpoints of that dialect."""
     sandbox = sandbox_of(request)
-    url = (await _json_object(request)).get("url")
+    body = await _json_object(request)
+    url = body.get("url")
     problem = webhook_url_problem(url)
     if problem is not None:
         raise invalid_param("url", f"url {problem}.")
     assert isinstance(url, str)
-    sandbox.state.webhooks.add_endpoint(url)
-    return await list_endpoints(request)
+    dialect = _dialect(body.get("dialect", DEFAULT_DIALECT))
+    sandbox.state.webhooks.add_endpoint(url, dialect)
+    return _endpoints_of(sandbox, dialect)
 
 
 async def clear_endpoints(request: Request) -> Response:
@@ -180,6 +197,26 @@ async def redeliver_event(request: Request) -> Response:
         raise not_found(f"No such event: {event_id}")
     started = sandbox.state.webhooks.redeliver(event)
     return JSONResponse({"event": event_id, "deliveries": started})
+
+
+async def batch_events(request: Request) -> Response:
+    """``{"events": [event ids]}``: one delivery carrying them all (a dialect that
+    batches notifications, e.g. Adyen; one account) to every endpoint of that dialect."""
+    sandbox = _fresh(request)
+    ids = (await _json_object(request)).get("events")
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+        raise invalid_param("events", "events must be a non-empty list of event ids.")
+    found = []
+    for event_id in ids:
+        event = sandbox.state.events.get(event_id)
+        if event is None:
+            raise not_found(f"No such event: {event_id}")
+        found.append(event)
+    try:
+        started = sandbox.state.webhooks.batch(found)
+    except ValueError as exc:
+        raise invalid_param("events", str(exc)) from None
+    return JSONResponse({"events": ids, "deliveries": started})
 
 
 async def api_error_handler(request: Request, exc: Exception) -> Response:

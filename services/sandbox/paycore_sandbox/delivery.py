@@ -48,8 +48,9 @@ import httpx
 import orjson
 
 from paycore.webhook_signatures import signed_headers
+from paycore_sandbox.dialects import DEFAULT_DIALECT, webhook_format
 from paycore_sandbox.faults import FaultBook, FaultContext
-from paycore_sandbox.settings import SandboxSettings
+from paycore_sandbox.settings import SandboxSettings, split_endpoint
 from paycore_sandbox.webhooks import Event
 
 log = logging.getLogger("paycore_sandbox")
@@ -89,6 +90,11 @@ class EventPlan:
     body: bytes
     secret: str
     unstable_ids: bool = False
+    # Another dialect's delivery (see paycore_sandbox.dialects.WebhookFormat):
+    # its headers per attempt (webhook id, timestamp) and what counts as accepted.
+    headers: Callable[[str, int], dict[str, str]] | None = None
+    accepted: Callable[[int, bytes], bool] | None = None
+    batch: tuple[str, ...] = ()  # event ids of a batch delivery, in body order
 
 
 @dataclass
@@ -119,16 +125,28 @@ class WebhookSender:
         self._pending: set[str] = set()
         self._ids = itertools.count(1)
         self._closed = False
-        self.endpoints: list[str] = list(settings.webhook_endpoints)
+        # Endpoint URLs per dialect; a payment's events go to its dialect's only.
+        self._endpoints: dict[str, list[str]] = {DEFAULT_DIALECT: []}
+        for entry in settings.webhook_endpoints:
+            dialect, url = split_endpoint(entry)
+            urls = self._endpoints.setdefault(dialect, [])
+            if url not in urls:
+                urls.append(url)
+        self.endpoints: list[str] = self._endpoints[DEFAULT_DIALECT]  # cardco's
 
     # -- endpoints and introspection ------------------------------------------
 
-    def add_endpoint(self, url: str) -> None:
-        if url not in self.endpoints:
-            self.endpoints.append(url)
+    def endpoints_for(self, dialect: str) -> list[str]:
+        return self._endpoints.setdefault(dialect, [])
+
+    def add_endpoint(self, url: str, dialect: str = DEFAULT_DIALECT) -> None:
+        urls = self.endpoints_for(dialect)
+        if url not in urls:
+            urls.append(url)
 
     def clear_endpoints(self) -> None:
-        self.endpoints.clear()
+        for urls in self._endpoints.values():
+            urls.clear()
 
     def pending(self) -> int:
         """Deliveries neither succeeded nor given up."""
@@ -147,21 +165,30 @@ class WebhookSender:
     # -- starting deliveries --------------------------------------------------
 
     def on_event(self, event: Event) -> None:
-        """The emitter's listener: deliver ``event`` to every endpoint."""
-        if self._closed or not self.endpoints:
+        """The emitter's listener: deliver ``event`` to its dialect's endpoints."""
+        urls = self.endpoints_for(event.dialect)
+        if self._closed or not urls:
             return
-        ctx = FaultContext(event.account, "webhook", event.reference)
+        other = None
+        if event.dialect != DEFAULT_DIALECT:
+            # Decided before the faults: an event the dialect does not notify
+            # (e.g. Adyen's pending states) never uses up a rule. Another
+            # dialect's body carries no id to make unstable.
+            other = self._plan(event, unstable_ids=False)
+            if other is None:
+                return
+        ctx = FaultContext(event.account, "webhook", event.reference, event.dialect)
         unstable = self._faults.take(ctx, _UNSTABLE) is not None
         delay = self._faults.take(ctx, _DELAY)
         drop_first = self._faults.take(ctx, _DROP_FIRST) is not None
         duplicate = self._faults.take(ctx, _DUPLICATE, consume=False)
-        plan = self._plan(event, unstable_ids=unstable)
+        plan = other or self._plan(event, unstable_ids=unstable)
         if plan is None:
             return
         self._plans[event.id] = plan
         first_delay_s = delay.delay_s * self._settings.webhook_time_scale if delay else 0.0
         extra = (duplicate.times or 1) if duplicate is not None else 0
-        for url in list(self.endpoints):
+        for url in list(urls):
             for copy in range(1 + extra):
                 self._start(plan, url, "original" if copy == 0 else "duplicate",
                             first_delay_s=first_delay_s, drop_first=drop_first)
@@ -174,13 +201,46 @@ class WebhookSender:
         if plan is None:
             return []
         self._plans[event.id] = plan
-        return [self._start(plan, url, "redeliver") for url in list(self.endpoints)]
+        return [self._start(plan, url, "redeliver")
+                for url in list(self.endpoints_for(event.dialect))]
+
+    def batch(self, events: list[Event]) -> list[str]:
+        """One delivery of ``events`` together (a dialect that batches, one account)
+        to every endpoint of their dialect; ``kind: redeliver``, own retries."""
+        first = events[0]
+        fmt = webhook_format(first.dialect)
+        if fmt is None or not fmt.batches:
+            raise ValueError(f"the {first.dialect} dialect does not batch notifications")
+        if any((e.dialect, e.account, e.environment)
+               != (first.dialect, first.account, first.environment) for e in events):
+            raise ValueError("a batch holds events of one dialect, account and environment")
+        account = self._settings.account_for(first.account, first.environment)
+        body = fmt.render(events, account) if account is not None else None
+        if self._closed or account is None or body is None:
+            return []
+        plan = EventPlan(first, body, "", headers=self._headers_of(fmt.headers, account, body),
+                         accepted=fmt.accepted, batch=tuple(e.id for e in events))
+        return [self._start(plan, url, "redeliver")
+                for url in list(self.endpoints_for(first.dialect))]
+
+    @staticmethod
+    def _headers_of(headers: Callable[[Any, str, int, bytes], dict[str, str]], account: Any,
+                    body: bytes) -> Callable[[str, int], dict[str, str]]:
+        return lambda webhook_id, timestamp: headers(account, webhook_id, timestamp, body)
 
     def _plan(self, event: Event, *, unstable_ids: bool) -> EventPlan | None:
         account = self._settings.account_for(event.account, event.environment)
         if account is None:  # events only come from configured accounts
             log.error("no webhook secret for %s/%s", event.account, event.environment)
             return None
+        if event.dialect != DEFAULT_DIALECT:
+            fmt = webhook_format(event.dialect)
+            rendered = fmt.render([event], account) if fmt is not None else None
+            if fmt is None or rendered is None:
+                return None
+            return EventPlan(event, rendered, "",
+                             headers=self._headers_of(fmt.headers, account, rendered),
+                             accepted=fmt.accepted)
         body = event.to_json()
         if unstable_ids:
             body["id"] = None
@@ -232,12 +292,18 @@ class WebhookSender:
             "sequence": event.sequence, "url": delivery.url, "attempt": attempt,
             "time": time.time(), "status": None, "error": None, "result": "in_flight",
         }
+        if delivery.plan.batch:
+            entry["batch"] = list(delivery.plan.batch)
         self._log.append(entry)
         return entry
 
     async def _send(self, delivery: Delivery, entry: dict[str, Any]) -> bool:
         plan = delivery.plan
-        headers = signed_headers(plan.secret, entry["webhook_id"], int(entry["time"]), plan.body)
+        if plan.headers is not None:
+            headers = plan.headers(entry["webhook_id"], int(entry["time"]))
+        else:
+            headers = signed_headers(plan.secret, entry["webhook_id"], int(entry["time"]),
+                                     plan.body)
         timeout_s = self._settings.webhook_timeout_s
         try:
             async with asyncio.timeout(timeout_s):
@@ -250,4 +316,9 @@ class WebhookSender:
             entry["error"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             return False
         entry["status"] = response.status_code
+        if plan.accepted is not None:
+            if plan.accepted(response.status_code, response.content):
+                return True
+            entry["error"] = "answer not accepted by the dialect's rule"
+            return False
         return 200 <= response.status_code < 300

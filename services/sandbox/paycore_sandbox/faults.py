@@ -2,8 +2,9 @@
 
 A rule is ``{"fault", "match", "probability", "times", "delay_ms"}``. ``match``
 is ``{"reference": R}`` or ``{"any": true}``; as sandbox extensions it may also
-carry ``"account"`` and ``"operation"`` (``create`` | ``lookup``), and every
-key given must match. A rule's ``times`` is consumed only when it fires, and
+carry ``"account"``, ``"operation"`` (``create`` | ``lookup``) and ``"dialect"``
+(``cardco`` | ``stripe`` | ``adyen``: the wire the request or payment speaks),
+and every key given must match. A rule's ``times`` is consumed only when it fires, and
 an exhausted rule is removed.
 
 When each fault acts, and why:
@@ -59,7 +60,7 @@ WEBHOOK_FAULTS = frozenset({
 })
 ALL_FAULTS = REQUEST_FAULTS | WEBHOOK_FAULTS
 DEFAULT_DELAY_MS = 1000
-_MATCH_KEYS = frozenset({"any", "reference", "account", "operation"})
+_MATCH_KEYS = frozenset({"any", "reference", "account", "operation", "dialect"})
 _RULE_KEYS = frozenset({"fault", "match", "probability", "times", "delay_ms"})
 
 
@@ -70,6 +71,7 @@ class FaultContext:
     account: str
     operation: Operation
     reference: str | None
+    dialect: str = "cardco"
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,11 @@ class Match:
     reference: str | None = None
     account: str | None = None
     operation: Literal["create", "lookup"] | None = None
+    dialect: str | None = None
 
     def matches(self, ctx: FaultContext) -> bool:
+        if self.dialect is not None and ctx.dialect != self.dialect:
+            return False
         if self.reference is not None and ctx.reference != self.reference:
             return False
         if self.account is not None and ctx.account != self.account:
@@ -90,7 +95,7 @@ class Match:
         out: dict[str, Any] = {}
         if self.any:
             out["any"] = True
-        for name in ("reference", "account", "operation"):
+        for name in ("reference", "account", "operation", "dialect"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -200,14 +205,15 @@ def _match_from(raw: Any, where: str) -> Match:
         raise invalid_param(f"{where}.{unknown[0]}", f"Unknown match key {unknown[0]!r}.")
     if "any" in raw and raw["any"] is not True:
         raise invalid_param(f"{where}.any", "any must be true when given.")
-    for name in ("reference", "account"):
+    for name in ("reference", "account", "dialect"):
         if name in raw and (not isinstance(raw[name], str) or not raw[name]):
             raise invalid_param(f"{where}.{name}", f"{name} must be a non-empty string.")
     operation = raw.get("operation")
     if operation is not None and operation not in ("create", "lookup"):
         raise invalid_param(f"{where}.operation", "operation must be 'create' or 'lookup'.")
     return Match(any=raw.get("any") is True, reference=raw.get("reference"),
-                 account=raw.get("account"), operation=operation)
+                 account=raw.get("account"), operation=operation,
+                 dialect=raw.get("dialect"))
 
 
 class HoldGate:

@@ -37,6 +37,9 @@ class Payment:
     return_url: str | None = None
     # Sandbox clock time at which a tok_async payment succeeds.
     completes_at: float | None = None
+    # The wire dialect that created it (cardco, stripe, adyen): its webhook
+    # events are rendered and signed in that dialect, for that dialect's endpoints.
+    dialect: str = "cardco"
 
     @property
     def livemode(self) -> bool:
@@ -61,7 +64,8 @@ class Payment:
         entry = self.to_public()
         entry.update({
             "environment": self.environment,
-            "provider_account": f"cardco:{self.account}:{self.environment}",
+            "dialect": self.dialect,
+            "provider_account": f"{self.dialect}:{self.account}:{self.environment}",
             "idempotency_key": self.idempotency_key,
             "payment_method": self.payment_method,
             "description": self.description,

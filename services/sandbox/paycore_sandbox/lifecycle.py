@@ -22,10 +22,14 @@ _TIMER_MARGIN_S = 0.05
 
 
 def create_payment(sandbox: Sandbox, state: SandboxState, account: SandboxAccount,
-                   req: CreateRequest, idempotency_key: str) -> Payment:
+                   req: CreateRequest, idempotency_key: str, *, dialect: str = "cardco",
+                   payment_id: str | None = None) -> Payment:
+    """Create and record a payment; ``dialect``/``payment_id`` let another wire
+    dialect own it (its events go to that dialect's endpoints) under its own id format."""
     now = sandbox.clock.now()
     payment = Payment(
-        id=new_payment_id(), account=account.account, environment=account.environment,
+        id=payment_id or new_payment_id(), account=account.account,
+        environment=account.environment, dialect=dialect,
         amount=req.amount, currency=req.currency, reference=req.reference,
         payment_method=req.payment_method, idempotency_key=idempotency_key,
         created=int(now), status=req.outcome.status, decline_code=req.outcome.decline_code,
@@ -88,4 +92,4 @@ def refund(state: SandboxState, payment: Payment, amount: int | None) -> None:
     if amount <= 0 or amount > remaining:
         raise invalid_param("amount", f"amount must be between 1 and {remaining}.")
     payment.amount_refunded += amount
-    state.events.emit(payment, "payment.refunded")
+    state.events.emit(payment, "payment.refunded", amount=amount)

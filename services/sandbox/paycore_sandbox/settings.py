@@ -20,6 +20,8 @@ from paycore.settings_spec import Count, FileField, FilePath, Group, Items, Numb
 
 Environment = Literal["test", "live"]
 ENVIRONMENTS: tuple[Environment, ...] = ("test", "live")
+# The wire dialects; a webhook endpoint entry may name one as `<dialect>=<url>`.
+WEBHOOK_DIALECTS: tuple[str, ...] = ("cardco", "stripe", "adyen")
 
 # The variables set fields of the config file, and override it; every field is
 # then validated as one, naming the field, wherever its value came from.
@@ -214,7 +216,7 @@ class SandboxSettings:
         if not isinstance(self.webhook_endpoints, list):
             raise ValueError("webhook_endpoints must be a list of URLs")
         for i, url in enumerate(self.webhook_endpoints):
-            problem = webhook_url_problem(url)
+            problem = webhook_url_problem(split_endpoint(url)[1] if isinstance(url, str) else url)
             if problem:
                 raise ValueError(f"webhook_endpoints[{i}] {problem}")
         _positive_number(self.webhook_time_scale, "webhook_time_scale")
@@ -231,6 +233,15 @@ class SandboxSettings:
             if (acct.account, acct.environment) == (account, environment):
                 return acct
         return None
+
+
+def split_endpoint(entry: str) -> tuple[str, str]:
+    """``(dialect, url)`` of a ``webhook_endpoints`` entry: ``adyen=<url>``,
+    ``stripe=<url>``, ``cardco=<url>`` or a bare URL (cardco)."""
+    name, sep, rest = entry.partition("=")
+    if sep and name in WEBHOOK_DIALECTS:
+        return name, rest
+    return "cardco", entry
 
 
 def webhook_url_problem(url: object) -> str | None:

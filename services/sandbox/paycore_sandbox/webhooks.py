@@ -27,6 +27,10 @@ class Event:
     environment: str
     sequence: int
     payment: dict[str, Any]  # snapshot at emission time
+    # The dialect of the payment: which endpoints get the event, and how it is rendered.
+    dialect: str = "cardco"
+    # What this event moved, when it is not the payment's amount (a refund's amount).
+    amount: int | None = None
 
     @property
     def payment_id(self) -> str:
@@ -55,13 +59,14 @@ class WebhookEmitter:
         self._by_id: dict[str, Event] = {}
         self._sequences: dict[str, int] = {}
 
-    def emit(self, payment: Payment, type_: str) -> Event:
+    def emit(self, payment: Payment, type_: str, *, amount: int | None = None) -> Event:
         sequence = self._sequences.get(payment.id, 0) + 1
         self._sequences[payment.id] = sequence
         event = Event(id="evt_" + secrets.token_hex(12), type=type_,
                       created=self._clock.unix(), account=payment.account,
                       livemode=payment.livemode, environment=payment.environment,
-                      sequence=sequence, payment=payment.to_public())
+                      sequence=sequence, payment=payment.to_public(),
+                      dialect=payment.dialect, amount=amount)
         self._events.append(event)
         self._by_id[event.id] = event
         if self._listener is not None:
