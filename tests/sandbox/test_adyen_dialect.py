@@ -32,6 +32,7 @@ from tests.sandbox.support import (
     STORE_TEST_KEY,
     add_faults,
     advance,
+    auth,
     captured,
     create,
     eventually,
@@ -560,3 +561,13 @@ def test_dev_credentials_are_fixed_per_account() -> None:
     int(keys[0], 16)  # hex, as Adyen's key is
     passwords = [adyen_webhooks.webhook_password(a) for a in first.accounts]
     assert len(set(passwords)) == len(passwords)
+
+
+async def test_cardco_lookups_never_see_adyen_payments(client: httpx.AsyncClient) -> None:
+    body = adyen_body()
+    psp = (await pay(client, body, key=new_key())).json()["pspReference"]
+    by_id = await client.get(f"/v1/payments/{psp}", headers=auth())
+    assert by_id.status_code == 404
+    by_reference = await client.get("/v1/payments", params={"reference": body["reference"]},
+                                    headers=auth())
+    assert by_reference.json()["data"] == []

@@ -45,8 +45,11 @@ class Payment:
     def livemode(self) -> bool:
         return self.environment == "live"
 
-    def visible_to(self, account: SandboxAccount) -> bool:
-        return self.account == account.account and self.environment == account.environment
+    def visible_to(self, account: SandboxAccount, dialect: str = "cardco") -> bool:
+        # A payment is seen only through the wire that created it: a Cardco
+        # lookup never finds an Adyen or Stripe payment of the same account.
+        return self.account == account.account and self.environment == account.environment \
+            and self.dialect == dialect
 
     def to_public(self) -> dict[str, Any]:
         """The wire payment object, exactly the contract's fields."""
@@ -84,13 +87,15 @@ class Ledger:
     def get(self, payment_id: str) -> Payment | None:
         return self._payments.get(payment_id)
 
-    def find_for(self, account: SandboxAccount, payment_id: str) -> Payment | None:
+    def find_for(self, account: SandboxAccount, payment_id: str,
+                 dialect: str = "cardco") -> Payment | None:
         payment = self._payments.get(payment_id)
-        return payment if payment is not None and payment.visible_to(account) else None
+        return payment if payment is not None and payment.visible_to(account, dialect) else None
 
-    def by_reference(self, account: SandboxAccount, reference: str) -> list[Payment]:
+    def by_reference(self, account: SandboxAccount, reference: str,
+                     dialect: str = "cardco") -> list[Payment]:
         return [p for p in self._payments.values()
-                if p.visible_to(account) and p.reference == reference]
+                if p.visible_to(account, dialect) and p.reference == reference]
 
     def pending(self) -> list[Payment]:
         return [p for p in self._payments.values() if p.status not in FINAL_STATUSES]
