@@ -37,10 +37,12 @@ def create_app(settings: SandboxSettings | None = None) -> Starlette:
         # webhook client, so shutdown never hangs.
         await sandbox.aclose()
 
-    # Every dialect's provider API (Cardco's /v1/payments, Stripe's /v1/payment_intents, ...).
+    # Every dialect's provider API (Cardco's /v1/payments, Stripe's /v1/payment_intents,
+    # Adyen's /v71/payments).
     routes: list[BaseRoute] = [route for name in DIALECT_NAMES
                                for route in dialect_named(name).routes()]
     routes += [
+        Route("/_sandbox/accounts", control.accounts, methods=["GET"]),
         Route("/_sandbox/payments", control.ledger, methods=["GET"]),
         Route("/_sandbox/payments/{payment_id}/action", control.payment_action,
               methods=["POST"]),
@@ -61,6 +63,7 @@ def create_app(settings: SandboxSettings | None = None) -> Starlette:
         Route("/_sandbox/webhooks/pending", control.webhook_pending, methods=["GET"]),
         Route("/_sandbox/webhooks/events/{event_id}/redeliver", control.redeliver_event,
               methods=["POST"]),
+        Route("/_sandbox/webhooks/batch", control.batch_events, methods=["POST"]),
     ]
     app = Starlette(
         routes=routes,

@@ -2,9 +2,13 @@
 
 Endpoints have a dialect (:mod:`paycore_sandbox.dialects`); an event goes only
 to the endpoints of its payment's dialect, rendered and signed by that dialect
-(below: Cardco's). One *delivery* is one event going to one endpoint URL. Each runs in its own
-background task (so delivery is unordered and a slow endpoint never holds up
-another) and makes attempts until one gets a 2xx answer:
+(below: Cardco's), and only if that dialect notifies it at all (Adyen sends
+nothing for pending states). One *delivery* is one event — or, for a dialect
+that batches (Adyen; ``POST /_sandbox/webhooks/batch``), several events in one
+body — going to one endpoint URL. Each runs in its own background task (so
+delivery is unordered and a slow endpoint never holds up another) and makes
+attempts until one gets an answer the dialect accepts (Cardco, Stripe: any
+2xx; Adyen: 2xx with the body exactly ``[accepted]``):
 
 - the body is the event's JSON (orjson) exactly as recorded, the same bytes on
   every attempt;
@@ -83,11 +87,16 @@ def attempt_offsets() -> list[float]:
 
 @dataclass(frozen=True)
 class EventPlan:
-    """What every delivery of one event sends."""
+    """What every delivery of one event (or one batch of events) sends."""
 
-    event: Event
+    event: Event  # the event, or a batch's first one (the delivery log names it)
     account: SandboxAccount  # whose secret signs it
     unstable_ids: bool = False
+    batch: tuple[Event, ...] = ()  # a batch delivery's events, in body order
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        return self.batch or (self.event,)
 
 
 @dataclass
@@ -153,7 +162,7 @@ class WebhookSender:
     def on_event(self, event: Event) -> None:
         """The emitter's listener: deliver ``event`` to every endpoint of its dialect."""
         urls = self.endpoints_for(event.dialect)
-        if self._closed or not urls:
+        if self._closed or not urls or not dialect_named(event.dialect).notifies(event):
             return
         ctx = FaultContext(event.account, "webhook", event.reference, event.dialect)
         unstable = self._faults.take(ctx, _UNSTABLE) is not None
@@ -174,7 +183,7 @@ class WebhookSender:
     def redeliver(self, event: Event) -> list[str]:
         """One more delivery of ``event`` (same bytes, same id mode) to every endpoint
         of its dialect."""
-        if self._closed:
+        if self._closed or not dialect_named(event.dialect).notifies(event):
             return []
         plan = self._plans.get(event.id) or self._plan(event, unstable_ids=False)
         if plan is None:
@@ -182,6 +191,29 @@ class WebhookSender:
         self._plans[event.id] = plan
         return [self._start(plan, url, "redeliver")
                 for url in self.endpoints_for(event.dialect)]
+
+    def batch(self, events: list[Event]) -> list[str]:
+        """One delivery of ``events`` together, in that order (a dialect that batches,
+        one account) to every endpoint of their dialect: ``kind: redeliver``, its
+        own retries; the events a dialect does not notify are left out.
+
+        Raises ValueError when the dialect does not batch or the events mix
+        dialects, accounts or environments.
+        """
+        first = events[0]
+        dialect = dialect_named(first.dialect)
+        if not dialect.batches:
+            raise ValueError(f"the {first.dialect} dialect does not batch notifications")
+        if any((e.dialect, e.account, e.environment)
+               != (first.dialect, first.account, first.environment) for e in events):
+            raise ValueError("a batch holds events of one dialect, account and environment")
+        notified = tuple(e for e in events if dialect.notifies(e))
+        plan = self._plan(notified[0], unstable_ids=False) if notified else None
+        if self._closed or plan is None:
+            return []
+        plan = EventPlan(plan.event, plan.account, batch=notified)
+        return [self._start(plan, url, "redeliver")
+                for url in self.endpoints_for(first.dialect)]
 
     def _plan(self, event: Event, *, unstable_ids: bool) -> EventPlan | None:
         account = self._settings.account_for(event.account, event.environment)
@@ -237,13 +269,16 @@ class WebhookSender:
             "sequence": event.sequence, "url": delivery.url, "attempt": attempt,
             "time": time.time(), "status": None, "error": None, "result": "in_flight",
         }
+        if delivery.plan.batch:
+            entry["batch"] = [e.id for e in delivery.plan.batch]
         self._log.append(entry)
         return entry
 
     async def _send(self, delivery: Delivery, entry: dict[str, Any]) -> bool:
         plan = delivery.plan
-        message = dialect_named(plan.event.dialect).webhook_message(
-            plan.event, plan.account, message_id=entry["webhook_id"],
+        dialect = dialect_named(plan.event.dialect)
+        message = dialect.webhook_message(
+            plan.events, plan.account, message_id=entry["webhook_id"],
             unstable=plan.unstable_ids, timestamp=int(entry["time"]))
         timeout_s = self._settings.webhook_timeout_s
         try:
@@ -257,4 +292,8 @@ class WebhookSender:
             entry["error"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             return False
         entry["status"] = response.status_code
-        return 200 <= response.status_code < 300
+        if dialect.accepted(response.status_code, response.content):
+            return True
+        if 200 <= response.status_code < 300:  # a 2xx the dialect does not count
+            entry["error"] = "answer not accepted by the dialect's rule"
+        return False

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from starlette.responses import Response
@@ -87,14 +87,28 @@ def internal() -> ApiError:
                     "An internal error occurred; the payment may or may not exist.")
 
 
+class ErrorAnswer(Protocol):
+    """An error a dialect answers: :class:`ApiError`, or a dialect's own (Adyen's)."""
+
+    def response(self) -> Response: ...
+
+
+def replayed_header(response: Response) -> bool:
+    """Cardco and Stripe mark a replayed stored answer ``Idempotent-Replayed``."""
+    return "idempotent-replayed" in response.headers
+
+
 @dataclass(frozen=True)
 class FaultAnswers:
     """The errors a dialect answers for the sandbox's own conditions (faults,
-    rate limit): the same condition, in each provider's documented shape."""
+    rate limit): the same condition, in each provider's documented shape; and
+    how to tell its replayed answers (the capture log's ``replayed``)."""
 
-    not_processed: Callable[[], ApiError]
-    rate_limited: Callable[[int], ApiError]
-    internal: Callable[[], ApiError]
+    not_processed: Callable[[], ErrorAnswer]
+    rate_limited: Callable[[int], ErrorAnswer]  # the argument: Retry-After seconds
+    internal: Callable[[], ErrorAnswer]
+    # Adyen's wire does not mark replays: its dialect recognises its own.
+    replayed: Callable[[Response], bool] = replayed_header
 
 
 CARDCO_ANSWERS = FaultAnswers(not_processed, rate_limited, internal)

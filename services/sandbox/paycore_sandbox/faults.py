@@ -3,7 +3,7 @@
 A rule is ``{"fault", "match", "probability", "times", "delay_ms"}``. ``match``
 is ``{"reference": R}`` or ``{"any": true}``; as sandbox extensions it may also
 carry ``"account"``, ``"operation"`` (``create`` | ``lookup``) and ``"dialect"``
-(``cardco`` | ``stripe`` | ...: whose wire the request or payment speaks), and
+(``cardco`` | ``stripe`` | ``adyen``: whose wire the request or payment speaks), and
 every key given must match. A rule's ``times`` is consumed only when it fires, and
 an exhausted rule is removed.
 

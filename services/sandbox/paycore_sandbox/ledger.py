@@ -48,6 +48,8 @@ class Payment:
         return self.environment == "live"
 
     def visible_to(self, account: SandboxAccount, dialect: str = "cardco") -> bool:
+        # A payment is seen only through the wire that created it: a Cardco
+        # lookup never finds an Adyen or Stripe payment of the same account.
         return self.account == account.account and self.environment == account.environment \
             and self.dialect == dialect
 
@@ -93,9 +95,10 @@ class Ledger:
         return payment if payment is not None and payment.visible_to(account, dialect) \
             else None
 
-    def by_reference(self, account: SandboxAccount, reference: str) -> list[Payment]:
+    def by_reference(self, account: SandboxAccount, reference: str,
+                     dialect: str = "cardco") -> list[Payment]:
         return [p for p in self._payments.values()
-                if p.visible_to(account) and p.reference == reference]
+                if p.visible_to(account, dialect) and p.reference == reference]
 
     def visible(self, account: SandboxAccount, dialect: str) -> list[Payment]:
         """Every payment ``account`` created through ``dialect``, in creation order."""

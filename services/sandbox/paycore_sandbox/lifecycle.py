@@ -94,4 +94,4 @@ def refund(state: SandboxState, payment: Payment, amount: int | None) -> None:
     if amount <= 0 or amount > remaining:
         raise invalid_param("amount", f"amount must be between 1 and {remaining}.")
     payment.amount_refunded += amount
-    state.events.emit(payment, "payment.refunded")
+    state.events.emit(payment, "payment.refunded", amount=amount)

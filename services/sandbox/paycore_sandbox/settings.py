@@ -24,7 +24,7 @@ ENVIRONMENTS: tuple[Environment, ...] = ("test", "live")
 
 # The variables set fields of the config file, and override it; every field is
 # then validated as one, naming the field, wherever its value came from.
-SANDBOX = Group("`paycore serve sandbox`: the provider sandbox (Cardco, Stripe dialects)")
+SANDBOX = Group("`paycore serve sandbox`: the provider sandbox (Cardco, Stripe, Adyen dialects)")
 CONFIG_FILE = SANDBOX.declare(
     "PAYCORE_SANDBOX_CONFIG", FilePath(), None, "a JSON object of the `SandboxSettings` fields (below)")
 KEY_RETENTION = SANDBOX.declare(
@@ -33,7 +33,7 @@ KEY_RETENTION = SANDBOX.declare(
 WEBHOOK_URLS = SANDBOX.declare(
     "PAYCORE_SANDBOX_WEBHOOK_URLS", Items(Text(), drop_empty=True), (),
     "`webhook_endpoints`: absolute http(s) URLs webhook events are POSTed to; "
-    "`stripe=<url>` receives the Stripe dialect's events, a bare URL Cardco's")
+    "`stripe=<url>` / `adyen=<url>` receive that dialect's events, a bare URL Cardco's")
 STRIPE_SEARCH_LAG = SANDBOX.declare(
     "PAYCORE_SANDBOX_STRIPE_SEARCH_LAG_S", Number("", checked=False), 0.0,
     "`stripe_search_lag_s` (≥ 0): sandbox-clock seconds before a new PaymentIntent "
@@ -59,7 +59,7 @@ CONFIG_FILE_FIELDS = (
     FileField("hang_limit_s", "120", "real seconds a \"no response\" fault holds a request open (≥ 0)"),
     FileField("webhook_endpoints", "none",
               "absolute http(s) URLs webhook events are POSTed to: `<url>` for Cardco's, "
-              "`stripe=<url>` for the Stripe dialect's"),
+              "`stripe=<url>` / `adyen=<url>` for that dialect's"),
     FileField("stripe_search_lag_s", "0",
               "sandbox-clock seconds before a new PaymentIntent is searchable (≥ 0)"),
     FileField("webhook_time_scale", "1", "multiplies every retry delay and `webhook_delay` fault (> 0)"),
@@ -230,7 +230,7 @@ class SandboxSettings:
         if not isinstance(self.webhook_endpoints, list):
             raise ValueError("webhook_endpoints must be a list of URLs")
         for i, spec in enumerate(self.webhook_endpoints):
-            # `stripe=<url>` names the dialect; the URL after it is checked as any.
+            # `stripe=<url>`/`adyen=<url>` names the dialect; the URL after it is checked.
             url = parse_endpoint(spec).url if isinstance(spec, str) else spec
             problem = webhook_url_problem(url)
             if problem:

@@ -34,6 +34,8 @@ class Event:
     reference: str | None
     dialect: str = DEFAULT_DIALECT
     idempotency_key: str | None = None  # of the request that created the payment
+    # What this event moved, when it is not the payment's amount (a refund's amount).
+    amount: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The event body in its dialect (Cardco: the contract's event body)."""
@@ -51,8 +53,9 @@ class WebhookEmitter:
         self._by_id: dict[str, Event] = {}
         self._sequences: dict[str, int] = {}
 
-    def emit(self, payment: Payment, type_: str) -> Event:
-        """Record the core event ``type_`` (``payment.<status>``) about ``payment``."""
+    def emit(self, payment: Payment, type_: str, *, amount: int | None = None) -> Event:
+        """Record the core event ``type_`` (``payment.<status>``) about ``payment``;
+        ``amount``: what it moved when not the payment's amount (a refund's)."""
         sequence = self._sequences.get(payment.id, 0) + 1
         self._sequences[payment.id] = sequence
         wire_type, data = dialect_named(payment.dialect).render_event(payment, type_)
@@ -61,7 +64,7 @@ class WebhookEmitter:
                       livemode=payment.livemode, environment=payment.environment,
                       sequence=sequence, payment=data, payment_id=payment.id,
                       reference=payment.reference or None, dialect=payment.dialect,
-                      idempotency_key=payment.idempotency_key or None)
+                      idempotency_key=payment.idempotency_key or None, amount=amount)
         self._events.append(event)
         self._by_id[event.id] = event
         if self._listener is not None:

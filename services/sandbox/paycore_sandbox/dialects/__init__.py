@@ -14,8 +14,13 @@ provider's wire:
   lookups see it;
 - how a core event about one of its payments is rendered (type and data
   object, snapshotted when the event is emitted) and what its webhook body is;
-- how one webhook attempt is signed (headers), delivered by the shared
-  :mod:`paycore_sandbox.delivery` only to the endpoints of the same dialect.
+- which events it notifies at all (Adyen sends nothing for pending states),
+  how one webhook attempt carrying one event — or several, for a dialect that
+  ``batches`` (Adyen) — is rendered and signed, and which answer counts as
+  delivered (Cardco, Stripe: any 2xx; Adyen: 2xx with exactly ``[accepted]``);
+  the shared :mod:`paycore_sandbox.delivery` sends it, with its retries and
+  faults, only to the endpoints of the same dialect;
+- its dev credentials for an account (``GET /_sandbox/accounts``).
 
 A dialect is a module ``paycore_sandbox.dialects.<name>`` exposing ``DIALECT``,
 an object satisfying :class:`Dialect`; :data:`DIALECT_NAMES` lists the ones
@@ -39,7 +44,7 @@ if TYPE_CHECKING:
 
 DEFAULT_DIALECT = "cardco"
 # Every dialect this sandbox serves; a webhook endpoint names one of them.
-DIALECT_NAMES: tuple[str, ...] = ("cardco", "stripe")
+DIALECT_NAMES: tuple[str, ...] = ("cardco", "stripe", "adyen")
 
 
 @dataclass(frozen=True)
@@ -50,10 +55,18 @@ class WebhookMessage:
     headers: dict[str, str]
 
 
+def answered_2xx(status: int, body: bytes) -> bool:
+    """The usual acceptance rule: any 2xx answer counts as delivered."""
+    del body
+    return 200 <= status < 300
+
+
 class Dialect(Protocol):
     """What a dialect module's ``DIALECT`` provides."""
 
     name: str
+    # Whether several events may share one delivery (``POST /_sandbox/webhooks/batch``).
+    batches: bool
 
     def routes(self) -> Sequence[BaseRoute]:
         """The provider's API routes (mounted by :func:`paycore_sandbox.app.create_app`)."""
@@ -71,19 +84,33 @@ class Dialect(Protocol):
         """The event's webhook body as recorded (``GET /_sandbox/events`` shows it)."""
         ...
 
+    def credentials(self, account: SandboxAccount) -> dict[str, str]:
+        """What paycore needs to speak this dialect to ``account`` (dev credentials)."""
+        ...
+
+    def notifies(self, event: Event) -> bool:
+        """Whether the provider sends a webhook for ``event`` at all; decided before
+        any webhook fault, so an event nobody is sent never uses up a rule."""
+        ...
+
     def unstable_message_id(self) -> str:
         """A fresh per-attempt id for the ``webhook_unstable_ids`` fault."""
         ...
 
-    def webhook_message(self, event: Event, account: SandboxAccount, *, message_id: str,
-                        unstable: bool, timestamp: int) -> WebhookMessage:
-        """One attempt's body and signed headers.
+    def webhook_message(self, events: Sequence[Event], account: SandboxAccount, *,
+                        message_id: str, unstable: bool, timestamp: int) -> WebhookMessage:
+        """One attempt's body and signed headers for ``events``: one event, or
+        several (in body order) only when the dialect :attr:`batches`.
 
-        ``message_id`` is the event id, or under ``webhook_unstable_ids``
+        ``message_id`` is the (first) event's id, or under ``webhook_unstable_ids``
         (``unstable``) a fresh :meth:`unstable_message_id` per attempt;
         ``timestamp`` is real wall-clock seconds. A stable event's body must be
         the same bytes on every attempt.
         """
+        ...
+
+    def accepted(self, status: int, body: bytes) -> bool:
+        """Whether the receiver's answer counts as delivered (else it is retried)."""
         ...
 
 

@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Route
 
 from paycore.webhook_signatures import signed_headers
 from paycore_sandbox import api
-from paycore_sandbox.dialects import WebhookMessage
+from paycore_sandbox.dialects import WebhookMessage, answered_2xx
 from paycore_sandbox.ledger import Payment
 from paycore_sandbox.settings import SandboxAccount
 from paycore_sandbox.webhooks import Event
@@ -24,6 +24,7 @@ from paycore_sandbox.webhooks import Event
 
 class CardcoDialect:
     name = "cardco"
+    batches = False
 
     def routes(self) -> Sequence[BaseRoute]:
         return [
@@ -43,17 +44,27 @@ class CardcoDialect:
                 "account": event.account, "livemode": event.livemode,
                 "sequence": event.sequence, "data": {"object": dict(event.payment)}}
 
+    def credentials(self, account: SandboxAccount) -> dict[str, str]:
+        return {"api_key": account.api_key, "webhook_secret": account.webhook_secret}
+
+    def notifies(self, event: Event) -> bool:
+        return True
+
     def unstable_message_id(self) -> str:
         return "msg_" + secrets.token_hex(12)
 
-    def webhook_message(self, event: Event, account: SandboxAccount, *, message_id: str,
-                        unstable: bool, timestamp: int) -> WebhookMessage:
+    def webhook_message(self, events: Sequence[Event], account: SandboxAccount, *,
+                        message_id: str, unstable: bool, timestamp: int) -> WebhookMessage:
+        [event] = events  # one event per delivery: the dialect does not batch
         body = self.event_json(event)
         if unstable:
             body["id"] = None  # the receiver has only the per-attempt webhook-id
         raw = orjson.dumps(body)
         return WebhookMessage(raw, signed_headers(account.webhook_secret, message_id,
                                                   timestamp, raw))
+
+    def accepted(self, status: int, body: bytes) -> bool:
+        return answered_2xx(status, body)
 
 
 DIALECT = CardcoDialect()

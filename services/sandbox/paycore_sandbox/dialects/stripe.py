@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 from starlette.routing import BaseRoute, Route
 
-from paycore_sandbox.dialects import WebhookMessage
+from paycore_sandbox.dialects import WebhookMessage, answered_2xx
 from paycore_sandbox.dialects import stripe_api as handlers
 from paycore_sandbox.dialects import stripe_wire as wire
 from paycore_sandbox.ledger import Payment
@@ -27,6 +27,7 @@ from paycore_sandbox.webhooks import Event
 
 class StripeDialect:
     name = wire.NAME
+    batches = False
 
     def routes(self) -> Sequence[BaseRoute]:
         return [
@@ -49,11 +50,18 @@ class StripeDialect:
                 "request": {"id": None, "idempotency_key": event.idempotency_key},
                 "type": event.type}
 
+    def credentials(self, account: SandboxAccount) -> dict[str, str]:
+        return {"api_key": account.api_key, "webhook_secret": account.webhook_secret}
+
+    def notifies(self, event: Event) -> bool:
+        return True
+
     def unstable_message_id(self) -> str:
         return "evt_" + secrets.token_hex(12)
 
-    def webhook_message(self, event: Event, account: SandboxAccount, *, message_id: str,
-                        unstable: bool, timestamp: int) -> WebhookMessage:
+    def webhook_message(self, events: Sequence[Event], account: SandboxAccount, *,
+                        message_id: str, unstable: bool, timestamp: int) -> WebhookMessage:
+        [event] = events  # one event per delivery: the dialect does not batch
         body = self.event_json(event)
         if unstable:
             body["id"] = message_id  # a fresh evt_ per attempt: nothing to deduplicate on
@@ -63,6 +71,9 @@ class StripeDialect:
             "Content-Type": "application/json; charset=utf-8",
             "User-Agent": wire.WEBHOOK_USER_AGENT,
         })
+
+    def accepted(self, status: int, body: bytes) -> bool:
+        return answered_2xx(status, body)
 
 
 DIALECT = StripeDialect()
