@@ -50,6 +50,7 @@ REC_NOT_STARTED = "tests/matrix/test_recovery_not_started.py"
 REC_CLAIMS = "tests/matrix/test_recovery_claims.py"
 REC_INTENTS = "tests/matrix/test_recovery_send_intents.py"
 REC_ESCALATIONS = "tests/matrix/test_recovery_escalations.py"
+REC_SEARCH_LAG = "tests/matrix/test_recovery_search_lag.py"
 INTENT = "tests/matrix/test_send_intent.py"
 NOTE = "tests/matrix/test_notification_matrix.py"
 CLIENT = "tests/unit/test_cardco_client.py"
@@ -196,6 +197,21 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            # Past the safe cutoff",
         t(REC, "test_resend_after_the_key_window_never_happens_escalates_and_later_evidence_still_resolves"),
         "past the key window nothing is resent, and a person is told",
+    ),
+    Mutation(
+        "search-lag-inconclusive-miss", LOOP,
+        'if inconclusive_until is not None and lookup.kind == "not_found":',
+        'if False and inconclusive_until is not None and lookup.kind == "not_found":',
+        t(REC_SEARCH_LAG, "test_a_search_miss_inside_the_lag_concludes_nothing_and_the_next_look_finds_the_payment",
+          "test_a_search_miss_inside_the_lag_does_not_escalate_a_failing_resend_condition"),
+        "a search miss inside the lag after the last send concludes nothing: no resend, no not-found escalation",
+    ),
+    Mutation(
+        "search-lag-from-last-send", LOOP,
+        "sent_at = began or attempt.first_sent_at or attempt.created_at",
+        "sent_at = attempt.first_sent_at or began or attempt.created_at",
+        t(REC_SEARCH_LAG, "test_the_lag_counts_from_the_last_send_not_the_first"),
+        "the search lag runs from the attempt's last send (a resend's payment may be unindexed too)",
     ),
     Mutation(
         "final-check-lease", LOOP,

@@ -472,6 +472,35 @@ async def test_lookup_stale_hides_an_intent_from_search_and_retrieve(
     assert len((await search(client, reference)).json()["data"]) == 1
 
 
+
+async def test_search_stale_hides_an_intent_from_search_only_once(
+        client: httpx.AsyncClient) -> None:
+    reference = new_reference()
+    intent = (await create_intent(client, intent_form(reference))).json()
+    await add_faults(client, {"fault": "search_stale", "match": {"reference": reference,
+                                                                 "dialect": "cardco"}})
+    assert len((await search(client, reference)).json()["data"]) == 1  # Cardco's rule only
+    await client.delete("/_sandbox/faults")
+    await add_faults(client, {"fault": "search_stale", "times": 1,
+                              "match": {"reference": reference, "dialect": "stripe"}})
+
+    async def rules() -> list[Any]:
+        return [(r["fault"], r["times"])
+                for r in (await client.get("/_sandbox/faults")).json()["rules"]]
+
+    # Retrieve by id is consistent and does not use the rule up.
+    assert (await retrieve(client, intent["id"])).status_code == 200
+    assert await rules() == [("search_stale", 1)]
+    # Search: byte for byte the answer for a reference nothing carries.
+    hidden = await search(client, reference)
+    missing = await search(client, new_reference())
+    assert (hidden.status_code, hidden.content) == (missing.status_code, missing.content)
+    assert hidden.json()["data"] == []
+    assert await rules() == []
+    assert [i["id"] for i in (await search(client, reference)).json()["data"]] == \
+        [intent["id"]]
+
+
 # -- webhooks --------------------------------------------------------------------------------
 
 @dataclass

@@ -28,7 +28,12 @@ from paycore_sandbox.errors import (
     not_found,
     unauthorized,
 )
-from paycore_sandbox.faults import EXECUTION_FAULTS, STALE_LOOKUP_FAULTS, FaultContext
+from paycore_sandbox.faults import (
+    EXECUTION_FAULTS,
+    STALE_LOOKUP_FAULTS,
+    STALE_SEARCH_FAULTS,
+    FaultContext,
+)
 from paycore_sandbox.idempotency import (
     Claim,
     KeyRecord,
@@ -200,6 +205,12 @@ def _stale(state: SandboxState, account: SandboxAccount, payment: Payment) -> bo
     return state.faults.take(ctx, STALE_LOOKUP_FAULTS) is not None
 
 
+def _unindexed(state: SandboxState, account: SandboxAccount, payment: Payment) -> bool:
+    """Whether a ``search_stale`` rule hides this existing payment from a lookup by reference."""
+    ctx = FaultContext(account.account, "lookup", payment.reference)
+    return state.faults.take(ctx, STALE_SEARCH_FAULTS) is not None
+
+
 async def list_payments(request: Request) -> Response:
     arrival = await arrive(request)
     if arrival.account is None:
@@ -213,7 +224,8 @@ async def list_payments(request: Request) -> Response:
             return invalid_param("reference", "The reference query parameter is required."
                                  ).response()
         found = state.ledger.by_reference(account, reference)
-        return JSONResponse({"data": [p.to_public() for p in found]})
+        indexed = [p for p in found if not _unindexed(state, account, p)]
+        return JSONResponse({"data": [p.to_public() for p in indexed]})
 
     return await rate_limited_lookup(request, arrival, ctx, answer)
 

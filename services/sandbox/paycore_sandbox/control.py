@@ -13,8 +13,9 @@ order, Authorization reduced to ``sk_test``/``sk_live``) and
 Beyond the contract's faults, ``POST /_sandbox/faults`` also accepts the
 ``account``/``operation`` match keys and the ``lookup_stale`` fault (a by-id
 lookup of an existing payment answers 404 as if it did not exist, as a lagging
-read replica would; by-reference lookups are unaffected); see
-:mod:`paycore_sandbox.faults`.
+read replica would; by-reference lookups are unaffected) and the ``search_stale``
+fault (a by-reference lookup leaves the payment out, as a search index that has
+not caught up would; by-id lookups are unaffected); see :mod:`paycore_sandbox.faults`.
 
 Webhook delivery (sandbox extensions): ``GET|POST|DELETE /_sandbox/webhooks/endpoints``
 (``GET``: every endpoint, as ``url`` for Cardco and ``<dialect>=<url>`` else;

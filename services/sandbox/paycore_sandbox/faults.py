@@ -26,9 +26,17 @@ rule matches on the payment's own reference and account (operation ``lookup``).
 Lookups by reference (``GET /v1/payments?reference=``) never consult it: they
 always see every payment.
 
+Sandbox extension beyond the contract: ``search_stale`` (a search index that has
+not caught up, as Stripe's Search may lag for a minute or more). A lookup by
+reference leaves out the existing payments a rule matches (on the payment's own
+reference and account, operation ``lookup``), answering ``{"data": []}`` when it
+hides them all: byte for byte a real miss. Consulted at execution time like
+``lookup_stale``, and a use of ``times`` is consumed only when a payment was
+hidden. Lookups by id never consult it.
+
 One arrival/response fault is chosen per request (the first matching rule that
-fires); ``error_500_after`` and ``lookup_stale`` are chosen separately at
-execution time.
+fires); ``error_500_after``, ``lookup_stale`` and ``search_stale`` are chosen
+separately at execution time.
 
 Webhook faults (``webhook_*``) are consulted by :mod:`paycore_sandbox.delivery`
 once per emitted event (matching ``reference``/``account`` of the payment,
@@ -54,7 +62,8 @@ TRANSPORT_FAULTS = frozenset({
 })
 EXECUTION_FAULTS = frozenset({"error_500_after"})
 STALE_LOOKUP_FAULTS = frozenset({"lookup_stale"})  # by-id lookups only; see the module docstring
-REQUEST_FAULTS = TRANSPORT_FAULTS | EXECUTION_FAULTS | STALE_LOOKUP_FAULTS
+STALE_SEARCH_FAULTS = frozenset({"search_stale"})  # by-reference lookups only; see the module docstring
+REQUEST_FAULTS = TRANSPORT_FAULTS | EXECUTION_FAULTS | STALE_LOOKUP_FAULTS | STALE_SEARCH_FAULTS
 WEBHOOK_FAULTS = frozenset({
     "webhook_duplicate", "webhook_delay", "webhook_drop_first", "webhook_unstable_ids",
 })

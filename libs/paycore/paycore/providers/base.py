@@ -326,6 +326,12 @@ class Provider(NotificationFormat, Protocol):
     @property
     def capabilities(self) -> Capabilities: ...
 
+    def capabilities_of(self, provider_account: str) -> Capabilities:
+        """What the core may rely on for ``provider_account``'s calls (the recovery loop reads how
+        far a miss by reference can be trusted from here). A provider serving one kind of account
+        answers its :attr:`capabilities`; a router answers for the account's provider."""
+        ...
+
     def build_request_body(self, *, amount_minor: int, currency: str, payment_method: str, reference: str,
                            description: str | None = None) -> str:
         """The create request's body, serialized once to be stored on the attempt.

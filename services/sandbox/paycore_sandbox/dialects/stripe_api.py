@@ -14,7 +14,8 @@ whose parameters fail validation, or that meets the key still executing (409
 
 Lookups: by id is consistent; search sees an intent only ``stripe_search_lag_s``
 (sandbox clock) after its creation. ``lookup_stale`` rules hide a matching
-intent from both, as a lagging read would.
+intent from both, as a lagging read would; ``search_stale`` rules from search
+only, as an index that has not caught up would (one use per hidden intent).
 """
 
 from __future__ import annotations
@@ -34,7 +35,12 @@ from starlette.responses import Response
 from paycore_sandbox import api, lifecycle
 from paycore_sandbox.dialects import stripe_wire as wire
 from paycore_sandbox.errors import ApiError, JSONResponse
-from paycore_sandbox.faults import EXECUTION_FAULTS, STALE_LOOKUP_FAULTS, FaultContext
+from paycore_sandbox.faults import (
+    EXECUTION_FAULTS,
+    STALE_LOOKUP_FAULTS,
+    STALE_SEARCH_FAULTS,
+    FaultContext,
+)
 from paycore_sandbox.idempotency import Claim, KeyRecord, StoredResponse, fingerprint
 from paycore_sandbox.ledger import Payment
 from paycore_sandbox.settings import SandboxAccount, SandboxSettings
@@ -267,9 +273,17 @@ def _metadata(raw: Any) -> dict[str, str]:
 
 # -- lookups --------------------------------------------------------------------------
 
-def _stale(state: SandboxState, account: SandboxAccount, payment: Payment) -> bool:
+def _stale(state: SandboxState, account: SandboxAccount, payment: Payment,
+           faults: frozenset[str] = STALE_LOOKUP_FAULTS) -> bool:
+    """Whether a rule of ``faults`` hides this existing intent from this lookup."""
     ctx = FaultContext(account.account, "lookup", payment.reference or None, wire.NAME)
-    return state.faults.take(ctx, STALE_LOOKUP_FAULTS) is not None
+    return state.faults.take(ctx, faults) is not None
+
+
+def _unindexed(state: SandboxState, account: SandboxAccount, payment: Payment) -> bool:
+    """Hidden from search: a lagging read (``lookup_stale``) or index (``search_stale``)."""
+    return _stale(state, account, payment) \
+        or _stale(state, account, payment, STALE_SEARCH_FAULTS)
 
 
 async def retrieve_intent(request: Request) -> Response:
@@ -336,7 +350,7 @@ def _search(sandbox: Sandbox, state: SandboxState, account: SandboxAccount,
     hits = [p for p in reversed(state.ledger.visible(account, wire.NAME))
             if p.dialect_data.get("searchable_at", 0.0) <= now
             and wire.matches(wire.render_intent(p), clauses)]
-    hits = [p for p in hits if not _stale(state, account, p)]
+    hits = [p for p in hits if not _unindexed(state, account, p)]
     limit = int(limit_raw)
     window = hits[offset:offset + limit]
     more = offset + limit < len(hits)

@@ -169,6 +169,10 @@ class CardcoClient(events.CardcoEvents):
     def capabilities(self) -> Capabilities:
         return CAPABILITIES
 
+    def capabilities_of(self, provider_account: str) -> Capabilities:
+        """Every Cardco account has Cardco's contract: :data:`CAPABILITIES`."""
+        return CAPABILITIES
+
     def build_request_body(self, *, amount_minor: int, currency: str, payment_method: str, reference: str,
                            description: str | None = None) -> str:
         """:func:`paycore.providers.cardco.request.build_request_body`."""
