@@ -23,8 +23,9 @@ answers. It is consulted at execution time, after the rate limit and
 ``error_500_after``, and only when the payment exists (a miss is a miss
 already), so a use of ``times`` is consumed only when a payment was hidden. The
 rule matches on the payment's own reference and account (operation ``lookup``).
-Lookups by reference (``GET /v1/payments?reference=``) never consult it: they
-always see every payment.
+Cardco's lookups by reference (``GET /v1/payments?reference=``) never consult
+it: they always see every payment. The Stripe dialect applies it to
+``GET /v1/payment_intents/{id}`` and to its Search alike.
 
 Sandbox extension beyond the contract: ``search_stale`` (a search index that has
 not caught up, as Stripe's Search may lag for a minute or more). A lookup by
@@ -32,7 +33,8 @@ reference leaves out the existing payments a rule matches (on the payment's own
 reference and account, operation ``lookup``), answering ``{"data": []}`` when it
 hides them all: byte for byte a real miss. Consulted at execution time like
 ``lookup_stale``, and a use of ``times`` is consumed only when a payment was
-hidden. Lookups by id never consult it.
+hidden. Lookups by id never consult it. The Stripe dialect's Search
+(``GET /v1/payment_intents/search``) honours it the same way.
 
 One arrival/response fault is chosen per request (the first matching rule that
 fires); ``error_500_after``, ``lookup_stale`` and ``search_stale`` are chosen
