@@ -1,0 +1,312 @@
+"""The same black-box flows for Cardco, Stripe and Adyen, against the sandbox's dialects.
+
+Each test runs once per provider (``cardco``, ``stripe``, ``adyen``), with that provider
+alone configured through its own ``PAYCORE_<PROVIDER>_*`` settings: the sandbox, checkout
+and the webhook intake as real HTTP servers on free ports, real PostgreSQL, recovery
+workers on the fake clock (``tests/support/providers.py``). A test sees what a storefront,
+the provider and an operator see: checkout's answers, the sandbox's ledger (payments) and
+request capture (sends), the intake's answers and counters, and the database's history.
+
+Where a provider cannot do what a flow needs, the test says what replaces it and why:
+Adyen has no lookup (its notifications and a same-key resend are the evidence); Stripe's
+Search is eventually consistent (a miss proves nothing until the search lag is over).
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+import orjson
+import pytest
+
+from paycore_recovery.loop import Pass
+from tests.support.providers import PROVIDERS, ProviderStack, adyen_batch, running_provider_stack
+from tests.support.stack import eventually
+
+
+@pytest.fixture(params=PROVIDERS)
+async def flows(request: pytest.FixtureRequest, pool: asyncpg.Pool,
+                db_dsn: str) -> AsyncIterator[ProviderStack]:
+    async for s in running_provider_stack(request.param, pool, db_dsn):
+        yield s
+
+
+# What the storefront sees of a decline: the provider's own code (Cardco's decline code,
+# Stripe's decline_code, Adyen's refusalReasonCode).
+DECLINE_REASONS = {"cardco": "declined:card_declined", "stripe": "declined:generic_decline",
+                   "adyen": "declined:2"}
+# The customer's next step as each provider words it (Stripe without a return_url: card-only,
+# authenticated in Stripe.js; Cardco and Adyen redirect).
+ACTION_TYPES = {"cardco": "redirect_to_url", "stripe": "use_stripe_sdk", "adyen": "redirect"}
+# The provider's own word for "waiting for the customer" (checkout shows it as provider_status).
+ACTION_STATUSES = {"cardco": "requires_action", "stripe": "requires_action", "adyen": "RedirectShopper"}
+# escalation_deadline − first_sent_at: the provider's key retention minus the margin.
+KEY_WINDOW_S = {"cardco": 86_400 - 7_200, "stripe": 86_400 - 7_200, "adyen": 31 * 86_400 - 7_200}
+
+
+async def succeeded_event(flows: ProviderStack, payment_id: str) -> dict[str, Any]:
+    """The sandbox's success event for the payment, as the provider would send it."""
+    events = [e for e in await flows.sandbox.events_of(payment_id) if e["type"].endswith("succeeded")]
+    assert len(events) == 1, events
+    return events[0]
+
+
+async def wait_until(flows: ProviderStack, attempt_id: Any, state: str) -> None:
+    async def reached() -> bool:
+        row = await flows.pool.fetchrow("SELECT state FROM payment_attempts WHERE attempt_id = $1",
+                                        attempt_id)
+        return row is not None and row["state"] == state
+
+    await eventually(reached, what=f"attempt {state}")
+    await eventually(flows.deliveries_settled, what="the sandbox to finish delivering")
+
+
+# -- 1. the outcome mapping, as the storefront sees it --------------------------------------------
+
+
+async def test_a_payment_through_checkout_succeeds_with_one_payment_at_the_provider(
+    flows: ProviderStack,
+) -> None:
+    r = await flows.pay("visa")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (body["state"], body["next_action"]) == ("Succeeded", None)
+    [payment] = await flows.sandbox.ledger()
+    assert (payment["dialect"], payment["provider_account"]) == (flows.wire.name, flows.wire.provider_account)
+    attempt = await flows.pool.fetchrow("SELECT * FROM payment_attempts WHERE attempt_id = $1",
+                                        body["attempt_id"])
+    assert attempt["provider_payment_id"] == payment["id"]
+    assert payment["idempotency_key"] == str(attempt["idempotency_key"])
+    assert payment["reference"] == attempt["client_reference"]
+
+
+async def test_a_declined_payment_is_failed_with_the_providers_reason(flows: ProviderStack) -> None:
+    r = await flows.pay("decline")
+    assert r.status_code == 200, r.text
+    assert (r.json()["state"], r.json()["outcome_reason"]) == ("Failed", DECLINE_REASONS[flows.wire.name])
+    [payment] = await flows.sandbox.ledger()
+    assert payment["status"] == "declined"
+
+
+async def test_a_payment_needing_3ds_returns_the_customers_action_and_its_completion_arrives_by_webhook(
+    flows: ProviderStack,
+) -> None:
+    """Started with the provider's next action (200, never 202); once the customer authenticates,
+    the provider's notification resolves it (Adyen notifies nothing while the shopper acts)."""
+    await flows.subscribe()
+    r = await flows.pay("3ds")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (body["state"], body["provider_status"]) == ("Started", ACTION_STATUSES[flows.wire.name])
+    assert body["next_action"]["type"] == ACTION_TYPES[flows.wire.name]
+    status = await flows.shop.status(body["order_id"])
+    assert status.status_code == 200 and status.json()["next_action"] == body["next_action"]
+
+    [payment] = await flows.sandbox.ledger()
+    await flows.sandbox.complete_action(payment["id"])
+    await wait_until(flows, body["attempt_id"], "Succeeded")
+    assert len(await flows.sandbox.create_requests()) == 1  # resolved by the notification: nothing resent
+
+
+# -- 2. lost response → Unknown (202) → resolved exactly once -------------------------------------
+
+
+async def test_a_lost_response_is_unknown_then_resolved_once_by_the_providers_notification(
+    flows: ProviderStack,
+) -> None:
+    """The provider charged, its answer was lost: checkout says 202 Unknown. The payment's
+    success notification (redelivered by the sandbox once the intake is subscribed, as the
+    provider's retry schedule does) resolves it: one notification, one transition, one payment."""
+    attempt, r = await flows.unknown_via_checkout("lose_response")
+    assert r.headers["location"].endswith(f"/orders/{attempt.order_id}/payment/status")
+    [payment] = await flows.payments_for(attempt)
+
+    await flows.subscribe()
+    await flows.sandbox.redeliver((await succeeded_event(flows, payment["id"]))["id"])
+    await wait_until(flows, attempt.attempt_id, "Succeeded")
+
+    assert len(await flows.notifications(attempt)) == 1
+    assert await flows.transitions_to(attempt, "Succeeded") == 1
+    assert [p["id"] for p in await flows.payments_for(attempt)] == [payment["id"]]
+    assert len(await flows.sends_for(attempt)) == 1
+    assert (await flows.current(attempt)).provider_payment_id == payment["id"]
+    status = await flows.shop.status(attempt.order_id)
+    assert status.status_code == 200 and status.json()["state"] == "Succeeded"
+
+
+async def test_a_lost_response_is_unknown_then_resolved_once_by_recovery(flows: ProviderStack) -> None:
+    """Cardco and Stripe: recovery's lookup finds the payment and nothing is resent (Stripe's
+    Search misses a new intent for a while: that miss concludes nothing, and the look after the
+    search lag finds it). Adyen has no lookup: recovery's same-key resend is answered from the stored key
+    (the first answer replayed, the same pspReference), so it cannot charge twice."""
+    attempt, _ = await flows.unknown_via_checkout("lose_response")
+    [payment] = await flows.payments_for(attempt)
+
+    passes = await flows.recover(attempt, flows.worker())
+
+    assert await flows.state(attempt) == "Succeeded"
+    assert [p["id"] for p in await flows.payments_for(attempt)] == [payment["id"]]
+    assert (await flows.current(attempt)).provider_payment_id == payment["id"]
+    sends = await flows.sends_for(attempt)
+    if flows.wire.name == "stripe":  # the first look is inside the index's lag, the next after it
+        assert passes == [Pass.INCONCLUSIVE, Pass.RESOLVED]
+        assert len(sends) == 1
+    elif flows.wire.name == "cardco":
+        assert passes == [Pass.RESOLVED]
+        assert len(sends) == 1
+    else:
+        assert passes == [Pass.RESENT]
+        assert len(sends) == 2 and sends[1]["replayed"] is True
+        assert sends[0]["headers"]["idempotency-key"] == sends[1]["headers"]["idempotency-key"]
+    status = await flows.shop.status(attempt.order_id)
+    assert status.status_code == 200 and status.json()["state"] == "Succeeded"
+
+
+# -- 3. the request never arrived → same-key resend inside the window -----------------------------
+
+
+async def test_a_request_that_never_arrived_is_resent_under_its_key_and_makes_exactly_one_payment(
+    flows: ProviderStack,
+) -> None:
+    """Cardco: the reference lookup says "not found" and recovery resends at once. Adyen: no
+    lookup, so "not found" is all recovery can know and it resends at once (the key makes a
+    late original harmless). Stripe: a Search miss proves nothing within the search lag after
+    the last send, so nothing is resent inside it; once it is over, the miss counts and the
+    resend goes out under the same key."""
+    attempt, _ = await flows.unknown_via_checkout("drop_request")
+    assert await flows.payments_for(attempt) == []
+    worker = flows.worker()
+
+    if flows.wire.name == "stripe":
+        await flows.make_due(attempt)
+        assert await worker.run_pass() == [Pass.INCONCLUSIVE]
+        conclusive = (await flows.current(attempt)).next_check_at
+        assert conclusive is not None
+        sent = (await flows.current(attempt)).first_sent_at
+        assert sent is not None
+        assert conclusive - sent >= timedelta(seconds=flows.recovery.search_lag_s)
+        await flows.advance((conclusive - flows.clock.now()).total_seconds() - 1)
+        assert await worker.run_pass() == []  # still inside the lag: not even due
+        assert len(await flows.sends_for(attempt)) == 1
+
+    await flows.make_due(attempt)
+    assert await worker.run_pass() == [Pass.RESENT]
+    assert await flows.state(attempt) == "Succeeded"
+    payments = await flows.payments_for(attempt)
+    assert len(payments) == 1 and payments[0]["idempotency_key"] == str(attempt.idempotency_key)
+    sends = await flows.sends_for(attempt)
+    assert len(sends) == 2 and sends[0]["body"] == sends[1]["body"] == attempt.request_body
+    keys = {q["headers"]["idempotency-key"].strip('"') for q in sends}  # Cardco sends it quoted
+    assert keys == {str(attempt.idempotency_key)}
+
+
+# -- 4. past the key window: escalate, send nothing -----------------------------------------------
+
+
+async def test_past_the_key_window_recovery_escalates_the_deadline_and_sends_nothing(
+    flows: ProviderStack,
+) -> None:
+    """The deadline is the first send + the provider's key retention − the margin (Adyen keeps
+    keys 31 days, Cardco and Stripe 24 h). Past it, recovery may still look (Cardco, Stripe)
+    but never resends; for Adyen nothing at all reaches the provider."""
+    attempt, _ = await flows.unknown_via_checkout("drop_request")
+    assert attempt.escalation_deadline is not None and attempt.first_sent_at is not None
+    window = (attempt.escalation_deadline - attempt.first_sent_at).total_seconds()
+    assert window == KEY_WINDOW_S[flows.wire.name]
+    captured_before = len(await flows.sandbox.requests())
+
+    await flows.advance((attempt.escalation_deadline - flows.clock.now()).total_seconds() + 1)
+    assert await flows.worker().run_pass() == [Pass.ESCALATED]
+
+    assert await flows.open_escalations() == [f"attempt:{attempt.attempt_id}:deadline"]
+    assert await flows.state(attempt) == "Unknown"
+    assert len(await flows.sends_for(attempt)) == 1  # only the first, dropped send
+    assert await flows.payments_for(attempt) == []
+    later = (await flows.sandbox.requests())[captured_before:]
+    assert all(q["method"] == "GET" for q in later), later  # lookups at most
+    if not flows.wire.lookups:
+        assert later == []
+
+
+# -- 5. duplicate and forged webhooks -------------------------------------------------------------
+
+
+async def test_a_duplicate_webhook_is_recorded_once_and_answered_duplicate(flows: ProviderStack) -> None:
+    await flows.subscribe()
+    r = await flows.pay("visa")
+    assert r.json()["state"] == "Succeeded"
+    attempt_id = r.json()["attempt_id"]
+
+    async def recorded() -> bool:
+        return bool(await flows.pool.fetchval(
+            "SELECT count(*) FROM payment_attempt_events WHERE kind = 'notification' AND attempt_id = $1",
+            attempt_id))
+
+    await eventually(recorded, what="the notification to be recorded")
+    await eventually(flows.deliveries_settled, what="the first delivery")
+    [delivery] = await flows.sandbox.deliveries()
+    before = await flows.stored_rows()
+
+    await flows.sandbox.redeliver(delivery["event_id"])  # the provider sends the same event again
+    await eventually(flows.deliveries_settled, what="the redelivery")
+
+    deliveries = await flows.sandbox.deliveries(event=delivery["event_id"])
+    assert [d["result"] for d in deliveries] == ["succeeded", "succeeded"]  # acknowledged both times
+    assert await flows.delivered_count("duplicate") == 1
+    assert len(await flows.notifications()) == 1
+    assert await flows.stored_rows() == before
+
+
+async def forgeries(flows: ProviderStack,
+                    event: dict[str, Any]) -> list[tuple[bytes, dict[str, str], int]]:
+    """The sandbox's event, signed with wrong credentials in each way the provider
+    authenticates, with the status the intake must answer."""
+    at = flows.now_s()
+    wrong_secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    name = flows.wire.name
+    if name == "cardco":
+        body = orjson.dumps({k: v for k, v in event.items() if k != "notificationItem"})
+        return [(body, flows.signer.cardco(body, secret=wrong_secret, at=at), 401)]
+    if name == "stripe":
+        body = orjson.dumps(event)
+        return [(body, flows.signer.stripe(body, secret=wrong_secret, at=at), 401)]
+    item = event["notificationItem"]
+    wrong_key = secrets.token_hex(32).upper()
+    genuine = adyen_batch(flows.signer.adyen_item(item))
+    return [
+        (adyen_batch(flows.signer.adyen_item(item, hmac_key=wrong_key)), flows.signer.adyen_auth(), 401),
+        (genuine, flows.signer.adyen_auth(password="adyen_" + secrets.token_hex(12)), 401),
+        (genuine, {"Content-Type": "application/json"}, 400),  # no basic auth at all
+    ]
+
+
+async def test_a_forged_webhook_is_refused_and_nothing_is_stored(flows: ProviderStack) -> None:
+    """A real success event for a pending 3-D Secure payment, signed with the wrong secret
+    (Cardco, Stripe) or the wrong HMAC key or basic-auth password (Adyen, which authenticates
+    both): refused, nothing stored, the attempt untouched. The same event delivered by the
+    provider then resolves it, so only the credentials made the difference."""
+    r = await flows.pay("3ds")
+    assert r.json()["state"] == "Started"
+    attempt_id = r.json()["attempt_id"]
+    [payment] = await flows.sandbox.ledger()
+    await flows.sandbox.complete_action(payment["id"])  # no endpoint yet: nothing delivered
+    event = await succeeded_event(flows, payment["id"])
+    before = await flows.stored_rows()
+
+    for body, headers, status in await forgeries(flows, event):
+        forged = await flows.intake.post(f"/webhooks/{flows.wire.name}", content=body, headers=headers)
+        assert forged.status_code == status, forged.text
+        assert forged.headers["content-type"] == "application/problem+json"
+    assert await flows.stored_rows() == before
+    assert await flows.delivered_count("rejected-signature") == len(await forgeries(flows, event))
+    row = await flows.pool.fetchrow("SELECT state FROM payment_attempts WHERE attempt_id = $1", attempt_id)
+    assert row["state"] == "Started"
+
+    await flows.subscribe()
+    await flows.sandbox.redeliver(event["id"])
+    await wait_until(flows, attempt_id, "Succeeded")
