@@ -19,11 +19,13 @@ import secrets
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
+from uuid import UUID
 
 import asyncpg
 import orjson
 import pytest
 
+from paycore.attempts import get_attempt
 from paycore_recovery.loop import Pass
 from tests.support.providers import PROVIDERS, ProviderStack, adyen_batch, running_provider_stack
 from tests.support.stack import eventually
@@ -45,6 +47,11 @@ DECLINE_REASONS = {"cardco": "declined:card_declined", "stripe": "declined:gener
 ACTION_TYPES = {"cardco": "redirect_to_url", "stripe": "use_stripe_sdk", "adyen": "redirect"}
 # The provider's own word for "waiting for the customer" (checkout shows it as provider_status).
 ACTION_STATUSES = {"cardco": "requires_action", "stripe": "requires_action", "adyen": "RedirectShopper"}
+# How recovery resolves a payment the provider made but whose answer checkout never had:
+# Cardco's lookup finds it; Stripe's Search misses a new intent inside its lag (concluding
+# nothing), then finds it; Adyen cannot be asked, so the same-key resend gets the key's answer.
+RECOVERY_PASSES = {"cardco": [Pass.RESOLVED], "stripe": [Pass.INCONCLUSIVE, Pass.RESOLVED],
+                   "adyen": [Pass.RESENT]}
 # escalation_deadline − first_sent_at: the provider's key retention minus the margin.
 KEY_WINDOW_S = {"cardco": 86_400 - 7_200, "stripe": 86_400 - 7_200, "adyen": 31 * 86_400 - 7_200}
 
@@ -152,19 +159,37 @@ async def test_a_lost_response_is_unknown_then_resolved_once_by_recovery(flows: 
     assert await flows.state(attempt) == "Succeeded"
     assert [p["id"] for p in await flows.payments_for(attempt)] == [payment["id"]]
     assert (await flows.current(attempt)).provider_payment_id == payment["id"]
+    assert passes == RECOVERY_PASSES[flows.wire.name]
     sends = await flows.sends_for(attempt)
-    if flows.wire.name == "stripe":  # the first look is inside the index's lag, the next after it
-        assert passes == [Pass.INCONCLUSIVE, Pass.RESOLVED]
-        assert len(sends) == 1
-    elif flows.wire.name == "cardco":
-        assert passes == [Pass.RESOLVED]
+    if flows.wire.lookups:
         assert len(sends) == 1
     else:
-        assert passes == [Pass.RESENT]
         assert len(sends) == 2 and sends[1]["replayed"] is True
         assert sends[0]["headers"]["idempotency-key"] == sends[1]["headers"]["idempotency-key"]
     status = await flows.shop.status(attempt.order_id)
     assert status.status_code == 200 and status.json()["state"] == "Succeeded"
+
+
+async def test_a_server_error_after_the_provider_charged_is_unknown_and_resolved_once(
+    flows: ProviderStack,
+) -> None:
+    """The provider charged, then answered 500: not a decline, so Unknown (202), never Failed.
+    Cardco and Stripe keep the 500 under the key (a resend would only replay it), so recovery's
+    lookup resolves it. Adyen has no lookup; its key keeps the real answer (a 500 without
+    ``Transient-Error``), so recovery's same-key resend gets the payment's own result."""
+    await flows.sandbox.fault("error_500_after", times=1, match={"operation": "create"})
+    r = await flows.pay("visa")
+    assert (r.status_code, r.json()["state"], r.json()["outcome_reason"]) == \
+        (202, "Unknown", "provider.http-500"), r.text
+    attempt = await get_attempt(flows.pool, UUID(r.json()["attempt_id"]))
+    [payment] = await flows.payments_for(attempt)
+
+    passes = await flows.recover(attempt, flows.worker())
+
+    assert await flows.state(attempt) == "Succeeded"
+    assert [p["id"] for p in await flows.payments_for(attempt)] == [payment["id"]]
+    assert passes == RECOVERY_PASSES[flows.wire.name]
+    assert len(await flows.sends_for(attempt)) == (1 if flows.wire.lookups else 2)
 
 
 # -- 3. the request never arrived → same-key resend inside the window -----------------------------
