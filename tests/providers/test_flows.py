@@ -120,6 +120,31 @@ async def test_a_payment_needing_3ds_returns_the_customers_action_and_its_comple
     assert len(await flows.sandbox.create_requests()) == 1  # resolved by the notification: nothing resent
 
 
+async def test_an_abandoned_3ds_is_closed_failed_once_by_the_providers_notification(
+    flows: ProviderStack,
+) -> None:
+    """The customer never authenticates: the provider gives up on the action (the sandbox
+    after 15 minutes of its clock) and says so — Cardco ``payment.canceled``, Stripe
+    ``payment_intent.canceled``, Adyen ``CANCELLATION`` — and the attempt is Failed, the order
+    free for a new payment. Nothing is resent. (Only the provider's clock moves: the intake
+    checks the signature's wall-clock timestamp against paycore's.)"""
+    await flows.subscribe()
+    r = await flows.pay("3ds")
+    assert r.json()["state"] == "Started"
+    attempt = await get_attempt(flows.pool, UUID(r.json()["attempt_id"]))
+
+    await flows.sandbox.advance(16 * 60)
+    await wait_until(flows, attempt.attempt_id, "Failed")
+
+    after = await flows.current(attempt)
+    assert (after.provider_status, after.outcome_reason) == ("canceled", "canceled")
+    assert await flows.transitions_to(attempt, "Failed") == 1
+    assert [p["status"] for p in await flows.payments_for(attempt)] == ["canceled"]
+    assert len(await flows.sends_for(attempt)) == 1
+    again = await flows.shop.pay_with(attempt.order_id, flows.wire.method("visa"))
+    assert (again.status_code, again.json()["state"]) == (200, "Succeeded"), again.text
+
+
 # -- 2. lost response → Unknown (202) → resolved exactly once -------------------------------------
 
 
@@ -335,3 +360,5 @@ async def test_a_forged_webhook_is_refused_and_nothing_is_stored(flows: Provider
     await flows.subscribe()
     await flows.sandbox.redeliver(event["id"])
     await wait_until(flows, attempt_id, "Succeeded")
+
+
