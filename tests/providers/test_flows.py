@@ -42,6 +42,9 @@ async def flows(request: pytest.FixtureRequest, pool: asyncpg.Pool,
 # Stripe's decline_code, Adyen's refusalReasonCode).
 DECLINE_REASONS = {"cardco": "declined:card_declined", "stripe": "declined:generic_decline",
                    "adyen": "declined:2"}
+# A documented rejection before execution, as each provider names it.
+REJECTION_REASONS = {"cardco": "rejected:parameter_invalid:payment_method",
+                     "stripe": "rejected:resource_missing:payment_method", "adyen": "rejected:129"}
 # The customer's next step as each provider words it (Stripe without a return_url: card-only,
 # authenticated in Stripe.js; Cardco and Adyen redirect).
 ACTION_TYPES = {"cardco": "redirect_to_url", "stripe": "use_stripe_sdk", "adyen": "redirect"}
@@ -98,6 +101,24 @@ async def test_a_declined_payment_is_failed_with_the_providers_reason(flows: Pro
     assert (r.json()["state"], r.json()["outcome_reason"]) == ("Failed", DECLINE_REASONS[flows.wire.name])
     [payment] = await flows.sandbox.ledger()
     assert payment["status"] == "declined"
+
+
+async def test_a_documented_rejection_of_the_only_send_is_not_applied_and_a_new_checkout_succeeds(
+    flows: ProviderStack,
+) -> None:
+    """Refused by the provider's validation before anything executed (Cardco 400, Stripe 400
+    ``invalid_request_error``, Adyen 422): NotApplied, not a decline, and the order takes a new
+    attempt under a new key."""
+    order = await flows.shop.create_order()
+    r = await flows.shop.pay_with(order, flows.wire.method("rejected"))
+    assert (r.status_code, r.json()["state"]) == (200, "NotApplied"), r.text
+    assert r.json()["outcome_reason"] == REJECTION_REASONS[flows.wire.name]
+    assert await flows.sandbox.ledger() == []
+    again = await flows.shop.pay_with(order, flows.wire.method("visa"))
+    assert (again.status_code, again.json()["state"]) == (200, "Succeeded"), again.text
+    keys = await flows.pool.fetch("SELECT idempotency_key FROM payment_attempts WHERE order_id = $1", order)
+    assert len({k["idempotency_key"] for k in keys}) == 2
+    assert len(await flows.sandbox.ledger()) == 1
 
 
 async def test_a_payment_needing_3ds_returns_the_customers_action_and_its_completion_arrives_by_webhook(

@@ -65,7 +65,8 @@ class Wire:
 
     name: str
     create_path: str
-    # The storefront's payment method for each sandbox outcome.
+    # The storefront's payment method for each sandbox outcome ("rejected": refused by the
+    # provider's validation before anything executes).
     methods: Mapping[str, PaymentMethod]
     # Whether the provider can be asked about a payment (Adyen cannot: its notifications and
     # a same-key resend are the only evidence).
@@ -88,13 +89,14 @@ def _adyen_card(token: str) -> dict[str, Any]:
 
 WIRES: Final[Mapping[str, Wire]] = {
     "cardco": Wire("cardco", "/v1/payments",
-                   {"visa": "tok_visa", "decline": "tok_decline", "3ds": "tok_3ds"}, lookups=True),
+                   {"visa": "tok_visa", "decline": "tok_decline", "3ds": "tok_3ds",
+                    "rejected": "tok_expired"}, lookups=True),
     "stripe": Wire("stripe", "/v1/payment_intents",
                    {"visa": "pm_card_visa", "decline": "pm_card_chargeDeclined",
-                    "3ds": "pm_card_threeDSecure2Required"}, lookups=True),
+                    "3ds": "pm_card_threeDSecure2Required", "rejected": "pm_card_unknown"}, lookups=True),
     "adyen": Wire("adyen", "/v71/payments",
                   {"visa": _adyen_card("tok_visa"), "decline": _adyen_card("tok_decline"),
-                   "3ds": _adyen_card("tok_3ds")}, lookups=False),
+                   "3ds": _adyen_card("tok_3ds"), "rejected": _adyen_card("tok_expired")}, lookups=False),
 }
 
 
