@@ -275,6 +275,30 @@ async def test_a_server_error_after_the_provider_charged_is_unknown_and_resolved
     assert len(await flows.sends_for(attempt)) == (1 if flows.wire.lookups else 2)
 
 
+async def test_a_503_not_processed_is_unknown_and_the_same_key_resend_makes_exactly_one_payment(
+    flows: ProviderStack,
+) -> None:
+    """A 503 that says "not processed" (Cardco ``not_processed``, Stripe ``Stripe-Should-Retry``,
+    Adyen ``Transient-Error: true``) is still Unknown: a proxy may have forwarded the request,
+    and Adyen asks for a same-key repeat. Nothing was stored under the key, so the resend
+    executes, once (Stripe's only after the search lag: the miss proves nothing before)."""
+    await flows.sandbox.fault("not_processed_503", times=1, match={"operation": "create"})
+    r = await flows.pay("visa")
+    reason = "provider.transient-error" if flows.wire.name == "adyen" else "provider.http-503"
+    assert (r.status_code, r.json()["state"], r.json()["outcome_reason"]) == (202, "Unknown", reason), r.text
+    attempt = await get_attempt(flows.pool, UUID(r.json()["attempt_id"]))
+    assert await flows.payments_for(attempt) == []
+
+    passes = await flows.recover(attempt, flows.worker())
+
+    assert passes == ([Pass.INCONCLUSIVE, Pass.RESENT] if flows.wire.name == "stripe" else [Pass.RESENT])
+    assert await flows.state(attempt) == "Succeeded"
+    payments = await flows.payments_for(attempt)
+    assert len(payments) == 1 and payments[0]["idempotency_key"] == str(attempt.idempotency_key)
+    sends = await flows.sends_for(attempt)
+    assert [q["status"] for q in sends] == [503, 200 if flows.wire.name != "cardco" else 201]
+
+
 # -- 3. the request never arrived → same-key resend inside the window -----------------------------
 
 
@@ -418,5 +442,6 @@ async def test_a_forged_webhook_is_refused_and_nothing_is_stored(flows: Provider
     await flows.subscribe()
     await flows.sandbox.redeliver(event["id"])
     await wait_until(flows, attempt_id, "Succeeded")
+
 
 
