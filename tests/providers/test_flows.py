@@ -337,6 +337,27 @@ async def test_a_request_that_never_arrived_is_resent_under_its_key_and_makes_ex
     assert keys == {str(attempt.idempotency_key)}
 
 
+async def test_a_late_original_after_the_resend_is_answered_from_the_key_and_makes_one_payment(
+    flows: ProviderStack,
+) -> None:
+    """The first send arrives at the provider only after checkout gave up and recovery resent
+    under the same key: the provider answers the late original from the key (a replay), so
+    there is one payment (Stripe resends only after the search lag, the others at once)."""
+    attempt, _ = await flows.unknown_via_checkout("late_arrival", delay_ms=1500)
+    passes = await flows.recover(attempt, flows.worker())
+    assert passes == ([Pass.INCONCLUSIVE, Pass.RESENT] if flows.wire.name == "stripe" else [Pass.RESENT])
+
+    async def original_answered() -> bool:
+        sends = await flows.sends_for(attempt)
+        return len(sends) == 2 and all(q["status"] is not None for q in sends)
+
+    await eventually(original_answered, what="the late original to be answered")
+    original, resend = await flows.sends_for(attempt)  # in order of arrival
+    assert (original["replayed"], resend["replayed"]) == (True, False)
+    assert len(await flows.payments_for(attempt)) == 1
+    assert await flows.state(attempt) == "Succeeded"
+
+
 # -- 4. past the key window: escalate, send nothing -----------------------------------------------
 
 
@@ -442,6 +463,7 @@ async def test_a_forged_webhook_is_refused_and_nothing_is_stored(flows: Provider
     await flows.subscribe()
     await flows.sandbox.redeliver(event["id"])
     await wait_until(flows, attempt_id, "Succeeded")
+
 
 
 

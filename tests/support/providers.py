@@ -263,10 +263,12 @@ class ProviderStack:
         order = await self.shop.create_order()
         return await self.shop.pay_with(order, self.wire.method(outcome))
 
-    async def unknown_via_checkout(self, fault: str, outcome: str = "visa") -> tuple[Attempt, httpx.Response]:
-        """A checkout whose first send ended without an answer (``fault`` at the sandbox, once):
-        the storefront's 202 and the attempt it reports."""
-        await self.sandbox.fault(fault, times=1, match={"dialect": self.wire.name, "operation": "create"})
+    async def unknown_via_checkout(self, fault: str, outcome: str = "visa",
+                                   **rule: Any) -> tuple[Attempt, httpx.Response]:
+        """A checkout whose first send ended without an answer (``fault`` at the sandbox, once,
+        with ``rule``'s other fields): the storefront's 202 and the attempt it reports."""
+        await self.sandbox.fault(fault, times=1, match={"dialect": self.wire.name, "operation": "create"},
+                                 **rule)
         order = await self.shop.create_order()
         pending = asyncio.create_task(self.shop.pay_with(order, self.wire.method(outcome)))
 
