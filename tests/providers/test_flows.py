@@ -45,6 +45,12 @@ DECLINE_REASONS = {"cardco": "declined:card_declined", "stripe": "declined:gener
 # A documented rejection before execution, as each provider names it.
 REJECTION_REASONS = {"cardco": "rejected:parameter_invalid:payment_method",
                      "stripe": "rejected:resource_missing:payment_method", "adyen": "rejected:129"}
+# provider_status and outcome_reason after a failed authentication.
+AUTHENTICATION_FAILED = {
+    "cardco": ("failed", "failed"),
+    "stripe": ("requires_payment_method", "declined:payment_intent_authentication_failure"),
+    "adyen": ("failed", "declined"),
+}
 # The customer's next step as each provider words it (Stripe without a return_url: card-only,
 # authenticated in Stripe.js; Cardco and Adyen redirect).
 ACTION_TYPES = {"cardco": "redirect_to_url", "stripe": "use_stripe_sdk", "adyen": "redirect"}
@@ -139,6 +145,25 @@ async def test_a_payment_needing_3ds_returns_the_customers_action_and_its_comple
     await flows.sandbox.complete_action(payment["id"])
     await wait_until(flows, body["attempt_id"], "Succeeded")
     assert len(await flows.sandbox.create_requests()) == 1  # resolved by the notification: nothing resent
+
+
+async def test_a_failed_3ds_authentication_is_failed_once_by_the_providers_notification(
+    flows: ProviderStack,
+) -> None:
+    """The customer fails authentication: Cardco ``payment.failed``, Stripe
+    ``payment_intent.payment_failed`` (the intent back to ``requires_payment_method``), Adyen
+    ``AUTHORISATION`` ``success=false``. Failed with the provider's reason, nothing resent."""
+    await flows.subscribe()
+    r = await flows.pay("3ds")
+    body = r.json()
+    [payment] = await flows.sandbox.ledger()
+    await flows.sandbox.complete_action(payment["id"], "failed")
+    await wait_until(flows, body["attempt_id"], "Failed")
+
+    status = (await flows.shop.status(body["order_id"])).json()
+    assert (status["provider_status"], status["outcome_reason"]) == AUTHENTICATION_FAILED[flows.wire.name]
+    assert status["next_action"] is None
+    assert len(await flows.sandbox.create_requests()) == 1
 
 
 async def test_an_abandoned_3ds_is_closed_failed_once_by_the_providers_notification(
@@ -463,6 +488,7 @@ async def test_a_forged_webhook_is_refused_and_nothing_is_stored(flows: Provider
     await flows.subscribe()
     await flows.sandbox.redeliver(event["id"])
     await wait_until(flows, attempt_id, "Succeeded")
+
 
 
 
