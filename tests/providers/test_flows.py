@@ -440,6 +440,33 @@ async def test_a_duplicate_webhook_is_recorded_once_and_answered_duplicate(flows
     assert await flows.stored_rows() == before
 
 
+async def test_concurrent_copies_and_a_dropped_first_delivery_change_the_attempt_once(
+    flows: ProviderStack,
+) -> None:
+    """The provider sends two extra copies of the event at the same time as the original, and
+    its first attempt is lost (redelivered on its schedule): one notification row, one
+    transition, every delivery acknowledged."""
+    await flows.subscribe()
+    r = await flows.sandbox.http.post("/_sandbox/faults", json={"rules": [
+        {"fault": "webhook_duplicate", "match": {"any": True}, "times": 2},
+        {"fault": "webhook_drop_first", "match": {"any": True}},
+    ]})
+    r.raise_for_status()
+    attempt_id = (await flows.pay("visa")).json()["attempt_id"]
+    await wait_until(flows, attempt_id, "Succeeded")
+
+    deliveries = await flows.sandbox.deliveries()
+    assert len({d["event_id"] for d in deliveries}) == 1
+    final = {d["delivery"]: d["result"] for d in deliveries}  # each delivery's last attempt
+    assert len(final) == 3 and set(final.values()) == {"succeeded"}
+    assert "retry" in [d["result"] for d in deliveries]  # the dropped first attempts
+    assert len(await flows.notifications()) == 1
+    row = await flows.pool.fetchrow("SELECT * FROM payment_attempts WHERE attempt_id = $1", attempt_id)
+    assert await flows.pool.fetchval(
+        "SELECT count(*) FROM payment_attempt_events WHERE attempt_id = $1 AND kind = 'transition'"
+        " AND detail ->> 'to' = 'Succeeded'", row["attempt_id"]) == 1
+
+
 async def forgeries(flows: ProviderStack,
                     event: dict[str, Any]) -> list[tuple[bytes, dict[str, str], int]]:
     """The sandbox's event, signed with wrong credentials in each way the provider
