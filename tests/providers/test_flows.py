@@ -45,6 +45,8 @@ DECLINE_REASONS = {"cardco": "declined:card_declined", "stripe": "declined:gener
 # A documented rejection before execution, as each provider names it.
 REJECTION_REASONS = {"cardco": "rejected:parameter_invalid:payment_method",
                      "stripe": "rejected:resource_missing:payment_method", "adyen": "rejected:129"}
+# The provider's own word for "accepted, not finished".
+PROCESSING_STATUSES = {"cardco": "processing", "stripe": "processing", "adyen": "Received"}
 # provider_status and outcome_reason after a failed authentication.
 AUTHENTICATION_FAILED = {
     "cardco": ("failed", "failed"),
@@ -145,6 +147,23 @@ async def test_a_payment_needing_3ds_returns_the_customers_action_and_its_comple
     await flows.sandbox.complete_action(payment["id"])
     await wait_until(flows, body["attempt_id"], "Succeeded")
     assert len(await flows.sandbox.create_requests()) == 1  # resolved by the notification: nothing resent
+
+
+async def test_a_payment_still_processing_is_started_and_resolved_once_by_the_providers_notification(
+    flows: ProviderStack,
+) -> None:
+    """The provider accepted the payment but has not finished (Cardco and Stripe ``processing``,
+    Adyen ``Received``): Started, 202 with the status URL, no action; its success
+    notification resolves it once (Adyen notifies only the final AUTHORISATION)."""
+    await flows.subscribe()
+    r = await flows.pay("async")
+    assert (r.status_code, r.json()["state"], r.json()["next_action"]) == (202, "Started", None), r.text
+    assert r.json()["provider_status"] == PROCESSING_STATUSES[flows.wire.name]
+    await wait_until(flows, r.json()["attempt_id"], "Succeeded")
+    status = await flows.shop.status(r.json()["order_id"])
+    assert status.status_code == 200 and status.json()["state"] == "Succeeded"
+    assert len(await flows.notifications()) == (1 if flows.wire.name == "adyen" else 2)
+    assert len(await flows.sandbox.create_requests()) == 1
 
 
 async def test_a_failed_3ds_authentication_is_failed_once_by_the_providers_notification(

@@ -90,13 +90,15 @@ def _adyen_card(token: str) -> dict[str, Any]:
 WIRES: Final[Mapping[str, Wire]] = {
     "cardco": Wire("cardco", "/v1/payments",
                    {"visa": "tok_visa", "decline": "tok_decline", "3ds": "tok_3ds",
-                    "rejected": "tok_expired"}, lookups=True),
+                    "rejected": "tok_expired", "async": "tok_async"}, lookups=True),
     "stripe": Wire("stripe", "/v1/payment_intents",
                    {"visa": "pm_card_visa", "decline": "pm_card_chargeDeclined",
-                    "3ds": "pm_card_threeDSecure2Required", "rejected": "pm_card_unknown"}, lookups=True),
+                    "3ds": "pm_card_threeDSecure2Required", "rejected": "pm_card_unknown",
+                    "async": "pm_card_async"}, lookups=True),
     "adyen": Wire("adyen", "/v71/payments",
                   {"visa": _adyen_card("tok_visa"), "decline": _adyen_card("tok_decline"),
-                   "3ds": _adyen_card("tok_3ds"), "rejected": _adyen_card("tok_expired")}, lookups=False),
+                   "3ds": _adyen_card("tok_3ds"), "rejected": _adyen_card("tok_expired"),
+                   "async": _adyen_card("tok_async")}, lookups=False),
 }
 
 
