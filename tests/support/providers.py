@@ -234,6 +234,12 @@ SELECT (SELECT count(*) FROM payment_attempt_events) AS events,
 
 @dataclass
 class ProviderStack:
+    """One provider's sandbox dialect, checkout and intake, and recovery workers on the fake clock.
+
+    Sends are counted from the sandbox's capture (a send is a create request carrying the
+    attempt's stored bytes), payments from its ledger.
+    """
+
     wire: Wire
     sandbox: ProviderSandbox
     shop: ProviderShop
