@@ -486,6 +486,31 @@ async def test_concurrent_copies_and_a_dropped_first_delivery_change_the_attempt
         " AND detail ->> 'to' = 'Succeeded'", row["attempt_id"]) == 1
 
 
+async def test_a_refund_notification_is_recorded_and_queued_after_the_confirmation(
+    flows: ProviderStack,
+) -> None:
+    """The merchant refunds a paid order at the provider (Cardco ``payment.refunded``, Stripe
+    ``charge.refunded`` naming its intent, Adyen ``REFUND`` naming the payment in
+    ``originalReference``): the attempt stays Succeeded and a refund request is queued after
+    its confirmation and fulfilment, once."""
+    await flows.subscribe()
+    attempt_id = (await flows.pay("visa")).json()["attempt_id"]
+    await wait_until(flows, attempt_id, "Succeeded")
+    [payment] = await flows.sandbox.ledger()
+
+    r = await flows.sandbox.http.post(f"/_sandbox/payments/{payment['id']}/refund", json={})
+    r.raise_for_status()
+    await eventually(flows.deliveries_settled, what="the refund notification")
+
+    keys = await flows.pool.fetch("SELECT dedup_key FROM outbox_messages WHERE ordering_key IS NOT NULL"
+                                  " ORDER BY message_id")
+    effects = ("order-confirmation", "fulfillment-request", "refund-request")
+    assert [k["dedup_key"] for k in keys] == [f"attempt:{attempt_id}:{effect}" for effect in effects]
+    assert await flows.open_escalations() == []
+    row = await flows.pool.fetchrow("SELECT state FROM payment_attempts WHERE attempt_id = $1", attempt_id)
+    assert row["state"] == "Succeeded"
+
+
 async def forgeries(flows: ProviderStack,
                     event: dict[str, Any]) -> list[tuple[bytes, dict[str, str], int]]:
     """The sandbox's event, signed with wrong credentials in each way the provider
@@ -534,6 +559,7 @@ async def test_a_forged_webhook_is_refused_and_nothing_is_stored(flows: Provider
     await flows.subscribe()
     await flows.sandbox.redeliver(event["id"])
     await wait_until(flows, attempt_id, "Succeeded")
+
 
 
 
