@@ -174,6 +174,7 @@ async def test_a_failed_3ds_authentication_is_failed_once_by_the_providers_notif
     ``AUTHORISATION`` ``success=false``. Failed with the provider's reason, nothing resent."""
     await flows.subscribe()
     r = await flows.pay("3ds")
+    assert r.status_code == 200, r.text
     body = r.json()
     [payment] = await flows.sandbox.ledger()
     await flows.sandbox.complete_action(payment["id"], "failed")
@@ -195,7 +196,7 @@ async def test_an_abandoned_3ds_is_closed_failed_once_by_the_providers_notificat
     checks the signature's wall-clock timestamp against paycore's.)"""
     await flows.subscribe()
     r = await flows.pay("3ds")
-    assert r.json()["state"] == "Started"
+    assert (r.status_code, r.json().get("state")) == (200, "Started"), r.text
     attempt = await get_attempt(flows.pool, UUID(r.json()["attempt_id"]))
 
     await flows.sandbox.advance(16 * 60)
@@ -225,7 +226,7 @@ async def test_a_completed_3ds_whose_notification_never_arrives_is_resolved_by_r
         request.node.add_marker(pytest.mark.xfail(strict=True, reason=(
             "a Stripe action has no stated expiry: recovery never checks its status before the deadline")))
     r = await flows.pay("3ds")
-    assert r.json()["state"] == "Started"
+    assert (r.status_code, r.json().get("state")) == (200, "Started"), r.text
     attempt = await get_attempt(flows.pool, UUID(r.json()["attempt_id"]))
     [payment] = await flows.payments_for(attempt)
     await flows.sandbox.complete_action(payment["id"])  # no endpoint: the notification is lost
@@ -436,7 +437,7 @@ async def test_past_the_key_window_recovery_escalates_the_deadline_and_sends_not
 async def test_a_duplicate_webhook_is_recorded_once_and_answered_duplicate(flows: ProviderStack) -> None:
     await flows.subscribe()
     r = await flows.pay("visa")
-    assert r.json()["state"] == "Succeeded"
+    assert (r.status_code, r.json().get("state")) == (200, "Succeeded"), r.text
     attempt_id = r.json()["attempt_id"]
 
     async def recorded() -> bool:
@@ -471,7 +472,9 @@ async def test_concurrent_copies_and_a_dropped_first_delivery_change_the_attempt
         {"fault": "webhook_drop_first", "match": {"any": True}},
     ]})
     r.raise_for_status()
-    attempt_id = (await flows.pay("visa")).json()["attempt_id"]
+    paid = await flows.pay("visa")
+    assert paid.status_code == 200, paid.text
+    attempt_id = paid.json()["attempt_id"]
     await wait_until(flows, attempt_id, "Succeeded")
 
     deliveries = await flows.sandbox.deliveries()
@@ -494,7 +497,9 @@ async def test_a_refund_notification_is_recorded_and_queued_after_the_confirmati
     ``originalReference``): the attempt stays Succeeded and a refund request is queued after
     its confirmation and fulfilment, once."""
     await flows.subscribe()
-    attempt_id = (await flows.pay("visa")).json()["attempt_id"]
+    paid = await flows.pay("visa")
+    assert paid.status_code == 200, paid.text
+    attempt_id = paid.json()["attempt_id"]
     await wait_until(flows, attempt_id, "Succeeded")
     [payment] = await flows.sandbox.ledger()
 
@@ -540,7 +545,7 @@ async def test_a_forged_webhook_is_refused_and_nothing_is_stored(flows: Provider
     both): refused, nothing stored, the attempt untouched. The same event delivered by the
     provider then resolves it, so only the credentials made the difference."""
     r = await flows.pay("3ds")
-    assert r.json()["state"] == "Started"
+    assert (r.status_code, r.json().get("state")) == (200, "Started"), r.text
     attempt_id = r.json()["attempt_id"]
     [payment] = await flows.sandbox.ledger()
     await flows.sandbox.complete_action(payment["id"])  # no endpoint yet: nothing delivered

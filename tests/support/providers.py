@@ -280,10 +280,12 @@ class ProviderStack:
         order = await self.shop.create_order()
         pending = asyncio.create_task(self.shop.pay_with(order, self.wire.method(outcome)))
 
-        async def sent() -> bool:
-            return len(await self.sandbox.create_requests()) >= 1 and self.clock.pending_timers > 0
+        async def sent_or_answered() -> bool:
+            in_flight = len(await self.sandbox.create_requests()) >= 1 and self.clock.pending_timers > 0
+            return in_flight or pending.done()
 
-        await eventually(sent, what="the first send to be in flight")
+        await eventually(sent_or_answered, what="the first send to be in flight")
+        assert not pending.done(), f"checkout answered before its budget ran out: {pending.result().text}"
         self.clock.advance(self.settings.budgets.call_s)  # checkout's call budget runs out
         r = await pending
         await self.sandbox.advance(self.settings.budgets.call_s)  # the provider's time passes too
