@@ -212,19 +212,14 @@ async def test_an_abandoned_3ds_is_closed_failed_once_by_the_providers_notificat
 
 
 async def test_a_completed_3ds_whose_notification_never_arrives_is_resolved_by_recovery(
-    flows: ProviderStack, request: pytest.FixtureRequest,
+    flows: ProviderStack,
 ) -> None:
     """The customer authenticates and the provider charges, but its notification never reaches
     the intake. Cardco states when the action expires; after that recovery looks the payment up
-    and resolves it. Stripe states no expiry, so the action stays current and recovery only
-    reschedules it (never resends, never looks) until the escalation deadline: a known gap,
-    marked xfail (strict) until recovery checks the status of an action without an expiry.
-    Adyen can neither be asked nor safely resent to (the key would replay the
-    ``RedirectShopper`` answer): recovery waits, sends nothing, and the notification, which Adyen
-    retries for 30 days, resolves it."""
-    if flows.wire.name == "stripe":
-        request.node.add_marker(pytest.mark.xfail(strict=True, reason=(
-            "a Stripe action has no stated expiry: recovery never checks its status before the deadline")))
+    and resolves it. Stripe states no expiry: recovery looks the intent up by id at each action
+    poll (never resending) and resolves it. Adyen can neither be asked nor safely resent to
+    (the key would replay the ``RedirectShopper`` answer): recovery waits, sends nothing, and
+    the notification, which Adyen retries for 30 days, resolves it."""
     r = await flows.pay("3ds")
     assert (r.status_code, r.json().get("state")) == (200, "Started"), r.text
     attempt = await get_attempt(flows.pool, UUID(r.json()["attempt_id"]))
@@ -246,6 +241,27 @@ async def test_a_completed_3ds_whose_notification_never_arrives_is_resolved_by_r
     assert await flows.state(attempt) == "Succeeded"
     assert len(await flows.sends_for(attempt)) == 1
     assert [p["status"] for p in await flows.payments_for(attempt)] == ["succeeded"]
+
+
+async def test_a_pending_action_is_never_resent_and_only_an_action_without_an_expiry_is_looked_up(
+    flows: ProviderStack,
+) -> None:
+    """While the customer has not acted, recovery never resends. Cardco's action states its
+    expiry: recovery waits for it without asking. Stripe's states none: recovery looks the
+    intent up by id at each action poll (it is still ``requires_action``: observed, the action
+    still shown). Adyen cannot be asked: it waits."""
+    r = await flows.pay("3ds")
+    attempt = await get_attempt(flows.pool, UUID(r.json()["attempt_id"]))
+    captured = len(await flows.sandbox.requests())
+    worker = flows.worker()
+    expected = Pass.OBSERVED if flows.wire.name == "stripe" else Pass.RESCHEDULED
+    for _ in range(3):
+        await flows.make_due(attempt)
+        assert await worker.run_pass() == [expected]
+    assert await flows.state(attempt) == "Started"
+    assert (await flows.shop.status(attempt.order_id)).json()["next_action"] == r.json()["next_action"]
+    later = (await flows.sandbox.requests())[captured:]
+    assert [q["method"] for q in later] == (["GET"] * 3 if flows.wire.name == "stripe" else [])
 
 
 # -- 2. lost response → Unknown (202) → resolved exactly once -------------------------------------
