@@ -168,6 +168,8 @@ class RecoveryWorker:
             return await self._not_started(attempt, lease, now)
 
         if attempt.state is AttemptState.STARTED and attempt.action_is_current(now):
+            if attempt.next_action_expires_at is None and attempt.provider_payment_id is not None:
+                return await self._action_status(attempt, lease, now)
             return await self._waiting_for_customer(attempt, lease, now)
         # An expired or superseded action proves nothing and permits no resend: reconcile below.
 
@@ -218,6 +220,26 @@ class RecoveryWorker:
             return Pass.ESCALATED
         await leases.finish(self.pool, attempt.attempt_id, lease, now, delay)
         return Pass.RESCHEDULED
+
+    async def _action_status(self, attempt: Attempt, lease: Lease, now: datetime) -> Pass:
+        """A current action whose provider states no expiry (Stripe's ``next_action``): it never
+        expires by itself, so without a look the attempt would wait for a notification or the
+        deadline. Look it up by its payment id at each action poll; never resend. A provider
+        that cannot be asked (Adyen: ``unsupported``) or does not answer leaves it waiting."""
+        if attempt.escalation_deadline is not None and now >= attempt.escalation_deadline:
+            return await self._waiting_for_customer(attempt, lease, now)
+        assert attempt.provider_payment_id is not None
+        pacer = self.pacers.get(attempt.provider_account)
+        if pacer:
+            await pacer.wait()
+        by_id = await self.client.get_payment(attempt.provider_account, attempt.provider_payment_id,
+                                              budget_s=self.settings.budgets.call_s)
+        if by_id.kind == "unsupported":
+            return await self._waiting_for_customer(attempt, lease, now)
+        await self._record_lookup(attempt, by_id, "id", None)
+        if by_id.kind == "found" and by_id.payment is not None:
+            return await self._found(attempt, lease, by_id, self._action_delay(attempt, self.clock.now()))
+        return await self._waiting_for_customer(attempt, lease, self.clock.now())
 
     async def _reconcile(self, attempt: Attempt, lease: Lease) -> Pass:
         attempt_id = attempt.attempt_id
