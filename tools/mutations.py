@@ -42,6 +42,10 @@ ACCOUNTS = "libs/paycore/paycore/accounts.py"
 EVIDENCE_RULES = "libs/paycore/paycore/evidence.py"
 EVENTS = "libs/paycore/paycore/providers/cardco/events.py"
 REPLAYS = "libs/paycore/paycore/webhook_replays.py"
+ADYEN = "libs/paycore/paycore/providers/adyen/client.py"
+STRIPE = "libs/paycore/paycore/providers/stripe/client.py"
+GATE = "libs/paycore/paycore/payment_methods.py"
+REGISTRY = "libs/paycore/paycore/providers/registry.py"
 
 RECORD = "tests/matrix/test_record_outcome.py"
 REPO = "tests/matrix/test_live_attempt_repository.py"
@@ -50,6 +54,7 @@ REC_NOT_STARTED = "tests/matrix/test_recovery_not_started.py"
 REC_CLAIMS = "tests/matrix/test_recovery_claims.py"
 REC_INTENTS = "tests/matrix/test_recovery_send_intents.py"
 REC_ESCALATIONS = "tests/matrix/test_recovery_escalations.py"
+REC_SEARCH_LAG = "tests/matrix/test_recovery_search_lag.py"
 INTENT = "tests/matrix/test_send_intent.py"
 NOTE = "tests/matrix/test_notification_matrix.py"
 CLIENT = "tests/unit/test_cardco_client.py"
@@ -57,6 +62,9 @@ CHECKOUT = "tests/matrix/test_checkout_matrix.py"
 OUTBOX = "tests/dispatcher/test_outbox_matrix.py"
 EVIDENCE = "tests/matrix/test_evidence_about_other_payments.py"
 ACCOUNTS_TESTS = "tests/matrix/test_provider_accounts.py"
+ADYEN_CLIENT = "tests/unit/test_adyen_client.py"
+STRIPE_CLIENT = "tests/unit/test_stripe_client.py"
+INTAKE_ROUTES = "tests/webhooks/test_intake_routes.py"
 
 
 def t(file: str, *names: str) -> tuple[str, ...]:
@@ -196,6 +204,21 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            # Past the safe cutoff",
         t(REC, "test_resend_after_the_key_window_never_happens_escalates_and_later_evidence_still_resolves"),
         "past the key window nothing is resent, and a person is told",
+    ),
+    Mutation(
+        "search-lag-inconclusive-miss", LOOP,
+        'if inconclusive_until is not None and lookup.kind == "not_found":',
+        'if False and inconclusive_until is not None and lookup.kind == "not_found":',
+        t(REC_SEARCH_LAG, "test_a_search_miss_inside_the_lag_concludes_nothing_and_the_next_look_finds_the_payment",
+          "test_a_search_miss_inside_the_lag_does_not_escalate_a_failing_resend_condition"),
+        "a search miss inside the lag after the last send concludes nothing: no resend, no not-found escalation",
+    ),
+    Mutation(
+        "search-lag-from-last-send", LOOP,
+        "sent_at = began or attempt.first_sent_at or attempt.created_at",
+        "sent_at = attempt.first_sent_at or began or attempt.created_at",
+        t(REC_SEARCH_LAG, "test_the_lag_counts_from_the_last_send_not_the_first"),
+        "the search lag runs from the attempt's last send (a resend's payment may be unindexed too)",
     ),
     Mutation(
         "final-check-lease", LOOP,
@@ -425,5 +448,59 @@ MUTATIONS: tuple[Mutation, ...] = (
         '                return ProviderOutcome.not_applied("rejected:rate_limited", **meta)',
         t(CLIENT, "test_classification"),
         "a replayed 429 proves nothing: Unknown",
+    ),
+    # -- Stripe and Adyen (issue 11) ---------------------------------------------------------------
+    Mutation(
+        "adyen-transient-error", ADYEN,
+        "        if is_transient(response):\n",
+        "        if False:\n",
+        (ADYEN_CLIENT,),
+        "an answer with Transient-Error: true is Unknown, whatever its status says",
+    ),
+    Mutation(
+        "adyen-validation-only-send", ADYEN,
+        "            if first_send:\n"
+        '                return ProviderOutcome.not_applied(f"rejected:{error.error_code}", request_rejected=True,\n',
+        "            if True:\n"
+        '                return ProviderOutcome.not_applied(f"rejected:{error.error_code}", request_rejected=True,\n',
+        (ADYEN_CLIENT,),
+        "a validation rejection is NotApplied only on the only send",
+    ),
+    Mutation(
+        "stripe-validation-only-send", STRIPE,
+        "            if first_send and not replayed:\n"
+        "                return ProviderOutcome.not_applied(\n",
+        "            if not replayed:\n"
+        "                return ProviderOutcome.not_applied(\n",
+        (STRIPE_CLIENT,),
+        "a Stripe 400 is NotApplied only on the only send",
+    ),
+    Mutation(
+        "stripe-no-sdk-retries", STRIPE,
+        "max_network_retries=0,",
+        "max_network_retries=2,",
+        (STRIPE_CLIENT,),
+        "the SDK never resends on its own: recovery alone decides resends",
+    ),
+    Mutation(
+        "card-data-gate", GATE,
+        "            if len(value) > MAX_VALUE_CHARS or looks_like_card_number(value):\n",
+        "            if len(value) > MAX_VALUE_CHARS:\n",
+        ("tests/unit/test_payment_methods.py",),
+        "a card number is refused before anything is recorded",
+    ),
+    Mutation(
+        "intake-every-batch-item", INTAKE,
+        "    for delivery in deliveries:\n",
+        "    for delivery in deliveries[:1]:\n",
+        (INTAKE_ROUTES,),
+        "every notification of a batch is recorded before [accepted]",
+    ),
+    Mutation(
+        "router-by-account", REGISTRY,
+        "        return self.adapters.get(provider_name(provider_account)) or next(iter(self.adapters.values()))\n",
+        "        return next(iter(self.adapters.values()))\n",
+        ("tests/unit/test_provider_router.py",),
+        "each call goes to its own account's provider, never another's",
     ),
 )

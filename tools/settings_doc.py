@@ -25,13 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Where each component's settings are declared, and the document that lists them.
 DECLARED_IN: dict[str, tuple[str, ...]] = {
-    "README.md": ("paycore.cli", "paycore.config"),
+    "README.md": ("paycore.cli", "paycore.config", "paycore.account_settings"),
     "docs/recovery.md": ("paycore_recovery.settings",),
     "services/sandbox/README.md": ("paycore_sandbox.settings",),
 }
 # JSON files whose keys are documented the same way: (document, block, module, attribute).
 FILE_FIELDS: tuple[tuple[str, str, str, str], ...] = (
-    ("README.md", "accounts-file", "paycore.config", "ACCOUNTS_FILE_FIELDS"),
+    ("README.md", "accounts-file", "paycore.account_settings", "ACCOUNTS_FILE_FIELDS"),
     ("services/sandbox/README.md", "config-file", "paycore_sandbox.settings", "CONFIG_FILE_FIELDS"),
 )
 

@@ -41,6 +41,9 @@ def assert_problem(r: httpx.Response, status: int) -> None:
         {"amount_minor": 4999, "currency": "eur"},  # bad currency
         {"amount_minor": 4999, "currency": "EURO"},
         {"amount_minor": 4999},
+        # an account this checkout does not have
+        {"amount_minor": 4999, "currency": "EUR", "provider_account": "stripe:default:test"},
+        {"amount_minor": 4999, "currency": "EUR", "provider_account": 7},
     ],
 )
 async def test_invalid_order_is_a_400_problem_and_writes_nothing(
@@ -57,6 +60,11 @@ async def test_invalid_order_is_a_400_problem_and_writes_nothing(
         {"payment_method": "tok_visa", "amount_minor": 1},  # unknown field
         {"payment_method": 42},
         {"payment_method": "4242424242424242"},  # card data is refused and never echoed
+        {"payment_method": "4242 4242 4242 4242"},
+        {"payment_method": {"type": "scheme", "number": "4242424242424242"}},  # a card field in the clear
+        {"payment_method": {"type": "scheme", "encryptedCardNumber": "4242-4242-4242-4242"}},
+        {"payment_method": {"type": "scheme", "encryptedCardNumber": "tok_visa"}},  # Cardco takes tokens only
+        {"payment_method": ["tok_visa"]},
         {},
     ],
 )

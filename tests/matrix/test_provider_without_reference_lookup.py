@@ -1,4 +1,5 @@
-"""Recovery against a provider that has no lookup by reference (``ReferenceLookup.UNSUPPORTED``).
+"""Recovery against a provider that has no lookup by reference (``ReferenceLookup.UNSUPPORTED``):
+the windowed same-key resend (no search lag to wait out), the deadline escalation, a wrong id.
 
 The provider is the real Cardco client against the sandbox, seen through a provider
 that answers every lookup by reference ``unsupported`` without sending it, as a
@@ -15,7 +16,7 @@ from typing import Any
 from paycore.domain import AttemptState
 from paycore.providers.base import Capabilities, LookupResult, Provider, ReferenceLookup
 from paycore_recovery.loop import Pass, RecoveryWorker
-from tests.support.recovery import RecoveryStack
+from tests.support.recovery import DEADLINE_S, RecoveryStack
 
 
 class WithoutReferenceLookup:
@@ -31,6 +32,10 @@ class WithoutReferenceLookup:
     @property
     def capabilities(self) -> Capabilities:
         return dataclasses.replace(self._inner.capabilities, lookup_by_reference=ReferenceLookup.UNSUPPORTED)
+
+    def capabilities_of(self, provider_account: str) -> Capabilities:
+        return dataclasses.replace(self._inner.capabilities_of(provider_account),
+                                   lookup_by_reference=ReferenceLookup.UNSUPPORTED)
 
     async def find_by_reference(self, provider_account: str, reference: str, *,
                                 budget_s: float | None) -> LookupResult:
@@ -52,6 +57,10 @@ async def test_an_unanswered_attempt_is_resolved_by_a_same_key_resend_when_no_lo
     await rec.make_due(attempt)
     worker, provider = worker_without_reference_lookup(rec)
 
+    # Well inside what would be a search lag: an unsupported lookup has no lag to wait out
+    # (waiting would never make it conclusive), so the windowed resend happens now.
+    assert attempt.first_sent_at is not None
+    assert rec.clock.now() < attempt.first_sent_at + timedelta(seconds=worker.recovery.search_lag_s)
     assert await worker.run_pass() == [Pass.RESENT]
 
     assert provider.reference_lookups == 1
@@ -85,3 +94,21 @@ async def test_a_recorded_id_naming_another_attempts_payment_escalates_when_no_l
     after = await rec.current(b)
     assert after.state is AttemptState.STARTED and after.provider_payment_id == payment["id"]
     assert await rec.sends_for(b) == [] and len(await rec.sandbox.ledger()) == 1
+
+
+async def test_past_the_deadline_an_attempt_without_a_lookup_by_reference_escalates_and_sends_nothing(
+    rec: RecoveryStack,
+) -> None:
+    attempt = await rec.unknown_via_checkout("drop_request")  # never arrived; no evidence will come
+    rec.clock.advance(DEADLINE_S)  # past the stamped escalation deadline
+    worker, provider = worker_without_reference_lookup(rec)
+
+    assert await worker.run_pass() == [Pass.ESCALATED]
+
+    assert provider.reference_lookups == 1
+    assert [e["result"] for e in await rec.lookup_events(attempt)] == ["unsupported"]
+    assert await rec.open_escalations() == [f"attempt:{attempt.attempt_id}:deadline"]
+    assert len(await rec.sends_for(attempt)) == 1 and await rec.sandbox.ledger() == []  # nothing resent
+    after = await rec.current(attempt)
+    assert after.state is AttemptState.UNKNOWN and after.recovery_owner is None
+    assert after.next_check_at == rec.clock.now() + timedelta(seconds=worker.recovery.slow_cadence_s)

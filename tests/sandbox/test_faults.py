@@ -1,5 +1,5 @@
 """Fault injection: every request fault, matching, probability/times, webhook rules, and the
-sandbox extension ``lookup_stale``."""
+sandbox extensions ``lookup_stale`` and ``search_stale``."""
 
 from __future__ import annotations
 
@@ -209,6 +209,35 @@ async def test_lookup_stale_is_not_used_up_by_a_lookup_that_failed_first(client:
     assert await _rules(client) == [("lookup_stale", 1)]  # the lookup never reached the data
     assert (await client.get(path, headers=auth())).status_code == 404
     assert (await client.get(path, headers=auth())).status_code == 200
+
+
+async def test_search_stale_answers_a_real_miss_to_lookups_by_reference_only(
+        client: httpx.AsyncClient) -> None:
+    unindexed = (await create(client, payment_body())).json()
+    other = (await create(client, payment_body())).json()
+    await add_faults(client, {"fault": "search_stale",
+                              "match": {"reference": unindexed["reference"]}, "times": 2})
+
+    # By id it is always there, and that does not use the rule up.
+    by_id = await client.get(f"/v1/payments/{unindexed['id']}", headers=auth())
+    assert (by_id.status_code, by_id.json()) == (200, unindexed)
+    assert await _rules(client) == [("search_stale", 2)]
+
+    # By reference: exactly the answer for a reference no payment carries.
+    hidden = await client.get("/v1/payments", params={"reference": unindexed["reference"]}, headers=auth())
+    missing = await client.get("/v1/payments", params={"reference": "ref_nobody"}, headers=auth())
+    assert (hidden.status_code, hidden.content) == (missing.status_code, missing.content)
+    assert (hidden.status_code, hidden.json()) == (200, {"data": []})
+    # Another reference is not matched, nor is a reference no payment carries (a miss already).
+    assert (await client.get("/v1/payments", params={"reference": other["reference"]},
+                             headers=auth())).json() == {"data": [other]}
+    assert await _rules(client) == [("search_stale", 1)]
+    assert (await client.get("/v1/payments", params={"reference": unindexed["reference"]},
+                             headers=auth())).json() == {"data": []}
+    assert await _rules(client) == []
+    indexed = await client.get("/v1/payments", params={"reference": unindexed["reference"]}, headers=auth())
+    assert (indexed.status_code, indexed.json()) == (200, {"data": [unindexed]})
+    assert len(await ledger(client)) == 2  # hidden, never removed
 
 
 async def test_match_by_account_and_operation(client: httpx.AsyncClient) -> None:

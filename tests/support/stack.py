@@ -134,10 +134,13 @@ class Stack:
     settings: Settings
 
 
-async def running_stack(pool: asyncpg.Pool, db_dsn: str, **env: str) -> AsyncIterator[Stack]:
+async def running_stack(pool: asyncpg.Pool, db_dsn: str, *,
+                        env_for: Callable[[str], dict[str, str]] | None = None,
+                        **env: str) -> AsyncIterator[Stack]:
+    """The sandbox and checkout; ``env_for(sandbox_url)`` adds settings that need the sandbox's URL."""
     clock = FakeClock(current=datetime.now(UTC))
     async with serve_asgi(create_sandbox_app(SandboxSettings.default())) as sandbox_url:
-        settings = checkout_settings(sandbox_url, db_dsn, **env)
+        settings = checkout_settings(sandbox_url, db_dsn, **env, **(env_for(sandbox_url) if env_for else {}))
         app = create_checkout_app(settings, clock=clock, pool=pool)
         async with serve_asgi(app) as checkout_url:
             sandbox = Sandbox(sandbox_url)

@@ -10,8 +10,9 @@ import orjson
 import pytest
 
 import paycore.providers
+from paycore.account_settings import CARDCO_KEY_RETENTION
 from paycore.clock import FakeClock
-from paycore.config import CARDCO_KEY_RETENTION, ProviderAccountConfig, Secret
+from paycore.config import ProviderAccountConfig, Secret
 from paycore.providers import cardco, registry
 from paycore.providers.base import InvalidNotification, ReferenceLookup
 from tests.support.webhooks import event, payment_object
@@ -72,3 +73,10 @@ def test_cardcos_capabilities_are_its_contracts_and_the_configured_default_reten
     assert caps.lookup_by_reference is ReferenceLookup.CONSISTENT
     assert caps.server_errors_replayed  # docs/providers/cardco.md: a 500 is stored under the key
     assert caps.key_retention_s == CARDCO_KEY_RETENTION.default == 86_400
+
+
+def test_cardco_answers_its_contract_for_each_account_it_is_asked_about() -> None:
+    # The recovery loop reads capabilities per attempt's account (a router dispatches it).
+    client = cardco.CardcoClient([], FakeClock(), max_call_duration_s=10)
+    assert client.capabilities_of("cardco:acct_store:test") is cardco.CAPABILITIES
+    assert client.capabilities_of("cardco:acct_store:live") is client.capabilities

@@ -149,7 +149,7 @@ def test_a_group_declares_each_paycore_variable_once() -> None:
 ])
 def test_library_settings_refuse_a_bad_value_naming_the_variable(variable: str, raw: str) -> None:
     with pytest.raises(ConfigError) as refused:
-        load_settings({variable: raw}, require_cardco=False)
+        load_settings({variable: raw}, require_account=False)
     assert refused.value.variable == variable
 
 
@@ -159,13 +159,13 @@ def test_library_settings_are_read_into_the_same_attributes() -> None:
         "PAYCORE_RECHECK_AFTER_S": "7", "PAYCORE_ALERT_FORMAT": "PAGERDUTY",
         "PAYCORE_ALERT_WEBHOOK_URL": "https://events.example/v2/", "PAYCORE_PAGERDUTY_ROUTING_KEY": "rk",
         "PAYCORE_JWT_AUDIENCE": "a, b", "PAYCORE_KAFKA_IDEMPOTENT": "off",
-    }, require_cardco=False)
+    }, require_account=False)
     assert (settings.processing_allowance_s, settings.outbox_batch_size, settings.recheck_after_s) \
         == (12.0, 50, 7.0)
     assert (settings.alert_format, settings.alert_webhook_url) == ("pagerduty", "https://events.example/v2")
     assert settings.jwt_claims.audiences == ("a", "b")
     assert settings.kafka_idempotent is False
-    assert load_settings({}, require_cardco=False) == Settings(
+    assert load_settings({}, require_account=False) == Settings(
         database_url=None, kafka_bootstrap=None, jwt_secret=None, jwks_url=None, accounts=())
 
 
@@ -195,7 +195,7 @@ def test_an_accounts_file_entry_reads_every_documented_field(tmp_path: Path) -> 
         "key_retention_s": 7200, "escalation_margin_s": 600, "lookup_rate_per_s": 5,
     }]))
     env = {"PAYCORE_ACCOUNTS_FILE": str(path), "EU_KEY": "sk_live_eu", "EU_WHSEC": "whsec_eu"}
-    [acct] = load_settings(env, require_cardco=False).accounts
+    [acct] = load_settings(env, require_account=False).accounts
     assert (acct.provider_account, acct.base_url, acct.api_key.reveal(), acct.webhook_secret) == (
         "cardco:acct_eu:live", "https://eu.cardco.example", "sk_live_eu", Secret("whsec_eu"))
     assert (acct.api_version, acct.key_retention_s, acct.escalation_margin_s, acct.lookup_rate_per_s) \
@@ -203,7 +203,7 @@ def test_an_accounts_file_entry_reads_every_documented_field(tmp_path: Path) -> 
     path.write_bytes(orjson.dumps([{"account": "acct_eu", "environment": "live", "base_url": "eu",
                                     "api_key_env": "EU_KEY"}]))
     with pytest.raises(ConfigError) as refused:
-        load_settings(env, require_cardco=False)
+        load_settings(env, require_account=False)
     assert refused.value.variable == "PAYCORE_ACCOUNTS_FILE[0].base_url"
 
 
@@ -215,12 +215,12 @@ def test_an_accounts_file_entry_reads_every_documented_field(tmp_path: Path) -> 
 ])
 def test_recovery_settings_refuse_a_bad_value_naming_the_variable(variable: str, raw: str) -> None:
     with pytest.raises(ConfigError) as refused:
-        load_recovery_settings(load_settings({}, require_cardco=False), {variable: raw})
+        load_recovery_settings(load_settings({}, require_account=False), {variable: raw})
     assert refused.value.variable == variable
 
 
 def test_recovery_settings_keep_their_defaults_and_have_no_upper_bound() -> None:
-    app = load_settings({}, require_cardco=False)
+    app = load_settings({}, require_account=False)
     defaults = load_recovery_settings(app, {})
     assert (defaults.backoff_s, defaults.batch, defaults.concurrency, defaults.lease_s) \
         == ((60.0, 120.0, 300.0, 900.0), 200, 8, 90.0)
@@ -235,6 +235,6 @@ def test_the_outbox_retention_can_be_set_to_its_own_default_and_beyond() -> None
     # (int32 milliseconds, ~24.8 days) refused the documented default of 30 days.
     thirty_days = str(30 * 86_400)
     assert load_settings({"PAYCORE_OUTBOX_RETENTION_S": thirty_days},
-                         require_cardco=False).outbox_retention_s == 30 * 86_400.0
+                         require_account=False).outbox_retention_s == 30 * 86_400.0
     assert load_settings({"PAYCORE_OUTBOX_RETENTION_S": str(90 * 86_400)},
-                         require_cardco=False).outbox_retention_s == 90 * 86_400.0
+                         require_account=False).outbox_retention_s == 90 * 86_400.0

@@ -35,13 +35,14 @@ import os
 import secrets
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any, Literal, TypeVar, overload
 from urllib.parse import urlsplit, urlunsplit
 
-from paycore.config import CARDCO_BASE_URL, ConfigError, load_settings
+from paycore.account_settings import MARKERS
+from paycore.config import ConfigError, load_settings
 from paycore.settings_spec import Choice, FilePath, Group
 
 log = logging.getLogger("paycore.cli")
@@ -258,10 +259,11 @@ def _migrate(dsn: str) -> list[str]:
         raise CommandError(f"migrations failed on {redact_dsn(dsn)}: {exc}") from exc
 
 
-def _preflight_accounts(dsn: str, settings: Any, *, local_sandbox_url: str | None = None) -> None:
+def _preflight_accounts(dsn: str, settings: Any, *, local_sandbox_url: str | None = None,
+                        local_providers: Sequence[str] = ()) -> None:
     """Register the configured provider accounts, or refuse a configuration that differs.
 
-    The local sandbox's development account is the one exception: when ``paycore
+    The local sandbox's development accounts are the one exception: when ``paycore
     up`` runs it on another port than last time, the registered base URL follows,
     recorded as an operator action of ``paycore-up``.
     """
@@ -273,13 +275,15 @@ def _preflight_accounts(dsn: str, settings: Any, *, local_sandbox_url: str | Non
         pool = await create_pool(dsn, max_size=2)
         try:
             now = SystemClock().now()
-            if local_sandbox_url is not None:
+            for account in settings.accounts:
+                if local_sandbox_url is None or account.provider not in local_providers:
+                    continue
                 recorded = await accounts.apply_configuration(
-                    pool, settings.default_account, operator="paycore-up", now=now,
+                    pool, account, operator="paycore-up", now=now,
                     reason=f"the local sandbox listens at {local_sandbox_url}")
                 if recorded is not None:
                     log.info("local sandbox account %s registered as configured (operator action %d)",
-                             settings.default_account.provider_account, recorded.action_id)
+                             account.provider_account, recorded.action_id)
             await accounts.register_provider_accounts(pool, settings.accounts, now)
         finally:
             await pool.close()
@@ -310,7 +314,7 @@ def _sigterm_raises_interrupt() -> Iterator[None]:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    settings = load_settings(require_cardco=False)
+    settings = load_settings(require_account=False)
     with contextlib.ExitStack() as stack:
         stack.enter_context(_sigterm_raises_interrupt())
         dsn = settings.database_url
@@ -341,9 +345,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = load_settings()
         if name == "webhooks":
             from paycore.clock import SystemClock
-            from paycore_webhooks.app import provider_for
+            from paycore_webhooks.app import receivers_for
 
-            provider_for(settings, SystemClock())  # opens nothing: only checks the webhook secrets
+            receivers_for(settings, SystemClock())  # opens nothing: only checks the webhook secrets
         if settings.database_url is not None:
             _preflight_accounts(settings.database_url, settings)
     elif name == "sandbox":
@@ -391,7 +395,7 @@ def _with_operator_pool(action: Callable[[Any, Any], Awaitable[T]]) -> tuple[Any
     """Run an operator ``action(settings, pool)`` on a small pool over PAYCORE_DATABASE_URL."""
     from paycore.db import create_pool
 
-    settings = load_settings(require_cardco=False)
+    settings = load_settings(require_account=False)
     if settings.database_url is None:
         raise ConfigError("PAYCORE_DATABASE_URL", "is required")
 
@@ -579,7 +583,7 @@ def cmd_token(args: argparse.Namespace) -> int:
 
     from paycore.clock import SystemClock
 
-    settings = load_settings(require_cardco=False)
+    settings = load_settings(require_account=False)
     if settings.jwt_secret is not None:
         secret = settings.jwt_secret.reveal()
     else:
@@ -624,7 +628,7 @@ def _http_probe(url: str, *, any_status: bool) -> Callable[[], Awaitable[bool]]:
 def cmd_up(args: argparse.Namespace) -> int:
     from paycore.runtime._process import port_is_free
 
-    base = load_settings(require_cardco=False)
+    base = load_settings(require_account=False)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # readiness polls are not news
     home = paycore_home(create=True)
     ports: dict[str, int] = {name: getattr(args, f"{name}_port") for name in UP_SERVICES}
@@ -638,23 +642,18 @@ def cmd_up(args: argparse.Namespace) -> int:
     env["PYTHONUNBUFFERED"] = "1"
     env["PAYCORE_HOME"] = str(home)
     urls = {name: f"http://{LOOPBACK}:{port}" for name, port in ports.items()}
-    local_cardco = CARDCO_BASE_URL.get(env) is None
-    if local_cardco:
-        env.update({
-            "PAYCORE_CARDCO_BASE_URL": urls["sandbox"],
-            "PAYCORE_CARDCO_ACCOUNT": SANDBOX_ACCOUNT,
-            "PAYCORE_CARDCO_ENVIRONMENT": SANDBOX_ENVIRONMENT,
-            "PAYCORE_CARDCO_API_KEY": SANDBOX_API_KEY,
-            "PAYCORE_CARDCO_WEBHOOK_SECRET": _sandbox_webhook_secret(),
-        })
-        # The local sandbox delivers its webhooks to the local intake.
-        env.setdefault("PAYCORE_SANDBOX_WEBHOOK_URLS", urls["webhooks"] + WEBHOOK_PATH)
+    local = _use_local_sandbox(env, urls)
     if base.jwt_secret is None and base.jwks_url is None:
         env["PAYCORE_JWT_SECRET"] = local_jwt_secret(home, create=True) or ""
     settings = load_settings(env)  # what the services will see: fail now, before starting anything
     services = list(UP_SERVICES)
-    if not any(a.webhook_secret is not None for a in settings.accounts):
-        log.warning("no PAYCORE_CARDCO_WEBHOOK_SECRET: not starting the webhook intake")
+    try:
+        from paycore.clock import SystemClock
+        from paycore_webhooks.app import receivers_for
+
+        receivers_for(settings, SystemClock())  # opens nothing: only checks the webhook secrets
+    except ConfigError as exc:
+        log.warning("not starting the webhook intake: %s", exc)
         services.remove("webhooks")
 
     with contextlib.ExitStack() as stack:
@@ -679,17 +678,20 @@ def cmd_up(args: argparse.Namespace) -> int:
         applied = _migrate(dsn)
         log.info("migrations: %s", ", ".join(applied) if applied else "schema up to date")
         # Fail here, with the configuration error, rather than as five services exiting.
-        _preflight_accounts(dsn, settings, local_sandbox_url=urls["sandbox"] if local_cardco else None)
+        _preflight_accounts(dsn, settings, local_sandbox_url=urls["sandbox"] if local else None,
+                            local_providers=local)
 
         banner = [
             "",
             "paycore is up -- Ctrl-C stops everything",
             f"  checkout  {urls['checkout']}",
             f"  sandbox   {urls['sandbox']}"
-            + (f"  (Cardco account {SANDBOX_ACCOUNT}, test mode)" if local_cardco else ""),
+            + (f"  (account {SANDBOX_ACCOUNT}, test mode, speaking {', '.join(local)})" if local else ""),
+            f"  orders    on {settings.default_account.provider_account} unless they name another",
         ]
         if "webhooks" in services:
-            banner.append(f"  webhooks  {urls['webhooks']}{WEBHOOK_PATH}")
+            names = dict.fromkeys(a.provider for a in settings.accounts)
+            banner += [f"  webhooks  {urls['webhooks']}/webhooks/{name}" for name in names]
         banner.append(f"  recovery  worker; metrics {urls['recovery']}/metrics")
         banner.append(f"  dispatcher worker; metrics {urls['dispatcher']}/metrics")
         banner += [
@@ -712,6 +714,40 @@ def _sandbox_webhook_secret() -> str:
         if acct.account == SANDBOX_ACCOUNT and acct.environment == SANDBOX_ENVIRONMENT:
             return acct.webhook_secret
     raise CommandError("the sandbox has no built-in acct_store test account")
+
+
+def _use_local_sandbox(env: dict[str, str], urls: Mapping[str, str]) -> list[str]:
+    """Point every provider that is not configured at the local sandbox, which speaks each one's
+    wire (its dialects) with built-in development credentials, and have the sandbox deliver each
+    provider's webhooks to the local intake's route for it. Returns the providers so pointed."""
+    from paycore_sandbox.dialects import adyen_webhooks
+    from paycore_sandbox.settings import SandboxSettings
+
+    [acct] = [a for a in SandboxSettings.default().accounts
+              if a.account == SANDBOX_ACCOUNT and a.environment == SANDBOX_ENVIRONMENT]
+    sandbox, intake = urls["sandbox"], urls["webhooks"]
+    local = {
+        "cardco": {"PAYCORE_CARDCO_BASE_URL": sandbox, "PAYCORE_CARDCO_ACCOUNT": acct.account,
+                   "PAYCORE_CARDCO_ENVIRONMENT": acct.environment, "PAYCORE_CARDCO_API_KEY": acct.api_key,
+                   "PAYCORE_CARDCO_WEBHOOK_SECRET": acct.webhook_secret},
+        "stripe": {"PAYCORE_STRIPE_API_BASE": sandbox, "PAYCORE_STRIPE_ACCOUNT": acct.account,
+                   "PAYCORE_STRIPE_API_KEY": acct.api_key,
+                   "PAYCORE_STRIPE_WEBHOOK_SECRET": acct.webhook_secret},
+        "adyen": {"PAYCORE_ADYEN_BASE_URL": sandbox, "PAYCORE_ADYEN_MERCHANT_ACCOUNT": acct.account,
+                  "PAYCORE_ADYEN_ENVIRONMENT": acct.environment, "PAYCORE_ADYEN_API_KEY": acct.api_key,
+                  "PAYCORE_ADYEN_HMAC_KEY": adyen_webhooks.hmac_key(acct),
+                  "PAYCORE_ADYEN_WEBHOOK_USERNAME": adyen_webhooks.WEBHOOK_USERNAME,
+                  "PAYCORE_ADYEN_WEBHOOK_PASSWORD": adyen_webhooks.webhook_password(acct),
+                  "PAYCORE_ADYEN_RETURN_URL": urls["checkout"] + "/"},
+    }
+    chosen = [name for name in local if MARKERS[name].get(env) is None]
+    for name in chosen:
+        env.update(local[name])
+    if chosen:
+        routes = [f"{intake}/webhooks/{name}" if name == "cardco" else f"{name}={intake}/webhooks/{name}"
+                  for name in chosen]
+        env.setdefault("PAYCORE_SANDBOX_WEBHOOK_URLS", ",".join(routes))
+    return chosen
 
 
 # What "ready" means for each service: the sandbox answers anything; the others /healthz.

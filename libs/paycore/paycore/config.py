@@ -18,15 +18,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-import orjson
-
-from paycore.domain import provider_account_id
+from paycore.account_settings import CARDCO_API_VERSION as CARDCO_API_VERSION  # re-exported
+from paycore.account_settings import ESCALATION_MARGIN_CAP_S as ESCALATION_MARGIN_CAP_S  # re-exported
+from paycore.account_settings import ProviderAccountConfig as ProviderAccountConfig  # re-exported
+from paycore.account_settings import load_accounts
 from paycore.settings_spec import MAX_BUDGET_S as MAX_BUDGET_S  # re-exported: the library's bound
 from paycore.settings_spec import (
     Choice,
     Count,
-    FileField,
-    FilePath,
     Flag,
     Group,
     Invalid,
@@ -35,12 +34,10 @@ from paycore.settings_spec import (
     SecretText,
     Text,
     Url,
-    env_value,
 )
 from paycore.settings_spec import ConfigError as ConfigError  # re-exported: every service raises it
 from paycore.settings_spec import Secret as Secret  # re-exported
 
-CARDCO_API_VERSION = "2026-11-01"
 SECONDS = Number("seconds")
 SECONDS_OR_ZERO = Number("seconds", allow_zero=True)
 
@@ -80,40 +77,6 @@ JWT_ALLOW_ANY_AUDIENCE = TOKENS.declare(
 JWT_LEEWAY = TOKENS.declare(
     "PAYCORE_JWT_LEEWAY_S", Number("seconds", allow_zero=True, maximum=300.0), 30.0,
     "clock skew tolerated on `exp`, `nbf` and `iat`")
-
-CARDCO = Group("every service: the default Cardco account")
-CARDCO_BASE_URL = CARDCO.declare(
-    "PAYCORE_CARDCO_BASE_URL", Url(), None, "the Cardco API",
-    shown_default="— (required but for `migrate` and operator commands)")
-CARDCO_ACCOUNT = CARDCO.declare(
-    "PAYCORE_CARDCO_ACCOUNT", Text(), None, "the account, e.g. `acct_store`",
-    shown_default="— (required with the base URL)")
-CARDCO_ENVIRONMENT = CARDCO.declare(
-    "PAYCORE_CARDCO_ENVIRONMENT", Choice(("test", "live")), "test", "the account's mode")
-CARDCO_API_KEY = CARDCO.declare(
-    "PAYCORE_CARDCO_API_KEY", SecretText(), None, "its API key, `sk_test_…` or `sk_live_…` as the mode says",
-    shown_default="— (required with the base URL)")
-CARDCO_WEBHOOK_SECRET = CARDCO.declare(
-    "PAYCORE_CARDCO_WEBHOOK_SECRET", SecretText(), None,
-    "its webhook signing secret (`whsec_…`); without one the webhook intake does not start")
-CARDCO_API_VERSION_SETTING = CARDCO.declare(
-    "PAYCORE_CARDCO_API_VERSION", Text(), CARDCO_API_VERSION,
-    "the `Cardco-Version` header of every request; stamped on each attempt, so a resend keeps its own")
-CARDCO_KEY_RETENTION = CARDCO.declare(
-    "PAYCORE_CARDCO_KEY_RETENTION_S", SECONDS, 86_400.0,
-    "the provider's minimum idempotency-key retention")
-ESCALATION_MARGIN_CAP_S = 7_200
-CARDCO_ESCALATION_MARGIN = CARDCO.declare(
-    "PAYCORE_CARDCO_ESCALATION_MARGIN_S", SECONDS_OR_ZERO, None,
-    "safety margin, below the retention: `escalation_deadline = first_sent_at + retention − margin`",
-    shown_default="min(7200, retention/4)")
-CARDCO_LOOKUP_RATE = CARDCO.declare(
-    "PAYCORE_CARDCO_LOOKUP_RATE_PER_S", Number("lookups per second"), 20.0,
-    "recovery's pace of lookups on this account, across its concurrent lanes")
-ACCOUNTS_FILE = CARDCO.declare(
-    "PAYCORE_ACCOUNTS_FILE", FilePath(), None,
-    "more Cardco accounts: a JSON list of entries (below); their secrets are named by variable, never "
-    "written in the file")
 
 PAYMENTS = Group("checkout, webhooks, recovery: each payment attempt's timings")
 START_BUDGET = PAYMENTS.declare(
@@ -201,20 +164,6 @@ PAGERDUTY_ROUTING_KEY = ALERTS.declare(
     "PAYCORE_PAGERDUTY_ROUTING_KEY", SecretText(), None, "the PagerDuty integration key",
     shown_default="— (required with `pagerduty`)")
 
-# The keys of one PAYCORE_ACCOUNTS_FILE entry, as _account_entry reads them.
-ACCOUNTS_FILE_FIELDS = (
-    FileField("account", "required", "the account, e.g. `acct_eu`"),
-    FileField("environment", "required", "`test` or `live`"),
-    FileField("base_url", "required", "the Cardco API (absolute http(s) URL)"),
-    FileField("api_key_env", "required", "the variable holding its API key (`sk_<environment>_…`)"),
-    FileField("webhook_secret_env", "—", "the variable holding its webhook secret"),
-    FileField("api_version", f"`{CARDCO_API_VERSION}`", "as `PAYCORE_CARDCO_API_VERSION`"),
-    FileField("key_retention_s", "86400", "as `PAYCORE_CARDCO_KEY_RETENTION_S` (positive integer)"),
-    FileField("escalation_margin_s", "min(7200, retention // 4)",
-              "as `PAYCORE_CARDCO_ESCALATION_MARGIN_S` (integer below `key_retention_s`)"),
-    FileField("lookup_rate_per_s", "20", "as `PAYCORE_CARDCO_LOOKUP_RATE_PER_S` (positive number)"),
-)
-
 # --------------------------------------------------------------------------- what they make
 
 
@@ -239,52 +188,6 @@ class JwtClaimRules:
     # Clock skew tolerated on exp/nbf/iat: a few seconds of drift between hosts is
     # normal; minutes would let expired tokens in.
     leeway_s: float = JWT_LEEWAY.default
-
-
-# Where each provider's create request goes, below the account's base URL.
-PAYMENTS_PATHS = {"cardco": "/v1/payments", "stripe": "/v1/payment_intents", "adyen": "/{api_version}/payments"}
-
-
-@dataclass(frozen=True)
-class ProviderAccountConfig:
-    """One configured provider account: where it lives and how to authenticate.
-
-    :param provider: ``cardco``, ``stripe`` or ``adyen``.
-    :param account: The account label in provider-account ids: Cardco's account,
-        Adyen's merchant account, a Stripe account's label (Stripe's objects do not
-        name the account, so it is never compared with a payment's).
-    :param webhook_secret: What verifies a notification's signature: Cardco's and
-        Stripe's ``whsec_…`` signing secret, Adyen's hex HMAC key.
-    :param webhook_username: Adyen: the basic-auth user its notifications carry.
-    :param webhook_password: Adyen: that user's password.
-    :param live_url_prefix: Adyen live: the company's endpoint prefix.
-    :param return_url: Where a customer comes back after a redirect or 3-D Secure
-        (Stripe ``return_url``, Adyen ``returnUrl``).
-    """
-
-    provider: str
-    account: str
-    environment: str
-    base_url: str
-    api_key: Secret
-    webhook_secret: Secret | None
-    api_version: str = CARDCO_API_VERSION
-    key_retention_s: int = int(CARDCO_KEY_RETENTION.default)
-    escalation_margin_s: int = ESCALATION_MARGIN_CAP_S
-    lookup_rate_per_s: float = CARDCO_LOOKUP_RATE.default
-    webhook_username: str | None = None
-    webhook_password: Secret | None = None
-    live_url_prefix: str | None = None
-    return_url: str | None = None
-
-    @property
-    def provider_account(self) -> str:
-        return provider_account_id(self.provider, self.account, self.environment)
-
-    @property
-    def payments_endpoint(self) -> str:
-        path = PAYMENTS_PATHS[self.provider].format(api_version=self.api_version)
-        return self.base_url.rstrip("/") + path
 
 
 @dataclass(frozen=True)
@@ -341,6 +244,7 @@ class Settings:
 
     @property
     def default_account(self) -> ProviderAccountConfig:
+        """The account new orders use when they name none (``PAYCORE_DEFAULT_PROVIDER``'s first)."""
         return self.accounts[0]
 
     def account(self, provider_account: str) -> ProviderAccountConfig | None:
@@ -353,11 +257,11 @@ class Settings:
 # --------------------------------------------------------------------------- reading them
 
 
-def load_settings(env: Mapping[str, str] | None = None, *, require_cardco: bool = True) -> Settings:
+def load_settings(env: Mapping[str, str] | None = None, *, require_account: bool = True) -> Settings:
     """Read and validate every ``PAYCORE_*`` variable the library declares.
 
-    ``require_cardco=False`` lets tools that never call the provider (``paycore
-    migrate``) start without Cardco credentials.
+    ``require_account=False`` lets tools that never call a provider (``paycore
+    migrate``) start without provider credentials.
     """
     env = os.environ if env is None else env
 
@@ -370,13 +274,7 @@ def load_settings(env: Mapping[str, str] | None = None, *, require_cardco: bool 
     jwt_secret = JWT_SECRET.get(env)
     jwks_url = JWKS_URL.get(env)
 
-    accounts: list[ProviderAccountConfig] = []
-    if require_cardco or CARDCO_BASE_URL.get(env) is not None:
-        accounts.append(_default_account(env))
-    accounts.extend(_accounts_file(env))
-    ids = [a.provider_account for a in accounts]
-    if len(set(ids)) != len(ids):
-        raise ConfigError(ACCOUNTS_FILE.name, "configures a provider account twice")
+    accounts = load_accounts(env, require_account=require_account)
 
     return Settings(
         database_url=DATABASE_URL.get(env),
@@ -385,7 +283,7 @@ def load_settings(env: Mapping[str, str] | None = None, *, require_cardco: bool 
         jwks_url=jwks_url,
         jwks_refetch_cooldown_s=JWKS_REFETCH_COOLDOWN.read(env),
         jwt_claims=_jwt_claims(env, jwks=jwks_url is not None),
-        accounts=tuple(accounts),
+        accounts=accounts,
         budgets=budgets,
         abandonment_threshold_s=ABANDONMENT_THRESHOLD.read(env),
         processing_allowance_s=PROCESSING_ALLOWANCE.read(env),
@@ -423,35 +321,6 @@ def _jwt_claims(env: Mapping[str, str], *, jwks: bool) -> JwtClaimRules:
                          leeway_s=JWT_LEEWAY.read(env))
 
 
-def _default_account(env: Mapping[str, str]) -> ProviderAccountConfig:
-    """The account ``PAYCORE_CARDCO_*`` configures."""
-    base_url = CARDCO_BASE_URL.require(env, " (the Cardco API base URL)")
-    account = CARDCO_ACCOUNT.require(env, ", e.g. acct_store")
-    environment = CARDCO_ENVIRONMENT.read(env)
-    api_key = CARDCO_API_KEY.require(env)
-    if not api_key.reveal().startswith(f"sk_{environment}_"):
-        raise ConfigError(CARDCO_API_KEY.name, f"must be a {environment}-mode key (sk_{environment}_...)")
-    retention = CARDCO_KEY_RETENTION.read(env)
-    margin = CARDCO_ESCALATION_MARGIN.get(env)
-    if margin is None:
-        margin = min(float(ESCALATION_MARGIN_CAP_S), retention / 4)
-    if margin >= retention:
-        raise ConfigError(CARDCO_ESCALATION_MARGIN.name,
-                          "must be smaller than PAYCORE_CARDCO_KEY_RETENTION_S")
-    return ProviderAccountConfig(
-        provider="cardco",
-        account=account,
-        environment=environment,
-        base_url=base_url,
-        api_key=api_key,
-        webhook_secret=CARDCO_WEBHOOK_SECRET.get(env),
-        api_version=CARDCO_API_VERSION_SETTING.read(env),
-        key_retention_s=int(retention),
-        escalation_margin_s=int(margin),
-        lookup_rate_per_s=CARDCO_LOOKUP_RATE.read(env),
-    )
-
-
 def _dispatcher_settings(env: Mapping[str, str]) -> dict[str, Any]:
     """The optional Kafka, outbox relay and alert-delivery settings."""
     alert_url = ALERT_WEBHOOK_URL.get(env)
@@ -480,58 +349,3 @@ def _dispatcher_settings(env: Mapping[str, str]) -> dict[str, Any]:
         "alert_format": alert_format,
         "pagerduty_routing_key": routing_key,
     }
-
-
-def _accounts_file(env: Mapping[str, str]) -> list[ProviderAccountConfig]:
-    """More Cardco accounts from ``PAYCORE_ACCOUNTS_FILE`` (JSON list of ``ACCOUNTS_FILE_FIELDS``).
-
-    Each entry names its secrets by environment variable (``api_key_env``,
-    ``webhook_secret_env``); the file itself never holds a secret.
-    """
-    name = ACCOUNTS_FILE.name
-    path = ACCOUNTS_FILE.get(env)
-    if path is None:
-        return []
-    try:
-        entries = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise ConfigError(name, f"cannot read a JSON list from {str(path)!r}: {type(exc).__name__}") from None
-    if not isinstance(entries, list):
-        raise ConfigError(name, "must hold a JSON list of accounts")
-    return [_account_entry(env, name, i, e) for i, e in enumerate(entries)]
-
-
-def _account_entry(env: Mapping[str, str], name: str, i: int, e: Any) -> ProviderAccountConfig:
-    where = f"{name}[{i}]"
-    if not isinstance(e, dict):
-        raise ConfigError(where, "must be an object")
-    account, environment = e.get("account"), e.get("environment")
-    if not isinstance(account, str) or not account:
-        raise ConfigError(f"{where}.account", "is required")
-    if environment not in ("test", "live"):
-        raise ConfigError(f"{where}.environment", "must be 'test' or 'live'")
-    api_key = env_value(env, str(e.get("api_key_env", "")))
-    if api_key is None or not api_key.startswith(f"sk_{environment}_"):
-        raise ConfigError(f"{where}.api_key_env", f"must name a variable holding a sk_{environment}_ key")
-    secret_env = e.get("webhook_secret_env")
-    webhook_secret = env_value(env, str(secret_env)) if secret_env else None
-    retention = e.get("key_retention_s", 86_400)
-    margin = e.get("escalation_margin_s",
-                   min(ESCALATION_MARGIN_CAP_S, retention // 4 if isinstance(retention, int) else 0))
-    rate = e.get("lookup_rate_per_s", 20.0)
-    if type(retention) is not int or retention <= 0:
-        raise ConfigError(f"{where}.key_retention_s", "must be a positive integer")
-    if type(margin) is not int or not 0 <= margin < retention:
-        raise ConfigError(f"{where}.escalation_margin_s", "must be an integer below key_retention_s")
-    if not isinstance(rate, int | float) or rate <= 0:
-        raise ConfigError(f"{where}.lookup_rate_per_s", "must be positive")
-    try:
-        base_url = Url().parse(str(e.get("base_url", "")))
-    except Invalid as exc:
-        raise ConfigError(f"{where}.base_url", str(exc)) from None
-    return ProviderAccountConfig(
-        provider="cardco", account=account, environment=environment, base_url=base_url,
-        api_key=Secret(api_key), webhook_secret=Secret(webhook_secret) if webhook_secret else None,
-        api_version=str(e.get("api_version", CARDCO_API_VERSION)), key_retention_s=retention,
-        escalation_margin_s=margin, lookup_rate_per_s=float(rate),
-    )

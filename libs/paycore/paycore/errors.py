@@ -44,3 +44,10 @@ DATABASE_ERRORS: tuple[type[BaseException], ...] = (
 
 # A write that ended with one of these may or may not have committed.
 MAY_HAVE_COMMITTED: tuple[type[BaseException], ...] = (*DATABASE_ERRORS, OutcomeNotConfirmed)
+
+
+class InvalidPaymentMethod(PaycoreError, ValueError):
+    """A payment method paycore will not store or send: card data, or a value the provider refuses.
+
+    ``str()`` says why without repeating the value (it may be card data).
+    """

@@ -94,3 +94,17 @@ SELECT EXISTS (SELECT 1 FROM payment_attempt_events
 
 async def resend_was_rejected(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID) -> bool:
     return bool(await conn.fetchval(RESEND_WAS_REJECTED, attempt_id))
+
+
+# Every send, the first (checkout's) and each resend (recovery's), commits its send_intent
+# before it is dispatched, so the latest intent is when the attempt's last send began.
+LAST_SEND_BEGAN_AT = """
+SELECT max(occurred_at) FROM payment_attempt_events
+WHERE attempt_id = $1 AND kind = 'send_intent'
+"""
+
+
+async def last_send_began_at(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID) -> datetime | None:
+    """When the attempt's last send began (its latest ``send_intent``); ``None`` if it has none."""
+    began: datetime | None = await conn.fetchval(LAST_SEND_BEGAN_AT, attempt_id)
+    return began

@@ -38,6 +38,7 @@ class Order:
     cancel_requested_at: datetime | None
     created_at: datetime
     version: int
+    provider_account: str | None = None  # the account it is paid on; None: the default one
 
     @classmethod
     def from_record(cls, r: asyncpg.Record) -> Order:
@@ -55,11 +56,12 @@ class Order:
 
 
 INSERT_ORDER = """
-INSERT INTO orders (order_id, customer_id, amount_minor, currency, created_at)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO orders (order_id, customer_id, amount_minor, currency, created_at, provider_account)
+VALUES ($1, $2, $3, $4, $5, $6)
 RETURNING *
 """
 SELECT_ORDER = "SELECT * FROM orders WHERE order_id = $1"
+SELECT_ORDER_ACCOUNT = "SELECT provider_account FROM orders WHERE order_id = $1"
 LOCK_ORDER = "SELECT * FROM orders WHERE order_id = $1 FOR UPDATE"
 
 # The order an attempt belongs to, locked in one round trip (an attempt never
@@ -89,12 +91,18 @@ def new_order_id() -> str:
 
 async def create_order(
     conn: asyncpg.Connection | asyncpg.Pool, *, customer_id: str, amount_minor: int, currency: str,
-    now: datetime, order_id: str | None = None,
+    now: datetime, order_id: str | None = None, provider_account: str | None = None,
 ) -> Order:
     row = await conn.fetchrow(INSERT_ORDER, order_id or new_order_id(), customer_id, amount_minor,
-                              currency, now)
+                              currency, now, provider_account)
     assert row is not None
     return Order.from_record(row)
+
+
+async def order_account(conn: asyncpg.Connection | asyncpg.Pool, order_id: str) -> str | None:
+    """The provider account the order names (``None``: the default one, or no such order)."""
+    named: str | None = await conn.fetchval(SELECT_ORDER_ACCOUNT, order_id)
+    return named
 
 
 async def get_order(conn: asyncpg.Connection | asyncpg.Pool, order_id: str, customer_id: str) -> Order:

@@ -32,7 +32,7 @@ from paycore.http.problems import (
     http_exception_handler,
     problem_handler,
 )
-from paycore.providers.base import Provider
+from paycore.providers.base import PaymentCalls
 from paycore.providers.registry import for_accounts
 from paycore_checkout.auth import Authenticator
 from paycore_checkout.payments import CheckoutMetrics, CheckoutPayments
@@ -97,7 +97,7 @@ def create_app(
     *,
     clock: Clock | None = None,
     pool: asyncpg.Pool | None = None,
-    client: Provider | None = None,
+    client: PaymentCalls | None = None,
 ) -> Starlette:
     clock = clock or SystemClock()
     registry = CollectorRegistry()

@@ -34,11 +34,12 @@ from paycore.attempts import (
     try_mark_started,
 )
 from paycore.clock import Clock
-from paycore.config import Settings
+from paycore.config import ProviderAccountConfig, Settings
 from paycore.db import DATABASE_ERRORS
 from paycore.domain import AttemptState, ProviderOutcome
-from paycore.orders import OrderNotPayable, get_order
-from paycore.providers.base import Provider, StoredRequest
+from paycore.errors import InvalidPaymentMethod
+from paycore.orders import OrderNotPayable, get_order, order_account
+from paycore.providers.base import PaymentCalls, PaymentMethod, StoredRequest
 
 log = logging.getLogger("paycore.checkout")
 
@@ -96,7 +97,7 @@ class CheckoutMetrics:
 
 
 class CheckoutPayments:
-    def __init__(self, *, pool: asyncpg.Pool, client: Provider, clock: Clock, settings: Settings,
+    def __init__(self, *, pool: asyncpg.Pool, client: PaymentCalls, clock: Clock, settings: Settings,
                  metrics: CheckoutMetrics) -> None:
         self.pool = pool
         self.client = client
@@ -104,15 +105,29 @@ class CheckoutPayments:
         self.settings = settings
         self.metrics = metrics
 
-    async def pay(self, order_id: str, customer_id: str, payment_method: str) -> PaymentStatus:
+    async def _account_of(self, order_id: str) -> ProviderAccountConfig:
+        """The account the order is paid on: the one it names, else the default. An order never
+        changes its account, so reading it before the order is locked is safe."""
+        named = await order_account(self.pool, order_id)
+        if named is None:
+            return self.settings.default_account
+        account = self.settings.account(named)
+        if account is None:  # configured when the order was created, removed since
+            raise OrderNotPayable(order_id, "account-not-configured")
+        return account
+
+    async def pay(self, order_id: str, customer_id: str, payment_method: PaymentMethod) -> PaymentStatus:
         """Pay for an order, at most once; returns the attempt's durable status."""
-        account = self.settings.default_account
+        account = await self._account_of(order_id)
         budgets = self.settings.budgets
 
         def body(reference: str, amount_minor: int, currency: str) -> str:
-            return self.client.build_request_body(amount_minor=amount_minor, currency=currency,
-                                                  payment_method=payment_method, reference=reference,
-                                                  description=f"order {order_id}")
+            try:
+                return self.client.build_request_body(account, amount_minor=amount_minor, currency=currency,
+                                                      payment_method=payment_method, reference=reference,
+                                                      description=f"order {order_id}")
+            except ValueError as exc:  # the provider's contract refuses it: nothing is recorded
+                raise InvalidPaymentMethod(str(exc)) from None
 
         created_at = self.clock.now()
         try:

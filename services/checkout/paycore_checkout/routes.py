@@ -21,16 +21,18 @@ from starlette.routing import Route
 
 from paycore import currencies
 from paycore.domain import AttemptState
+from paycore.errors import InvalidPaymentMethod
 from paycore.http.bodies import read_json_object
 from paycore.http.outage import not_ready
 from paycore.http.problems import Problem, problem_response
 from paycore.orders import Order, OrderNotFound, OrderNotPayable, cancel_order, create_order, get_order
+from paycore.payment_methods import checked_payment_method
+from paycore.providers.base import PaymentMethod
 from paycore_checkout import inbound_idempotency as idem
 from paycore_checkout.payments import PaymentStatus
 
 MAX_BODY = 64 * 1024
 ORDER_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-PAYMENT_METHOD = re.compile(r"^tok_[A-Za-z0-9_]{1,100}$")
 START_RETRY_AFTER_S = 2
 PAY_ENDPOINT = "POST /orders/{order_id}/payment"
 CREATE_ENDPOINT = "POST /orders"
@@ -62,6 +64,7 @@ def _order_json(order: Order) -> dict[str, Any]:
         "currency_exponent": currencies.exponent(order.currency),
         "status": order.status.value,
         "cancel_requested": order.cancel_requested_at is not None,
+        "provider_account": order.provider_account,
     }
 
 
@@ -85,9 +88,14 @@ async def create_order_route(request: Request) -> Response:
     services = request.app.state.services
     customer = await services.auth.customer_id(request)
     body = await read_json_object(request, MAX_BODY)
-    _strict_fields(body, {"amount_minor", "currency"})
+    _strict_fields(body, {"amount_minor", "currency", "provider_account"})
     amount, currency = body.get("amount_minor"), body.get("currency")
+    account = body.get("provider_account")
     errors = []
+    if account is not None and (not isinstance(account, str) or services.settings.account(account) is None):
+        configured = ", ".join(a.provider_account for a in services.settings.accounts)
+        errors.append({"field": "provider_account",
+                       "message": f"one of this checkout's configured accounts: {configured}"})
     known = isinstance(currency, str) and currencies.exponent(currency) is not None
     if not known:
         errors.append({"field": "currency", "message": "an active ISO 4217 currency code with a minor "
@@ -101,10 +109,11 @@ async def create_order_route(request: Request) -> Response:
     if errors:
         raise Problem(400, "invalid-body", "Invalid order", "See errors.", errors=errors)
     assert isinstance(amount, int) and isinstance(currency, str)
+    assert account is None or isinstance(account, str)
 
     async def create() -> Response:
         order = await create_order(services.pool, customer_id=customer, amount_minor=amount,
-                                   currency=currency, now=services.clock.now())
+                                   currency=currency, now=services.clock.now(), provider_account=account)
         return _json(_order_json(order), 201, headers={"Location": f"/orders/{order.order_id}"})
 
     # A retried create (a lost 201) with its Idempotency-Key gets the same order, not a second one.
@@ -149,12 +158,10 @@ async def pay_route(request: Request) -> Response:
     order_id = _order_id(request)
     body = await read_json_object(request, MAX_BODY)
     _strict_fields(body, {"payment_method"})
-    method = body.get("payment_method")
-    if not isinstance(method, str) or not PAYMENT_METHOD.match(method):
-        # Never echo the value: a client bug could have put card data here.
-        raise Problem(400, "invalid-body", "Invalid payment method",
-                      "payment_method must be a payment-method token (tok_...), never card details.",
-                      errors=[{"field": "payment_method", "message": "a tok_... token"}])
+    try:
+        method = checked_payment_method(body.get("payment_method"))
+    except InvalidPaymentMethod as exc:
+        raise _invalid_payment_method(exc) from None
 
     return await _idempotent(request, customer, PAY_ENDPOINT, {"order_id": order_id, "body": body},
                              lambda: _pay(request, order_id, customer, method))
@@ -217,7 +224,13 @@ async def _idempotent(request: Request, customer: str, endpoint: str, identity: 
     return response
 
 
-async def _pay(request: Request, order_id: str, customer: str, method: str) -> Response:
+def _invalid_payment_method(exc: InvalidPaymentMethod) -> Problem:
+    # Never echo the value: a client bug could have put card data here.
+    return Problem(400, "invalid-body", "Invalid payment method", str(exc),
+                   errors=[{"field": "payment_method", "message": str(exc)}])
+
+
+async def _pay(request: Request, order_id: str, customer: str, method: PaymentMethod) -> Response:
     services = request.app.state.services
     # The payment runs as its own task: a customer closing the tab cancels this
     # handler at most, never the provider call or the recording of its outcome.
@@ -229,6 +242,8 @@ async def _pay(request: Request, order_id: str, customer: str, method: str) -> R
     except OrderNotPayable as exc:
         raise Problem(409, f"order-{exc.why}", f"Order is {exc.why}",
                       "This order cannot take a new payment.") from None
+    except InvalidPaymentMethod as exc:  # the order's provider refused it; nothing was recorded
+        raise _invalid_payment_method(exc) from None
     return status_response(status, posted=True)
 
 

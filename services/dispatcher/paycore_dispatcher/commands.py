@@ -25,7 +25,7 @@ log = logging.getLogger("paycore.dispatcher")
 
 
 def _settings() -> tuple[Settings, KafkaSettings]:
-    settings = load_settings(require_cardco=False)
+    settings = load_settings(require_account=False)
     if settings.database_url is None:
         raise ConfigError("PAYCORE_DATABASE_URL", "is required")
     return settings, kafka.kafka_settings(settings)

@@ -32,7 +32,7 @@ from paycore.errors import MAY_HAVE_COMMITTED
 from paycore.events import EventKind, append_event
 from paycore.leases import Lease
 from paycore.orders import find_order
-from paycore.providers.base import LookupResult, Provider, StoredRequest
+from paycore.providers.base import LookupResult, PaymentCalls, ReferenceLookup, StoredRequest
 from paycore_recovery.metrics import RecoveryMetrics
 from paycore_recovery.pacing import Pacer
 from paycore_recovery.settings import RecoverySettings
@@ -49,6 +49,7 @@ class Pass(enum.StrEnum):
     NOT_CLAIMED = "not-claimed"
     CLOSED_NEVER_SENT = "closed-never-sent"
     RESCHEDULED = "rescheduled"
+    INCONCLUSIVE = "inconclusive"  # a miss by reference inside the search lag: looked at again after it
     RESOLVED = "resolved"
     OBSERVED = "observed"  # processing / customer action recorded, still live
     ESCALATED = "escalated"
@@ -73,7 +74,7 @@ def default_owner() -> str:
 
 
 class RecoveryWorker:
-    def __init__(self, *, pool: asyncpg.Pool, client: Provider, clock: Clock, settings: Settings,
+    def __init__(self, *, pool: asyncpg.Pool, client: PaymentCalls, clock: Clock, settings: Settings,
                  recovery: RecoverySettings, metrics: RecoveryMetrics, owner: str | None = None) -> None:
         self.pool = pool
         self.client = client
@@ -167,6 +168,8 @@ class RecoveryWorker:
             return await self._not_started(attempt, lease, now)
 
         if attempt.state is AttemptState.STARTED and attempt.action_is_current(now):
+            if attempt.next_action_expires_at is None and attempt.provider_payment_id is not None:
+                return await self._action_status(attempt, lease, now)
             return await self._waiting_for_customer(attempt, lease, now)
         # An expired or superseded action proves nothing and permits no resend: reconcile below.
 
@@ -218,6 +221,26 @@ class RecoveryWorker:
         await leases.finish(self.pool, attempt.attempt_id, lease, now, delay)
         return Pass.RESCHEDULED
 
+    async def _action_status(self, attempt: Attempt, lease: Lease, now: datetime) -> Pass:
+        """A current action whose provider states no expiry (Stripe's ``next_action``): it never
+        expires by itself, so without a look the attempt would wait for a notification or the
+        deadline. Look it up by its payment id at each action poll; never resend. A provider
+        that cannot be asked (Adyen: ``unsupported``) or does not answer leaves it waiting."""
+        if attempt.escalation_deadline is not None and now >= attempt.escalation_deadline:
+            return await self._waiting_for_customer(attempt, lease, now)
+        assert attempt.provider_payment_id is not None
+        pacer = self.pacers.get(attempt.provider_account)
+        if pacer:
+            await pacer.wait()
+        by_id = await self.client.get_payment(attempt.provider_account, attempt.provider_payment_id,
+                                              budget_s=self.settings.budgets.call_s)
+        if by_id.kind == "unsupported":
+            return await self._waiting_for_customer(attempt, lease, now)
+        await self._record_lookup(attempt, by_id, "id", None)
+        if by_id.kind == "found" and by_id.payment is not None:
+            return await self._found(attempt, lease, by_id, self._action_delay(attempt, self.clock.now()))
+        return await self._waiting_for_customer(attempt, lease, self.clock.now())
+
     async def _reconcile(self, attempt: Attempt, lease: Lease) -> Pass:
         attempt_id = attempt.attempt_id
         # Send history first: an intent with neither result nor abandonment is an
@@ -243,10 +266,13 @@ class RecoveryWorker:
             return Pass.PAUSED
 
         lookups = await self._look_up(attempt)
-        for result, how in lookups:
-            await self._record_lookup(attempt, result, how)
-        lookup = lookups[-1][0]
         now = self.clock.now()
+        # When a miss by reference proves nothing yet (a search index still catching up), the
+        # time from which it will; None when this pass's lookups hold no such miss.
+        inconclusive_until = await self._search_lag_ends(attempt, lookups, now)
+        for result, how in lookups:
+            await self._record_lookup(attempt, result, how, inconclusive_until)
+        lookup = lookups[-1][0]
 
         if lookup.kind == "failed":
             # Not "not found": the attempt stays as it is. Past the deadline a person
@@ -271,8 +297,22 @@ class RecoveryWorker:
         # notification or a same-key resend inside the key window can tell): it stays Unknown.
         if attempt.escalation_deadline is None or now >= attempt.escalation_deadline:
             # Past the safe cutoff: send nothing, under any key; keep looking on the slow cadence.
+            # (A miss inside the search lag changes nothing here: the deadline is time, not evidence.)
             await self._escalate(attempt, lease, "deadline", self.recovery.slow_cadence_s)
             return Pass.ESCALATED
+
+        if inconclusive_until is not None and lookup.kind == "not_found":
+            # The search lag: a payment created by the last send may not be indexed yet, so this
+            # miss is no evidence that the request never arrived. Conclude nothing from it: no
+            # resend (one under the key inside its window would charge nothing twice, but it
+            # would be a decision on no evidence while a conclusive miss is minutes away, and
+            # may meet the original still executing) and no resend-rejected / resend-not-safe
+            # escalation (each presumes "not found"). Look again when the miss will be
+            # conclusive, or at the deadline if that is sooner.
+            assert attempt.escalation_deadline is not None
+            again = min(inconclusive_until, attempt.escalation_deadline)
+            await leases.finish(self.pool, attempt_id, lease, now, (again - now).total_seconds())
+            return Pass.INCONCLUSIVE
 
         if await events.resend_was_rejected(self.pool, attempt_id):
             # An earlier resend of these bytes was refused before execution: never again.
@@ -321,17 +361,43 @@ class RecoveryWorker:
             made.append((foreign, "id"))  # decide on the record the recorded id points at
         return made
 
-    async def _record_lookup(self, attempt: Attempt, lookup: LookupResult, how: str) -> None:
+    async def _search_lag_ends(self, attempt: Attempt, lookups: list[tuple[LookupResult, str]],
+                               now: datetime) -> datetime | None:
+        """When a miss by reference among ``lookups`` will prove something, if it does not yet.
+
+        Only an eventually consistent lookup by reference (a search index) misses a payment
+        that exists; it catches up within the search lag of the payment's creation. The
+        latest a send of this attempt can have created a payment is when that send ended:
+        its intent (every send, the first included, commits one before dispatch) plus the
+        call budget. An intent whose send was abandoned counts too: waiting longer is safe.
+        """
+        if not any(how == "reference" and result.kind == "not_found" for result, how in lookups):
+            return None
+        capabilities = self.client.capabilities_of(attempt.provider_account)
+        if capabilities.lookup_by_reference is not ReferenceLookup.EVENTUALLY_CONSISTENT:
+            return None
+        began = await events.last_send_began_at(self.pool, attempt.attempt_id)
+        sent_at = began or attempt.first_sent_at or attempt.created_at
+        lag_s = self.settings.budgets.call_s + self.recovery.search_lag_s
+        conclusive_from = sent_at + timedelta(seconds=lag_s)
+        return conclusive_from if now < conclusive_from else None
+
+    async def _record_lookup(self, attempt: Attempt, lookup: LookupResult, how: str,
+                             inconclusive_until: datetime | None) -> None:
         self.metrics.lookups.labels(lookup.kind).inc()
+        # Every payment as the provider answered it, matching or not: the evidence
+        # an operator needs when this attempt is escalated.
+        detail: dict[str, object] = {"by": how, "result": lookup.kind, "reason": lookup.reason,
+                                     "payments": [p.evidence() for p in lookup.payments]}
+        if how == "reference" and lookup.kind == "not_found":
+            # Whether the miss proved anything, so an operator sees why recovery waited.
+            detail["conclusive"] = inconclusive_until is None
+            if inconclusive_until is not None:
+                detail["reason"] = "search-lag"
+                detail["conclusive_from"] = inconclusive_until.isoformat()
         async with self.pool.acquire() as conn:
-            await append_event(
-                conn, attempt_id=attempt.attempt_id, kind=EventKind.LOOKUP, actor=self.actor,
-                now=self.clock.now(),
-                # Every payment as the provider answered it, matching or not: the evidence
-                # an operator needs when this attempt is escalated.
-                detail={"by": how, "result": lookup.kind, "reason": lookup.reason,
-                        "payments": [p.evidence() for p in lookup.payments]},
-            )
+            await append_event(conn, attempt_id=attempt.attempt_id, kind=EventKind.LOOKUP, actor=self.actor,
+                               now=self.clock.now(), detail=detail)
 
     async def _found(self, attempt: Attempt, lease: Lease, lookup: LookupResult, backoff: float) -> Pass:
         payments = lookup.payments

@@ -29,6 +29,10 @@ CONCURRENCY = RECOVERY.declare(
     "PAYCORE_RECOVERY_CONCURRENCY", Count(), 8, "lanes of one sweep, working in parallel")
 ACTION_POLL = RECOVERY.declare(
     "PAYCORE_RECOVERY_ACTION_POLL_S", SECONDS, 300.0, "status checks while a customer action is pending")
+SEARCH_LAG = RECOVERY.declare(
+    "PAYCORE_RECOVERY_SEARCH_LAG_S", SECONDS, 300.0,
+    "how long after a send ends a miss by an eventually consistent reference lookup "
+    "(Stripe's Search) proves nothing")
 PAYMENT_TOKEN_TTL = RECOVERY.declare(
     "PAYCORE_PAYMENT_TOKEN_TTL_S", SECONDS, 86_400.0,
     "a stored payment-method token older than this is not resent")
@@ -44,6 +48,9 @@ class RecoverySettings:
     concurrency: int = CONCURRENCY.default
     action_poll_s: float = ACTION_POLL.default  # status checks while a customer action is pending
     payment_token_ttl_s: float = PAYMENT_TOKEN_TTL.default  # a stored token older than this is not resent
+    # A miss by an eventually consistent reference lookup this soon after a send ended may be
+    # indexing lag (Stripe: usually under a minute, longer during incidents): it proves nothing.
+    search_lag_s: float = SEARCH_LAG.default
     # Reminder intervals are the library's (paycore.config.Settings): every service
     # that raises an escalation schedules its first reminder from the same setting.
 
@@ -70,4 +77,5 @@ def load_recovery_settings(app: Settings, env: Mapping[str, str] | None = None) 
         concurrency=CONCURRENCY.read(env),
         action_poll_s=ACTION_POLL.read(env),
         payment_token_ttl_s=PAYMENT_TOKEN_TTL.read(env),
+        search_lag_s=SEARCH_LAG.read(env),
     ).validate(app)

@@ -18,16 +18,22 @@ from starlette.responses import Response
 from paycore_sandbox import lifecycle
 from paycore_sandbox.capture import CapturedRequest
 from paycore_sandbox.errors import (
+    CARDCO_ANSWERS,
     ApiError,
+    FaultAnswers,
     JSONResponse,
     forbidden,
     internal,
     invalid_param,
     not_found,
-    rate_limited,
     unauthorized,
 )
-from paycore_sandbox.faults import EXECUTION_FAULTS, STALE_LOOKUP_FAULTS, FaultContext
+from paycore_sandbox.faults import (
+    EXECUTION_FAULTS,
+    STALE_LOOKUP_FAULTS,
+    STALE_SEARCH_FAULTS,
+    FaultContext,
+)
 from paycore_sandbox.idempotency import (
     Claim,
     KeyRecord,
@@ -70,14 +76,17 @@ class Arrival:
     rejection: Response | None
 
 
-async def _arrive(request: Request) -> Arrival:
-    """Capture the request, then authenticate it."""
+Authenticate = Callable[[Request, SandboxSettings], SandboxAccount]
+
+
+async def arrive(request: Request, auth: Authenticate = authenticate) -> Arrival:
+    """Capture the request, then authenticate it (``auth``: the dialect's rule)."""
     sandbox = sandbox_of(request)
     state = sandbox.state
     body = await request.body()
     entry = state.requests.record(request, body, sandbox.clock.now())
     try:
-        account = authenticate(request, sandbox.settings)
+        account = auth(request, sandbox.settings)
     except ApiError as exc:
         entry.processed(exc.status, False)
         return Arrival(sandbox, state, entry, None, exc.response())
@@ -97,7 +106,7 @@ class CreateCall:
 
 
 async def create_payment(request: Request) -> Response:
-    arrival = await _arrive(request)
+    arrival = await arrive(request)
     if arrival.account is None:
         return cast(Response, arrival.rejection)
     sandbox, state, account = arrival.sandbox, arrival.state, arrival.account
@@ -172,7 +181,7 @@ async def _execute(sandbox: Sandbox, state: SandboxState, record: KeyRecord,
 # -- lookups -----------------------------------------------------------------
 
 async def get_payment(request: Request) -> Response:
-    arrival = await _arrive(request)
+    arrival = await arrive(request)
     if arrival.account is None:
         return cast(Response, arrival.rejection)
     sandbox, state, account = arrival.sandbox, arrival.state, arrival.account
@@ -187,7 +196,7 @@ async def get_payment(request: Request) -> Response:
             return not_found(f"No such payment: {payment_id}").response()
         return JSONResponse(payment.to_public())
 
-    return await _rate_limited_lookup(request, arrival, ctx, answer)
+    return await rate_limited_lookup(request, arrival, ctx, answer)
 
 
 def _stale(state: SandboxState, account: SandboxAccount, payment: Payment) -> bool:
@@ -196,8 +205,14 @@ def _stale(state: SandboxState, account: SandboxAccount, payment: Payment) -> bo
     return state.faults.take(ctx, STALE_LOOKUP_FAULTS) is not None
 
 
+def _unindexed(state: SandboxState, account: SandboxAccount, payment: Payment) -> bool:
+    """Whether a ``search_stale`` rule hides this existing payment from a lookup by reference."""
+    ctx = FaultContext(account.account, "lookup", payment.reference)
+    return state.faults.take(ctx, STALE_SEARCH_FAULTS) is not None
+
+
 async def list_payments(request: Request) -> Response:
-    arrival = await _arrive(request)
+    arrival = await arrive(request)
     if arrival.account is None:
         return cast(Response, arrival.rejection)
     state, account = arrival.state, arrival.account
@@ -209,22 +224,28 @@ async def list_payments(request: Request) -> Response:
             return invalid_param("reference", "The reference query parameter is required."
                                  ).response()
         found = state.ledger.by_reference(account, reference)
-        return JSONResponse({"data": [p.to_public() for p in found]})
+        indexed = [p for p in found if not _unindexed(state, account, p)]
+        return JSONResponse({"data": [p.to_public() for p in indexed]})
 
-    return await _rate_limited_lookup(request, arrival, ctx, answer)
+    return await rate_limited_lookup(request, arrival, ctx, answer)
 
 
-async def _rate_limited_lookup(request: Request, arrival: Arrival, ctx: FaultContext,
-                               answer: Callable[[], Response]) -> Response:
+async def rate_limited_lookup(request: Request, arrival: Arrival, ctx: FaultContext,
+                              answer: Callable[[], Response], *,
+                              answers: FaultAnswers = CARDCO_ANSWERS) -> Response:
+    """A lookup behind the account's rate limit and every request fault.
+
+    ``answers`` renders the rate limit and fault errors in the dialect's shape.
+    """
     sandbox, state, account = arrival.sandbox, arrival.state, arrival.account
     assert account is not None
 
     async def process(delay_s: float) -> Response:
         wait_s = state.bucket(account).take()
         if wait_s:
-            response = rate_limited(wait_s).response()
+            response = answers.rate_limited(wait_s).response()
         elif state.faults.take(ctx, EXECUTION_FAULTS) is not None:
-            response = internal().response()
+            response = answers.internal().response()
         else:
             lifecycle.sweep(state, sandbox.clock.now())
             response = answer()
@@ -232,4 +253,4 @@ async def _rate_limited_lookup(request: Request, arrival: Arrival, ctx: FaultCon
         return response
 
     return await with_faults(request, sandbox, state, arrival.entry, ctx, process,
-                             ok_status=200)
+                             ok_status=200, answers=answers)

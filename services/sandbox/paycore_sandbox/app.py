@@ -9,9 +9,10 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
-from paycore_sandbox import api, control
+from paycore_sandbox import control
+from paycore_sandbox.dialects import DIALECT_NAMES, dialect_named
 from paycore_sandbox.errors import ApiError
 from paycore_sandbox.settings import SandboxSettings
 from paycore_sandbox.state import Sandbox
@@ -36,10 +37,12 @@ def create_app(settings: SandboxSettings | None = None) -> Starlette:
         # webhook client, so shutdown never hangs.
         await sandbox.aclose()
 
-    routes = [
-        Route("/v1/payments", api.create_payment, methods=["POST"]),
-        Route("/v1/payments", api.list_payments, methods=["GET"]),
-        Route("/v1/payments/{payment_id}", api.get_payment, methods=["GET"]),
+    # Every dialect's provider API (Cardco's /v1/payments, Stripe's /v1/payment_intents,
+    # Adyen's /v71/payments).
+    routes: list[BaseRoute] = [route for name in DIALECT_NAMES
+                               for route in dialect_named(name).routes()]
+    routes += [
+        Route("/_sandbox/accounts", control.accounts, methods=["GET"]),
         Route("/_sandbox/payments", control.ledger, methods=["GET"]),
         Route("/_sandbox/payments/{payment_id}/action", control.payment_action,
               methods=["POST"]),
@@ -60,6 +63,7 @@ def create_app(settings: SandboxSettings | None = None) -> Starlette:
         Route("/_sandbox/webhooks/pending", control.webhook_pending, methods=["GET"]),
         Route("/_sandbox/webhooks/events/{event_id}/redeliver", control.redeliver_event,
               methods=["POST"]),
+        Route("/_sandbox/webhooks/batch", control.batch_events, methods=["POST"]),
     ]
     app = Starlette(
         routes=routes,

@@ -11,6 +11,8 @@ from typing import Any
 
 from starlette.requests import Request
 
+_SECRET_HEADERS = frozenset({"authorization", "x-api-key"})
+
 
 def redact_authorization(value: str) -> str:
     token = value.removeprefix("Bearer ").strip()
@@ -53,7 +55,8 @@ class RequestLog:
     def record(self, request: Request, body: bytes, now: float) -> CapturedRequest:
         headers: dict[str, str] = {}
         for name, value in request.headers.items():  # names are lower-case
-            shown = redact_authorization(value) if name == "authorization" else value
+            # X-API-Key is how the Adyen dialect authenticates: never captured either.
+            shown = redact_authorization(value) if name in _SECRET_HEADERS else value
             headers[name] = f"{headers[name]}, {shown}" if name in headers else shown
         entry = CapturedRequest(
             seq=len(self._entries) + 1, method=request.method, path=request.url.path,

@@ -8,17 +8,23 @@ Sandbox extensions for tests: ``GET /_sandbox/faults`` (active rules),
 ``GET /_sandbox/clock``, ``POST /_sandbox/reset`` (forget everything, release
 held requests), ``GET /_sandbox/requests`` (every ``/v1`` request, in arrival
 order, Authorization reduced to ``sk_test``/``sk_live``) and
-``GET /_sandbox/events`` (webhook events generated so far; ``?payment=`` filters).
+``GET /_sandbox/events`` (webhook events generated so far; ``?payment=`` filters),
+``GET /_sandbox/accounts`` (every account with each dialect's dev credentials).
 Beyond the contract's faults, ``POST /_sandbox/faults`` also accepts the
 ``account``/``operation`` match keys and the ``lookup_stale`` fault (a by-id
 lookup of an existing payment answers 404 as if it did not exist, as a lagging
-read replica would; by-reference lookups are unaffected); see
-:mod:`paycore_sandbox.faults`.
+read replica would; by-reference lookups are unaffected) and the ``search_stale``
+fault (a by-reference lookup leaves the payment out, as a search index that has
+not caught up would; by-id lookups are unaffected); see :mod:`paycore_sandbox.faults`.
 
-Webhook delivery (sandbox extensions): ``GET|POST|DELETE /_sandbox/webhooks/endpoints``,
-``GET /_sandbox/webhooks/deliveries`` (every attempt, in order; never a
-signature or secret), ``GET /_sandbox/webhooks/pending`` and
-``POST /_sandbox/webhooks/events/{event_id}/redeliver``.
+Webhook delivery (sandbox extensions): ``GET|POST|DELETE /_sandbox/webhooks/endpoints``
+(``GET``: every endpoint, as ``url`` for Cardco and ``<dialect>=<url>`` else;
+``GET ?dialect=``: that dialect's URLs; ``POST {"url", "dialect"?}`` answers the
+URLs of the dialect it added to), ``GET /_sandbox/webhooks/deliveries`` (every
+attempt, in order; never a signature or secret), ``GET /_sandbox/webhooks/pending``,
+``POST /_sandbox/webhooks/events/{event_id}/redeliver`` and
+``POST /_sandbox/webhooks/batch {"events": [ids]}`` (several events in one
+delivery, for a dialect that batches: Adyen).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from starlette.responses import Response
 
 from paycore_sandbox import lifecycle
 from paycore_sandbox.api import sandbox_of
+from paycore_sandbox.dialects import DEFAULT_DIALECT, DIALECT_NAMES, Endpoint, dialect_named
 from paycore_sandbox.errors import ApiError, JSONResponse, invalid_param, not_found
 from paycore_sandbox.faults import parse_rules
 from paycore_sandbox.ledger import Payment
@@ -112,7 +119,7 @@ async def payment_action(request: Request) -> Response:
         raise invalid_param("result", "result must be 'succeeded' or 'failed'.")
     payment = _payment(sandbox, request)
     lifecycle.complete_action(sandbox.state, sandbox.clock.now(), payment, result)
-    return JSONResponse(payment.to_public())
+    return JSONResponse(dialect_named(payment.dialect).render_payment(payment))
 
 
 async def payment_refund(request: Request) -> Response:
@@ -122,7 +129,7 @@ async def payment_refund(request: Request) -> Response:
         raise invalid_param("amount", "amount must be an integer in minor units.")
     payment = _payment(sandbox, request)
     lifecycle.refund(sandbox.state, payment, amount)
-    return JSONResponse(payment.to_public())
+    return JSONResponse(dialect_named(payment.dialect).render_payment(payment))
 
 
 async def reset(request: Request) -> Response:
@@ -141,19 +148,35 @@ async def events(request: Request) -> Response:
     return JSONResponse({"data": [e.to_json() for e in found]})
 
 
+def _dialect(value: object) -> str:
+    if value not in DIALECT_NAMES:
+        raise invalid_param("dialect", f"dialect must be one of {', '.join(DIALECT_NAMES)}.")
+    assert isinstance(value, str)
+    return value
+
+
 async def list_endpoints(request: Request) -> Response:
-    return JSONResponse({"data": list(sandbox_of(request).state.webhooks.endpoints)})
+    """Every endpoint: Cardco's as bare URLs (as before dialects), others as
+    ``<dialect>=<url>``; with ``?dialect=``, that dialect's URLs only."""
+    webhooks = sandbox_of(request).state.webhooks
+    if "dialect" in request.query_params:
+        dialect = _dialect(request.query_params["dialect"])
+        return JSONResponse({"data": webhooks.endpoints_for(dialect)})
+    return JSONResponse({"data": [e.spec for e in webhooks.endpoints]})
 
 
 async def add_endpoint(request: Request) -> Response:
+    """``{"url", "dialect"?}`` (default cardco); answers that dialect's URLs."""
     sandbox = sandbox_of(request)
-    url = (await _json_object(request)).get("url")
+    body = await _json_object(request)
+    url = body.get("url")
     problem = webhook_url_problem(url)
     if problem is not None:
         raise invalid_param("url", f"url {problem}.")
+    dialect = _dialect(body.get("dialect", DEFAULT_DIALECT))
     assert isinstance(url, str)
-    sandbox.state.webhooks.add_endpoint(url)
-    return await list_endpoints(request)
+    sandbox.state.webhooks.add_endpoint(Endpoint(url, dialect))
+    return JSONResponse({"data": sandbox.state.webhooks.endpoints_for(dialect)})
 
 
 async def clear_endpoints(request: Request) -> Response:
@@ -180,6 +203,37 @@ async def redeliver_event(request: Request) -> Response:
         raise not_found(f"No such event: {event_id}")
     started = sandbox.state.webhooks.redeliver(event)
     return JSONResponse({"event": event_id, "deliveries": started})
+
+
+async def batch_events(request: Request) -> Response:
+    """``{"events": [event ids]}``: one delivery carrying them all (a dialect that
+    batches notifications, e.g. Adyen; one account) to every endpoint of that dialect."""
+    sandbox = _fresh(request)
+    ids = (await _json_object(request)).get("events")
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+        raise invalid_param("events", "events must be a non-empty list of event ids.")
+    found = []
+    for event_id in ids:
+        event = sandbox.state.events.get(event_id)
+        if event is None:
+            raise not_found(f"No such event: {event_id}")
+        found.append(event)
+    try:
+        started = sandbox.state.webhooks.batch(found)
+    except ValueError as exc:
+        raise invalid_param("events", str(exc)) from None
+    return JSONResponse({"events": ids, "deliveries": started})
+
+
+async def accounts(request: Request) -> Response:
+    """Every account with its dev credentials, and each dialect's under its name
+    (``cardco``, ``stripe``: the same key and ``whsec_`` secret; ``adyen``: merchant account,
+    api key, HMAC key, basic-auth user and password)."""
+    rows = [{"account": a.account, "environment": a.environment, "api_key": a.api_key,
+             "webhook_secret": a.webhook_secret,
+             **{name: dialect_named(name).credentials(a) for name in DIALECT_NAMES}}
+            for a in sandbox_of(request).settings.accounts]
+    return JSONResponse({"data": rows})
 
 
 async def api_error_handler(request: Request, exc: Exception) -> Response:

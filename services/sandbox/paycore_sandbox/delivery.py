@@ -1,8 +1,14 @@
 """Webhook delivery: every recorded event POSTed to every endpoint, signed, retried.
 
-One *delivery* is one event going to one endpoint URL. Each runs in its own
-background task (so delivery is unordered and a slow endpoint never holds up
-another) and makes attempts until one gets a 2xx answer:
+Endpoints have a dialect (:mod:`paycore_sandbox.dialects`); an event goes only
+to the endpoints of its payment's dialect, rendered and signed by that dialect
+(below: Cardco's), and only if that dialect notifies it at all (Adyen sends
+nothing for pending states). One *delivery* is one event — or, for a dialect
+that batches (Adyen; ``POST /_sandbox/webhooks/batch``), several events in one
+body — going to one endpoint URL. Each runs in its own background task (so
+delivery is unordered and a slow endpoint never holds up another) and makes
+attempts until one gets an answer the dialect accepts (Cardco, Stripe: any
+2xx; Adyen: 2xx with the body exactly ``[accepted]``):
 
 - the body is the event's JSON (orjson) exactly as recorded, the same bytes on
   every attempt;
@@ -38,18 +44,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import secrets
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
-import orjson
 
-from paycore.webhook_signatures import signed_headers
+from paycore_sandbox.dialects import Endpoint, dialect_named, parse_endpoint
 from paycore_sandbox.faults import FaultBook, FaultContext
-from paycore_sandbox.settings import SandboxSettings
+from paycore_sandbox.settings import SandboxAccount, SandboxSettings
 from paycore_sandbox.webhooks import Event
 
 log = logging.getLogger("paycore_sandbox")
@@ -83,12 +87,16 @@ def attempt_offsets() -> list[float]:
 
 @dataclass(frozen=True)
 class EventPlan:
-    """What every delivery of one event sends."""
+    """What every delivery of one event (or one batch of events) sends."""
 
-    event: Event
-    body: bytes
-    secret: str
+    event: Event  # the event, or a batch's first one (the delivery log names it)
+    account: SandboxAccount  # whose secret signs it
     unstable_ids: bool = False
+    batch: tuple[Event, ...] = ()  # a batch delivery's events, in body order
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        return self.batch or (self.event,)
 
 
 @dataclass
@@ -119,13 +127,18 @@ class WebhookSender:
         self._pending: set[str] = set()
         self._ids = itertools.count(1)
         self._closed = False
-        self.endpoints: list[str] = list(settings.webhook_endpoints)
+        self.endpoints: list[Endpoint] = [parse_endpoint(spec)
+                                          for spec in settings.webhook_endpoints]
 
     # -- endpoints and introspection ------------------------------------------
 
-    def add_endpoint(self, url: str) -> None:
-        if url not in self.endpoints:
-            self.endpoints.append(url)
+    def add_endpoint(self, endpoint: Endpoint) -> None:
+        if endpoint not in self.endpoints:
+            self.endpoints.append(endpoint)
+
+    def endpoints_for(self, dialect: str) -> list[str]:
+        """The URLs events of ``dialect`` go to, in the order they were added."""
+        return [e.url for e in self.endpoints if e.dialect == dialect]
 
     def clear_endpoints(self) -> None:
         self.endpoints.clear()
@@ -147,10 +160,11 @@ class WebhookSender:
     # -- starting deliveries --------------------------------------------------
 
     def on_event(self, event: Event) -> None:
-        """The emitter's listener: deliver ``event`` to every endpoint."""
-        if self._closed or not self.endpoints:
+        """The emitter's listener: deliver ``event`` to every endpoint of its dialect."""
+        urls = self.endpoints_for(event.dialect)
+        if self._closed or not urls or not dialect_named(event.dialect).notifies(event):
             return
-        ctx = FaultContext(event.account, "webhook", event.reference)
+        ctx = FaultContext(event.account, "webhook", event.reference, event.dialect)
         unstable = self._faults.take(ctx, _UNSTABLE) is not None
         delay = self._faults.take(ctx, _DELAY)
         drop_first = self._faults.take(ctx, _DROP_FIRST) is not None
@@ -161,30 +175,52 @@ class WebhookSender:
         self._plans[event.id] = plan
         first_delay_s = delay.delay_s * self._settings.webhook_time_scale if delay else 0.0
         extra = (duplicate.times or 1) if duplicate is not None else 0
-        for url in list(self.endpoints):
+        for url in urls:
             for copy in range(1 + extra):
                 self._start(plan, url, "original" if copy == 0 else "duplicate",
                             first_delay_s=first_delay_s, drop_first=drop_first)
 
     def redeliver(self, event: Event) -> list[str]:
-        """One more delivery of ``event`` (same bytes, same id mode) to every endpoint."""
-        if self._closed:
+        """One more delivery of ``event`` (same bytes, same id mode) to every endpoint
+        of its dialect."""
+        if self._closed or not dialect_named(event.dialect).notifies(event):
             return []
         plan = self._plans.get(event.id) or self._plan(event, unstable_ids=False)
         if plan is None:
             return []
         self._plans[event.id] = plan
-        return [self._start(plan, url, "redeliver") for url in list(self.endpoints)]
+        return [self._start(plan, url, "redeliver")
+                for url in self.endpoints_for(event.dialect)]
+
+    def batch(self, events: list[Event]) -> list[str]:
+        """One delivery of ``events`` together, in that order (a dialect that batches,
+        one account) to every endpoint of their dialect: ``kind: redeliver``, its
+        own retries; the events a dialect does not notify are left out.
+
+        Raises ValueError when the dialect does not batch or the events mix
+        dialects, accounts or environments.
+        """
+        first = events[0]
+        dialect = dialect_named(first.dialect)
+        if not dialect.batches:
+            raise ValueError(f"the {first.dialect} dialect does not batch notifications")
+        if any((e.dialect, e.account, e.environment)
+               != (first.dialect, first.account, first.environment) for e in events):
+            raise ValueError("a batch holds events of one dialect, account and environment")
+        notified = tuple(e for e in events if dialect.notifies(e))
+        plan = self._plan(notified[0], unstable_ids=False) if notified else None
+        if self._closed or plan is None:
+            return []
+        plan = EventPlan(plan.event, plan.account, batch=notified)
+        return [self._start(plan, url, "redeliver")
+                for url in self.endpoints_for(first.dialect)]
 
     def _plan(self, event: Event, *, unstable_ids: bool) -> EventPlan | None:
         account = self._settings.account_for(event.account, event.environment)
         if account is None:  # events only come from configured accounts
             log.error("no webhook secret for %s/%s", event.account, event.environment)
             return None
-        body = event.to_json()
-        if unstable_ids:
-            body["id"] = None
-        return EventPlan(event, orjson.dumps(body), account.webhook_secret, unstable_ids)
+        return EventPlan(event, account, unstable_ids)
 
     def _start(self, plan: EventPlan, url: str, kind: Kind, *, first_delay_s: float = 0.0,
                drop_first: bool = False) -> str:
@@ -225,24 +261,30 @@ class WebhookSender:
 
     def _entry(self, delivery: Delivery, attempt: int) -> dict[str, Any]:
         event = delivery.plan.event
-        msg_id = "msg_" + secrets.token_hex(12) if delivery.plan.unstable_ids else event.id
+        msg_id = dialect_named(event.dialect).unstable_message_id() \
+            if delivery.plan.unstable_ids else event.id
         entry: dict[str, Any] = {
             "delivery": delivery.id, "kind": delivery.kind, "event_id": event.id,
             "webhook_id": msg_id, "payment_id": event.payment_id, "type": event.type,
             "sequence": event.sequence, "url": delivery.url, "attempt": attempt,
             "time": time.time(), "status": None, "error": None, "result": "in_flight",
         }
+        if delivery.plan.batch:
+            entry["batch"] = [e.id for e in delivery.plan.batch]
         self._log.append(entry)
         return entry
 
     async def _send(self, delivery: Delivery, entry: dict[str, Any]) -> bool:
         plan = delivery.plan
-        headers = signed_headers(plan.secret, entry["webhook_id"], int(entry["time"]), plan.body)
+        dialect = dialect_named(plan.event.dialect)
+        message = dialect.webhook_message(
+            plan.events, plan.account, message_id=entry["webhook_id"],
+            unstable=plan.unstable_ids, timestamp=int(entry["time"]))
         timeout_s = self._settings.webhook_timeout_s
         try:
             async with asyncio.timeout(timeout_s):
-                response = await self._client().post(delivery.url, content=plan.body,
-                                                     headers=headers)
+                response = await self._client().post(delivery.url, content=message.body,
+                                                     headers=message.headers)
         except (TimeoutError, httpx.TimeoutException):
             entry["error"] = f"timeout: no answer within {timeout_s:g} s"
             return False
@@ -250,4 +292,8 @@ class WebhookSender:
             entry["error"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             return False
         entry["status"] = response.status_code
-        return 200 <= response.status_code < 300
+        if dialect.accepted(response.status_code, response.content):
+            return True
+        if 200 <= response.status_code < 300:  # a 2xx the dialect does not count
+            entry["error"] = "answer not accepted by the dialect's rule"
+        return False

@@ -6,8 +6,9 @@ Every error is ``{"error": {"type", "code", "message", "param"?}}``; raising
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import orjson
 from starlette.responses import Response
@@ -31,7 +32,8 @@ class ApiError(Exception):
     """An error answer; carries everything needed to render it."""
 
     def __init__(self, status: int, type_: str, code: str, message: str, *,
-                 param: str | None = None, headers: Mapping[str, str] | None = None) -> None:
+                 param: str | None = None, headers: Mapping[str, str] | None = None,
+                 extra: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.type = type_
@@ -39,9 +41,14 @@ class ApiError(Exception):
         self.message = message
         self.param = param
         self.headers = dict(headers or {})
+        # Further fields of the error object a dialect documents (Stripe's
+        # ``decline_code``, ``payment_intent``, ...).
+        self.extra = dict(extra or {})
 
     def body(self) -> bytes:
-        return orjson.dumps(error_body(self.type, self.code, self.message, self.param))
+        body = error_body(self.type, self.code, self.message, self.param)
+        body["error"].update(self.extra)
+        return orjson.dumps(body)
 
     def response(self) -> Response:
         return Response(self.body(), status_code=self.status, headers=self.headers,
@@ -78,3 +85,30 @@ def not_processed() -> ApiError:
 def internal() -> ApiError:
     return ApiError(500, "api_error", "internal",
                     "An internal error occurred; the payment may or may not exist.")
+
+
+class ErrorAnswer(Protocol):
+    """An error a dialect answers: :class:`ApiError`, or a dialect's own (Adyen's)."""
+
+    def response(self) -> Response: ...
+
+
+def replayed_header(response: Response) -> bool:
+    """Cardco and Stripe mark a replayed stored answer ``Idempotent-Replayed``."""
+    return "idempotent-replayed" in response.headers
+
+
+@dataclass(frozen=True)
+class FaultAnswers:
+    """The errors a dialect answers for the sandbox's own conditions (faults,
+    rate limit): the same condition, in each provider's documented shape; and
+    how to tell its replayed answers (the capture log's ``replayed``)."""
+
+    not_processed: Callable[[], ErrorAnswer]
+    rate_limited: Callable[[int], ErrorAnswer]  # the argument: Retry-After seconds
+    internal: Callable[[], ErrorAnswer]
+    # Adyen's wire does not mark replays: its dialect recognises its own.
+    replayed: Callable[[Response], bool] = replayed_header
+
+
+CARDCO_ANSWERS = FaultAnswers(not_processed, rate_limited, internal)

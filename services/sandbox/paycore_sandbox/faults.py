@@ -2,8 +2,9 @@
 
 A rule is ``{"fault", "match", "probability", "times", "delay_ms"}``. ``match``
 is ``{"reference": R}`` or ``{"any": true}``; as sandbox extensions it may also
-carry ``"account"`` and ``"operation"`` (``create`` | ``lookup``), and every
-key given must match. A rule's ``times`` is consumed only when it fires, and
+carry ``"account"``, ``"operation"`` (``create`` | ``lookup``) and ``"dialect"``
+(``cardco`` | ``stripe`` | ``adyen``: whose wire the request or payment speaks), and
+every key given must match. A rule's ``times`` is consumed only when it fires, and
 an exhausted rule is removed.
 
 When each fault acts, and why:
@@ -22,12 +23,22 @@ answers. It is consulted at execution time, after the rate limit and
 ``error_500_after``, and only when the payment exists (a miss is a miss
 already), so a use of ``times`` is consumed only when a payment was hidden. The
 rule matches on the payment's own reference and account (operation ``lookup``).
-Lookups by reference (``GET /v1/payments?reference=``) never consult it: they
-always see every payment.
+Cardco's lookups by reference (``GET /v1/payments?reference=``) never consult
+it: they always see every payment. The Stripe dialect applies it to
+``GET /v1/payment_intents/{id}`` and to its Search alike.
+
+Sandbox extension beyond the contract: ``search_stale`` (a search index that has
+not caught up, as Stripe's Search may lag for a minute or more). A lookup by
+reference leaves out the existing payments a rule matches (on the payment's own
+reference and account, operation ``lookup``), answering ``{"data": []}`` when it
+hides them all: byte for byte a real miss. Consulted at execution time like
+``lookup_stale``, and a use of ``times`` is consumed only when a payment was
+hidden. Lookups by id never consult it. The Stripe dialect's Search
+(``GET /v1/payment_intents/search``) honours it the same way.
 
 One arrival/response fault is chosen per request (the first matching rule that
-fires); ``error_500_after`` and ``lookup_stale`` are chosen separately at
-execution time.
+fires); ``error_500_after``, ``lookup_stale`` and ``search_stale`` are chosen
+separately at execution time.
 
 Webhook faults (``webhook_*``) are consulted by :mod:`paycore_sandbox.delivery`
 once per emitted event (matching ``reference``/``account`` of the payment,
@@ -53,13 +64,14 @@ TRANSPORT_FAULTS = frozenset({
 })
 EXECUTION_FAULTS = frozenset({"error_500_after"})
 STALE_LOOKUP_FAULTS = frozenset({"lookup_stale"})  # by-id lookups only; see the module docstring
-REQUEST_FAULTS = TRANSPORT_FAULTS | EXECUTION_FAULTS | STALE_LOOKUP_FAULTS
+STALE_SEARCH_FAULTS = frozenset({"search_stale"})  # by-reference lookups only; see the module docstring
+REQUEST_FAULTS = TRANSPORT_FAULTS | EXECUTION_FAULTS | STALE_LOOKUP_FAULTS | STALE_SEARCH_FAULTS
 WEBHOOK_FAULTS = frozenset({
     "webhook_duplicate", "webhook_delay", "webhook_drop_first", "webhook_unstable_ids",
 })
 ALL_FAULTS = REQUEST_FAULTS | WEBHOOK_FAULTS
 DEFAULT_DELAY_MS = 1000
-_MATCH_KEYS = frozenset({"any", "reference", "account", "operation"})
+_MATCH_KEYS = frozenset({"any", "reference", "account", "operation", "dialect"})
 _RULE_KEYS = frozenset({"fault", "match", "probability", "times", "delay_ms"})
 
 
@@ -70,6 +82,7 @@ class FaultContext:
     account: str
     operation: Operation
     reference: str | None
+    dialect: str = "cardco"  # whose wire the request or webhook speaks
 
 
 @dataclass(frozen=True)
@@ -78,11 +91,14 @@ class Match:
     reference: str | None = None
     account: str | None = None
     operation: Literal["create", "lookup"] | None = None
+    dialect: str | None = None
 
     def matches(self, ctx: FaultContext) -> bool:
         if self.reference is not None and ctx.reference != self.reference:
             return False
         if self.account is not None and ctx.account != self.account:
+            return False
+        if self.dialect is not None and ctx.dialect != self.dialect:
             return False
         return self.operation is None or ctx.operation == self.operation
 
@@ -90,7 +106,7 @@ class Match:
         out: dict[str, Any] = {}
         if self.any:
             out["any"] = True
-        for name in ("reference", "account", "operation"):
+        for name in ("reference", "account", "operation", "dialect"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -200,14 +216,14 @@ def _match_from(raw: Any, where: str) -> Match:
         raise invalid_param(f"{where}.{unknown[0]}", f"Unknown match key {unknown[0]!r}.")
     if "any" in raw and raw["any"] is not True:
         raise invalid_param(f"{where}.any", "any must be true when given.")
-    for name in ("reference", "account"):
+    for name in ("reference", "account", "dialect"):
         if name in raw and (not isinstance(raw[name], str) or not raw[name]):
             raise invalid_param(f"{where}.{name}", f"{name} must be a non-empty string.")
     operation = raw.get("operation")
     if operation is not None and operation not in ("create", "lookup"):
         raise invalid_param(f"{where}.operation", "operation must be 'create' or 'lookup'.")
     return Match(any=raw.get("any") is True, reference=raw.get("reference"),
-                 account=raw.get("account"), operation=operation)
+                 account=raw.get("account"), operation=operation, dialect=raw.get("dialect"))
 
 
 class HoldGate:

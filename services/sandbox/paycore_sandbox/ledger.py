@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from paycore_sandbox.settings import Environment, SandboxAccount
@@ -14,8 +14,8 @@ PaymentStatus = Literal["processing", "requires_action", "succeeded", "declined"
 FINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "declined", "failed", "canceled"})
 
 
-def new_payment_id() -> str:
-    return "pay_" + secrets.token_hex(12)
+def new_payment_id(prefix: str = "pay_") -> str:
+    return prefix + secrets.token_hex(12)
 
 
 @dataclass
@@ -37,13 +37,21 @@ class Payment:
     return_url: str | None = None
     # Sandbox clock time at which a tok_async payment succeeds.
     completes_at: float | None = None
+    # The wire dialect that created it (``paycore_sandbox.dialects``): its
+    # lookups, webhook events and endpoints are that dialect's only.
+    dialect: str = "cardco"
+    # What the dialect's request said beyond the core fields (Stripe metadata, ...).
+    dialect_data: dict[str, Any] = field(default_factory=dict)
 
     @property
     def livemode(self) -> bool:
         return self.environment == "live"
 
-    def visible_to(self, account: SandboxAccount) -> bool:
-        return self.account == account.account and self.environment == account.environment
+    def visible_to(self, account: SandboxAccount, dialect: str = "cardco") -> bool:
+        # A payment is seen only through the wire that created it: a Cardco
+        # lookup never finds an Adyen or Stripe payment of the same account.
+        return self.account == account.account and self.environment == account.environment \
+            and self.dialect == dialect
 
     def to_public(self) -> dict[str, Any]:
         """The wire payment object, exactly the contract's fields."""
@@ -61,7 +69,8 @@ class Payment:
         entry = self.to_public()
         entry.update({
             "environment": self.environment,
-            "provider_account": f"cardco:{self.account}:{self.environment}",
+            "dialect": self.dialect,
+            "provider_account": f"{self.dialect}:{self.account}:{self.environment}",
             "idempotency_key": self.idempotency_key,
             "payment_method": self.payment_method,
             "description": self.description,
@@ -80,13 +89,20 @@ class Ledger:
     def get(self, payment_id: str) -> Payment | None:
         return self._payments.get(payment_id)
 
-    def find_for(self, account: SandboxAccount, payment_id: str) -> Payment | None:
+    def find_for(self, account: SandboxAccount, payment_id: str,
+                 dialect: str = "cardco") -> Payment | None:
         payment = self._payments.get(payment_id)
-        return payment if payment is not None and payment.visible_to(account) else None
+        return payment if payment is not None and payment.visible_to(account, dialect) \
+            else None
 
-    def by_reference(self, account: SandboxAccount, reference: str) -> list[Payment]:
+    def by_reference(self, account: SandboxAccount, reference: str,
+                     dialect: str = "cardco") -> list[Payment]:
         return [p for p in self._payments.values()
-                if p.visible_to(account) and p.reference == reference]
+                if p.visible_to(account, dialect) and p.reference == reference]
+
+    def visible(self, account: SandboxAccount, dialect: str) -> list[Payment]:
+        """Every payment ``account`` created through ``dialect``, in creation order."""
+        return [p for p in self._payments.values() if p.visible_to(account, dialect)]
 
     def pending(self) -> list[Payment]:
         return [p for p in self._payments.values() if p.status not in FINAL_STATUSES]

@@ -8,7 +8,7 @@ lookup is never stale and events are emitted even if nobody looks.
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
+from typing import Any, Literal
 
 from paycore_sandbox.errors import ApiError, invalid_param
 from paycore_sandbox.ledger import Payment, PaymentStatus, new_payment_id
@@ -22,14 +22,20 @@ _TIMER_MARGIN_S = 0.05
 
 
 def create_payment(sandbox: Sandbox, state: SandboxState, account: SandboxAccount,
-                   req: CreateRequest, idempotency_key: str) -> Payment:
+                   req: CreateRequest, idempotency_key: str, *, dialect: str = "cardco",
+                   id_prefix: str = "pay_", payment_id: str | None = None,
+                   dialect_data: dict[str, Any] | None = None) -> Payment:
+    """Create and record a payment of ``dialect``: its id is ``payment_id`` when the
+    dialect mints its own (Adyen's pspReference), else ``id_prefix`` + random hex."""
     now = sandbox.clock.now()
     payment = Payment(
-        id=new_payment_id(), account=account.account, environment=account.environment,
+        id=payment_id or new_payment_id(id_prefix), account=account.account,
+        environment=account.environment,
         amount=req.amount, currency=req.currency, reference=req.reference,
         payment_method=req.payment_method, idempotency_key=idempotency_key,
         created=int(now), status=req.outcome.status, decline_code=req.outcome.decline_code,
         description=req.description, return_url=req.return_url,
+        dialect=dialect, dialect_data=dict(dialect_data or {}),
     )
     if payment.status == "requires_action":
         expires_at = payment.created + sandbox.settings.action_expiry_s
@@ -88,4 +94,4 @@ def refund(state: SandboxState, payment: Payment, amount: int | None) -> None:
     if amount <= 0 or amount > remaining:
         raise invalid_param("amount", f"amount must be between 1 and {remaining}.")
     payment.amount_refunded += amount
-    state.events.emit(payment, "payment.refunded")
+    state.events.emit(payment, "payment.refunded", amount=amount)

@@ -17,13 +17,14 @@ from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
 from paycore.settings_spec import Count, FileField, FilePath, Group, Items, Number, Text
+from paycore_sandbox.dialects import parse_endpoint
 
 Environment = Literal["test", "live"]
 ENVIRONMENTS: tuple[Environment, ...] = ("test", "live")
 
 # The variables set fields of the config file, and override it; every field is
 # then validated as one, naming the field, wherever its value came from.
-SANDBOX = Group("`paycore serve sandbox`: the Cardco sandbox")
+SANDBOX = Group("`paycore serve sandbox`: the provider sandbox (Cardco, Stripe, Adyen dialects)")
 CONFIG_FILE = SANDBOX.declare(
     "PAYCORE_SANDBOX_CONFIG", FilePath(), None, "a JSON object of the `SandboxSettings` fields (below)")
 KEY_RETENTION = SANDBOX.declare(
@@ -31,7 +32,12 @@ KEY_RETENTION = SANDBOX.declare(
     "`key_retention_s`: how long the sandbox keeps an idempotency key")
 WEBHOOK_URLS = SANDBOX.declare(
     "PAYCORE_SANDBOX_WEBHOOK_URLS", Items(Text(), drop_empty=True), (),
-    "`webhook_endpoints`: absolute http(s) URLs every webhook event is POSTed to")
+    "`webhook_endpoints`: absolute http(s) URLs webhook events are POSTed to; "
+    "`stripe=<url>` / `adyen=<url>` receive that dialect's events, a bare URL Cardco's")
+STRIPE_SEARCH_LAG = SANDBOX.declare(
+    "PAYCORE_SANDBOX_STRIPE_SEARCH_LAG_S", Number("", checked=False), 0.0,
+    "`stripe_search_lag_s` (≥ 0): sandbox-clock seconds before a new PaymentIntent "
+    "appears in `GET /v1/payment_intents/search`")
 WEBHOOK_TIME_SCALE = SANDBOX.declare(
     "PAYCORE_SANDBOX_WEBHOOK_TIME_SCALE", Number("", checked=False), 1.0,
     "`webhook_time_scale` (> 0): multiplies every webhook retry delay and `webhook_delay` fault")
@@ -51,7 +57,11 @@ CONFIG_FILE_FIELDS = (
     FileField("action_expiry_s", "900", "a pending customer action expires after it (integer > 0)"),
     FileField("async_delay_s", "1", "`tok_async` succeeds this long after creation (≥ 0)"),
     FileField("hang_limit_s", "120", "real seconds a \"no response\" fault holds a request open (≥ 0)"),
-    FileField("webhook_endpoints", "none", "absolute http(s) URLs every webhook event is POSTed to"),
+    FileField("webhook_endpoints", "none",
+              "absolute http(s) URLs webhook events are POSTed to: `<url>` for Cardco's, "
+              "`stripe=<url>` / `adyen=<url>` for that dialect's"),
+    FileField("stripe_search_lag_s", "0",
+              "sandbox-clock seconds before a new PaymentIntent is searchable (≥ 0)"),
     FileField("webhook_time_scale", "1", "multiplies every retry delay and `webhook_delay` fault (> 0)"),
     FileField("webhook_timeout_s", "10", "real seconds a delivery may take; no 2xx within it fails (> 0)"),
 )
@@ -145,6 +155,9 @@ class SandboxSettings:
     webhook_time_scale: float = WEBHOOK_TIME_SCALE.default
     # Real seconds a delivery attempt may take; no 2xx within it is a failure.
     webhook_timeout_s: float = 10.0
+    # Stripe's search is eventually consistent ("searchable in under 1 minute"):
+    # a PaymentIntent appears in search this long (sandbox clock) after creation.
+    stripe_search_lag_s: float = STRIPE_SEARCH_LAG.default
 
     def __post_init__(self) -> None:
         self.validate()
@@ -157,7 +170,8 @@ class SandboxSettings:
     def from_env(cls, environ: dict[str, str] | None = None) -> SandboxSettings:
         """Settings from ``PAYCORE_SANDBOX_CONFIG`` (JSON file),
         ``PAYCORE_SANDBOX_KEY_RETENTION_S``, ``PAYCORE_SANDBOX_WEBHOOK_URLS``
-        (comma-separated) and ``PAYCORE_SANDBOX_WEBHOOK_TIME_SCALE``; the
+        (comma-separated), ``PAYCORE_SANDBOX_WEBHOOK_TIME_SCALE`` and
+        ``PAYCORE_SANDBOX_STRIPE_SEARCH_LAG_S``; the
         variables override the file; defaults for whatever is unset."""
         env = dict(os.environ) if environ is None else environ
         data: dict[str, Any] = {}
@@ -178,6 +192,8 @@ class SandboxSettings:
             data["webhook_endpoints"] = list(urls)
         if (scale := WEBHOOK_TIME_SCALE.get(env)) is not None:
             data["webhook_time_scale"] = scale
+        if (lag := STRIPE_SEARCH_LAG.get(env)) is not None:
+            data["stripe_search_lag_s"] = lag
         return cls.from_mapping(data)
 
     @classmethod
@@ -213,12 +229,15 @@ class SandboxSettings:
         _non_negative_number(self.hang_limit_s, "hang_limit_s")
         if not isinstance(self.webhook_endpoints, list):
             raise ValueError("webhook_endpoints must be a list of URLs")
-        for i, url in enumerate(self.webhook_endpoints):
+        for i, spec in enumerate(self.webhook_endpoints):
+            # `stripe=<url>`/`adyen=<url>` names the dialect; the URL after it is checked.
+            url = parse_endpoint(spec).url if isinstance(spec, str) else spec
             problem = webhook_url_problem(url)
             if problem:
                 raise ValueError(f"webhook_endpoints[{i}] {problem}")
         _positive_number(self.webhook_time_scale, "webhook_time_scale")
         _positive_number(self.webhook_timeout_s, "webhook_timeout_s")
+        _non_negative_number(self.stripe_search_lag_s, "stripe_search_lag_s")
 
     def account_for_key(self, api_key: str) -> SandboxAccount | None:
         for acct in self.accounts:

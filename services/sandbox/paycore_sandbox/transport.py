@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from paycore_sandbox.capture import CapturedRequest
-from paycore_sandbox.errors import not_processed, rate_limited
+from paycore_sandbox.errors import CARDCO_ANSWERS, FaultAnswers
 from paycore_sandbox.faults import TRANSPORT_FAULTS, FaultContext, HoldGate
 from paycore_sandbox.state import Sandbox, SandboxState
 
@@ -58,7 +58,7 @@ async def hold_open(request: Request, gate: HoldGate, limit_s: float) -> Respons
 
 async def with_faults(request: Request, sandbox: Sandbox, state: SandboxState,
                       entry: CapturedRequest, ctx: FaultContext, raw_process: Process,
-                      ok_status: int) -> Response:
+                      ok_status: int, answers: FaultAnswers = CARDCO_ANSWERS) -> Response:
     rule = state.faults.take(ctx, TRANSPORT_FAULTS)
     fault = rule.fault if rule is not None else None
     entry.fault = fault
@@ -66,7 +66,7 @@ async def with_faults(request: Request, sandbox: Sandbox, state: SandboxState,
 
     async def process(delay_s: float) -> Response:
         response = await raw_process(delay_s)
-        entry.processed(response.status_code, "idempotent-replayed" in response.headers)
+        entry.processed(response.status_code, answers.replayed(response))
         return response
 
     if rule is not None and fault == "drop_request":
@@ -81,11 +81,13 @@ async def with_faults(request: Request, sandbox: Sandbox, state: SandboxState,
         sandbox.spawn(arrive_later())
         return await hold_open(request, state.gate, limit_s)
     if fault == "not_processed_503":
-        entry.processed(503, False)
-        return not_processed().response()
+        answer = answers.not_processed().response()
+        entry.processed(answer.status_code, False)
+        return answer
     if fault == "rate_limit":
-        entry.processed(429, False)
-        return rate_limited(1).response()
+        answer = answers.rate_limited(1).response()
+        entry.processed(answer.status_code, False)
+        return answer
 
     response = await process(rule.delay_s if rule is not None and fault == "delay" else 0.0)
 

@@ -1,6 +1,8 @@
 """Webhook events: built on every payment status change and kept in memory.
 
-``GET /_sandbox/events`` shows them as recorded. Every event is also handed to
+Each event is rendered, when emitted, in the dialect of its payment
+(:mod:`paycore_sandbox.dialects`): its type and data object are that
+provider's. ``GET /_sandbox/events`` shows them as recorded. Every event is also handed to
 a listener — the :class:`paycore_sandbox.delivery.WebhookSender` of the
 current state — which POSTs it to the configured endpoints, signed, with
 retries and the webhook faults.
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from paycore_sandbox.clock import SandboxClock
+from paycore_sandbox.dialects import DEFAULT_DIALECT, dialect_named
 from paycore_sandbox.ledger import Payment
 
 
@@ -26,22 +29,17 @@ class Event:
     livemode: bool
     environment: str
     sequence: int
-    payment: dict[str, Any]  # snapshot at emission time
-
-    @property
-    def payment_id(self) -> str:
-        return str(self.payment["id"])
-
-    @property
-    def reference(self) -> str | None:
-        ref = self.payment.get("reference")
-        return ref if isinstance(ref, str) else None
+    payment: dict[str, Any]  # the dialect's data object, snapshot at emission time
+    payment_id: str
+    reference: str | None
+    dialect: str = DEFAULT_DIALECT
+    idempotency_key: str | None = None  # of the request that created the payment
+    # What this event moved, when it is not the payment's amount (a refund's amount).
+    amount: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The contract's event body."""
-        return {"id": self.id, "type": self.type, "created": self.created,
-                "account": self.account, "livemode": self.livemode,
-                "sequence": self.sequence, "data": {"object": dict(self.payment)}}
+        """The event body in its dialect (Cardco: the contract's event body)."""
+        return dialect_named(self.dialect).event_json(self)
 
 
 EventListener = Callable[[Event], object]
@@ -55,13 +53,18 @@ class WebhookEmitter:
         self._by_id: dict[str, Event] = {}
         self._sequences: dict[str, int] = {}
 
-    def emit(self, payment: Payment, type_: str) -> Event:
+    def emit(self, payment: Payment, type_: str, *, amount: int | None = None) -> Event:
+        """Record the core event ``type_`` (``payment.<status>``) about ``payment``;
+        ``amount``: what it moved when not the payment's amount (a refund's)."""
         sequence = self._sequences.get(payment.id, 0) + 1
         self._sequences[payment.id] = sequence
-        event = Event(id="evt_" + secrets.token_hex(12), type=type_,
+        wire_type, data = dialect_named(payment.dialect).render_event(payment, type_)
+        event = Event(id="evt_" + secrets.token_hex(12), type=wire_type,
                       created=self._clock.unix(), account=payment.account,
                       livemode=payment.livemode, environment=payment.environment,
-                      sequence=sequence, payment=payment.to_public())
+                      sequence=sequence, payment=data, payment_id=payment.id,
+                      reference=payment.reference or None, dialect=payment.dialect,
+                      idempotency_key=payment.idempotency_key or None, amount=amount)
         self._events.append(event)
         self._by_id[event.id] = event
         if self._listener is not None:

@@ -1,7 +1,9 @@
 """``POST /webhooks/<provider>``: verify, parse, handle, and acknowledge only after commit.
 
-The provider (:class:`paycore.providers.base.Provider`) verifies and parses; this
-module names none.
+Each configured provider (:class:`paycore.providers.base.NotificationReceiver`) gets its
+route, verifies and parses; this module names none. A delivery may carry several
+notifications (Adyen's batches): each is recorded in its own transaction, and the delivery
+is acknowledged, in the provider's expected form (``[accepted]``), once all are.
 
 - Unverifiable (missing headers 400; bad or stale signature 401):
   problem+json, nothing stored. A replay of a verified delivery inside the
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -49,9 +51,15 @@ from paycore.http.problems import (
     problem_handler,
     problem_response,
 )
-from paycore.providers.base import InvalidNotification, NotificationUnverified, Provider
-from paycore.providers.registry import for_accounts
-from paycore_webhooks.handler import handle_notification, record_unparseable, storage_problem
+from paycore.providers.base import (
+    InvalidNotification,
+    NotificationReceiver,
+    NotificationUnverified,
+    Provider,
+    VerifiedDelivery,
+)
+from paycore.providers.registry import adapters_for
+from paycore_webhooks.handler import DeliveryResult, handle_notification, record_unparseable, storage_problem
 
 log = logging.getLogger("paycore.webhooks")
 MAX_BODY = 256 * 1024
@@ -66,7 +74,6 @@ class Intake:
     settings: Settings
     clock: Clock
     pool: asyncpg.Pool
-    provider: Provider
     deliveries: Counter
     outage: DatabaseOutage
     _next_purge_at: datetime | None = None
@@ -78,25 +85,65 @@ class Intake:
             await webhook_replays.purge_expired(self.pool, now)
 
 
-def provider_for(settings: Settings, clock: Clock) -> Provider:
-    """The provider whose webhooks this intake verifies; refuses to start when no account has a secret."""
-    provider = for_accounts(settings.accounts, clock,
+def receivers_for(settings: Settings, clock: Clock) -> dict[str, Provider]:
+    """The providers whose webhooks this intake verifies, by name; refuses to start while any of
+    them has no account that can verify a notification (its deliveries would all be refused)."""
+    adapters = adapters_for(settings.accounts, clock,
                             max_call_duration_s=settings.budgets.max_call_duration_s)
-    provider.check_notification_secrets()
-    return provider
+    for adapter in adapters.values():
+        adapter.check_notification_secrets()
+    return adapters
 
 
-async def receive_notification(request: Request) -> Response:
+def notification_route(receiver: NotificationReceiver) -> Callable[[Request], Awaitable[Response]]:
+    """``POST /webhooks/<receiver.name>``."""
+
+    async def receive(request: Request) -> Response:
+        return await receive_notification(request, receiver)
+
+    return receive
+
+
+async def receive_notification(request: Request, receiver: NotificationReceiver) -> Response:
+    """Verify every notification of the delivery, record each in its own transaction, then acknowledge.
+
+    A batch (Adyen) is acknowledged only when all its notifications are recorded; one that
+    fails leaves the batch unacknowledged, and the provider's redelivery finds the others
+    already recorded under their keys.
+    """
     intake: Intake = request.app.state.intake
-    provider = intake.provider
     body = await read_limited(request, MAX_BODY)
     try:
-        delivery = provider.verify_notification(request.headers, body, now=intake.clock.now())
+        deliveries = receiver.verify_deliveries(request.headers, body, now=intake.clock.now())
     except NotificationUnverified as exc:
         intake.deliveries.labels("rejected-signature").inc()
-        log.warning("webhook rejected: %s", exc.reason)
+        log.warning("%s webhook rejected: %s", receiver.name, exc.reason)
         status = 400 if exc.malformed else 401
         return problem_response(status, "webhook-unverified", "Webhook not verified", exc.reason)
+    results = []
+    for delivery in deliveries:
+        try:
+            results.append(await _record(intake, receiver, delivery, body))
+        except Exception as exc:
+            # Nothing more is acknowledged: the provider redelivers, and the redelivery is handled normally.
+            if is_database_unavailable(exc):
+                intake.deliveries.labels("unavailable").inc()
+                raise  # 503 + Retry-After, said once per outage (paycore.http.outage)
+            intake.deliveries.labels("error").inc()
+            log.exception("webhook for %s failed before commit", delivery.account.provider_account)
+            return problem_response(500, "internal", "Notification not recorded", "Redeliver later.")
+    for result in results:
+        intake.deliveries.labels(result.value).inc()
+    if receiver.acknowledgement is not None:
+        content, media_type = receiver.acknowledgement
+        return Response(content, media_type=media_type)
+    return Response(orjson.dumps({"result": results[0].value if len(results) == 1
+                                  else [r.value for r in results]}), media_type="application/json")
+
+
+async def _record(intake: Intake, receiver: NotificationReceiver, delivery: VerifiedDelivery,
+                  body: bytes) -> DeliveryResult:
+    """Record one verified notification (or, if it cannot be handled as parsed, its raw body)."""
     account, header_id = delivery.account, delivery.delivery_id
     # A verified delivery that is not an event we understand, or one PostgreSQL cannot
     # store as parsed: refusing it would make the provider retry for days and then
@@ -107,35 +154,23 @@ async def receive_notification(request: Request) -> Response:
     if isinstance(parsed, InvalidNotification):
         intake.deliveries.labels("invalid").inc()
         log.warning("webhook %s for %s is not a %s event (%s): recording it raw",
-                    header_id[:64], account.provider_account, provider.name, parsed)
-        unstorable: str | None = f"not-a-{provider.name}-event:{parsed}"
+                    header_id[:64], account.provider_account, receiver.name, parsed)
+        unstorable: str | None = f"not-a-{receiver.name}-event:{parsed}"
     else:
         unstorable = storage_problem(parsed)
-    try:
-        await intake.purge_replay_window()
-        if unstorable is not None or isinstance(parsed, InvalidNotification):
-            log.warning("webhook %s for %s cannot be handled as parsed (%s): recording it raw",
-                        header_id[:64], account.provider_account, unstorable)
-            result = await record_unparseable(intake.pool, account=account, webhook_id=header_id,
-                                              body=body, why=unstorable or "unparseable",
-                                              now=intake.clock.now(),
-                                              reminder_interval=intake.settings.reminder_interval,
-                                              delivery=delivery.replay)
-        else:
-            result = await handle_notification(intake.pool, account=account, n=parsed, key=delivery.key,
-                                               now=intake.clock.now(), delivery=delivery.replay,
-                                               reminder_interval=intake.settings.reminder_interval,
-                                               recheck_after_s=intake.settings.recheck_after_s)
-    except Exception as exc:
-        # Nothing was acknowledged: the provider redelivers, and the redelivery is handled normally.
-        if is_database_unavailable(exc):
-            intake.deliveries.labels("unavailable").inc()
-            raise  # 503 + Retry-After, said once per outage (paycore.http.outage)
-        intake.deliveries.labels("error").inc()
-        log.exception("webhook for %s failed before commit", account.provider_account)
-        return problem_response(500, "internal", "Notification not recorded", "Redeliver later.")
-    intake.deliveries.labels(result.value).inc()
-    return Response(orjson.dumps({"result": result.value}), media_type="application/json")
+    await intake.purge_replay_window()
+    if unstorable is not None or isinstance(parsed, InvalidNotification):
+        log.warning("webhook %s for %s cannot be handled as parsed (%s): recording it raw",
+                    header_id[:64], account.provider_account, unstorable)
+        return await record_unparseable(intake.pool, account=account, webhook_id=header_id,
+                                        body=body, why=unstorable or "unparseable",
+                                        now=intake.clock.now(),
+                                        reminder_interval=intake.settings.reminder_interval,
+                                        delivery=delivery.replay)
+    return await handle_notification(intake.pool, account=account, n=parsed, key=delivery.key,
+                                     now=intake.clock.now(), delivery=delivery.replay,
+                                     reminder_interval=intake.settings.reminder_interval,
+                                     recheck_after_s=intake.settings.recheck_after_s)
 
 
 async def healthz(request: Request) -> Response:
@@ -155,26 +190,28 @@ def create_app(
     registry = CollectorRegistry()
     deliveries = Counter("paycore_webhook_deliveries", "Webhook deliveries by result", ["result"],
                          registry=registry)
-    provider = provider_for(settings, clock)
+    receivers = receivers_for(settings, clock)
     outage = DatabaseOutage(log)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         db = pool or await create_pool(settings.database_url or "", max_size=20)
         await register_provider_accounts(db, settings.accounts, clock.now())
-        app.state.intake = Intake(settings, clock, db, provider, deliveries, outage)
+        app.state.intake = Intake(settings, clock, db, deliveries, outage)
         outage.start(db)
         try:
             yield
         finally:
             await outage.aclose()
-            await provider.aclose()
+            for receiver in receivers.values():
+                await receiver.aclose()
             if pool is None:
                 await db.close()
 
     app = Starlette(
         routes=[
-            Route(f"/webhooks/{provider.name}", receive_notification, methods=["POST"]),
+            *(Route(f"/webhooks/{name}", notification_route(receiver), methods=["POST"])
+              for name, receiver in receivers.items()),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/metrics", metrics_endpoint(registry), methods=["GET"]),

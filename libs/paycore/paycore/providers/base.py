@@ -1,10 +1,11 @@
 """The provider interface the core depends on, and the provider-neutral data it trades in.
 
-Checkout, the recovery loop and the webhook intake hold a :class:`Provider` (built by
-:func:`paycore.providers.registry.for_accounts`) and never a provider's own names. A
-provider serves every configured account of its kind; each call names the account
-(``stored.provider_account``, or ``provider_account``), and a notification's account is
-the one whose secret verified it.
+Checkout and the recovery loop hold :class:`PaymentCalls` (built by
+:func:`paycore.providers.registry.for_accounts`: one provider, or a router over several),
+the webhook intake one :class:`NotificationReceiver` per provider; none of them names a
+provider. A provider serves every configured account of its kind; each call names the
+account (``stored.provider_account``, or ``provider_account``), and a notification's
+account is the one whose credentials verified it.
 
 The rules every implementation keeps (the reference's "payment client is registered
 without automatic resends"):
@@ -42,8 +43,9 @@ from paycore.webhook_replays import SignedDelivery
 
 __all__ = [
     "KEY_VERSION", "Capabilities", "InvalidNotification", "LookupResult", "Notification",
-    "NotificationFormat", "NotificationUnverified", "PaymentRecord", "Provider", "ReferenceLookup",
-    "StoredRequest", "VerifiedDelivery", "standard_notification_key", "synthesized_key",
+    "NotificationFormat", "NotificationReceiver", "NotificationUnverified", "PaymentCalls", "PaymentMethod",
+    "PaymentRecord", "Provider", "ReferenceLookup", "StoredRequest", "VerifiedDelivery",
+    "standard_notification_key", "synthesized_key",
 ]
 
 # ---------------------------------------------------------------------------
@@ -320,17 +322,24 @@ class NotificationFormat(Protocol):
         ...
 
 
-class Provider(NotificationFormat, Protocol):
-    """One payment provider, for every configured account of its kind."""
+# What a storefront sends as ``payment_method``: a provider's token or id (``tok_…``, ``pm_…``),
+# or an object its client-side library produced (Adyen's encrypted card fields).
+PaymentMethod = str | Mapping[str, Any]
 
-    @property
-    def capabilities(self) -> Capabilities: ...
 
-    def build_request_body(self, *, amount_minor: int, currency: str, payment_method: str, reference: str,
+class PaymentCalls(Protocol):
+    """The calls checkout and recovery make: each names the account it is made on."""
+
+    def capabilities_of(self, provider_account: str) -> Capabilities:
+        """What the provider of this account promises (lookups, key retention, replays)."""
+        ...
+
+    def build_request_body(self, account: ProviderAccountConfig, *, amount_minor: int, currency: str,
+                           payment_method: PaymentMethod, reference: str,
                            description: str | None = None) -> str:
-        """The create request's body, serialized once to be stored on the attempt.
+        """The create request's body for ``account``, serialized once to be stored on the attempt.
 
-        :raises ValueError: A value the provider's contract would reject.
+        :raises ValueError: A value the provider's contract would reject (nothing is recorded).
         """
         ...
 
@@ -351,7 +360,7 @@ class Provider(NotificationFormat, Protocol):
     async def get_payment(self, provider_account: str, payment_id: str, *,
                           budget_s: float | None) -> LookupResult:
         """Look a payment up by the provider's id (``found`` even when it is another's: the caller
-        judges); ``not_found``, ``rate_limited`` or ``failed`` otherwise, never an exception."""
+        judges); ``not_found``, ``rate_limited``, ``failed`` or (no such lookup) ``unsupported``."""
         ...
 
     async def find_by_reference(self, provider_account: str, reference: str, *,
@@ -360,17 +369,35 @@ class Provider(NotificationFormat, Protocol):
         judges); ``unsupported``, sending nothing, when the provider has no such lookup."""
         ...
 
+    async def aclose(self) -> None: ...
+
+
+class NotificationReceiver(NotificationFormat, Protocol):
+    """The webhook side of one provider: ``POST /webhooks/<name>``."""
+
     def check_notification_secrets(self) -> None:
-        """Raise :class:`paycore.config.ConfigError` unless some account can verify a notification
-        (and ``ValueError`` for a malformed secret): the webhook intake's start-up check."""
+        """Raise :class:`paycore.config.ConfigError` unless an account of this provider can verify a
+        notification (and ``ValueError`` for a malformed secret): the intake's start-up check."""
         ...
 
-    def verify_notification(self, headers: Mapping[str, str], body: bytes, *,
-                            now: datetime) -> VerifiedDelivery:
-        """Verify a delivery against every configured account's secret, then parse it.
+    def verify_deliveries(self, headers: Mapping[str, str], body: bytes, *,
+                          now: datetime) -> tuple[VerifiedDelivery, ...]:
+        """Verify a delivery against every configured account's credentials, then parse each
+        notification it carries (one, or a batch), in order.
 
-        :raises NotificationUnverified: No secret verified it (nothing may be stored).
+        :raises NotificationUnverified: Not every notification in it verified (nothing may be stored).
         """
         ...
 
-    async def aclose(self) -> None: ...
+    @property
+    def acknowledgement(self) -> tuple[bytes, str] | None:
+        """The body and media type the provider expects once every notification is recorded;
+        ``None``: any 2xx will do, and the intake answers with what it did (``{"result": …}``)."""
+        ...
+
+
+class Provider(PaymentCalls, NotificationReceiver, Protocol):
+    """One payment provider, for every configured account of its kind."""
+
+    @property
+    def capabilities(self) -> Capabilities: ...

@@ -1,9 +1,11 @@
 """The one factory of providers, and which provider reads a stored notification.
 
-Services build their provider here (``for_accounts(settings.accounts, clock, ...)``)
-and hold it as a :class:`~paycore.providers.base.Provider`; the rest of the core
-names no provider. A provider's name is the first part of its provider-account ids
-(``cardco:acct_store:test``), so a stored row says which provider wrote it.
+Checkout and recovery build what they call here (``for_accounts(settings.accounts, clock,
+...)``: the one provider of the accounts, or a :class:`ProviderRouter` over several) and
+hold it as :class:`~paycore.providers.base.PaymentCalls`; the webhook intake takes one
+adapter per provider (``adapters_for``). The rest of the core names no provider. A
+provider's name is the first part of its provider-account ids (``cardco:acct_store:test``),
+so a stored row says which provider wrote it.
 """
 
 from __future__ import annotations
@@ -15,8 +17,17 @@ import httpx
 
 from paycore.clock import Clock
 from paycore.config import ProviderAccountConfig
-from paycore.providers import cardco
-from paycore.providers.base import NotificationFormat, Provider
+from paycore.domain import ProviderOutcome
+from paycore.providers import adyen, cardco, stripe
+from paycore.providers.base import (
+    Capabilities,
+    LookupResult,
+    NotificationFormat,
+    PaymentCalls,
+    PaymentMethod,
+    Provider,
+    StoredRequest,
+)
 
 
 class ProviderFactory(Protocol):
@@ -25,8 +36,10 @@ class ProviderFactory(Protocol):
 
 
 # Each provider by its name. The next provider adds its line to both.
-PROVIDERS: Final[Mapping[str, ProviderFactory]] = {cardco.NAME: cardco.CardcoClient}
-NOTIFICATION_FORMATS: Final[Mapping[str, NotificationFormat]] = {cardco.NAME: cardco.CardcoEvents()}
+PROVIDERS: Final[Mapping[str, ProviderFactory]] = {
+    cardco.NAME: cardco.CardcoClient, stripe.NAME: stripe.StripeProvider, adyen.NAME: adyen.AdyenProvider}
+NOTIFICATION_FORMATS: Final[Mapping[str, NotificationFormat]] = {
+    cardco.NAME: cardco.CardcoEvents(), stripe.NAME: stripe.StripeEvents(), adyen.NAME: adyen.AdyenEvents()}
 
 
 class UnknownProvider(ValueError):
@@ -38,25 +51,79 @@ def provider_name(provider_account: str) -> str:
     return provider_account.split(":", 1)[0]
 
 
-def for_accounts(accounts: Sequence[ProviderAccountConfig], clock: Clock, *, max_call_duration_s: float,
-                 transport: httpx.AsyncBaseTransport | None = None) -> Provider:
-    """The provider serving ``accounts`` (budgets on ``clock``; ``transport`` replaces HTTP in tests).
+def adapters_for(accounts: Sequence[ProviderAccountConfig], clock: Clock, *, max_call_duration_s: float,
+                 transport: httpx.AsyncBaseTransport | None = None) -> dict[str, Provider]:
+    """One adapter per provider among ``accounts``, each serving its provider's accounts, in the
+    accounts' order (budgets on ``clock``; ``transport`` replaces HTTP in tests).
 
-    Every account must be of one provider: a deployment with two needs a router that
-    picks the provider by each call's account (every call names one), which comes with
-    the second provider.
-
-    :raises UnknownProvider: An account names a provider without an adapter, or two providers.
-    :raises ValueError: As the provider's constructor (a bad ceiling, an account twice).
+    :raises UnknownProvider: An account names a provider without an adapter.
+    :raises ValueError: As a provider's constructor (a bad ceiling, an account twice).
     """
-    names = {acct.provider for acct in accounts} or {cardco.NAME}
-    unknown = sorted(names - PROVIDERS.keys())
+    names = list(dict.fromkeys(acct.provider for acct in accounts)) or [cardco.NAME]
+    unknown = sorted(set(names) - PROVIDERS.keys())
     if unknown:
         raise UnknownProvider(f"no provider adapter named {', '.join(unknown)}")
-    if len(names) > 1:
-        raise UnknownProvider(f"accounts of several providers ({', '.join(sorted(names))}) need a router")
-    [name] = names
-    return PROVIDERS[name](accounts, clock, max_call_duration_s=max_call_duration_s, transport=transport)
+    return {name: PROVIDERS[name]([a for a in accounts if a.provider == name], clock,
+                                  max_call_duration_s=max_call_duration_s, transport=transport)
+            for name in names}
+
+
+def for_accounts(accounts: Sequence[ProviderAccountConfig], clock: Clock, *, max_call_duration_s: float,
+                 transport: httpx.AsyncBaseTransport | None = None) -> PaymentCalls:
+    """What checkout and recovery call: the one provider of ``accounts``, or a router over several."""
+    adapters = adapters_for(accounts, clock, max_call_duration_s=max_call_duration_s, transport=transport)
+    if len(adapters) == 1:
+        [only] = adapters.values()
+        return only
+    return ProviderRouter(adapters)
+
+
+class ProviderRouter:
+    """Several providers behind one :class:`~paycore.providers.base.PaymentCalls`: every call names
+    its account, and the account's provider answers it. An account of no configured provider is
+    the provider's own "account not configured" answer (Unknown, never another provider's call)."""
+
+    def __init__(self, adapters: Mapping[str, Provider]) -> None:
+        self.adapters: Final = dict(adapters)
+
+    def _for(self, provider_account: str) -> Provider:
+        # The first adapter answers for an account it does not serve exactly as for any
+        # unconfigured account: an Unknown/unbuildable outcome, nothing sent.
+        return self.adapters.get(provider_name(provider_account)) or next(iter(self.adapters.values()))
+
+    def capabilities_of(self, provider_account: str) -> Capabilities:
+        return self._for(provider_account).capabilities_of(provider_account)
+
+    def build_request_body(self, account: ProviderAccountConfig, *, amount_minor: int, currency: str,
+                           payment_method: PaymentMethod, reference: str,
+                           description: str | None = None) -> str:
+        adapter = self.adapters.get(account.provider)
+        if adapter is None:
+            raise UnknownProvider(f"no provider adapter named {account.provider}")
+        return adapter.build_request_body(account, amount_minor=amount_minor, currency=currency,
+                                          payment_method=payment_method, reference=reference,
+                                          description=description)
+
+    def unbuildable_reason(self, stored: StoredRequest) -> str | None:
+        return self._for(stored.provider_account).unbuildable_reason(stored)
+
+    async def create_payment(self, stored: StoredRequest, *, budget_s: float | None,
+                             first_send: bool) -> ProviderOutcome:
+        return await self._for(stored.provider_account).create_payment(stored, budget_s=budget_s,
+                                                                        first_send=first_send)
+
+    async def get_payment(self, provider_account: str, payment_id: str, *,
+                          budget_s: float | None) -> LookupResult:
+        return await self._for(provider_account).get_payment(provider_account, payment_id, budget_s=budget_s)
+
+    async def find_by_reference(self, provider_account: str, reference: str, *,
+                                budget_s: float | None) -> LookupResult:
+        return await self._for(provider_account).find_by_reference(provider_account, reference,
+                                                                    budget_s=budget_s)
+
+    async def aclose(self) -> None:
+        for adapter in self.adapters.values():
+            await adapter.aclose()
 
 
 def notification_format(provider_account: str) -> NotificationFormat:

@@ -47,6 +47,7 @@ from paycore.evidence import judge
 from paycore.providers.base import (
     Capabilities,
     LookupResult,
+    PaymentMethod,
     PaymentRecord,
     ReferenceLookup,
     StoredRequest,
@@ -169,9 +170,15 @@ class CardcoClient(events.CardcoEvents):
     def capabilities(self) -> Capabilities:
         return CAPABILITIES
 
-    def build_request_body(self, *, amount_minor: int, currency: str, payment_method: str, reference: str,
+    def capabilities_of(self, provider_account: str) -> Capabilities:
+        return CAPABILITIES
+
+    def build_request_body(self, account: ProviderAccountConfig, *, amount_minor: int, currency: str,
+                           payment_method: PaymentMethod, reference: str,
                            description: str | None = None) -> str:
-        """:func:`paycore.providers.cardco.request.build_request_body`."""
+        """:func:`paycore.providers.cardco.request.build_request_body` (Cardco takes a token only)."""
+        if not isinstance(payment_method, str):
+            raise ValueError("Cardco takes a payment-method token (tok_...), not an object")
         return build_request_body(amount_minor=amount_minor, currency=currency, payment_method=payment_method,
                                   reference=reference, description=description)
 
@@ -505,6 +512,14 @@ class CardcoClient(events.CardcoEvents):
     def verify_notification(self, headers: Mapping[str, str], body: bytes, *,
                             now: datetime) -> VerifiedDelivery:
         return self._verifier().verify(headers, body, now=now)
+
+    def verify_deliveries(self, headers: Mapping[str, str], body: bytes, *,
+                          now: datetime) -> tuple[VerifiedDelivery, ...]:
+        return (self.verify_notification(headers, body, now=now),)  # one event per delivery
+
+    @property
+    def acknowledgement(self) -> tuple[bytes, str] | None:
+        return None
 
     def _verifier(self) -> events.WebhookVerifier:
         # Built on first use: checkout and recovery never receive webhooks and need no secret.

@@ -1,0 +1,26 @@
+"""Adyen (Checkout API v71), behind :class:`paycore.providers.base.Provider`.
+
+- :mod:`.request`: what is sent (the stored ``/payments`` body, the create request);
+- :mod:`.wire`: the ``/payments`` answer, error bodies, ``Transient-Error``, headers;
+- :mod:`.client`: :class:`AdyenProvider` (create and classify; no lookups exist);
+- :mod:`.notifications`: basic auth, per-item HMAC, batches, items as neutral notifications.
+
+The contract is ``docs/providers/adyen.md``; the choices behind it ``docs/decisions/0002-adyen-client.md``.
+"""
+
+from paycore.providers.adyen.client import CAPABILITIES, AdyenProvider
+from paycore.providers.adyen.notifications import (
+    ACKNOWLEDGEMENT,
+    AdyenEvents,
+    InvalidItem,
+    NotificationVerifier,
+    item_signature,
+    parse_notification,
+)
+from paycore.providers.adyen.request import build_request_body
+from paycore.providers.adyen.wire import NAME, AdyenPayment, parse_payment
+
+__all__ = [
+    "ACKNOWLEDGEMENT", "CAPABILITIES", "NAME", "AdyenEvents", "AdyenPayment", "AdyenProvider", "InvalidItem",
+    "NotificationVerifier", "build_request_body", "item_signature", "parse_notification", "parse_payment",
+]

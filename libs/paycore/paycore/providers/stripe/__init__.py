@@ -1,0 +1,25 @@
+"""Stripe (PaymentIntents), behind :class:`paycore.providers.base.Provider`, on the official SDK.
+
+- :mod:`.request`: what is sent (the form body stored on the attempt, read back for the SDK);
+- :mod:`.wire`: the PaymentIntent and Charge objects, error bodies, key modes;
+- :mod:`.client`: :class:`StripeProvider` (create and classify, lookups, budgets);
+- :mod:`.events`: ``Stripe-Signature`` verification and events, parsed into a neutral notification.
+
+The contract is ``docs/providers/stripe.md``.
+"""
+
+from paycore.providers.stripe.client import (
+    CAPABILITIES,
+    DEFAULT_API_BASE,
+    DEFAULT_API_VERSION,
+    StripeProvider,
+)
+from paycore.providers.stripe.events import StripeEvents, parse_event, signature_header
+from paycore.providers.stripe.request import build_request_body
+from paycore.providers.stripe.wire import NAME, PaymentIntent, key_environment, parse_intent
+
+__all__ = [
+    "CAPABILITIES", "DEFAULT_API_BASE", "DEFAULT_API_VERSION", "NAME", "PaymentIntent", "StripeEvents",
+    "StripeProvider", "build_request_body", "key_environment", "parse_event", "parse_intent",
+    "signature_header",
+]

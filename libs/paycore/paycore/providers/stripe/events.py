@@ -1,0 +1,222 @@
+"""Stripe webhooks: ``Stripe-Signature`` verification, and events parsed into a neutral notification.
+
+Signature (https://docs.stripe.com/webhooks#verify-manually; the SDK's
+``stripe.WebhookSignature.verify_header`` does the same): the header is
+``t=<unix seconds>,v1=<hex>[,v1=<hex>…]`` (other schemes ignored); each ``v1`` is
+HMAC-SHA256 keyed with the whole ``whsec_…`` string over ``f"{t}." + body``.
+We verify against every configured Stripe account's secret, in constant time,
+and refuse a timestamp more than :data:`paycore.webhook_signatures.TOLERANCE_S`
+(300 s, Stripe's default tolerance) from the clock passed in, either side.
+The account is the one whose secret verified the delivery.
+
+An event is ``{"id": "evt_…", "object": "event", "type", "created", "livemode",
+"data": {"object": …}}``; the event id is the deduplication key (Stripe may
+deliver one event more than once: https://docs.stripe.com/webhooks#handle-duplicate-events).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Final
+
+import orjson
+
+from paycore.config import ConfigError, ProviderAccountConfig
+from paycore.providers.base import (
+    InvalidNotification,
+    Notification,
+    NotificationUnverified,
+    VerifiedDelivery,
+)
+from paycore.providers.stripe.wire import NAME, Charge, PaymentIntent, parse_charge, parse_intent
+from paycore.webhook_replays import SignedDelivery
+from paycore.webhook_signatures import TOLERANCE_S
+
+SIGNATURE_HEADER: Final = "stripe-signature"
+
+INTENT_EVENT_TYPES: Final = frozenset({
+    "payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.processing",
+    "payment_intent.requires_action", "payment_intent.canceled", "payment_intent.created",
+})
+CHARGE_EVENT_TYPES: Final = frozenset({"charge.refunded"})
+EVENT_TYPES: Final = INTENT_EVENT_TYPES | CHARGE_EVENT_TYPES
+
+
+class InvalidEvent(InvalidNotification):
+    """The body is not JSON, or not a Stripe event this adapter understands."""
+
+
+def parse_event(body: bytes) -> Notification:
+    """The notification in a verified body, or :class:`InvalidEvent`."""
+    try:
+        event = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise InvalidEvent("not-json") from None
+    if not isinstance(event, dict):
+        raise InvalidEvent("not-an-object")
+    event_type = event.get("type")
+    if not isinstance(event_type, str) or event_type not in EVENT_TYPES:
+        raise InvalidEvent("unknown-type")
+    event_id = event.get("id")
+    if not isinstance(event_id, str) or not event_id.startswith("evt_") or not event_id.strip():
+        raise InvalidEvent("invalid-id")
+    livemode = event.get("livemode")
+    if livemode is not None and not isinstance(livemode, bool):
+        raise InvalidEvent("invalid-livemode")
+    account = event.get("account")  # only Connect events name one
+    if account is not None and not isinstance(account, str):
+        raise InvalidEvent("invalid-account")
+    data = event.get("data")
+    obj = data.get("object") if isinstance(data, dict) else None
+    intent = parse_intent(obj) if event_type in INTENT_EVENT_TYPES else None
+    charge = parse_charge(obj) if event_type in CHARGE_EVENT_TYPES else None
+    payment: PaymentIntent | Charge | None = intent or charge
+    if payment is None:
+        raise InvalidEvent("invalid-object")
+    # The envelope's mode is a statement too: evidence only if it agrees with the object's.
+    said = payment.claim()
+    envelope_mode = (livemode,) if livemode is not None else ()
+    claim = dataclasses.replace(said, livemodes=said.livemodes + envelope_mode)
+    # A charge event is about the PaymentIntent the charge belongs to: the id attempts record.
+    intent_id = charge.payment_intent if charge is not None else payment.id
+    refunded = charge.amount_refunded if charge is not None else 0
+    return Notification(
+        event_id=event_id.strip(),
+        event_type=event_type,
+        sequence=None,
+        payment_id=intent_id,
+        reference=payment.reference,
+        status=payment.status,
+        amount_minor=payment.amount_minor,
+        currency=payment.currency,
+        amount_refunded=refunded,
+        payload_account=account,
+        payload_livemode=livemode,
+        outcome=dataclasses.replace(payment.to_outcome(), claim=claim),
+        event=event,
+        object_account=None,
+        object_livemode=payment.livemode,
+    )
+
+
+def notification_key(n: Notification) -> str | None:
+    """The ``evt_…`` id: Stripe keeps it across redeliveries of one event."""
+    return n.event_id
+
+
+class StripeEvents:
+    """How Stripe's notifications read (:class:`~paycore.providers.base.NotificationFormat`).
+
+    Needs no account or secret: a stored event is re-parsed with it.
+    """
+
+    name: Final = NAME
+
+    def parse_notification(self, body: bytes) -> Notification:
+        return parse_event(body)
+
+    def notification_key(self, n: Notification) -> str | None:
+        return notification_key(n)
+
+
+def _parse_signature_header(value: str) -> tuple[int, list[str]] | None:
+    """``(t, [v1…])`` of a ``Stripe-Signature`` value, or ``None`` when it has no usable ``t``/``v1``."""
+    timestamps: list[str] = []
+    signatures: list[str] = []
+    for item in value.split(","):
+        key, sep, val = item.strip().partition("=")
+        if not sep:
+            continue
+        if key == "t":
+            timestamps.append(val.strip())
+        elif key == "v1" and val.strip():
+            signatures.append(val.strip().lower())
+    if len(timestamps) != 1 or not signatures:
+        return None
+    raw_ts = timestamps[0]
+    if not raw_ts.isascii() or not raw_ts.isdigit() or len(raw_ts) > 12:
+        return None
+    return int(raw_ts), signatures
+
+
+def expected_signature(secret: str, timestamp: int, body: bytes) -> str:
+    """The ``v1`` signature of ``body`` at ``timestamp`` under ``secret`` (the whole ``whsec_…`` string)."""
+    return hmac.new(secret.encode("utf-8"), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+
+
+def signature_header(secret: str, timestamp: int, body: bytes) -> str:
+    """A ``Stripe-Signature`` value for ``body`` (tests, and the sandbox's dialect)."""
+    return f"t={timestamp},v1={expected_signature(secret, timestamp, body)}"
+
+
+def delivery_id(body: bytes) -> str:
+    """The event id of a body, or a digest of the body when it has none we can read."""
+    try:
+        event = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        event = None
+    event_id = event.get("id") if isinstance(event, dict) else None
+    if isinstance(event_id, str) and event_id.strip():
+        return event_id.strip()
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+class WebhookVerifier:
+    """Verifies a delivery against every configured Stripe account's secret, then parses it.
+
+    :raises ConfigError: No Stripe account has a webhook secret.
+    :raises ValueError: A secret is not ``whsec_…``.
+    """
+
+    def __init__(self, accounts: Iterable[ProviderAccountConfig]) -> None:
+        self._secrets: list[tuple[ProviderAccountConfig, str]] = []
+        for acct in accounts:
+            if acct.webhook_secret is None:
+                continue
+            secret = acct.webhook_secret.reveal()
+            if not secret.startswith("whsec_") or len(secret) <= len("whsec_"):
+                raise ValueError(f"the webhook secret of {acct.provider_account} must start with 'whsec_'")
+            self._secrets.append((acct, secret))
+        if not self._secrets:
+            raise ConfigError("PAYCORE_STRIPE_WEBHOOK_SECRET", "is required to receive Stripe webhooks")
+
+    def verify(self, headers: Mapping[str, str], body: bytes, *, now: datetime) -> VerifiedDelivery:
+        """The account whose secret verified the delivery, and the event in it (or why it is none).
+
+        :raises NotificationUnverified: ``malformed`` when the header is missing or has no
+            ``t`` and ``v1``; else the signature matched no secret, or the timestamp is
+            outside the tolerance. Never says which secret or signature.
+        """
+        raw = next((v for k, v in headers.items() if k.lower() == SIGNATURE_HEADER), None)
+        if raw is None or not raw.strip():
+            raise NotificationUnverified("missing-headers", malformed=True)
+        parsed = _parse_signature_header(raw)
+        if parsed is None:
+            raise NotificationUnverified("malformed-signature-header", malformed=True)
+        timestamp, offered = parsed
+        if abs(now.timestamp() - timestamp) > TOLERANCE_S:
+            raise NotificationUnverified("timestamp-outside-tolerance")
+        account = self._matching_account(timestamp, offered, body)
+        if account is None:
+            raise NotificationUnverified("no-matching-signature")
+        did = delivery_id(body)
+        replay = SignedDelivery(did, timestamp)
+        try:
+            n = parse_event(body)
+        except InvalidEvent as exc:
+            return VerifiedDelivery(account, did, replay, exc)
+        return VerifiedDelivery(account, did, replay, n, key=notification_key(n))
+
+    def _matching_account(self, timestamp: int, offered: list[str],
+                          body: bytes) -> ProviderAccountConfig | None:
+        for acct, secret in self._secrets:
+            expected = expected_signature(secret, timestamp, body)
+            # Every offered signature, each in constant time.
+            if any(hmac.compare_digest(expected.encode(), sig.encode()) for sig in offered):
+                return acct
+        return None
+

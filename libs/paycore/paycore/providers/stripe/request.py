@@ -1,0 +1,157 @@
+"""What Stripe is sent: the create body (form-encoded once, stored on the attempt) and the
+stored body read back into the parameters the SDK sends.
+
+Decision record: ``docs/decisions/0003-stripe-stored-request.md``. The stored body is
+the exact ``application/x-www-form-urlencoded`` string; every send transmits these
+bytes. The SDK encodes parameters itself (``urlencode`` of its flattened pairs, then
+``%5B``/``%5D`` turned back into brackets), so the stored string is produced by the
+same encoding, read back into ordered pairs at send time, and re-encoded here and
+compared: a stored body the SDK would not reproduce byte for byte is never sent.
+A test checks the bytes the server receives are the stored ones.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlencode
+
+from paycore.providers.stripe.wire import MAX_IDEMPOTENCY_KEY_LEN, REFERENCE_KEY
+
+# Stripe's maximum charge amount is eight digits in most currencies
+# (https://docs.stripe.com/currencies#minimum-and-maximum-charge-amounts).
+MAX_AMOUNT_MINOR: Final = 99_999_999
+_CURRENCY_RE: Final = re.compile(r"[A-Z]{3}")
+# A PaymentMethod id, as Stripe.js and the API hand it out (pm_…).
+_PAYMENT_METHOD_RE: Final = re.compile(r"pm_[A-Za-z0-9_]{1,250}")
+# A reference goes into a search query between single quotes: no quote, no backslash,
+# no control characters (https://docs.stripe.com/search#search-query-language).
+_REFERENCE_RE: Final = re.compile(r"[^'\\\x00-\x1f\x7f]{1,64}")
+_DIGIT_RUN_RE: Final = re.compile(r"\d+(?:[ -]\d+)*")
+
+# The parameters a stored body may hold, and nothing else: a key the SDK would take
+# as a request option (``idempotency_key``, ``stripe_version``, ``api_key``,
+# ``headers``…) can never be smuggled into a send.
+ALLOWED_PARAMS: Final = frozenset({
+    "amount", "currency", "payment_method", "confirm", f"metadata[{REFERENCE_KEY}]", "description",
+    "return_url", "payment_method_types[]",
+})
+
+
+class NotBuildable(Exception):
+    """A stored value cannot be sent as stored; ``reason`` is the suffix of the outcome reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _luhn_valid(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch)
+        if i % 2 == 1:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def looks_like_card_number(text: str) -> bool:
+    """A 12 to 19 digit Luhn-valid number: a run of digits, or consecutive groups of one joined
+    by single spaces or dashes (``4242 4242 4242 4242``). Groups are never cut, so a longer
+    number is judged by its own groups, not by every window of its digits."""
+    for match in _DIGIT_RUN_RE.finditer(text):
+        groups = re.split(r"[ -]", match.group())
+        for start in range(len(groups)):
+            digits = ""
+            for group in groups[start:]:
+                digits += group
+                if len(digits) > 19:
+                    break
+                if len(digits) >= 12 and _luhn_valid(digits):
+                    return True
+    return False
+
+
+def encode_form(pairs: list[tuple[str, str]]) -> str:
+    """The SDK's form encoding of ordered pairs (``stripe._api_requestor``: ``urlencode``, then
+    the bracket escapes turned back into ``[`` and ``]``)."""
+    return urlencode(pairs).replace("%5B", "[").replace("%5D", "]")
+
+
+def build_request_body(*, amount_minor: int, currency: str, payment_method: str | Mapping[str, Any],
+                       reference: str, description: str | None = None, return_url: str | None = None) -> str:
+    """Serialize the body of ``POST /v1/payment_intents``, once, for storing on the attempt.
+
+    ``amount``, ``currency`` (lower case), ``payment_method``, ``confirm=true``,
+    ``metadata[paycore_reference]``, ``description`` when given, then ``return_url``
+    when the account has one, else ``payment_method_types[]=card`` (a card-only
+    intent needs no return URL: https://docs.stripe.com/api/payment_intents/create).
+
+    :raises ValueError: A value Stripe would reject, or anything that looks like a
+        raw card number (only a ``pm_…`` id is ever accepted).
+    """
+    if (isinstance(amount_minor, bool) or not isinstance(amount_minor, int)
+            or not 0 < amount_minor <= MAX_AMOUNT_MINOR):
+        raise ValueError(f"amount_minor must be an integer from 1 to {MAX_AMOUNT_MINOR}")
+    if not isinstance(currency, str) or not _CURRENCY_RE.fullmatch(currency):
+        raise ValueError("currency must be three upper-case letters")
+    if not isinstance(payment_method, str):
+        raise ValueError("a Stripe payment method is a PaymentMethod id (pm_…), not an object")
+    for name, value in (("payment_method", payment_method), ("reference", reference),
+                        ("description", description or "")):
+        if looks_like_card_number(value):
+            raise ValueError(f"{name} looks like a card number; send a PaymentMethod id (pm_…)")
+    if not _PAYMENT_METHOD_RE.fullmatch(payment_method):
+        raise ValueError("payment_method must be a PaymentMethod id (pm_…)")
+    if not _REFERENCE_RE.fullmatch(reference):
+        raise ValueError("reference must be 1 to 64 characters, without quotes, backslashes or control "
+                         "characters")
+    if description is not None and not 0 < len(description) <= 1000:
+        raise ValueError("description must be 1 to 1000 characters")
+    if return_url is not None and not return_url.startswith(("https://", "http://")):
+        raise ValueError("return_url must be an http(s) URL")
+    pairs = [
+        ("amount", str(amount_minor)),
+        ("currency", currency.lower()),
+        ("payment_method", payment_method),
+        ("confirm", "true"),
+        (f"metadata[{REFERENCE_KEY}]", reference),
+    ]
+    if description is not None:
+        pairs.append(("description", description))
+    if return_url is not None:
+        pairs.append(("return_url", return_url))
+    else:
+        pairs.append(("payment_method_types[]", "card"))
+    return encode_form(pairs)
+
+
+def stored_params(request_body: str) -> dict[str, str]:
+    """The stored body as the ordered parameters the SDK is given.
+
+    :raises NotBuildable: ``invalid-body`` when the body is not one this module
+        writes: not decodable, a parameter outside :data:`ALLOWED_PARAMS` or given
+        twice, or pairs the SDK's encoding would not turn back into the same bytes.
+    """
+    try:
+        pairs = parse_qsl(request_body, keep_blank_values=True, strict_parsing=True, errors="strict")
+    except (ValueError, UnicodeError):
+        raise NotBuildable("invalid-body") from None
+    params = dict(pairs)
+    if len(params) != len(pairs) or not params.keys() <= ALLOWED_PARAMS:
+        raise NotBuildable("invalid-body")
+    if encode_form(pairs) != request_body:
+        raise NotBuildable("invalid-body")
+    return params
+
+
+def check_idempotency_key(key: str) -> str:
+    """The stored key, as a header value Stripe accepts.
+
+    :raises NotBuildable: ``invalid-header``.
+    """
+    if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY_LEN or not re.fullmatch(r"[\x21-\x7e]+", key):
+        raise NotBuildable("invalid-header")
+    return key

@@ -1,0 +1,75 @@
+"""The Adyen dialect: Checkout API v71 payments and standard notifications.
+
+Routes (:mod:`.adyen_api`): ``POST /v71/payments`` only — Adyen has no payment
+lookup. Answers and errors: :mod:`.adyen_wire`. Notifications
+(:mod:`.adyen_webhooks`): ``{"live", "notificationItems": [...]}`` with a
+per-item HMAC and basic auth, sent to the ``adyen`` endpoints only, for final
+states only; several events may share one notification (``batches``:
+``POST /_sandbox/webhooks/batch``), and a delivery counts only when answered
+2xx with exactly ``[accepted]``.
+
+Adyen's notifications carry no event id or type of their own, so its events
+keep the core's type (``payment.<status>``) and payment snapshot; the
+notification item is derived from them when sent (``GET /_sandbox/events``
+shows it, unsigned, as ``notificationItem``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from starlette.routing import BaseRoute, Route
+
+from paycore_sandbox.dialects import WebhookMessage
+from paycore_sandbox.dialects import adyen_api as handlers
+from paycore_sandbox.dialects import adyen_webhooks as notifications
+from paycore_sandbox.dialects import adyen_wire as wire
+from paycore_sandbox.ledger import Payment
+from paycore_sandbox.settings import SandboxAccount
+from paycore_sandbox.webhooks import Event
+
+
+class AdyenDialect:
+    name = wire.NAME
+    batches = True
+
+    def routes(self) -> Sequence[BaseRoute]:
+        return [Route(wire.PAYMENTS_PATH, handlers.create_payment, methods=["POST"])]
+
+    def render_payment(self, payment: Payment) -> dict[str, Any]:
+        # Adyen has no payment object: the /payments answer as it would be now.
+        return wire.payment_response(payment, bool(payment.dialect_data.get("native_3ds")))
+
+    def render_event(self, payment: Payment, core_type: str) -> tuple[str, dict[str, Any]]:
+        return core_type, payment.to_public()
+
+    def event_json(self, event: Event) -> dict[str, Any]:
+        return {"id": event.id, "type": event.type, "created": event.created,
+                "account": event.account, "livemode": event.livemode,
+                "sequence": event.sequence, "data": {"object": dict(event.payment)},
+                "notificationItem": notifications.unsigned_item(event)}
+
+    def credentials(self, account: SandboxAccount) -> dict[str, str]:
+        return notifications.credentials(account)
+
+    def notifies(self, event: Event) -> bool:
+        return notifications.unsigned_item(event) is not None
+
+    def unstable_message_id(self) -> str:
+        # Nothing in Adyen's notification carries it; the delivery log shows it.
+        return "evt_" + secrets.token_hex(12)
+
+    def webhook_message(self, events: Sequence[Event], account: SandboxAccount, *,
+                        message_id: str, unstable: bool, timestamp: int) -> WebhookMessage:
+        # Items are signed, not requests: no id or timestamp header to vary.
+        del message_id, unstable, timestamp
+        return WebhookMessage(notifications.render(events, account),
+                              notifications.headers(account))
+
+    def accepted(self, status: int, body: bytes) -> bool:
+        return notifications.accepted(status, body)
+
+
+DIALECT = AdyenDialect()

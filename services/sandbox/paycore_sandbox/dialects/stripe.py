@@ -1,0 +1,79 @@
+"""The Stripe dialect: PaymentIntents, Stripe events and ``Stripe-Signature``.
+
+Routes (:mod:`.stripe_api`): ``POST /v1/payment_intents``,
+``GET /v1/payment_intents/search``, ``GET /v1/payment_intents/{intent}``.
+Objects, errors and signatures: :mod:`.stripe_wire`. Webhooks: a Stripe event
+(``evt_…``; ``payment_intent.*``, ``charge.refunded``) signed
+``Stripe-Signature: t=<unix>,v1=<hex>`` with the account's ``whsec_`` secret,
+sent to the ``stripe`` endpoints only.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from starlette.routing import BaseRoute, Route
+
+from paycore_sandbox.dialects import WebhookMessage, answered_2xx
+from paycore_sandbox.dialects import stripe_api as handlers
+from paycore_sandbox.dialects import stripe_wire as wire
+from paycore_sandbox.ledger import Payment
+from paycore_sandbox.settings import SandboxAccount
+from paycore_sandbox.webhooks import Event
+
+
+class StripeDialect:
+    name = wire.NAME
+    batches = False
+
+    def routes(self) -> Sequence[BaseRoute]:
+        return [
+            Route("/v1/payment_intents", handlers.create_intent, methods=["POST"]),
+            # Before /{intent}: "search" is not an intent id.
+            Route("/v1/payment_intents/search", handlers.search_intents, methods=["GET"]),
+            Route("/v1/payment_intents/{intent}", handlers.retrieve_intent, methods=["GET"]),
+        ]
+
+    def render_payment(self, payment: Payment) -> dict[str, Any]:
+        return wire.render_intent(payment)
+
+    def render_event(self, payment: Payment, core_type: str) -> tuple[str, dict[str, Any]]:
+        return wire.render_event(payment, core_type)
+
+    def event_json(self, event: Event) -> dict[str, Any]:
+        return {"id": event.id, "object": "event", "api_version": wire.DEFAULT_API_VERSION,
+                "created": event.created, "data": {"object": dict(event.payment)},
+                "livemode": event.livemode, "pending_webhooks": 1,
+                "request": {"id": None, "idempotency_key": event.idempotency_key},
+                "type": event.type}
+
+    def credentials(self, account: SandboxAccount) -> dict[str, str]:
+        return {"api_key": account.api_key, "webhook_secret": account.webhook_secret}
+
+    def notifies(self, event: Event) -> bool:
+        return True
+
+    def unstable_message_id(self) -> str:
+        return "evt_" + secrets.token_hex(12)
+
+    def webhook_message(self, events: Sequence[Event], account: SandboxAccount, *,
+                        message_id: str, unstable: bool, timestamp: int) -> WebhookMessage:
+        [event] = events  # one event per delivery: the dialect does not batch
+        body = self.event_json(event)
+        if unstable:
+            body["id"] = message_id  # a fresh evt_ per attempt: nothing to deduplicate on
+        raw = orjson.dumps(body)
+        return WebhookMessage(raw, {
+            "Stripe-Signature": wire.signature_header(account.webhook_secret, timestamp, raw),
+            "Content-Type": "application/json; charset=utf-8",
+            "User-Agent": wire.WEBHOOK_USER_AGENT,
+        })
+
+    def accepted(self, status: int, body: bytes) -> bool:
+        return answered_2xx(status, body)
+
+
+DIALECT = StripeDialect()
