@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -41,7 +40,7 @@ from urllib.parse import quote
 import httpx
 
 from paycore.clock import Clock
-from paycore.config import MAX_BUDGET_S, ProviderAccountConfig
+from paycore.config import ProviderAccountConfig
 from paycore.domain import OutcomeKind, ProviderOutcome
 from paycore.evidence import judge
 from paycore.providers.base import (
@@ -68,6 +67,7 @@ from paycore.providers.cardco.wire import (
     read_json,
     retry_after_seconds,
 )
+from paycore.providers.limits import accounts_of, call_limit, checked_ceiling
 
 # The logger keeps the module's historical name: log routing and alerts filter on it.
 log = logging.getLogger("paycore.providers.cardco")
@@ -108,20 +108,10 @@ class CardcoClient(events.CardcoEvents):
         max_call_duration_s: float,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        if not math.isfinite(max_call_duration_s) or not 0 < max_call_duration_s <= MAX_BUDGET_S:
-            raise ValueError(
-                f"max_call_duration_s must be positive and at most {MAX_BUDGET_S} s, "
-                f"got {max_call_duration_s!r}"
-            )
-        self._accounts: dict[str, ProviderAccountConfig] = {}
-        for acct in accounts:
-            if acct.provider != NAME:
-                continue
-            if acct.provider_account in self._accounts:
-                raise ValueError(f"provider account {acct.provider_account} is configured twice")
-            self._accounts[acct.provider_account] = acct
+        ceiling_s = checked_ceiling(max_call_duration_s)
+        self._accounts: dict[str, ProviderAccountConfig] = accounts_of(NAME, accounts)
         self._clock = clock
-        self._max_call_duration_s = float(max_call_duration_s)
+        self._max_call_duration_s = ceiling_s
         self._transport = transport
         self._pool: httpx.AsyncClient | None = None
         self._webhooks: events.WebhookVerifier | None = None
@@ -186,13 +176,7 @@ class CardcoClient(events.CardcoEvents):
 
     def _call_limit(self, budget_s: float | None) -> tuple[float, str]:
         """Seconds this call may take, and which limit that is (for the reason)."""
-        if budget_s is None:
-            return self._max_call_duration_s, "client-ceiling"
-        if math.isnan(budget_s):
-            raise ValueError("budget_s must be a number of seconds, got NaN")
-        if budget_s <= self._max_call_duration_s:
-            return budget_s, "caller"
-        return self._max_call_duration_s, "client-ceiling"
+        return call_limit(budget_s, self._max_call_duration_s)
 
     # -- create -------------------------------------------------------------
 

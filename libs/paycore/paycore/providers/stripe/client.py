@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import re
 import ssl
 from collections.abc import Callable, Mapping, Sequence
@@ -51,6 +50,7 @@ from paycore.providers.base import (
     StoredRequest,
     VerifiedDelivery,
 )
+from paycore.providers.limits import accounts_of, call_limit, checked_ceiling
 from paycore.providers.stripe import events
 from paycore.providers.stripe.request import (
     NotBuildable,
@@ -165,19 +165,10 @@ class StripeProvider(events.StripeEvents):
 
     def __init__(self, accounts: Sequence[ProviderAccountConfig], clock: Clock, *, max_call_duration_s: float,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
-        if not math.isfinite(max_call_duration_s) or not 0 < max_call_duration_s <= MAX_BUDGET_S:
-            raise ValueError(
-                f"max_call_duration_s must be positive and at most {MAX_BUDGET_S} s, "
-                f"got {max_call_duration_s!r}")
-        self._accounts: dict[str, ProviderAccountConfig] = {}
-        for acct in accounts:
-            if acct.provider != NAME:
-                continue
-            if acct.provider_account in self._accounts:
-                raise ValueError(f"provider account {acct.provider_account} is configured twice")
-            self._accounts[acct.provider_account] = acct
+        ceiling_s = checked_ceiling(max_call_duration_s)
+        self._accounts: dict[str, ProviderAccountConfig] = accounts_of(NAME, accounts)
         self._clock = clock
-        self._max_call_duration_s = float(max_call_duration_s)
+        self._max_call_duration_s = ceiling_s
         self._transport = transport
         self._http: PaycoreHTTPXClient | None = None
         self._clients: dict[str, stripe.StripeClient] = {}
@@ -222,13 +213,8 @@ class StripeProvider(events.StripeEvents):
     # -- budgets and the SDK ---------------------------------------------------
 
     def _call_limit(self, budget_s: float | None) -> tuple[float, str]:
-        if budget_s is None:
-            return self._max_call_duration_s, "client-ceiling"
-        if math.isnan(budget_s):
-            raise ValueError("budget_s must be a number of seconds, got NaN")
-        if budget_s <= self._max_call_duration_s:
-            return budget_s, "caller"
-        return self._max_call_duration_s, "client-ceiling"
+        """Seconds this call may take, and which limit that is (for the reason)."""
+        return call_limit(budget_s, self._max_call_duration_s)
 
     def _account(self, provider_account: str) -> ProviderAccountConfig:
         acct = self._accounts.get(provider_account)
