@@ -16,16 +16,19 @@ A body that does not fit parses to ``None`` (or :data:`UNREADABLE`), never to a 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypeGuard
+from typing import Any, Final
 
 import httpx
-import orjson
 
 from paycore.config import ProviderAccountConfig
 from paycore.domain import OutcomeKind, ProviderOutcome
 from paycore.evidence import Claim
+from paycore.providers.json_body import UNREADABLE as UNREADABLE  # re-exported: the client compares with it
+from paycore.providers.json_body import Unreadable as Unreadable
+from paycore.providers.json_body import is_int as _is_int
+from paycore.providers.json_body import optional_str as _optional_str
+from paycore.providers.json_body import read_json as read_json
 
 NAME: Final = "adyen"
 
@@ -136,32 +139,6 @@ class AdyenPayment:
         code = self.refusal_reason_code or "unspecified"
         reason = {"Refused": f"declined:{code}", "Error": f"error:{code}"}.get(self.result_code, "canceled")
         return ProviderOutcome.failed(reason, provider_payment_id=self.psp_reference, **common)
-
-
-class Unreadable:
-    """Marker: the body is empty or not JSON."""
-
-
-UNREADABLE: Final = Unreadable()
-
-
-def read_json(body: bytes) -> Any:
-    """The parsed body, or ``UNREADABLE``."""
-    if not body.strip():
-        return UNREADABLE
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:  # also invalid UTF-8
-        return UNREADABLE
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _optional_str(obj: Mapping[str, Any], key: str) -> tuple[bool, str | None]:
-    value = obj.get(key)
-    return (value is None or isinstance(value, str)), value
 
 
 def parse_payment(obj: Any) -> AdyenPayment | None:

@@ -10,17 +10,20 @@ from __future__ import annotations
 import email.utils
 import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, TypeGuard
+from typing import Any, Final
 
 import httpx
-import orjson
 
 from paycore.config import MAX_BUDGET_S, ProviderAccountConfig
 from paycore.domain import ProviderOutcome
 from paycore.evidence import Claim
+from paycore.providers.json_body import UNREADABLE as UNREADABLE  # re-exported: the client compares with it
+from paycore.providers.json_body import Unreadable as Unreadable
+from paycore.providers.json_body import is_int as _is_int
+from paycore.providers.json_body import optional_str as _optional_str
+from paycore.providers.json_body import read_json as read_json
 
 NAME: Final = "cardco"
 
@@ -148,33 +151,6 @@ class ProviderPayment:
 
 # Explicit type checks, no try/except around our own code, so that a bug raises
 # instead of turning into a provider outcome.
-
-
-class Unreadable:
-    """Marker: the body is empty or not JSON."""
-
-
-UNREADABLE: Final = Unreadable()
-
-
-def read_json(body: bytes) -> Any:
-    """The parsed body, or ``UNREADABLE``."""
-    if not body.strip():
-        return UNREADABLE
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:  # also invalid UTF-8
-        return UNREADABLE
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    # bool is an int subclass; an amount of `true` is not an amount.
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _optional_str(obj: Mapping[str, Any], key: str) -> tuple[bool, str | None]:
-    value = obj.get(key)
-    return (value is None or isinstance(value, str)), value
 
 
 def parse_payment(obj: Any) -> ProviderPayment | None:
