@@ -21,6 +21,7 @@ from harness.servers import free_port
 from paycore.clock import FakeClock
 from paycore.config import MAX_BUDGET_S, ProviderAccountConfig, Secret
 from paycore.domain import OutcomeKind, ProviderOutcome
+from paycore.payment_methods import contains_card_number as looks_like_card_number
 from paycore.providers.base import NotificationFormat, Provider, ReferenceLookup, StoredRequest
 from paycore.providers.registry import ProviderFactory
 from paycore.providers.stripe import (
@@ -31,7 +32,6 @@ from paycore.providers.stripe import (
     StripeProvider,
     build_request_body,
 )
-from paycore.providers.stripe.request import looks_like_card_number
 from tests.support.scripted_stripe import (
     INTENT_ID,
     REFERENCE,

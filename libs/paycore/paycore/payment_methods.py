@@ -23,6 +23,7 @@ FIELD: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.]{0,63}")
 CARD_FIELDS: Final = frozenset({"number", "cardnumber", "pan", "cvc", "cvv", "cvv2", "securitycode",
                                 "card_number", "security_code"})
 DIGITS_ONLY: Final = re.compile(r"[0-9][0-9 -]{10,30}[0-9]")
+DIGIT_RUN: Final = re.compile(r"[0-9]+(?:[ -][0-9]+)*")
 MAX_FIELDS: Final = 32
 MAX_VALUE_CHARS: Final = 10_000  # encrypted fields are a few hundred characters
 
@@ -37,11 +38,31 @@ def luhn_valid(digits: str) -> bool:
 
 
 def looks_like_card_number(text: str) -> bool:
-    """12 to 19 digits (spaces and dashes aside) passing the Luhn check."""
+    """The whole of ``text`` is 12 to 19 digits (spaces and dashes aside) passing the Luhn check."""
     if not DIGITS_ONLY.fullmatch(text.strip()):
         return False
     digits = re.sub(r"[ -]", "", text)
     return 12 <= len(digits) <= 19 and luhn_valid(digits)
+
+
+def contains_card_number(text: str) -> bool:
+    """A 12 to 19 digit Luhn-valid number anywhere in ``text``: a run of digits, or consecutive
+    groups of one joined by single spaces or dashes (``4242 4242 4242 4242``). Groups are never
+    cut, so a longer number is judged by its own groups, not by every window of its digits.
+
+    The one rule for free text a provider will show (references, descriptions), so both
+    adapters and the order ids paycore makes agree on it."""
+    for match in DIGIT_RUN.finditer(text):
+        groups = re.split(r"[ -]", match.group())
+        for start in range(len(groups)):
+            digits = ""
+            for group in groups[start:]:
+                digits += group
+                if len(digits) > 19:
+                    break
+                if len(digits) >= 12 and luhn_valid(digits):
+                    return True
+    return False
 
 
 def checked_payment_method(value: Any) -> PaymentMethod:

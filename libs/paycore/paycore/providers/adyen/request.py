@@ -18,6 +18,7 @@ import httpx
 import orjson
 
 from paycore.config import ProviderAccountConfig
+from paycore.payment_methods import contains_card_number
 from paycore.providers.adyen.wire import (
     CURRENCY_RE,
     DEFAULT_PORTS,
@@ -35,26 +36,6 @@ _TEST_TOKEN_RE: Final = re.compile(r"tok_[A-Za-z0-9_]{1,64}")
 # Raw card fields by name: paycore never sends unencrypted card data (Adyen accepts them
 # only from PCI-certified integrations, which paycore is not).
 RAW_CARD_FIELDS: Final = frozenset({"number", "cvc", "expiryMonth", "expiryYear"})
-_DIGITS_RE: Final = re.compile(r"[0-9][0-9 \-]{10,30}[0-9]")
-
-
-def luhn_valid(digits: str) -> bool:
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = int(ch)
-        if i % 2 == 1:
-            d = d * 2 - 9 if d > 4 else d * 2
-        total += d
-    return total % 10 == 0
-
-
-def looks_like_card_number(text: str) -> bool:
-    """A 12–19 digit Luhn-valid number (spaces and dashes ignored) anywhere in ``text``."""
-    for match in _DIGITS_RE.finditer(text):
-        digits = re.sub(r"[ \-]", "", match.group())
-        if 12 <= len(digits) <= 19 and luhn_valid(digits):
-            return True
-    return False
 
 
 def _refuse_card_data(value: Any, path: str = "paymentMethod") -> None:
@@ -69,7 +50,7 @@ def _refuse_card_data(value: Any, path: str = "paymentMethod") -> None:
         for i, v in enumerate(value):
             _refuse_card_data(v, f"{path}[{i}]")
     elif isinstance(value, str):
-        if looks_like_card_number(value):
+        if contains_card_number(value):
             raise ValueError(f"{path} holds what looks like a card number")
     elif value is not None and not isinstance(value, bool | int | float):
         raise ValueError(f"{path} must be JSON")
@@ -85,7 +66,7 @@ def payment_method_object(payment_method: str | Mapping[str, Any], *, environmen
     :raises ValueError: Anything else.
     """
     if isinstance(payment_method, str):
-        if looks_like_card_number(payment_method):
+        if contains_card_number(payment_method):
             raise ValueError("payment_method looks like a card number; raw card data is never sent")
         if environment != "test" or not _TEST_TOKEN_RE.fullmatch(payment_method):
             raise ValueError("Adyen needs a paymentMethod object (Drop-in/Components state); "
@@ -124,7 +105,7 @@ def build_request_body(
         raise ValueError("currency must be three upper-case letters")
     if not 1 <= len(reference) <= MAX_REFERENCE_LEN:
         raise ValueError(f"reference must be 1 to {MAX_REFERENCE_LEN} characters")
-    if looks_like_card_number(reference):
+    if contains_card_number(reference):
         raise ValueError("reference looks like a card number")
     if not merchant_account:
         raise ValueError("merchant account must not be empty")

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode
 
+from paycore.payment_methods import contains_card_number
 from paycore.providers.stripe.wire import MAX_IDEMPOTENCY_KEY_LEN, REFERENCE_KEY
 
 # Stripe's maximum charge amount is eight digits in most currencies
@@ -28,7 +29,6 @@ _PAYMENT_METHOD_RE: Final = re.compile(r"pm_[A-Za-z0-9_]{1,250}")
 # A reference goes into a search query between single quotes: no quote, no backslash,
 # no control characters (https://docs.stripe.com/search#search-query-language).
 _REFERENCE_RE: Final = re.compile(r"[^'\\\x00-\x1f\x7f]{1,64}")
-_DIGIT_RUN_RE: Final = re.compile(r"\d+(?:[ -]\d+)*")
 
 # The parameters a stored body may hold, and nothing else: a key the SDK would take
 # as a request option (``idempotency_key``, ``stripe_version``, ``api_key``,
@@ -45,33 +45,6 @@ class NotBuildable(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-def _luhn_valid(digits: str) -> bool:
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = int(ch)
-        if i % 2 == 1:
-            d = d * 2 - 9 if d > 4 else d * 2
-        total += d
-    return total % 10 == 0
-
-
-def looks_like_card_number(text: str) -> bool:
-    """A 12 to 19 digit Luhn-valid number: a run of digits, or consecutive groups of one joined
-    by single spaces or dashes (``4242 4242 4242 4242``). Groups are never cut, so a longer
-    number is judged by its own groups, not by every window of its digits."""
-    for match in _DIGIT_RUN_RE.finditer(text):
-        groups = re.split(r"[ -]", match.group())
-        for start in range(len(groups)):
-            digits = ""
-            for group in groups[start:]:
-                digits += group
-                if len(digits) > 19:
-                    break
-                if len(digits) >= 12 and _luhn_valid(digits):
-                    return True
-    return False
 
 
 def encode_form(pairs: list[tuple[str, str]]) -> str:
@@ -101,7 +74,7 @@ def build_request_body(*, amount_minor: int, currency: str, payment_method: str 
         raise ValueError("a Stripe payment method is a PaymentMethod id (pm_…), not an object")
     for name, value in (("payment_method", payment_method), ("reference", reference),
                         ("description", description or "")):
-        if looks_like_card_number(value):
+        if contains_card_number(value):
             raise ValueError(f"{name} looks like a card number; send a PaymentMethod id (pm_…)")
     if not _PAYMENT_METHOD_RE.fullmatch(payment_method):
         raise ValueError("payment_method must be a PaymentMethod id (pm_…)")
