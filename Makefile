@@ -58,7 +58,7 @@ mutate: $(STAMP)  ## break each money-guarding condition in a temp copy; its tes
 
 lock:  ## re-pin requirements.lock from a fresh resolve of every pyproject
 	rm -rf /tmp/paycore-lock && $(PYTHON) -m venv /tmp/paycore-lock
-	/tmp/paycore-lock/bin/pip install --quiet $(addprefix ./,$(PACKAGES)) pytest pytest-asyncio pytest-xdist ruff mypy matplotlib Adyen localstripe
+	/tmp/paycore-lock/bin/pip install --quiet $(addprefix ./,$(PACKAGES)) pytest pytest-asyncio pytest-xdist ruff mypy matplotlib Adyen localstripe pyyaml
 	/tmp/paycore-lock/bin/pip freeze --exclude-editable | grep -v '^paycore' > requirements.lock
 
 clean:  ## remove the virtualenv and local state

@@ -334,10 +334,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     name: str = args.service
     host: str = args.host
     port: int = args.port if args.port is not None else DEFAULT_PORTS[name]
-    if name == "sandbox" and not _is_loopback(host):
+    if name == "sandbox" and not _is_loopback(host) and not args.allow_network:
         raise CommandError(
             f"serve sandbox: refusing to bind {host!r}: the sandbox accepts built-in development keys "
-            "and listens on loopback only (127.0.0.1, ::1 or localhost)",
+            "and listens on loopback only (127.0.0.1, ::1 or localhost); --allow-network opts in to a "
+            "private development network such as docker compose's",
             code=2,
         )
     # Validate every setting before importing the app: a clear error, not a traceback.
@@ -824,7 +825,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser(
         "serve", help="run one HTTP service in the foreground",
-        description="Run one service with uvicorn. The sandbox listens on loopback only.",
+        description="Run one service with uvicorn. The sandbox listens on loopback only "
+                    "(unless --allow-network, for a development container network).",
     )
     services = serve.add_subparsers(dest="service", required=True, metavar="SERVICE")
     for name, text in (
@@ -836,7 +838,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--host", default=LOOPBACK, help="address to bind (default %(default)s)")
         sub.add_argument("--port", type=_port, default=None,
                          help=f"port to bind (default {DEFAULT_PORTS[name]})")
-        sub.set_defaults(handler=cmd_serve)
+        if name == "sandbox":
+            # Development only: a container network where other services reach it by name.
+            sub.add_argument("--allow-network", action="store_true",
+                             help="bind a non-loopback --host (development only: e.g. a docker compose "
+                                  "network; the sandbox accepts its built-in development keys)")
+        sub.set_defaults(handler=cmd_serve, allow_network=False)
 
     run = commands.add_parser("run", help="run a background worker",
                               description="Run a background worker in the foreground.")

@@ -1,0 +1,235 @@
+"""Checks that run paycore's own code on what the compose file gives each container: the
+settings validation each service runs at start-up, the sandbox's accounts against the
+services that call it, the Kafka topics against the dispatcher's settings, and the
+monitoring files against the metrics the code defines.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from tools.deploy_check.compose_file import ROOT, Problem, Service, addresses, strings
+
+METRIC_DEFINITION = re.compile(r"(?:Counter|Gauge|Histogram|Summary)\(\s*\"(paycore_[a-z0-9_]+)\"")
+METRIC_USE = re.compile(r"\bpaycore_[a-z0-9_]+")
+METRIC_SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created")
+# The services that call a provider account (and so must agree with the sandbox about it).
+CALLERS = (("serve", "checkout"), ("serve", "webhooks"), ("run", "recovery"))
+
+
+def check_sandbox_webhooks(services: dict[str, Service]) -> list[Problem]:
+    """The sandbox delivers each intake route by name, and signs with the intake's secret."""
+    from paycore_sandbox.settings import SandboxSettings
+
+    sandboxes = [s for s in services.values() if s.runs("serve", "sandbox")]
+    intakes = {s.name: s for s in services.values() if s.runs("serve", "webhooks")}
+    problems: list[Problem] = []
+    for sandbox in sandboxes:
+        targets = [(host, port, urlsplit(_endpoint_url(e)).path)
+                   for e in sandbox.env.get("PAYCORE_SANDBOX_WEBHOOK_URLS", "").split(",") if e.strip()
+                   for host, port in addresses("PAYCORE_SANDBOX_WEBHOOK_URLS", _endpoint_url(e))]
+        for intake in intakes.values():
+            if not any(h == intake.name and p in intake.listens and path == "/webhooks/cardco"
+                       for h, p, path in targets):
+                route = f"http://{intake.name}:{next(iter(intake.listens), 8200)}/webhooks/cardco"
+                problems.append(Problem(sandbox.name, "sandbox-webhooks",
+                                        f"PAYCORE_SANDBOX_WEBHOOK_URLS does not deliver Cardco's webhooks to "
+                                        f"the intake ({route}): none is ever sent"))
+        try:
+            known = SandboxSettings.from_env(dict(sandbox.env))
+        except ValueError:
+            continue  # reported by check_settings
+        problems += _sandbox_accounts_match(sandbox, known, services)
+    return problems
+
+
+def _endpoint_url(entry: str) -> str:
+    entry = entry.strip()
+    return entry.split("=", 1)[1] if "://" not in entry.split("=")[0] and "=" in entry else entry
+
+
+def _sandbox_accounts_match(sandbox: Service, known: Any, services: dict[str, Service]) -> list[Problem]:
+    from paycore.config import ConfigError, load_settings
+
+    problems: list[Problem] = []
+    for svc in services.values():
+        if not any(svc.runs(*words) for words in CALLERS):
+            continue
+        try:
+            settings = load_settings(svc.env)
+        except ConfigError:
+            continue  # reported by check_settings
+        for acct in settings.accounts:
+            if urlsplit(acct.base_url).hostname != sandbox.name:
+                continue
+            mine = known.account_for(acct.account, acct.environment)
+            if mine is None:
+                problems.append(Problem(svc.name, "sandbox-account",
+                                        f"the sandbox has no account {acct.account}/{acct.environment}"))
+                continue
+            if acct.api_key.reveal() != mine.api_key:
+                problems.append(Problem(svc.name, "sandbox-account",
+                                        f"the API key for {acct.account}/{acct.environment} is not the "
+                                        "sandbox's: every call would be refused"))
+            if svc.runs("serve", "webhooks") and (acct.webhook_secret is None
+                                                  or acct.webhook_secret.reveal() != mine.webhook_secret):
+                problems.append(Problem(svc.name, "sandbox-account",
+                                        f"the webhook secret for {acct.account}/{acct.environment} is not "
+                                        "the one the sandbox signs with: every delivery would be refused"))
+    return problems
+
+
+def validate_settings(svc: Service) -> str | None:
+    """What the service's own start-up validation says about its environment, or None.
+
+    Goes by the command's words, not its parsed flags, so a flag the parser refuses does
+    not hide a settings problem as well.
+    """
+    from paycore.clock import SystemClock
+    from paycore.config import ConfigError, load_settings
+
+    env = svc.env
+    try:
+        if svc.runs("migrate"):
+            if load_settings(env, require_account=False).database_url is None:
+                return "PAYCORE_DATABASE_URL is required (else migrate starts its own embedded PostgreSQL)"
+        elif svc.runs("serve", "sandbox"):
+            from paycore_sandbox.settings import SandboxSettings
+
+            SandboxSettings.from_env(dict(env))
+        elif svc.runs("serve", "checkout") or svc.runs("serve", "webhooks"):
+            settings = load_settings(env)
+            if svc.runs("serve", "checkout") and settings.jwt_secret is None and settings.jwks_url is None:
+                return "PAYCORE_JWT_SECRET is required (or PAYCORE_JWKS_URL)"
+            if svc.runs("serve", "webhooks"):
+                from paycore_webhooks.app import receivers_for
+
+                receivers_for(settings, SystemClock())
+        elif svc.runs("run", "recovery"):
+            from paycore_recovery.settings import load_recovery_settings
+
+            settings = load_settings(env)
+            if settings.database_url is None:
+                return "PAYCORE_DATABASE_URL is required"
+            load_recovery_settings(settings, env).validate(settings)
+        elif svc.runs("run"):
+            from paycore.kafka import kafka_settings
+
+            settings = load_settings(env, require_account=False)
+            if settings.database_url is None:
+                return "PAYCORE_DATABASE_URL is required"
+            kafka_settings(settings)
+            if svc.runs("run", "alerts") and settings.alert_webhook_url is None:
+                return "PAYCORE_ALERT_WEBHOOK_URL is required (where alerts are posted)"
+    except (ConfigError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+def check_settings(services: dict[str, Service]) -> list[Problem]:
+    return [Problem(s.name, "settings", f"would exit at start-up: {message}")
+            for s in services.values() if (message := validate_settings(s)) is not None]
+
+
+def check_kafka_topics(services: dict[str, Service]) -> list[Problem]:
+    """A one-shot creates the topics with paycore's partition counts; effects outlive the outbox horizon."""
+    from paycore.config import ConfigError, load_settings
+
+    if not any(s.image.split("/")[-1].startswith("kafka:") for s in services.values()):
+        return []
+    created: dict[str, tuple[int | None, int | None]] = {}
+    for svc in services.values():
+        text = " ".join(strings(svc.raw.get("command") or []))
+        for call in text.split("kafka-topics.sh")[1:]:
+            if "--create" not in call:
+                continue
+            words = call.split()
+            topic = _option(words, "--topic")
+            parts = _option(words, "--partitions")
+            kept = next((w.split("=", 1)[1] for w in words if w.startswith("retention.ms=")), None)
+            if topic:
+                created[topic] = (int(parts) if parts and parts.isdigit() else None,
+                                  int(kept) if kept and kept.lstrip("-").isdigit() else None)
+    if not created:
+        return [Problem("", "kafka-topics", "no one-shot creates the Kafka topics (kafka-topics.sh --create) "
+                                            "with paycore's partition counts and retention")]
+    problems: list[Problem] = []
+    relays = [s for s in services.values() if s.runs("run", "dispatcher")]
+    for relay in relays:
+        try:
+            settings = load_settings(relay.env, require_account=False)
+        except ConfigError:
+            continue
+        wanted = {settings.kafka_effects_topic: settings.kafka_effects_partitions,
+                  settings.kafka_alerts_topic: settings.kafka_alerts_partitions}
+        for topic, partitions in wanted.items():
+            if topic not in created:
+                problems.append(Problem(relay.name, "kafka-topics", f"topic {topic} is not created"))
+            elif created[topic][0] != partitions:
+                problems.append(Problem(relay.name, "kafka-topics",
+                                        f"{topic} is created with {created[topic][0]} partitions, "
+                                        f"the dispatcher's settings say {partitions}"))
+        kept_ms = created.get(settings.kafka_effects_topic, (None, None))[1]
+        horizon_ms = settings.outbox_retention_s * 1000
+        if kept_ms is not None and 0 <= kept_ms < horizon_ms:  # -1: kept forever
+            problems.append(Problem(relay.name, "kafka-topics",
+                                    f"{settings.kafka_effects_topic} keeps {kept_ms} ms, less than the "
+                                    f"outbox's replay horizon ({horizon_ms:.0f} ms)"))
+    return problems
+
+
+def _option(words: list[str], name: str) -> str | None:
+    return words[words.index(name) + 1] if name in words[:-1] else None
+
+
+def check_monitoring(services: dict[str, Service], root: Path) -> list[Problem]:
+    """Prometheus scrapes every paycore metrics listener; dashboards use metrics that exist."""
+    problems: list[Problem] = []
+    for svc in services.values():
+        image = svc.image.split("/")[-1].split(":")[0]
+        mounts = {str(v).split(":")[1]: root / str(v).split(":")[0]
+                  for v in svc.raw.get("volumes") or [] if isinstance(v, str) and str(v).startswith(".")}
+        if image == "prometheus" and "/etc/prometheus/prometheus.yml" in mounts:
+            problems += _scrape_coverage(svc.name, mounts["/etc/prometheus/prometheus.yml"], services)
+        if image == "grafana":
+            for target, source in mounts.items():
+                for dashboard in sorted(source.glob("*.json")) if source.is_dir() else []:
+                    problems += _dashboard_metrics(svc.name, dashboard)
+                if target == "/etc/grafana/provisioning" and not list(source.glob("datasources/*.y*ml")):
+                    problems.append(Problem(svc.name, "monitoring", "no provisioned datasource"))
+    return problems
+
+
+def _scrape_coverage(name: str, config: Path, services: dict[str, Service]) -> list[Problem]:
+    data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+    targets: set[tuple[str, int]] = set()
+    for job in data.get("scrape_configs") or []:
+        for static in job.get("static_configs") or []:
+            for t in static.get("targets") or []:
+                host, _, port = str(t).rpartition(":")
+                targets.add((host, int(port)))
+        for sd in job.get("dns_sd_configs") or []:
+            targets.update((str(n), int(sd.get("port", 0))) for n in sd.get("names") or [])
+    return [Problem(name, "monitoring", f"Prometheus does not scrape {s.name}:{port}/metrics")
+            for s in services.values() if s.is_paycore and not s.runs("serve", "sandbox")
+            for port in s.listens if (s.name, port) not in targets]
+
+
+def _dashboard_metrics(name: str, dashboard: Path) -> list[Problem]:
+    defined = set()  # the metric names this checkout's code registers
+    for source in [*ROOT.glob("services/*/paycore_*/**/*.py"), *ROOT.glob("libs/paycore/paycore/**/*.py")]:
+        defined.update(METRIC_DEFINITION.findall(source.read_text(encoding="utf-8")))
+    used = set(METRIC_USE.findall(json.dumps(json.loads(dashboard.read_text(encoding="utf-8")))))
+    problems = []
+    for metric in sorted(used):
+        base = next((metric.removesuffix(s) for s in METRIC_SUFFIXES if metric.endswith(s)), metric)
+        if metric not in defined and base not in defined:
+            problems.append(Problem(name, "monitoring", f"{dashboard.name} charts {metric}, which no service "
+                                                        "defines"))
+    return problems
