@@ -182,3 +182,17 @@ def test_a_dashboard_charting_an_undefined_metric_is_reported(tmp_path: Path) ->
         "paycore_outbox_backlog", "paycore_outbox_backlog_rows"), encoding="utf-8")
     problems = check_compose(tmp_path / "docker-compose.yml")
     assert _has(problems, "grafana", "monitoring", "paycore_outbox_backlog_rows")
+
+
+def test_the_sandbox_binds_a_container_network_only_when_told(monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """`--allow-network` passes the loopback guard (then a bad setting stops it before it binds)."""
+    from paycore.cli import main
+
+    assert main(["serve", "sandbox", "--host", "0.0.0.0"]) == 2
+    assert "--allow-network" in capsys.readouterr().err
+    monkeypatch.setenv("PAYCORE_SANDBOX_WEBHOOK_URLS", "not-a-url")
+    assert main(["serve", "sandbox", "--host", "0.0.0.0", "--allow-network"]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to bind" not in err
+    assert "webhook_endpoints[0]" in err
