@@ -141,7 +141,7 @@ def _recovery_env(db_dsn: str, ks: KafkaSettings) -> dict[str, str]:
 WORKERS = {
     "recovery": (["recovery"], "paycore_recovery_claims_total"),
     "dispatcher": (["dispatcher"], "paycore_outbox_backlog"),
-    "consumer": (["consumer", "fulfillment", "--instance-id", "health-1"], "paycore_consumer_handled_total"),
+    "consumer": (["consumer", "fulfillment"], "paycore_consumer_handled_total"),
     "alerts": (["alerts"], "paycore_consumer_handled_total"),
 }
 
