@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from paycore.clock import FakeClock
-from paycore.config import Secret, load_settings
+from paycore.config import ConfigError, Secret, load_settings
 from paycore.providers.adyen import AdyenProvider
 from paycore.providers.cardco import CardcoClient
 from paycore.providers.stripe import StripeProvider, signature_header
@@ -145,3 +145,22 @@ def test_an_adyen_batch_may_mix_the_accounts_old_and_new_key_and_each_item_says_
     # The previous password flags every item, whichever key signed it.
     deliveries = provider.verify_deliveries(adyen.basic(password="old-password"), body, now=adyen.NOW)
     assert [d.previous_secret for d in deliveries] == [True, True]
+
+
+def test_a_previous_secret_that_is_another_accounts_secret_is_refused_at_start_up() -> None:
+    clock = FakeClock()
+    [cardco] = load_settings({**CARDCO, "PAYCORE_CARDCO_WEBHOOK_SECRET": CARDCO_SECRET}).accounts
+    other = dataclasses.replace(cardco, account="acct_other", webhook_secret=Secret(CARDCO_OLD),
+                                webhook_secret_previous=Secret(CARDCO_SECRET))
+    with pytest.raises(ConfigError, match="acct_other:test is also a secret of cardco:acct_store:test"):
+        CardcoClient([cardco, other], clock, max_call_duration_s=30).check_notification_secrets()
+    # The same secret as current and previous of one account is only a rotation not yet begun.
+    same = dataclasses.replace(cardco, webhook_secret_previous=cardco.webhook_secret)
+    CardcoClient([same], clock, max_call_duration_s=30).check_notification_secrets()
+
+    both_old = dataclasses.replace(stripe.OTHER, webhook_secret_previous=Secret("whsec_old_shared"))
+    store = dataclasses.replace(stripe.STORE, webhook_secret_previous=Secret("whsec_old_shared"))
+    with pytest.raises(ConfigError) as caught:
+        StripeProvider([store, both_old], clock, max_call_duration_s=30).check_notification_secrets()
+    assert caught.value.variable == "PAYCORE_STRIPE_WEBHOOK_SECRET_PREVIOUS"
+    assert "whsec_old_shared" not in str(caught.value)

@@ -4,7 +4,8 @@ While a rotation rolls out, intake instances and the provider disagree for a whi
 about which secret signs: so each account may carry its previous secret
 (``PAYCORE_<PROVIDER>_…_PREVIOUS``, ``webhook_secret_previous_env``), and a
 notification it verifies is that account's, exactly as one its current secret
-verifies. A secret only ever verifies for the account it is configured on.
+verifies. A secret only ever verifies for the account it is configured on, and a
+previous secret that is also another account's is refused at start-up.
 
 Each use of a previous secret is flagged on the delivery (the intake counts it in
 ``paycore_webhook_previous_secret_total``) and logged at INFO once per process and
@@ -14,11 +15,10 @@ account, so an operator can see when the provider stopped using it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from paycore.config import ProviderAccountConfig
-from paycore.settings_spec import Secret
+from paycore.config import ConfigError, ProviderAccountConfig
 
 log = logging.getLogger("paycore.webhooks")
 
@@ -32,19 +32,24 @@ class AccountSecret:
     previous: bool
 
 
-def account_secrets(
-    accounts: Iterable[ProviderAccountConfig],
-    current: Callable[[ProviderAccountConfig], Secret | None] = lambda a: a.webhook_secret,
-    previous: Callable[[ProviderAccountConfig], Secret | None] = lambda a: a.webhook_secret_previous,
-) -> list[AccountSecret]:
-    """Every account's current secret, then every previous one.
+def account_secrets(accounts: Iterable[ProviderAccountConfig], previous_variable: str) -> list[AccountSecret]:
+    """Every account's current webhook secret, then every previous one.
 
-    Current ones first: if an operator mistakenly configured one account's previous secret
-    as another's current one, that secret's deliveries stay the current owner's.
+    :raises ConfigError: A previous secret is also another account's secret: whose
+        deliveries it verifies would be a guess (``previous_variable`` names the setting).
     """
     accounts = list(accounts)
-    found = [AccountSecret(a, s.reveal(), previous=False) for a in accounts if (s := current(a)) is not None]
-    found += [AccountSecret(a, s.reveal(), previous=True) for a in accounts if (s := previous(a)) is not None]
+    found = [AccountSecret(a, s.reveal(), previous=False) for a in accounts
+             if (s := a.webhook_secret) is not None]
+    found += [AccountSecret(a, s.reveal(), previous=True) for a in accounts
+              if (s := a.webhook_secret_previous) is not None]
+    for old in (f for f in found if f.previous):
+        owner = old.account.provider_account
+        shared = next((f.account.provider_account for f in found
+                       if f.secret == old.secret and f.account.provider_account != owner), None)
+        if shared is not None:
+            raise ConfigError(previous_variable, f"the previous webhook secret of {owner} is also a secret "
+                                                 f"of {shared}: a secret belongs to one account")
     return found
 
 

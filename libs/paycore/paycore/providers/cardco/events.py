@@ -151,7 +151,7 @@ class WebhookVerifier:
     """
 
     def __init__(self, accounts: Iterable[ProviderAccountConfig]) -> None:
-        secrets = account_secrets(accounts)
+        secrets = account_secrets(accounts, "PAYCORE_CARDCO_WEBHOOK_SECRET_PREVIOUS")
         if not secrets:
             raise ConfigError("PAYCORE_CARDCO_WEBHOOK_SECRET", "is required to receive webhooks")
         for s in secrets:

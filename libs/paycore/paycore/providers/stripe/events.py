@@ -175,7 +175,7 @@ class WebhookVerifier:
     """
 
     def __init__(self, accounts: Iterable[ProviderAccountConfig]) -> None:
-        self._secrets = account_secrets(accounts)
+        self._secrets = account_secrets(accounts, "PAYCORE_STRIPE_WEBHOOK_SECRET_PREVIOUS")
         for s in self._secrets:
             if not s.secret.startswith("whsec_") or len(s.secret) <= len("whsec_"):
                 which = "previous webhook secret" if s.previous else "webhook secret"
