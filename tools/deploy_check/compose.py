@@ -16,6 +16,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
@@ -195,11 +196,18 @@ def check_volumes(services: dict[str, Service]) -> list[Problem]:
             data_dir = svc.env.get("KAFKA_LOG_DIRS", KAFKA_DEFAULT_LOG_DIRS).split(",")[0]
         if data_dir is None:
             continue
-        targets = {str(v).split(":")[1] if isinstance(v, str) else str(v.get("target"))
-                   for v in svc.raw.get("volumes") or []}
+        targets = {_mount_target(v) for v in svc.raw.get("volumes") or []}
         if data_dir not in targets:
             problems.append(Problem(svc.name, "volume", f"{data_dir} is not on a volume: a restart loses it"))
     return problems
+
+
+def _mount_target(volume: Any) -> str:
+    """Where a volume (short `source:target[:mode]` or long syntax) is mounted."""
+    if isinstance(volume, dict):
+        return str(volume.get("target"))
+    parts = str(volume).split(":")
+    return parts[1] if len(parts) > 1 else parts[0]
 
 
 def check_interpolation(services: dict[str, Service]) -> list[Problem]:

@@ -24,23 +24,30 @@ CALLERS = (("serve", "checkout"), ("serve", "webhooks"), ("run", "recovery"))
 
 
 def check_sandbox_webhooks(services: dict[str, Service]) -> list[Problem]:
-    """The sandbox delivers each intake route by name, and signs with the intake's secret."""
+    """The sandbox delivers each provider's webhooks to the intake's route for it, by name, and
+    signs with the secrets the services are given."""
+    from paycore_sandbox.dialects import parse_endpoint
     from paycore_sandbox.settings import SandboxSettings
 
     sandboxes = [s for s in services.values() if s.runs("serve", "sandbox")]
-    intakes = {s.name: s for s in services.values() if s.runs("serve", "webhooks")}
+    intakes = [s for s in services.values() if s.runs("serve", "webhooks")]
     problems: list[Problem] = []
     for sandbox in sandboxes:
-        targets = [(host, port, urlsplit(_endpoint_url(e)).path)
-                   for e in sandbox.env.get("PAYCORE_SANDBOX_WEBHOOK_URLS", "").split(",") if e.strip()
-                   for host, port in addresses("PAYCORE_SANDBOX_WEBHOOK_URLS", _endpoint_url(e))]
-        for intake in intakes.values():
-            if not any(h == intake.name and p in intake.listens and path == "/webhooks/cardco"
-                       for h, p, path in targets):
-                route = f"http://{intake.name}:{next(iter(intake.listens), 8200)}/webhooks/cardco"
-                problems.append(Problem(sandbox.name, "sandbox-webhooks",
-                                        f"PAYCORE_SANDBOX_WEBHOOK_URLS does not deliver Cardco's webhooks to "
-                                        f"the intake ({route}): none is ever sent"))
+        # (dialect, host, port, path) of every endpoint the sandbox POSTs to
+        targets = [(endpoint.dialect, host, port, urlsplit(endpoint.url).path)
+                   for spec in sandbox.env.get("PAYCORE_SANDBOX_WEBHOOK_URLS", "").split(",") if spec.strip()
+                   for endpoint in [parse_endpoint(spec.strip())]
+                   for host, port in addresses("PAYCORE_SANDBOX_WEBHOOK_URLS", endpoint.url)]
+        for intake in intakes:
+            for provider in _providers_via(intake, sandbox.name):
+                route = f"/webhooks/{provider}"
+                if not any(d == provider and h == intake.name and p in intake.listens and path == route
+                           for d, h, p, path in targets):
+                    url = f"http://{intake.name}:{next(iter(intake.listens), 8200)}{route}"
+                    spec = url if provider == "cardco" else f"{provider}={url}"
+                    problems.append(Problem(sandbox.name, "sandbox-webhooks",
+                                            f"PAYCORE_SANDBOX_WEBHOOK_URLS does not deliver {provider}'s "
+                                            f"webhooks to the intake ({spec}): none is ever sent"))
         try:
             known = SandboxSettings.from_env(dict(sandbox.env))
         except ValueError:
@@ -49,9 +56,15 @@ def check_sandbox_webhooks(services: dict[str, Service]) -> list[Problem]:
     return problems
 
 
-def _endpoint_url(entry: str) -> str:
-    entry = entry.strip()
-    return entry.split("=", 1)[1] if "://" not in entry.split("=")[0] and "=" in entry else entry
+def _providers_via(intake: Service, sandbox: str) -> list[str]:
+    """The providers whose accounts the intake has at the sandbox (Cardco if its settings fail)."""
+    from paycore.config import ConfigError, load_settings
+
+    try:
+        accounts = load_settings(intake.env).accounts
+    except ConfigError:
+        return ["cardco"]  # the settings problem itself is reported by check_settings
+    return list(dict.fromkeys(a.provider for a in accounts if urlsplit(a.base_url).hostname == sandbox))
 
 
 def _sandbox_accounts_match(sandbox: Service, known: Any, services: dict[str, Service]) -> list[Problem]:
@@ -117,7 +130,7 @@ def validate_settings(svc: Service) -> str | None:
             settings = load_settings(env)
             if settings.database_url is None:
                 return "PAYCORE_DATABASE_URL is required"
-            load_recovery_settings(settings, env).validate(settings)
+            load_recovery_settings(settings, env)  # validates against the app settings
         elif svc.runs("run"):
             from paycore.kafka import kafka_settings
 

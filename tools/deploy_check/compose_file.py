@@ -28,7 +28,6 @@ SCHEME_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "postgres": 5432}
 ADDRESS_SUFFIXES = ("_URL", "_URLS", "_BASE", "_BOOTSTRAP")
 INTERPOLATION = re.compile(
     r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}|\$(?P<bare>[A-Za-z_][A-Za-z0-9_]*)")
-# A credential value that is only an interpolation with no literal fallback.
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,8 @@ def read_env_file(path: Path) -> dict[str, str]:
 def interpolate(text: str, variables: Mapping[str, str], missing: list[str]) -> str:
     """Compose's ``${VAR}``, ``${VAR:-default}``, ``${VAR:?error}``, ``${VAR:+alt}``, ``$$``.
 
-    A required variable that is unset is appended to ``missing`` (compose would stop there).
+    The name of a required variable that is unset is appended to ``missing`` (compose would
+    stop there, printing the text after ``:?``).
     """
 
     def one(m: re.Match[str]) -> str:
@@ -104,7 +104,7 @@ def interpolate(text: str, variables: Mapping[str, str], missing: list[str]) -> 
             return arg if unset else str(value)
         if op in ("?", ":?"):
             if unset:
-                missing.append(f"{name} ({arg})" if arg else name)
+                missing.append(name)
                 return ""
             return str(value)
         if op in ("+", ":+"):
@@ -160,7 +160,7 @@ def load_services(data: Mapping[str, Any], variables: Mapping[str, str],
         missing: list[str] = []
         env.update({k: interpolate(v, variables, missing) for k, v in environment(raw).items()})
         for var in missing:
-            problems.append(Problem(name, "env", f"${{{var}}} is required but the env file does not set it"))
+            problems.append(Problem(name, "env", f"{var} is required (`:?`); the env file does not set it"))
         services[name] = Service(name, raw, env)
     for svc in services.values():
         for target, cond in depends_on(svc.raw).items():
