@@ -175,6 +175,14 @@ def test_a_broken_env_file_is_reported(tmp_path: Path, breakage: str, env: dict[
     assert _has(gained, service, check, fragment), f"{breakage}: not reported; got {list(map(str, gained))}"
 
 
+def test_a_proxy_sending_where_nothing_listens_is_reported(tmp_path: Path) -> None:
+    _broken(tmp_path, [])
+    edge = tmp_path / "deploy/compose/edge.conf"
+    text = edge.read_text(encoding="utf-8")
+    edge.write_text(text.replace("checkout:8000", "checkout:8080"), encoding="utf-8")
+    assert _has(check_compose(tmp_path / "docker-compose.yml"), "edge", "address", "checkout:8080")
+
+
 def test_a_dashboard_charting_an_undefined_metric_is_reported(tmp_path: Path) -> None:
     _broken(tmp_path, [])
     dashboard = tmp_path / "deploy/monitoring/grafana/dashboards/paycore-overview.json"

@@ -24,6 +24,7 @@ import yaml
 from tools.deploy_check.compose_cross import (
     check_kafka_topics,
     check_monitoring,
+    check_proxies,
     check_sandbox_webhooks,
     check_settings,
 )
@@ -272,7 +273,7 @@ def check_compose(compose: Path, env_file: Path | None = None, *, root: Path | N
                   check_volumes, check_interpolation, check_credentials, check_sandbox_webhooks,
                   check_settings, check_kafka_topics):
         problems += check(services)
-    problems += check_monitoring(services, root)
+    problems += check_monitoring(services, root) + check_proxies(services, root)
     return problems
 
 

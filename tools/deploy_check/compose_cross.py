@@ -19,6 +19,7 @@ from tools.deploy_check.compose_file import ROOT, Problem, Service, addresses, s
 METRIC_DEFINITION = re.compile(r"(?:Counter|Gauge|Histogram|Summary)\(\s*\"(paycore_[a-z0-9_]+)\"")
 METRIC_USE = re.compile(r"\bpaycore_[a-z0-9_]+")
 METRIC_SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created")
+PROXIED = re.compile(r"https?://([A-Za-z0-9_-]+):(\d+)")  # in a proxy's configuration
 # The services that call a provider account (and so must agree with the sandbox about it).
 CALLERS = (("serve", "checkout"), ("serve", "webhooks"), ("run", "recovery"))
 
@@ -201,13 +202,34 @@ def _option(words: list[str], name: str) -> str | None:
     return words[words.index(name) + 1] if name in words[:-1] else None
 
 
+def _bind_mounts(svc: Service, root: Path) -> dict[str, Path]:
+    """Container path -> file or directory of this repository, for `./source:target` volumes."""
+    return {str(v).split(":")[1]: root / str(v).split(":")[0]
+            for v in svc.raw.get("volumes") or [] if isinstance(v, str) and str(v).startswith(".")}
+
+
+def check_proxies(services: dict[str, Service], root: Path) -> list[Problem]:
+    """A proxy's configuration (nginx) sends to paycore services where they listen."""
+    problems: list[Problem] = []
+    for svc in services.values():
+        if svc.image.split("/")[-1].split(":")[0] != "nginx":
+            continue
+        for source in _bind_mounts(svc, root).values():
+            text = source.read_text(encoding="utf-8") if source.is_file() else ""
+            for host, port in PROXIED.findall(text):
+                target = services.get(host)
+                if target is None or (target.is_paycore and int(port) not in target.listens):
+                    problems.append(Problem(svc.name, "address", f"{source.name} sends to {host}:{port}, "
+                                                                 "where no service of this file listens"))
+    return problems
+
+
 def check_monitoring(services: dict[str, Service], root: Path) -> list[Problem]:
     """Prometheus scrapes every paycore metrics listener; dashboards use metrics that exist."""
     problems: list[Problem] = []
     for svc in services.values():
         image = svc.image.split("/")[-1].split(":")[0]
-        mounts = {str(v).split(":")[1]: root / str(v).split(":")[0]
-                  for v in svc.raw.get("volumes") or [] if isinstance(v, str) and str(v).startswith(".")}
+        mounts = _bind_mounts(svc, root)
         if image == "prometheus" and "/etc/prometheus/prometheus.yml" in mounts:
             problems += _scrape_coverage(svc.name, mounts["/etc/prometheus/prometheus.yml"], services)
         if image == "grafana":
