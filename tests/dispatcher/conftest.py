@@ -55,6 +55,7 @@ async def ks(kafka_bootstrap: tuple[str, bool]) -> AsyncIterator[KafkaSettings]:
         bootstrap=bootstrap, idempotent=_idempotent(local),
         effects_topic=f"payments.effects.t{suffix}", alerts_topic=f"ops.alerts.t{suffix}",
         effects_partitions=3, alerts_partitions=2, request_timeout_ms=10_000,
+        replication_factor=1, min_insync_replicas=1,  # throwaway topics, on a broker of any size
     )
     await kafka.ensure_topics(settings)
     yield settings

@@ -5,8 +5,8 @@
     paycore up                     # everything, on embedded defaults (make run)
     paycore migrate                # apply database migrations
     paycore serve checkout|sandbox|webhooks [--host H] [--port N]
-    paycore run recovery|dispatcher [--metrics-port N]
-    paycore run consumer fulfillment|email | paycore run alerts
+    paycore run recovery|dispatcher|alerts [--metrics-host H] [--metrics-port N]
+    paycore run consumer fulfillment|email [--metrics-host H] [--metrics-port N]
     paycore outbox requeue|skip MESSAGE_ID --operator NAME --reason TEXT
     paycore outbox purge [--older-than SECONDS]
     paycore escalations ack|resolve ESCALATION_ID --operator NAME [--reason TEXT]
@@ -373,7 +373,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.worker == "recovery":
         from paycore_recovery.main import run as run_recovery
 
-        return asyncio.run(run_recovery(metrics_port=args.metrics_port, owner=args.owner))
+        return asyncio.run(run_recovery(metrics_host=args.metrics_host, metrics_port=args.metrics_port,
+                                        owner=args.owner))
     if args.worker == "dispatcher":
         from paycore_dispatcher.commands import run_dispatcher_command
 
@@ -383,11 +384,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.worker == "consumer":
         from paycore_dispatcher.commands import run_consumer_command
 
-        return run_consumer_command(args.consumer, instance_id=args.instance_id)
+        return run_consumer_command(args.consumer, instance_id=args.instance_id,
+                                    metrics_host=args.metrics_host, metrics_port=args.metrics_port)
     if args.worker == "alerts":
         from paycore_dispatcher.commands import run_alerts_command
 
-        return run_alerts_command(instance_id=args.instance_id)
+        return run_alerts_command(instance_id=args.instance_id, metrics_host=args.metrics_host,
+                                  metrics_port=args.metrics_port)
     raise CommandError(f"unknown worker {args.worker!r}", code=2)  # argparse admits none
 
 
@@ -790,6 +793,12 @@ def _tell(message: str) -> None:
 # --------------------------------------------------------------------------- parser
 
 
+def _metrics_flags(worker: argparse.ArgumentParser) -> None:
+    worker.add_argument("--metrics-port", type=_port, default=None,
+                        help="serve /metrics and /healthz (the loop's liveness) on --metrics-host:PORT")
+    worker.add_argument("--metrics-host", default=LOOPBACK, help="metrics address (default %(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="paycore",
@@ -847,8 +856,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "window, escalations) and the reminder job. Any number may run at once. Timings "
                     "come from PAYCORE_RECOVERY_* variables.",
     )
-    rec.add_argument("--metrics-port", type=_port, default=None,
-                     help="serve Prometheus metrics on 127.0.0.1:PORT")
+    _metrics_flags(rec)
     rec.add_argument("--owner", default=None, help="this instance's name in leases (default host-pid-random)")
     rec.set_defaults(handler=cmd_run)
     disp = workers.add_parser(
@@ -858,9 +866,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "PAYCORE_DATABASE_URL and PAYCORE_KAFKA_BOOTSTRAP; see docs/dispatcher.md.",
     )
     disp.add_argument("--relays", type=_positive_int, default=1, help="relay loops in this process")
-    disp.add_argument("--metrics-port", type=_port, default=None,
-                      help="serve /metrics and /healthz on --metrics-host:PORT")
-    disp.add_argument("--metrics-host", default=LOOPBACK, help="metrics address (default %(default)s)")
+    _metrics_flags(disp)
     disp.add_argument("--retention-every", type=float, default=3600.0, metavar="SECONDS",
                       help="run the retention job this often (default %(default)s)")
     disp.add_argument("--no-retention", action="store_true", help="do not run the retention job")
@@ -873,6 +879,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cons.add_argument("consumer", choices=["fulfillment", "email"])
     cons.add_argument("--instance-id", default=None, help="static group membership id (group.instance.id)")
+    _metrics_flags(cons)
     cons.set_defaults(handler=cmd_run)
     alerts = workers.add_parser(
         "alerts", help="deliver ops.alerts to PAYCORE_ALERT_WEBHOOK_URL",
@@ -880,6 +887,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "(PAYCORE_ALERT_FORMAT=slack or pagerduty), retrying with backoff.",
     )
     alerts.add_argument("--instance-id", default=None, help="static group membership id (group.instance.id)")
+    _metrics_flags(alerts)
     alerts.set_defaults(handler=cmd_run)
 
     token = commands.add_parser(

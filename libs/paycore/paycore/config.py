@@ -137,6 +137,16 @@ KAFKA_ALERTS_PARTITIONS = DISPATCHER.declare(
     "partitions of the alerts topic when the dispatcher creates it")
 KAFKA_MAX_REQUEST_SIZE = DISPATCHER.declare(
     "PAYCORE_KAFKA_MAX_REQUEST_SIZE", Count(), 1_048_576, "producer `max_request_size`, bytes")
+KAFKA_REPLICATION_FACTOR = DISPATCHER.declare(
+    "PAYCORE_KAFKA_REPLICATION_FACTOR", Count(maximum=32), 3,
+    "replicas of each topic when the dispatcher creates it (1 only for a single-broker development cluster)")
+KAFKA_MIN_INSYNC_REPLICAS = DISPATCHER.declare(
+    "PAYCORE_KAFKA_MIN_INSYNC_REPLICAS", Count(maximum=32), 2,
+    "`min.insync.replicas` of each topic the dispatcher creates: with `acks=all` a record is acknowledged "
+    "only once this many replicas hold it; at most the replication factor")
+KAFKA_RETENTION = DISPATCHER.declare(
+    "PAYCORE_KAFKA_RETENTION_S", SECONDS, 604_800.0,
+    "`retention.ms` of each topic the dispatcher creates: the longest a consumer may stay behind")
 OUTBOX_BATCH_SIZE = DISPATCHER.declare(
     "PAYCORE_OUTBOX_BATCH_SIZE", Count(maximum=100_000), 500, "outbox rows a relay claims at a time")
 OUTBOX_MAX_DELIVERY_ATTEMPTS = DISPATCHER.declare(
@@ -224,6 +234,9 @@ class Settings:
     kafka_effects_partitions: int = KAFKA_EFFECTS_PARTITIONS.default
     kafka_alerts_partitions: int = KAFKA_ALERTS_PARTITIONS.default
     kafka_max_request_size: int = KAFKA_MAX_REQUEST_SIZE.default  # Kafka's default message.max.bytes
+    kafka_replication_factor: int = KAFKA_REPLICATION_FACTOR.default
+    kafka_min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS.default
+    kafka_retention_s: float = KAFKA_RETENTION.default
     outbox_batch_size: int = OUTBOX_BATCH_SIZE.default
     outbox_max_delivery_attempts: int = OUTBOX_MAX_DELIVERY_ATTEMPTS.default
     outbox_send_timeout_s: float = OUTBOX_SEND_TIMEOUT.default
@@ -328,6 +341,11 @@ def _dispatcher_settings(env: Mapping[str, str]) -> dict[str, Any]:
     routing_key = PAGERDUTY_ROUTING_KEY.get(env)
     if alert_format == "pagerduty" and alert_url is not None and routing_key is None:
         raise ConfigError(PAGERDUTY_ROUTING_KEY.name, "is required when PAYCORE_ALERT_FORMAT=pagerduty")
+    replication = KAFKA_REPLICATION_FACTOR.read(env)
+    min_insync = KAFKA_MIN_INSYNC_REPLICAS.read(env)
+    if min_insync > replication:  # every acks=all send would fail with NOT_ENOUGH_REPLICAS
+        raise ConfigError(KAFKA_MIN_INSYNC_REPLICAS.name,
+                          f"is {min_insync}, above PAYCORE_KAFKA_REPLICATION_FACTOR ({replication})")
     base = OUTBOX_BACKOFF_BASE.read(env)
     ceiling = OUTBOX_BACKOFF_MAX.read(env)
     if ceiling < base:
@@ -339,6 +357,9 @@ def _dispatcher_settings(env: Mapping[str, str]) -> dict[str, Any]:
         "kafka_effects_partitions": KAFKA_EFFECTS_PARTITIONS.read(env),
         "kafka_alerts_partitions": KAFKA_ALERTS_PARTITIONS.read(env),
         "kafka_max_request_size": KAFKA_MAX_REQUEST_SIZE.read(env),
+        "kafka_replication_factor": replication,
+        "kafka_min_insync_replicas": min_insync,
+        "kafka_retention_s": KAFKA_RETENTION.read(env),
         "outbox_batch_size": OUTBOX_BATCH_SIZE.read(env),
         "outbox_max_delivery_attempts": OUTBOX_MAX_DELIVERY_ATTEMPTS.read(env),
         "outbox_send_timeout_s": OUTBOX_SEND_TIMEOUT.read(env),

@@ -44,8 +44,11 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from paycore import kafka
 from paycore.clock import Clock
 from paycore.kafka import KafkaSettings
+from paycore.liveness import SLACK_S, Liveness, beat
 
 log = logging.getLogger("paycore.consumer")
+
+POLL_MS = 200  # getmany returns within this when nothing arrives
 
 INBOX_INSERT = """
 INSERT INTO consumer_inbox (consumer_group, dedup_key, topic, kafka_partition, kafka_offset, processed_at)
@@ -133,11 +136,22 @@ class InboxConsumer:
     retry_base_s: float = 0.5
     retry_max_s: float = 30.0
     after_transaction: Hook | None = None
+    liveness: Liveness | None = None  # beaten each poll and each try of a message
     stats: ConsumerStats = field(default_factory=ConsumerStats)
     _consumer: AIOKafkaConsumer | None = field(default=None, init=False, repr=False)
     _processed: dict[TopicPartition, int] = field(default_factory=dict, init=False, repr=False)
     _committed: dict[TopicPartition, int] = field(default_factory=dict, init=False, repr=False)
     _assigned: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
+
+    def liveness_bound_s(self) -> float:
+        """The longest a healthy consumer goes between beats.
+
+        It beats after every poll (at most ``POLL_MS`` apart when idle) and before
+        every try of a message, so the longest gap is one retry backoff (at most
+        ``retry_max_s``) plus one handler call and commit, which ``SLACK_S`` covers.
+        A handler that keeps failing -- the database is down -- still beats.
+        """
+        return max(self.retry_max_s, POLL_MS / 1000) + SLACK_S
 
     async def wait_assigned(self) -> None:
         """Returns once the group has assigned this member at least one partition."""
@@ -157,7 +171,8 @@ class InboxConsumer:
         await consumer.start()
         try:
             while not stop.is_set():
-                batch = await consumer.getmany(timeout_ms=200, max_records=self.max_records)
+                batch = await consumer.getmany(timeout_ms=POLL_MS, max_records=self.max_records)
+                beat(self.liveness)
                 for tp, records in batch.items():
                     for record in records:
                         if stop.is_set():
@@ -194,6 +209,7 @@ class InboxConsumer:
         while True:
             if tp not in consumer.assignment():
                 return False
+            beat(self.liveness)
             try:
                 await self._handle(message)
             except Exception as exc:

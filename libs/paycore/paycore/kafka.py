@@ -4,10 +4,13 @@ Two topics (docs/architecture.md, "Kafka"): ``payments.effects`` carries busines
 effects keyed ``attempt:<id>`` so one attempt's effects share a partition in
 outbox order; ``ops.alerts`` carries operator alerts keyed by escalation.
 
-Producer idempotence is a setting: Apache Kafka supports it and it is on by
-default; the local Tansu broker rejects aiokafka's ``InitProducerId`` v0, so it
-is off when paycore started that broker itself (``paycore up`` and the tests set
-``PAYCORE_KAFKA_IDEMPOTENT=false``) or when the variable says so.
+Production defaults (docs/operations.md, "Kafka"): the producer sends with
+``acks=all`` and is idempotent; topics the dispatcher creates get replication
+factor 3, ``min.insync.replicas=2`` and a retention, so an acknowledged record
+survives the loss of one broker. Producer idempotence is a setting: Apache Kafka
+supports it; the local Tansu broker rejects aiokafka's ``InitProducerId`` v0, so
+it is off when paycore started that broker itself (``paycore up`` and the tests
+set ``PAYCORE_KAFKA_IDEMPOTENT=false``) or when the variable says so.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from paycore.config import (
     KAFKA_EFFECTS_PARTITIONS,
     KAFKA_EFFECTS_TOPIC,
     KAFKA_MAX_REQUEST_SIZE,
+    KAFKA_MIN_INSYNC_REPLICAS,
+    KAFKA_REPLICATION_FACTOR,
+    KAFKA_RETENTION,
     ConfigError,
     Settings,
 )
@@ -45,7 +51,9 @@ class KafkaSettings:
     alerts_topic: str = ALERTS_TOPIC
     effects_partitions: int = KAFKA_EFFECTS_PARTITIONS.default
     alerts_partitions: int = KAFKA_ALERTS_PARTITIONS.default
-    replication_factor: int = 1
+    replication_factor: int = KAFKA_REPLICATION_FACTOR.default
+    min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS.default
+    retention_s: float = KAFKA_RETENTION.default
     max_request_size: int = KAFKA_MAX_REQUEST_SIZE.default
     request_timeout_ms: int = 30_000
     client_id: str = "paycore"
@@ -69,7 +77,20 @@ def kafka_settings(settings: Settings, *, local_broker: bool = False) -> KafkaSe
         effects_partitions=settings.kafka_effects_partitions,
         alerts_partitions=settings.kafka_alerts_partitions,
         max_request_size=settings.kafka_max_request_size,
+        replication_factor=settings.kafka_replication_factor,
+        min_insync_replicas=settings.kafka_min_insync_replicas,
+        retention_s=settings.kafka_retention_s,
     )
+
+
+def new_topics(ks: KafkaSettings, names: list[str] | None = None) -> list[NewTopic]:
+    """The topics the dispatcher creates when missing (all, or those in ``names``): partitions,
+    replication, ``min.insync.replicas`` and retention from the settings."""
+    wanted = {ks.effects_topic: ks.effects_partitions, ks.alerts_topic: ks.alerts_partitions}
+    configs = {"min.insync.replicas": str(ks.min_insync_replicas),
+               "retention.ms": str(round(ks.retention_s * 1000))}
+    return [NewTopic(name, partitions, ks.replication_factor, topic_configs=dict(configs))
+            for name, partitions in wanted.items() if names is None or name in names]
 
 
 def producer(ks: KafkaSettings, **overrides: Any) -> AIOKafkaProducer:
@@ -116,8 +137,7 @@ async def ensure_topics(ks: KafkaSettings) -> list[str]:
     await client.start()
     try:
         existing = set(await client.list_topics())
-        missing = [NewTopic(name, n, ks.replication_factor) for name, n in wanted.items()
-                   if name not in existing]
+        missing = new_topics(ks, [name for name in wanted if name not in existing])
         created: list[str] = []
         if missing:
             response = await client.create_topics(missing)
@@ -132,6 +152,12 @@ async def ensure_topics(ks: KafkaSettings) -> list[str]:
             if name in wanted and count and count != wanted[name]:
                 log.warning("topic %s has %d partitions, configuration says %d; leaving it as it is",
                             name, count, wanted[name])
+            replicas = min((len(p.get("replicas") or []) for p in described.get("partitions") or []),
+                           default=0)
+            if name in wanted and replicas and replicas < ks.replication_factor:
+                log.warning("topic %s has %d replicas, configuration says %d: one broker's loss can lose "
+                            "acknowledged records; raise its replication factor", name, replicas,
+                            ks.replication_factor)
         for name in created:
             log.info("created Kafka topic %s with %d partitions", name, wanted[name])
         return created

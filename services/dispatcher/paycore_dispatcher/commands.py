@@ -3,6 +3,8 @@
 Each worker validates its settings, installs SIGTERM/Ctrl-C handlers that set a
 stop event, and returns 0 after a clean shutdown (the current pass or message
 finishes and commits; consumers commit their processed offsets and leave).
+With ``metrics_port`` set, each serves ``/healthz`` and ``/metrics`` on
+``metrics_host`` (paycore.http.health_server).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import httpx
 from paycore import kafka
 from paycore.clock import SystemClock
 from paycore.config import ConfigError, Settings, load_settings
+from paycore.consumer_health import run_with_health
 from paycore.db import create_pool
 from paycore.kafka import KafkaSettings
 from paycore_dispatcher.alerts import AlertSender, alert_consumer
@@ -45,7 +48,8 @@ def run_dispatcher_command(*, relays: int, metrics_host: str, metrics_port: int 
     return 0
 
 
-def run_consumer_command(name: str, *, instance_id: str | None) -> int:
+def run_consumer_command(name: str, *, instance_id: str | None, metrics_host: str = "127.0.0.1",
+                         metrics_port: int | None = None) -> int:
     settings, ks = _settings()
 
     async def main() -> None:
@@ -56,7 +60,8 @@ def run_consumer_command(name: str, *, instance_id: str | None) -> int:
         try:
             consumer = demo_consumer(name, pool, ks, SystemClock(), instance_id=instance_id)
             log.info("consumer %s running (group %s)", name, consumer.group_id)
-            await consumer.run(stop)
+            await run_with_health(consumer, stop, worker=f"consumer {name}", metrics_host=metrics_host,
+                                  metrics_port=metrics_port)
         finally:
             await pool.close()
 
@@ -64,7 +69,8 @@ def run_consumer_command(name: str, *, instance_id: str | None) -> int:
     return 0
 
 
-def run_alerts_command(*, instance_id: str | None) -> int:
+def run_alerts_command(*, instance_id: str | None, metrics_host: str = "127.0.0.1",
+                       metrics_port: int | None = None) -> int:
     settings, ks = _settings()
     if settings.alert_webhook_url is None:
         raise ConfigError("PAYCORE_ALERT_WEBHOOK_URL", "is required (where alerts are posted)")
@@ -81,7 +87,8 @@ def run_alerts_command(*, instance_id: str | None) -> int:
                                      format=settings.alert_format, routing_key=key)
                 consumer = alert_consumer(pool, ks, sender, SystemClock(), instance_id=instance_id)
                 log.info("alert delivery running (%s format)", settings.alert_format)
-                await consumer.run(stop)
+                await run_with_health(consumer, stop, worker="alerts", metrics_host=metrics_host,
+                                      metrics_port=metrics_port)
         finally:
             await pool.close()
 

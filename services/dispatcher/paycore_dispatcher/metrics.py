@@ -6,13 +6,8 @@ from dataclasses import dataclass
 
 import asyncpg
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import PlainTextResponse
-from starlette.routing import Route
 
 from paycore.clock import Clock
-from paycore.http.metrics import metrics_endpoint
 from paycore_dispatcher.relay import PassResult
 
 BACKLOG = """
@@ -76,11 +71,3 @@ class DispatcherMetrics:
             if r["oldest"] is not None and (oldest is None or r["oldest"] < oldest):
                 oldest = r["oldest"]
         self.oldest_pending_age.set(max(0.0, (now - oldest).total_seconds()) if oldest else 0.0)
-
-
-def metrics_app(metrics: DispatcherMetrics) -> Starlette:
-    async def healthz(request: Request) -> PlainTextResponse:
-        return PlainTextResponse("ok")
-
-    return Starlette(routes=[Route("/metrics", metrics_endpoint(metrics.registry)),
-                             Route("/healthz", healthz)])

@@ -45,11 +45,13 @@ import orjson
 from paycore import escalations
 from paycore.clock import Clock
 from paycore.db import DATABASE_ERRORS
+from paycore.liveness import SLACK_S, Liveness, beat
 from paycore.outbox_admin import dead_letter_escalation_key
 
 log = logging.getLogger("paycore.dispatcher")
 
 SEND_BACKSTOP_S = 5.0
+IDLE_POLL_S = 0.5  # a relay with nothing to do looks again after this (wall time)
 COLUMNS = "message_id, dedup_key, attempt_id, ordering_key, kind, payload, delivery_attempts"
 
 CLAIM_ALERTS = f"""
@@ -203,6 +205,7 @@ class Relay:
     def __init__(
         self, pool: asyncpg.Pool, publisher: Publisher, clock: Clock, config: RelayConfig,
         *, name: str = "relay", on_pass: Callable[[PassResult], Awaitable[None] | None] | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         self.pool = pool
         self.publisher = publisher
@@ -210,6 +213,7 @@ class Relay:
         self.config = config
         self.name = name
         self.on_pass = on_pass
+        self.liveness = liveness  # beaten each pass and after each send
         self.rng = random.Random()
 
     async def run_once(self) -> PassResult:
@@ -291,6 +295,8 @@ class Relay:
                 if isinstance(exc, TimeoutError):
                     error = f"TimeoutError: no acknowledgement within {self.config.send_timeout_s} s"
                 return sent, (row, error)
+            finally:
+                beat(self.liveness)
             sent.append(row)
         return sent, None
 
@@ -319,9 +325,10 @@ class Relay:
         )
         return True
 
-    async def run(self, stop: asyncio.Event, *, idle_poll_s: float = 0.5) -> None:
+    async def run(self, stop: asyncio.Event, *, idle_poll_s: float = IDLE_POLL_S) -> None:
         """Run passes until ``stop`` is set; waits ``idle_poll_s`` (wall time) when idle."""
         while not stop.is_set():
+            beat(self.liveness)
             try:
                 result = await self.run_once()
             except DATABASE_ERRORS as exc:
@@ -332,6 +339,17 @@ class Relay:
                     await asyncio.wait_for(stop.wait(), idle_poll_s)
                 except TimeoutError:
                     pass
+
+
+def liveness_bound_s(config: RelayConfig, idle_poll_s: float = IDLE_POLL_S) -> float:
+    """The longest a healthy relay goes between beats.
+
+    It beats before every pass and after every send, so the longest gap is one
+    idle wait, or one send (its deadline plus the wall-clock backstop), plus the
+    pass's claim and mark statements, which ``SLACK_S`` covers. A pass that fails
+    on the database still ends and beats.
+    """
+    return max(idle_poll_s, config.send_timeout_s + SEND_BACKSTOP_S) + SLACK_S
 
 
 def _payload_get(row: Row, name: str) -> Any:

@@ -2,9 +2,9 @@
 
 Creates the topics if missing, starts one producer and ``relays`` relay loops
 (each pass in its own transaction; several processes may run this at once),
-serves ``/metrics`` on ``metrics_port`` when given, runs the retention job every
-``retention_every_s``, and stops on SIGTERM or Ctrl-C after the current pass
-commits.
+serves ``/metrics`` and ``/healthz`` (each relay's liveness) on ``metrics_port``
+when given, runs the retention job every ``retention_every_s``, and stops on
+SIGTERM or Ctrl-C after the current pass commits.
 """
 
 from __future__ import annotations
@@ -13,19 +13,21 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+import time
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import asyncpg
-import uvicorn
 
 from paycore import kafka, outbox_admin
 from paycore.clock import Clock, SystemClock
 from paycore.config import Settings
 from paycore.db import DATABASE_ERRORS, create_pool
+from paycore.http.health_server import serve_health
 from paycore.kafka import KafkaSettings
-from paycore_dispatcher.metrics import DispatcherMetrics, metrics_app
-from paycore_dispatcher.relay import KafkaPublisher, PassResult, Relay, RelayConfig
+from paycore.liveness import Liveness
+from paycore_dispatcher.metrics import DispatcherMetrics
+from paycore_dispatcher.relay import KafkaPublisher, PassResult, Relay, RelayConfig, liveness_bound_s
 
 log = logging.getLogger("paycore.dispatcher")
 
@@ -44,33 +46,6 @@ def relay_config(settings: Settings, ks: KafkaSettings) -> RelayConfig:
     )
 
 
-class _MetricsServer(uvicorn.Server):
-    """uvicorn without its own signal handling: the worker's stop event owns SIGTERM/Ctrl-C."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-@contextlib.asynccontextmanager
-async def serve_metrics(metrics: DispatcherMetrics, host: str, port: int) -> AsyncIterator[None]:
-    server = _MetricsServer(uvicorn.Config(metrics_app(metrics), host=host, port=port,
-                                           log_config=None, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    try:
-        while not server.started:
-            if task.done():
-                task.result()
-                raise RuntimeError(f"metrics server on {host}:{port} did not start")
-            await asyncio.sleep(0.01)
-        log.info("dispatcher metrics on http://%s:%d/metrics", host, port)
-        yield
-    finally:
-        server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-            await asyncio.wait_for(task, 5)
-
-
 async def _every(seconds: float, stop: asyncio.Event, job: str, step: Callable[[], Awaitable[None]]) -> None:
     while not stop.is_set():
         try:
@@ -85,7 +60,9 @@ async def run_dispatcher(
     settings: Settings, ks: KafkaSettings, stop: asyncio.Event, *, clock: Clock | None = None,
     relays: int = 1, metrics_host: str = "127.0.0.1", metrics_port: int | None = None,
     retention_every_s: float | None = 3600.0, pool: asyncpg.Pool | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> None:
+    """``monotonic`` times the relays' liveness (a test passes a fake one)."""
     clock = clock or SystemClock()
     own_pool = pool is None
     if pool is None:
@@ -103,11 +80,11 @@ async def run_dispatcher(
         def observe(result: PassResult) -> None:
             metrics.observe(result)
 
-        workers = [Relay(pool, publisher, clock, config, name=f"relay-{i}", on_pass=observe)
-                   for i in range(relays)]
-        async with contextlib.AsyncExitStack() as stack:
-            if metrics_port is not None:
-                await stack.enter_async_context(serve_metrics(metrics, metrics_host, metrics_port))
+        bound = liveness_bound_s(config)
+        loops = [Liveness(f"relay-{i}", bound, monotonic=monotonic) for i in range(relays)]
+        workers = [Relay(pool, publisher, clock, config, name=lv.name, on_pass=observe, liveness=lv)
+                   for lv in loops]
+        async with serve_health(metrics.registry, loops, metrics_host, metrics_port, worker="dispatcher"):
             tasks = [asyncio.create_task(w.run(stop)) for w in workers]
             assert pool is not None
             p: asyncpg.Pool = pool

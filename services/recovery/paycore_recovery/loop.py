@@ -31,6 +31,7 @@ from paycore.domain import LIVE_STATES, AttemptState, OutcomeKind
 from paycore.errors import MAY_HAVE_COMMITTED
 from paycore.events import EventKind, append_event
 from paycore.leases import Lease
+from paycore.liveness import SLACK_S, Liveness, beat
 from paycore.orders import find_order
 from paycore.providers.base import LookupResult, PaymentCalls, ReferenceLookup, StoredRequest
 from paycore_recovery.metrics import RecoveryMetrics
@@ -69,13 +70,26 @@ async def _no_pause(attempt: Attempt) -> None:
     return None
 
 
+def liveness_bound_s(recovery: RecoverySettings) -> float:
+    """The longest a healthy recovery loop goes between beats.
+
+    It beats before every sweep and before every claim, so the longest gap is one
+    attempt's pass -- shorter than the lease, which start-up validation keeps
+    above a worst-case pass -- or the wait of ``interval_s`` between sweeps, plus
+    the claim, reminder and metrics statements, which ``SLACK_S`` covers. A sweep
+    that fails on the database still ends and beats.
+    """
+    return recovery.interval_s + recovery.lease_s + SLACK_S
+
+
 def default_owner() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 class RecoveryWorker:
     def __init__(self, *, pool: asyncpg.Pool, client: PaymentCalls, clock: Clock, settings: Settings,
-                 recovery: RecoverySettings, metrics: RecoveryMetrics, owner: str | None = None) -> None:
+                 recovery: RecoverySettings, metrics: RecoveryMetrics, owner: str | None = None,
+                 liveness: Liveness | None = None) -> None:
         self.pool = pool
         self.client = client
         self.clock = clock
@@ -84,6 +98,7 @@ class RecoveryWorker:
         self.metrics = metrics
         self.owner = owner or default_owner()
         self.actor = f"recovery-{self.owner}"
+        self.liveness = liveness  # beaten each sweep and before each claim
         self.pacers = {a.provider_account: Pacer(a.lookup_rate_per_s) for a in settings.accounts}
         # Seams where a test can hold a worker still, to show what local checks can and cannot do.
         self.before_final_check: Checkpoint = _no_pause
@@ -106,6 +121,7 @@ class RecoveryWorker:
             nonlocal remaining
             while remaining > 0:
                 remaining -= 1
+                beat(self.liveness)
                 lease = leases.new_lease(self.owner)
                 try:
                     attempt = await leases.claim_next_due(self.pool, lease, self.clock.now(),
@@ -126,6 +142,7 @@ class RecoveryWorker:
     async def run_forever(self, stop: asyncio.Event) -> None:
         log.info("recovery worker %s started", self.owner)
         while not stop.is_set():
+            beat(self.liveness)
             try:
                 await self.run_pass()
                 await self.metrics.refresh(self.pool, self.clock.now())

@@ -6,31 +6,35 @@ import asyncio
 import contextlib
 import logging
 import signal
-
-from prometheus_client import start_http_server
+import time
+from collections.abc import Callable
 
 from paycore.accounts import register_provider_accounts
 from paycore.clock import SystemClock
 from paycore.config import ConfigError, load_settings
 from paycore.db import create_pool
+from paycore.http.health_server import serve_health
+from paycore.liveness import Liveness
 from paycore.providers.registry import for_accounts
-from paycore_recovery.loop import RecoveryWorker
+from paycore_recovery.loop import RecoveryWorker, liveness_bound_s
 from paycore_recovery.metrics import RecoveryMetrics
 from paycore_recovery.settings import load_recovery_settings
 
 log = logging.getLogger("paycore.recovery")
 
 
-async def run(*, metrics_port: int | None, owner: str | None = None) -> int:
+async def run(*, metrics_host: str = "127.0.0.1", metrics_port: int | None = None,
+              owner: str | None = None, monotonic: Callable[[], float] = time.monotonic) -> int:
+    """Run until SIGTERM/Ctrl-C; with ``metrics_port``, serve ``/healthz`` and ``/metrics``.
+
+    ``monotonic`` times the loop's liveness (a test passes a fake one).
+    """
     settings = load_settings()
     if settings.database_url is None:
         raise ConfigError("PAYCORE_DATABASE_URL", "is required")
     recovery = load_recovery_settings(settings)
     clock = SystemClock()
     metrics = RecoveryMetrics()
-    if metrics_port is not None:
-        start_http_server(metrics_port, addr="127.0.0.1", registry=metrics.registry)
-        log.info("recovery metrics on http://127.0.0.1:%d/metrics", metrics_port)
     pool = await create_pool(settings.database_url, max_size=recovery.concurrency + 4)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -41,9 +45,12 @@ async def run(*, metrics_port: int | None, owner: str | None = None) -> int:
         client = for_accounts(settings.accounts, clock,
                               max_call_duration_s=settings.budgets.max_call_duration_s)
         try:
+            liveness = Liveness("recovery", liveness_bound_s(recovery), monotonic=monotonic)
             worker = RecoveryWorker(pool=pool, client=client, clock=clock, settings=settings,
-                                    recovery=recovery, metrics=metrics, owner=owner)
-            await worker.run_forever(stop)
+                                    recovery=recovery, metrics=metrics, owner=owner, liveness=liveness)
+            async with serve_health(metrics.registry, [liveness], metrics_host, metrics_port,
+                                    worker="recovery"):
+                await worker.run_forever(stop)
         finally:
             await client.aclose()
     finally:
