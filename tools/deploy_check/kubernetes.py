@@ -12,7 +12,9 @@ binary), then every check below runs on the rendered objects:
 - ``cli-args``: every container runs ``paycore`` with arguments the real CLI parser accepts,
   a command this deployment knows (not the loopback-only sandbox);
 - ``probes``: every Deployment has httpGet readiness and liveness probes on the port its
-  command binds, and binds it beyond loopback (the kubelet probes the pod's address);
+  command binds, and binds it beyond loopback (the kubelet probes the pod's address); a
+  worker's liveness probe waits longer than the bound its ``/healthz`` derives from its
+  settings (docs/architecture.md, "Worker health") before it restarts the pod;
 - ``resources``: CPU and memory requests and limits on every container;
 - ``security``: non-root uid 10001, read-only root, no privilege escalation, every
   capability dropped, RuntimeDefault seccomp, no service-account token;
@@ -267,11 +269,64 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _recovery_bound(env: Mapping[str, str]) -> float:
+    from paycore_recovery.loop import liveness_bound_s
+    from paycore_recovery.settings import load_recovery_settings
+
+    return liveness_bound_s(load_recovery_settings(load_settings(env), env))
+
+
+def _relay_bound(env: Mapping[str, str]) -> float:
+    from paycore_dispatcher.relay import liveness_bound_s
+    from paycore_dispatcher.worker import relay_config
+
+    settings = load_settings(env, require_account=False)
+    return liveness_bound_s(relay_config(settings, kafka_settings(settings)))
+
+
+def _consumer_bound(env: Mapping[str, str]) -> float:
+    from types import SimpleNamespace
+    from typing import cast
+
+    from paycore.consumer import InboxConsumer
+
+    # The bound depends on the retry backoff's ceiling only, which no setting changes.
+    defaults = cast(InboxConsumer, SimpleNamespace(retry_max_s=InboxConsumer.retry_max_s))
+    return InboxConsumer.liveness_bound_s(defaults)
+
+
+# How long each worker's /healthz lets its loop go without a beat before answering 503.
+LIVENESS_BOUND: dict[str, Callable[[Mapping[str, str]], float]] = {
+    "recovery": _recovery_bound,
+    "dispatcher": _relay_bound,
+    "consumer-fulfillment": _consumer_bound,
+    "consumer-email": _consumer_bound,
+    "alerts": _consumer_bound,
+}
+
+
+def _liveness_window_s(probe: Obj) -> float:
+    """How long a liveness probe keeps failing before the kubelet restarts the container."""
+    return float(probe.get("periodSeconds", 10) * probe.get("failureThreshold", 3))
+
+
 def check_probes(m: Manifests) -> list[Problem]:
     problems = []
     for w in deployments(m):
         for container, cmd in w.containers:
             name = f"{w.where} container {container.get('name')}"
+            bound = LIVENESS_BOUND.get(cmd.role or "")
+            liveness = container.get("livenessProbe")
+            if bound is not None and liveness is not None:
+                try:
+                    bound_s = bound(environment(m, container).values)
+                except ValueError:
+                    pass  # settings reports it
+                else:
+                    if _liveness_window_s(liveness) <= bound_s:
+                        problems.append(Problem("probes", name, f"livenessProbe restarts after "
+                                                f"{_liveness_window_s(liveness):g} s of 503s; /healthz "
+                                                f"allows {bound_s:g} s without a beat: wait longer"))
             if cmd.port is None:
                 problems.append(Problem("probes", name, "its command binds no port to probe"))
             elif cmd.host is None or _is_loopback(cmd.host):
