@@ -170,6 +170,8 @@ BREAKAGES: list[tuple[str, str, str, Mutation, str]] = [
     ("config-map-missing", "dev", "settings-refs",
      lambda m: container(m, "paycore-recovery")["envFrom"][1]["configMapRef"].update(name="accounts"),
      "ConfigMap 'accounts'"),
+    ("secret-example-elsewhere", "prod", "settings-refs",
+     lambda m: m.secret_example["metadata"].update(namespace="paycore-dev"), "creates Secret paycore-dev/"),
     ("config-key-missing", "prod", "settings-refs",
      lambda m: container(m, "paycore-checkout")["env"].append({"name": "PAYCORE_LOG_LEVEL", "valueFrom": {
          "configMapKeyRef": {"name": named_config(m, "paycore-config"), "key": "LOG_LEVEL"}}}),

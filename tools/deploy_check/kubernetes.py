@@ -19,7 +19,8 @@ binary), then every check below runs on the rendered objects:
 - ``security``: non-root uid 10001, read-only root, no privilege escalation, every
   capability dropped, RuntimeDefault seccomp, no service-account token;
 - ``settings-refs``: every ConfigMap or Secret a container reads exists, and every key it
-  names (the Secret's: in the overlay's ``secret.example.yaml``);
+  names (the Secret's: in the overlay's ``secret.example.yaml``, which creates
+  ``paycore-secrets`` in the overlay's namespace);
 - ``settings``: each container's environment (ConfigMaps + the secret example's
   placeholders) passes the settings validation its command runs at start-up;
 - ``network``: a default-deny ingress policy, and only checkout and webhooks admit traffic
@@ -442,8 +443,16 @@ def environment(m: Manifests, container: Obj) -> Environment:
 
 
 def check_settings_refs(m: Manifests) -> list[Problem]:
-    return [Problem("settings-refs", f"{w.where} container {c.get('name')}", p)
-            for w in workloads(m) for c, _ in w.containers for p in environment(m, c).problems]
+    problems = [Problem("settings-refs", f"{w.where} container {c.get('name')}", p)
+                for w in workloads(m) for c, _ in w.containers for p in environment(m, c).problems]
+    # The example must create the Secret the pods read: its name, in their namespace.
+    meta = m.secret_example.get("metadata", {})
+    namespaces = {o.get("metadata", {}).get("namespace") for o in m.objects}
+    if meta.get("name") != SECRET_NAME or namespaces != {meta.get("namespace")}:
+        problems.append(Problem("settings-refs", "secret.example.yaml", f"creates Secret "
+                                f"{meta.get('namespace')}/{meta.get('name')}; the pods read {SECRET_NAME} "
+                                f"in {', '.join(sorted(map(str, namespaces)))}"))
+    return problems
 
 
 def _database_required(env: Mapping[str, str]) -> None:
