@@ -23,7 +23,7 @@ import binascii
 import dataclasses
 import hashlib
 import hmac
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -385,14 +385,23 @@ async def sandbox_credentials(sandbox_url: str) -> dict[str, Any]:
     return dict(row)
 
 
-def stack_settings(wire: Wire, sandbox_url: str, db_dsn: str, credentials: Mapping[str, Any]) -> Settings:
-    return load_settings({"PAYCORE_DATABASE_URL": db_dsn, "PAYCORE_JWT_SECRET": JWT_SECRET,
-                          **provider_env(wire, sandbox_url, credentials)})
+# Changes a stack's environment before its services read it (``env`` is the provider's own settings).
+Configure = Callable[[dict[str, str]], None]
 
 
-async def running_provider_stack(provider: str, pool: asyncpg.Pool,
-                                 db_dsn: str) -> AsyncIterator[ProviderStack]:
-    """The sandbox, checkout and intake for ``provider`` alone, on the fake clock."""
+def stack_settings(wire: Wire, sandbox_url: str, db_dsn: str, credentials: Mapping[str, Any],
+                   configure: Configure | None = None) -> Settings:
+    env = {"PAYCORE_DATABASE_URL": db_dsn, "PAYCORE_JWT_SECRET": JWT_SECRET,
+           **provider_env(wire, sandbox_url, credentials)}
+    if configure is not None:
+        configure(env)
+    return load_settings(env)
+
+
+async def running_provider_stack(provider: str, pool: asyncpg.Pool, db_dsn: str,
+                                 configure: Configure | None = None) -> AsyncIterator[ProviderStack]:
+    """The sandbox, checkout and intake for ``provider`` alone, on the fake clock; ``configure``
+    may change the environment they are configured from."""
     wire = WIRES[provider]
     clock = FakeClock(current=datetime.now(UTC))
     # Webhook retries 10,000 times faster than the providers' schedules; Stripe's Search lags.
@@ -400,7 +409,7 @@ async def running_provider_stack(provider: str, pool: asyncpg.Pool,
                                            async_delay_s=0.2, stripe_search_lag_s=SANDBOX_SEARCH_LAG_S)
     async with serve_asgi(create_sandbox_app(sandbox_settings)) as sandbox_url:
         credentials = await sandbox_credentials(sandbox_url)
-        settings = stack_settings(wire, sandbox_url, db_dsn, credentials)
+        settings = stack_settings(wire, sandbox_url, db_dsn, credentials, configure)
         checkout = create_checkout_app(settings, clock=clock, pool=pool)
         intake_app = create_webhooks_app(settings, clock=clock, pool=pool)
         async with serve_asgi(checkout) as checkout_url, serve_asgi(intake_app) as intake_url:

@@ -65,8 +65,11 @@ class ProviderAccountConfig:
         name the account, so it is never compared with a payment's).
     :param webhook_secret: What verifies a notification's signature: Cardco's and
         Stripe's ``whsec_…`` signing secret, Adyen's hex HMAC key.
+    :param webhook_secret_previous: During a rotation, the secret it replaces: a notification it
+        verifies is this account's exactly as one the current secret verifies.
     :param webhook_username: Adyen: the basic-auth user its notifications carry.
     :param webhook_password: Adyen: that user's password.
+    :param webhook_password_previous: Adyen, during a rotation: the password it replaces.
     :param live_url_prefix: Adyen live: the company's endpoint prefix.
     :param return_url: Where a customer comes back after a redirect or 3-D Secure
         (Stripe ``return_url``, Adyen ``returnUrl``).
@@ -86,6 +89,8 @@ class ProviderAccountConfig:
     webhook_password: Secret | None = None
     live_url_prefix: str | None = None
     return_url: str | None = None
+    webhook_secret_previous: Secret | None = None
+    webhook_password_previous: Secret | None = None
 
     @property
     def provider_account(self) -> str:
@@ -123,6 +128,10 @@ CARDCO_API_KEY = CARDCO.declare(
 CARDCO_WEBHOOK_SECRET = CARDCO.declare(
     "PAYCORE_CARDCO_WEBHOOK_SECRET", SecretText(), None,
     "its webhook signing secret (`whsec_…`); without one the webhook intake does not start")
+CARDCO_WEBHOOK_SECRET_PREVIOUS = CARDCO.declare(
+    "PAYCORE_CARDCO_WEBHOOK_SECRET_PREVIOUS", SecretText(), None,
+    "during a rotation, the signing secret being replaced: accepted beside the current one "
+    "(docs/providers.md, Rotating credentials)")
 CARDCO_API_VERSION_SETTING = CARDCO.declare(
     "PAYCORE_CARDCO_API_VERSION", Text(), CARDCO_API_VERSION,
     "the `Cardco-Version` header of every request; stamped on each attempt, so a resend keeps its own")
@@ -145,6 +154,9 @@ STRIPE_API_KEY = STRIPE.declare(
 STRIPE_WEBHOOK_SECRET = STRIPE.declare(
     "PAYCORE_STRIPE_WEBHOOK_SECRET", SecretText(), None,
     "the endpoint's signing secret (`whsec_…`) for `Stripe-Signature`; without one the intake does not start")
+STRIPE_WEBHOOK_SECRET_PREVIOUS = STRIPE.declare(
+    "PAYCORE_STRIPE_WEBHOOK_SECRET_PREVIOUS", SecretText(), None,
+    "during a rotation, the signing secret being replaced: accepted beside the current one")
 STRIPE_API_BASE = STRIPE.declare(
     "PAYCORE_STRIPE_API_BASE", Url(), "https://api.stripe.com", "the Stripe API (another only for tests)")
 STRIPE_ACCOUNT = STRIPE.declare(
@@ -185,10 +197,16 @@ ADYEN_BASE_URL = ADYEN.declare(
 ADYEN_HMAC_KEY = ADYEN.declare(
     "PAYCORE_ADYEN_HMAC_KEY", SecretText(), None,
     "the webhook's HMAC key (hex); without it the intake does not start")
+ADYEN_HMAC_KEY_PREVIOUS = ADYEN.declare(
+    "PAYCORE_ADYEN_HMAC_KEY_PREVIOUS", SecretText(), None,
+    "during a rotation, the HMAC key being replaced: accepted beside the current one")
 ADYEN_WEBHOOK_USERNAME = ADYEN.declare(
     "PAYCORE_ADYEN_WEBHOOK_USERNAME", Text(printable=True), None, "the webhook's basic-auth user")
 ADYEN_WEBHOOK_PASSWORD = ADYEN.declare(
     "PAYCORE_ADYEN_WEBHOOK_PASSWORD", SecretText(), None, "the webhook's basic-auth password")
+ADYEN_WEBHOOK_PASSWORD_PREVIOUS = ADYEN.declare(
+    "PAYCORE_ADYEN_WEBHOOK_PASSWORD_PREVIOUS", SecretText(), None,
+    "during a rotation, the basic-auth password being replaced: accepted beside the current one")
 ADYEN_RETURN_URL = ADYEN.declare(
     "PAYCORE_ADYEN_RETURN_URL", Url(), None,
     "`returnUrl` of every payment: where a redirected shopper comes back (Adyen requires it)",
@@ -211,8 +229,12 @@ ACCOUNTS_FILE_FIELDS = (
     FileField("api_key_env", "required", "the variable holding its API key"),
     FileField("webhook_secret_env", "—",
               "the variable holding its webhook secret (Cardco, Stripe: `whsec_…`; Adyen: the HMAC key)"),
+    FileField("webhook_secret_previous_env", "—",
+              "during a rotation, the variable holding the webhook secret being replaced"),
     FileField("webhook_username", "—", "Adyen: the webhook's basic-auth user"),
     FileField("webhook_password_env", "—", "Adyen: the variable holding that user's password"),
+    FileField("webhook_password_previous_env", "—",
+              "Adyen, during a rotation: the variable holding the password being replaced"),
     FileField("base_url", "Cardco: required; Stripe, Adyen: as their variables",
               "the API (absolute http(s) URL)"),
     FileField("live_url_prefix", "—", "Adyen live: the endpoint prefix"),
@@ -269,6 +291,12 @@ def check_hmac_key(secret: Secret | None, where: str) -> None:
         raise ConfigError(where, "must be the hex HMAC key from the Customer Area") from None
 
 
+def check_previous(current: object | None, previous: object | None, where: str, current_name: str) -> None:
+    """A previous secret is the one a rotation replaces: never without a current one."""
+    if previous is not None and current is None:
+        raise ConfigError(where, f"is the secret a rotation replaces: set {current_name} to the new one")
+
+
 # --------------------------------------------------------------------------- from the environment
 
 
@@ -284,9 +312,12 @@ def _cardco(env: Mapping[str, str]) -> ProviderAccountConfig:
     if not api_key.reveal().startswith(f"sk_{environment}_"):
         raise ConfigError(CARDCO_API_KEY.name, f"must be a {environment}-mode key (sk_{environment}_...)")
     retention = int(CARDCO_KEY_RETENTION.read(env))
+    secret, previous = CARDCO_WEBHOOK_SECRET.get(env), CARDCO_WEBHOOK_SECRET_PREVIOUS.get(env)
+    check_previous(secret, previous, CARDCO_WEBHOOK_SECRET_PREVIOUS.name, CARDCO_WEBHOOK_SECRET.name)
     return ProviderAccountConfig(
         provider="cardco", account=account, environment=environment, base_url=base_url, api_key=api_key,
-        webhook_secret=CARDCO_WEBHOOK_SECRET.get(env), api_version=CARDCO_API_VERSION_SETTING.read(env),
+        webhook_secret=secret, webhook_secret_previous=previous,
+        api_version=CARDCO_API_VERSION_SETTING.read(env),
         key_retention_s=retention,
         escalation_margin_s=_env_margin(env, CARDCO_ESCALATION_MARGIN, retention),
         lookup_rate_per_s=CARDCO_LOOKUP_RATE.read(env),
@@ -296,10 +327,13 @@ def _cardco(env: Mapping[str, str]) -> ProviderAccountConfig:
 def _stripe(env: Mapping[str, str]) -> ProviderAccountConfig:
     api_key = STRIPE_API_KEY.require(env)
     retention = int(STRIPE_KEY_RETENTION.read(env))
+    secret, previous = STRIPE_WEBHOOK_SECRET.get(env), STRIPE_WEBHOOK_SECRET_PREVIOUS.get(env)
+    check_previous(secret, previous, STRIPE_WEBHOOK_SECRET_PREVIOUS.name, STRIPE_WEBHOOK_SECRET.name)
     return ProviderAccountConfig(
         provider="stripe", account=STRIPE_ACCOUNT.read(env),
         environment=stripe_environment(api_key.reveal(), STRIPE_API_KEY.name),
-        base_url=STRIPE_API_BASE.read(env), api_key=api_key, webhook_secret=STRIPE_WEBHOOK_SECRET.get(env),
+        base_url=STRIPE_API_BASE.read(env), api_key=api_key, webhook_secret=secret,
+        webhook_secret_previous=previous,
         api_version=STRIPE_API_VERSION_SETTING.read(env), key_retention_s=retention,
         escalation_margin_s=_env_margin(env, STRIPE_ESCALATION_MARGIN, retention),
         lookup_rate_per_s=STRIPE_LOOKUP_RATE.read(env), return_url=STRIPE_RETURN_URL.get(env),
@@ -311,15 +345,21 @@ def _adyen(env: Mapping[str, str]) -> ProviderAccountConfig:
     environment = ADYEN_ENVIRONMENT.read(env)
     prefix = ADYEN_LIVE_URL_PREFIX.get(env)
     base_url = ADYEN_BASE_URL.get(env) or adyen_base_url(environment, prefix, ADYEN_LIVE_URL_PREFIX.name)
-    hmac_key = ADYEN_HMAC_KEY.get(env)
+    hmac_key, hmac_previous = ADYEN_HMAC_KEY.get(env), ADYEN_HMAC_KEY_PREVIOUS.get(env)
     check_hmac_key(hmac_key, ADYEN_HMAC_KEY.name)
+    check_hmac_key(hmac_previous, ADYEN_HMAC_KEY_PREVIOUS.name)
+    check_previous(hmac_key, hmac_previous, ADYEN_HMAC_KEY_PREVIOUS.name, ADYEN_HMAC_KEY.name)
     username, password = ADYEN_WEBHOOK_USERNAME.get(env), ADYEN_WEBHOOK_PASSWORD.get(env)
     if (username is None) != (password is None):
         raise ConfigError(ADYEN_WEBHOOK_PASSWORD.name, "and PAYCORE_ADYEN_WEBHOOK_USERNAME are set together")
+    password_previous = ADYEN_WEBHOOK_PASSWORD_PREVIOUS.get(env)
+    check_previous(password, password_previous, ADYEN_WEBHOOK_PASSWORD_PREVIOUS.name,
+                   ADYEN_WEBHOOK_PASSWORD.name)
     retention = int(ADYEN_KEY_RETENTION.read(env))
     return ProviderAccountConfig(
         provider="adyen", account=ADYEN_MERCHANT_ACCOUNT.require(env, " (the merchant account)"),
         environment=environment, base_url=base_url, api_key=api_key, webhook_secret=hmac_key,
+        webhook_secret_previous=hmac_previous, webhook_password_previous=password_previous,
         api_version=ADYEN_API_VERSION_SETTING.read(env), key_retention_s=retention,
         escalation_margin_s=_env_margin(env, ADYEN_ESCALATION_MARGIN, retention),
         webhook_username=username, webhook_password=password, live_url_prefix=prefix,
@@ -442,13 +482,20 @@ def _file_account(env: Mapping[str, str], where: str, e: Any) -> ProviderAccount
         base_url = ("https://api.stripe.com" if provider == "stripe"
                     else adyen_base_url(environment, prefix, f"{where}.live_url_prefix"))
     webhook_secret = _secret_env(env, e, "webhook_secret_env", where)
+    secret_previous = _secret_env(env, e, "webhook_secret_previous_env", where)
+    check_previous(webhook_secret, secret_previous, f"{where}.webhook_secret_previous_env",
+                   "webhook_secret_env")
     username = _text(e, "webhook_username", where)
     password = _secret_env(env, e, "webhook_password_env", where)
+    password_previous = _secret_env(env, e, "webhook_password_previous_env", where)
     if provider == "adyen":
         check_hmac_key(webhook_secret, f"{where}.webhook_secret_env")
+        check_hmac_key(secret_previous, f"{where}.webhook_secret_previous_env")
         if (username is None) != (password is None):
             raise ConfigError(f"{where}.webhook_password_env", "and webhook_username are set together")
-    elif username is not None or password is not None:
+        check_previous(password, password_previous, f"{where}.webhook_password_previous_env",
+                       "webhook_password_env")
+    elif username is not None or password is not None or password_previous is not None:
         raise ConfigError(f"{where}.webhook_username", "is for Adyen accounts only")
     return_url = _url(e, "return_url", where)
     if provider == "adyen" and return_url is None:
@@ -460,5 +507,6 @@ def _file_account(env: Mapping[str, str], where: str, e: Any) -> ProviderAccount
         key_retention_s=retention,
         escalation_margin_s=margin_for(retention, margin, f"{where}.escalation_margin_s"),
         lookup_rate_per_s=float(rate), webhook_username=username, webhook_password=password,
-        live_url_prefix=prefix, return_url=return_url,
+        live_url_prefix=prefix, return_url=return_url, webhook_secret_previous=secret_previous,
+        webhook_password_previous=password_previous,
     )

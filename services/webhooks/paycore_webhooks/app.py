@@ -76,6 +76,8 @@ class Intake:
     pool: asyncpg.Pool
     deliveries: Counter
     outage: DatabaseOutage
+    # Notifications an account's previous webhook secret verified (a rotation not yet finished).
+    previous_secret: Counter
     _next_purge_at: datetime | None = None
 
     async def purge_replay_window(self) -> None:
@@ -120,6 +122,9 @@ async def receive_notification(request: Request, receiver: NotificationReceiver)
         log.warning("%s webhook rejected: %s", receiver.name, exc.reason)
         status = 400 if exc.malformed else 401
         return problem_response(status, "webhook-unverified", "Webhook not verified", exc.reason)
+    for delivery in deliveries:
+        if delivery.previous_secret:
+            intake.previous_secret.labels(delivery.account.provider_account).inc()
     results = []
     for delivery in deliveries:
         try:
@@ -190,6 +195,9 @@ def create_app(
     registry = CollectorRegistry()
     deliveries = Counter("paycore_webhook_deliveries", "Webhook deliveries by result", ["result"],
                          registry=registry)
+    previous_secret = Counter(
+        "paycore_webhook_previous_secret", "Notifications verified by an account's previous webhook secret",
+        ["provider_account"], registry=registry)
     receivers = receivers_for(settings, clock)
     outage = DatabaseOutage(log)
 
@@ -197,7 +205,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         db = pool or await create_pool(settings.database_url or "", max_size=20)
         await register_provider_accounts(db, settings.accounts, clock.now())
-        app.state.intake = Intake(settings, clock, db, deliveries, outage)
+        app.state.intake = Intake(settings, clock, db, deliveries, outage, previous_secret)
         outage.start(db)
         try:
             yield

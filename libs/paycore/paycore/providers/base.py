@@ -288,6 +288,8 @@ class VerifiedDelivery:
         tolerance, when the signature scheme has one.
     :param parsed: The notification, with ``key`` its deduplication key; or why the
         verified body is not one this provider understands (kept raw, never applied).
+    :param previous_secret: The account's previous secret verified it (a rotation is under
+        way and the provider still signs with the old one); handled exactly the same.
     """
 
     account: ProviderAccountConfig
@@ -295,6 +297,7 @@ class VerifiedDelivery:
     replay: SignedDelivery | None
     parsed: Notification | InvalidNotification
     key: str | None = None
+    previous_secret: bool = False
 
 
 # ---------------------------------------------------------------------------

@@ -15,7 +15,9 @@ Verification, in order:
    Proven equal to ``Adyen.util.generate_notification_sig`` by the tests' vectors.
 
 The account is the one whose credentials and key verified the whole batch; one item
-that fails verifies nothing (nothing is stored). The answer Adyen expects is
+that fails verifies nothing (nothing is stored). During a rotation an account's previous
+HMAC key and password verify too (:mod:`paycore.providers.webhook_secrets`), for that
+account only. The answer Adyen expects is
 ``[accepted]`` (:data:`ACKNOWLEDGEMENT`). There is no event id: an item's deduplication
 key is synthesized from pspReference, eventCode, success and merchantReference.
 """
@@ -44,6 +46,8 @@ from paycore.providers.base import (
     VerifiedDelivery,
     synthesized_key,
 )
+from paycore.providers.webhook_secrets import PreviousSecretLog
+from paycore.settings_spec import Secret
 
 ACKNOWLEDGEMENT: Final = b"[accepted]"
 
@@ -286,11 +290,36 @@ class AdyenEvents:
 
 
 @dataclasses.dataclass(frozen=True)
+class _Secret:
+    value: bytes
+    previous: bool  # the one a rotation is replacing
+
+
+@dataclasses.dataclass(frozen=True)
 class _Credentials:
     account: ProviderAccountConfig
     username: bytes
-    password: bytes
-    hmac_key: bytes
+    passwords: tuple[_Secret, ...]  # the current one first
+    hmac_keys: tuple[_Secret, ...]  # the current one first
+
+    def password_matches(self, user: bytes, password: bytes) -> _Secret | None:
+        """The password matching ``user:password``; every candidate compared in constant time, so
+        timing says nothing of which user exists or which password matched."""
+        user_ok = hmac.compare_digest(self.username, user)
+        matched = [p for p in self.passwords if hmac.compare_digest(p.value, password)]
+        return matched[0] if user_ok and matched else None
+
+    def item_key(self, item: Mapping[str, Any]) -> _Secret | None:
+        """The HMAC key that signed ``item`` (the current one if both would)."""
+        return next((k for k in self.hmac_keys if item_verifies(item, k.value)), None)
+
+
+def _hmac_key(acct: ProviderAccountConfig, secret: Secret, previous: bool) -> _Secret:
+    try:
+        return _Secret(hmac_key_bytes(secret.reveal()), previous)
+    except ValueError as exc:
+        which = "previous HMAC key" if previous else "HMAC key"
+        raise ValueError(f"the {which} of {acct.provider_account}: {exc}") from None
 
 
 def _basic_credentials(headers: Mapping[str, str]) -> tuple[bytes, bytes]:
@@ -326,12 +355,19 @@ class NotificationVerifier:
         for acct in accounts:
             if acct.webhook_secret is None or acct.webhook_username is None or acct.webhook_password is None:
                 continue
+            passwords = [_Secret(acct.webhook_password.reveal().encode("utf-8"), previous=False)]
+            keys = [_hmac_key(acct, acct.webhook_secret, previous=False)]
+            if acct.webhook_password_previous is not None:
+                old = acct.webhook_password_previous.reveal().encode("utf-8")
+                passwords.append(_Secret(old, previous=True))
+            if acct.webhook_secret_previous is not None:
+                keys.append(_hmac_key(acct, acct.webhook_secret_previous, previous=True))
             self._credentials.append(_Credentials(
-                acct, acct.webhook_username.encode("utf-8"), acct.webhook_password.reveal().encode("utf-8"),
-                hmac_key_bytes(acct.webhook_secret.reveal())))
+                acct, acct.webhook_username.encode("utf-8"), tuple(passwords), tuple(keys)))
         if not self._credentials:
             raise ConfigError("PAYCORE_ADYEN_HMAC_KEY", "with PAYCORE_ADYEN_WEBHOOK_USERNAME and _PASSWORD "
                               "is required to receive notifications")
+        self._previous_used = PreviousSecretLog()
 
     def verify_batch(self, headers: Mapping[str, str], body: bytes) -> tuple[VerifiedDelivery, ...]:
         """One verified delivery per item, all for the account whose credentials verified the batch.
@@ -340,25 +376,34 @@ class NotificationVerifier:
             else no account's password and HMAC key verified every item.
         """
         user, password = _basic_credentials(headers)
-        # Compare every candidate in constant time, so timing says nothing of which user exists.
-        matches = [c for c in self._credentials
-                   if hmac.compare_digest(c.username, user) & hmac.compare_digest(c.password, password)]
+        checked = [(c, c.password_matches(user, password)) for c in self._credentials]
+        matches = [(c, p) for c, p in checked if p is not None]
         if not matches:
             raise NotificationUnverified("basic-auth-failed")
         live, items = batch_items(body)
-        for cred in matches:
-            if all(item_verifies(item, cred.hmac_key) for item in items):
-                return tuple(self._delivery(cred.account, live, item) for item in items)
+        for cred, password_used in matches:
+            # Each item under either of the account's keys: a batch built while Adyen switched
+            # keys may hold both.
+            keys = [cred.item_key(item) for item in items]
+            if all(k is not None for k in keys):
+                previous_key = [k is not None and k.previous for k in keys]
+                if password_used.previous:
+                    self._previous_used.used(cred.account, "basic-auth password")
+                if any(previous_key):
+                    self._previous_used.used(cred.account, "HMAC key")
+                return tuple(self._delivery(cred.account, live, item, password_used.previous or by_previous)
+                             for item, by_previous in zip(items, previous_key, strict=True))
         raise NotificationUnverified("signature-mismatch")
 
     @staticmethod
-    def _delivery(account: ProviderAccountConfig, live: Any, item: dict[str, Any]) -> VerifiedDelivery:
+    def _delivery(account: ProviderAccountConfig, live: Any, item: dict[str, Any],
+                  previous: bool) -> VerifiedDelivery:
         key = item_key(item)
         try:
             n = parse_item(live, item)
         except InvalidItem as exc:
-            return VerifiedDelivery(account, key, None, exc)
-        return VerifiedDelivery(account, key, None, n, key=key)
+            return VerifiedDelivery(account, key, None, exc, previous_secret=previous)
+        return VerifiedDelivery(account, key, None, n, key=key, previous_secret=previous)
 
     def verify(self, headers: Mapping[str, str], body: bytes) -> VerifiedDelivery:
         """A single-item batch's delivery.

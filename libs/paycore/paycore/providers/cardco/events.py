@@ -26,8 +26,9 @@ from paycore.providers.base import (
     standard_notification_key,
 )
 from paycore.providers.cardco.wire import NAME, parse_payment
+from paycore.providers.webhook_secrets import PreviousSecretLog, account_secrets
 from paycore.webhook_replays import SignedDelivery
-from paycore.webhook_signatures import VerificationFailed, Verifier
+from paycore.webhook_signatures import InvalidSecret, VerificationFailed, Verifier, decode_secret
 
 EVENT_TYPES = frozenset({
     "payment.processing", "payment.requires_action", "payment.succeeded", "payment.declined",
@@ -141,17 +142,26 @@ class CardcoEvents:
 
 
 class WebhookVerifier:
-    """Verifies a delivery against every configured Cardco account's webhook secret, then parses it.
+    """Verifies a delivery against every configured Cardco account's webhook secrets (the current
+    one, and during a rotation the previous one: :mod:`paycore.providers.webhook_secrets`), then
+    parses it.
 
     :raises ConfigError: No account has a webhook secret.
     :raises paycore.webhook_signatures.InvalidSecret: A secret is not ``whsec_`` + base64.
     """
 
     def __init__(self, accounts: Iterable[ProviderAccountConfig]) -> None:
-        secrets = [(a, a.webhook_secret.reveal()) for a in accounts if a.webhook_secret is not None]
+        secrets = account_secrets(accounts, "PAYCORE_CARDCO_WEBHOOK_SECRET_PREVIOUS")
         if not secrets:
             raise ConfigError("PAYCORE_CARDCO_WEBHOOK_SECRET", "is required to receive webhooks")
-        self._verifier = Verifier(secrets)
+        for s in secrets:
+            try:
+                decode_secret(s.secret)
+            except InvalidSecret as exc:
+                which = "previous webhook secret" if s.previous else "webhook secret"
+                raise InvalidSecret(f"the {which} of {s.account.provider_account}: {exc}") from None
+        self._verifier = Verifier((s, s.secret) for s in secrets)
+        self._previous_used = PreviousSecretLog()
 
     def verify(self, headers: Mapping[str, str], body: bytes, *, now: datetime) -> VerifiedDelivery:
         """The account whose secret verified the delivery, and the event in it (or why it is none).
@@ -159,9 +169,12 @@ class WebhookVerifier:
         :raises NotificationUnverified: ``malformed`` when a Standard Webhooks header is missing.
         """
         try:
-            account = self._verifier.verify(headers, body, now=now)
+            verified_by = self._verifier.verify(headers, body, now=now)
         except VerificationFailed as exc:
             raise NotificationUnverified(exc.reason, malformed=exc.reason == "missing-headers") from None
+        account, previous = verified_by.account, verified_by.previous
+        if previous:
+            self._previous_used.used(account)
         # verify() required both headers, the timestamp as digits.
         webhook_id = headers["webhook-id"].strip()
         replay = SignedDelivery(webhook_id, int(headers["webhook-timestamp"].strip()))
@@ -170,5 +183,6 @@ class WebhookVerifier:
             if n.event_id is not None and n.event_id != webhook_id:
                 raise InvalidEvent("id-differs-from-webhook-id")
         except InvalidEvent as exc:
-            return VerifiedDelivery(account, webhook_id, replay, exc)
-        return VerifiedDelivery(account, webhook_id, replay, n, key=notification_key(n))
+            return VerifiedDelivery(account, webhook_id, replay, exc, previous_secret=previous)
+        return VerifiedDelivery(account, webhook_id, replay, n, key=notification_key(n),
+                                previous_secret=previous)

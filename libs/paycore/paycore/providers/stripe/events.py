@@ -33,6 +33,7 @@ from paycore.providers.base import (
     VerifiedDelivery,
 )
 from paycore.providers.stripe.wire import NAME, Charge, PaymentIntent, parse_charge, parse_intent
+from paycore.providers.webhook_secrets import AccountSecret, PreviousSecretLog, account_secrets
 from paycore.webhook_replays import SignedDelivery
 from paycore.webhook_signatures import TOLERANCE_S
 
@@ -166,26 +167,28 @@ def delivery_id(body: bytes) -> str:
 
 
 class WebhookVerifier:
-    """Verifies a delivery against every configured Stripe account's secret, then parses it.
+    """Verifies a delivery against every configured Stripe account's secrets (the current one, and
+    during a rotation the previous one: :mod:`paycore.providers.webhook_secrets`), then parses it.
 
     :raises ConfigError: No Stripe account has a webhook secret.
     :raises ValueError: A secret is not ``whsec_…``.
     """
 
     def __init__(self, accounts: Iterable[ProviderAccountConfig]) -> None:
-        self._secrets: list[tuple[ProviderAccountConfig, str]] = []
-        for acct in accounts:
-            if acct.webhook_secret is None:
-                continue
-            secret = acct.webhook_secret.reveal()
-            if not secret.startswith("whsec_") or len(secret) <= len("whsec_"):
-                raise ValueError(f"the webhook secret of {acct.provider_account} must start with 'whsec_'")
-            self._secrets.append((acct, secret))
+        self._secrets = account_secrets(accounts, "PAYCORE_STRIPE_WEBHOOK_SECRET_PREVIOUS")
+        for s in self._secrets:
+            if not s.secret.startswith("whsec_") or len(s.secret) <= len("whsec_"):
+                which = "previous webhook secret" if s.previous else "webhook secret"
+                raise ValueError(f"the {which} of {s.account.provider_account} must start with 'whsec_'")
         if not self._secrets:
             raise ConfigError("PAYCORE_STRIPE_WEBHOOK_SECRET", "is required to receive Stripe webhooks")
+        self._previous_used = PreviousSecretLog()
 
     def verify(self, headers: Mapping[str, str], body: bytes, *, now: datetime) -> VerifiedDelivery:
         """The account whose secret verified the delivery, and the event in it (or why it is none).
+
+        Any ``v1`` in the header may match: while Stripe rolls an endpoint's secret it signs
+        with the old and the new one (https://docs.stripe.com/webhooks#roll-endpoint-secrets).
 
         :raises NotificationUnverified: ``malformed`` when the header is missing or has no
             ``t`` and ``v1``; else the signature matched no secret, or the timestamp is
@@ -200,23 +203,24 @@ class WebhookVerifier:
         timestamp, offered = parsed
         if abs(now.timestamp() - timestamp) > TOLERANCE_S:
             raise NotificationUnverified("timestamp-outside-tolerance")
-        account = self._matching_account(timestamp, offered, body)
-        if account is None:
+        verified_by = self._matching_secret(timestamp, offered, body)
+        if verified_by is None:
             raise NotificationUnverified("no-matching-signature")
+        account, previous = verified_by.account, verified_by.previous
+        if previous:
+            self._previous_used.used(account)
         did = delivery_id(body)
         replay = SignedDelivery(did, timestamp)
         try:
             n = parse_event(body)
         except InvalidEvent as exc:
-            return VerifiedDelivery(account, did, replay, exc)
-        return VerifiedDelivery(account, did, replay, n, key=notification_key(n))
+            return VerifiedDelivery(account, did, replay, exc, previous_secret=previous)
+        return VerifiedDelivery(account, did, replay, n, key=notification_key(n), previous_secret=previous)
 
-    def _matching_account(self, timestamp: int, offered: list[str],
-                          body: bytes) -> ProviderAccountConfig | None:
-        for acct, secret in self._secrets:
-            expected = expected_signature(secret, timestamp, body)
+    def _matching_secret(self, timestamp: int, offered: list[str], body: bytes) -> AccountSecret | None:
+        for candidate in self._secrets:
+            expected = expected_signature(candidate.secret, timestamp, body)
             # Every offered signature, each in constant time.
             if any(hmac.compare_digest(expected.encode(), sig.encode()) for sig in offered):
-                return acct
+                return candidate
         return None
-
