@@ -72,6 +72,12 @@ def config_map(m: k8s.Manifests, prefix: str) -> dict[str, str]:
     return data
 
 
+def named_config(m: k8s.Manifests, prefix: str) -> str:
+    name: str = next(o["metadata"]["name"] for o in m.objects if o["kind"] == "ConfigMap"
+                     and o["metadata"]["name"].startswith(prefix + "-"))
+    return name
+
+
 def secret(m: k8s.Manifests) -> dict[str, str]:
     data: dict[str, str] = m.secret_example["stringData"]
     return data
@@ -253,12 +259,6 @@ BREAKAGES: list[tuple[str, str, str, Mutation, str]] = [
      lambda m: named(m, "Service", "paycore-webhooks")["spec"]["selector"].update(
          {"app.kubernetes.io/component": "intake"}), "selects no Deployment"),
 ]
-
-
-def named_config(m: k8s.Manifests, prefix: str) -> str:
-    name: str = next(o["metadata"]["name"] for o in m.objects if o["kind"] == "ConfigMap"
-                     and o["metadata"]["name"].startswith(prefix + "-"))
-    return name
 
 
 def test_every_check_has_a_breakage() -> None:
