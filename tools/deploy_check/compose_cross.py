@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
 
-from tools.deploy_check.compose_file import ROOT, Problem, Service, addresses, strings
+from tools.deploy_check.compose_file import ROOT, Problem, Service, addresses, command_of, strings
 
 METRIC_DEFINITION = re.compile(r"(?:Counter|Gauge|Histogram|Summary)\(\s*\"(paycore_[a-z0-9_]+)\"")
 METRIC_USE = re.compile(r"\bpaycore_[a-z0-9_]+")
 METRIC_SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created")
 PROXIED = re.compile(r"https?://([A-Za-z0-9_-]+):(\d+)")  # in a proxy's configuration
+# The workers that create the Kafka topics when missing (paycore.kafka.ensure_topics).
+TOPIC_CREATORS = ("dispatcher", "consumer", "alerts")
 # The services that call a provider account (and so must agree with the sandbox about it).
 CALLERS = (("serve", "checkout"), ("serve", "webhooks"), ("run", "recovery"))
 
@@ -151,51 +154,83 @@ def check_settings(services: dict[str, Service]) -> list[Problem]:
             for s in services.values() if (message := validate_settings(s)) is not None]
 
 
-def check_kafka_topics(services: dict[str, Service]) -> list[Problem]:
-    """A one-shot creates the topics with paycore's partition counts; effects outlive the outbox horizon."""
-    from paycore.config import ConfigError, load_settings
+@dataclass(frozen=True)
+class CreatedTopic:
+    """A topic a one-shot's ``kafka-topics.sh --create`` makes."""
 
-    if not any(s.image.split("/")[-1].startswith("kafka:") for s in services.values()):
-        return []
-    created: dict[str, tuple[int | None, int | None]] = {}
+    partitions: int | None
+    replication_factor: int | None
+    configs: dict[str, str]
+
+
+def topics_created(services: dict[str, Service]) -> dict[str, CreatedTopic]:
+    """Every topic some service's command creates with ``kafka-topics.sh --create``."""
+    created: dict[str, CreatedTopic] = {}
     for svc in services.values():
         text = " ".join(strings(svc.raw.get("command") or []))
         for call in text.split("kafka-topics.sh")[1:]:
-            if "--create" not in call:
-                continue
             words = call.split()
             topic = _option(words, "--topic")
-            parts = _option(words, "--partitions")
-            kept = next((w.split("=", 1)[1] for w in words if w.startswith("retention.ms=")), None)
-            if topic:
-                created[topic] = (int(parts) if parts and parts.isdigit() else None,
-                                  int(kept) if kept and kept.lstrip("-").isdigit() else None)
+            if "--create" not in words or topic is None:
+                continue
+            configs = dict(w.split("=", 1) for i, w in enumerate(words)
+                           if i and words[i - 1] == "--config" and "=" in w)
+            created[topic] = CreatedTopic(_int(_option(words, "--partitions")),
+                                          _int(_option(words, "--replication-factor")), configs)
+    return created
+
+
+def check_kafka_topics(services: dict[str, Service]) -> list[Problem]:
+    """A one-shot creates the topics as a worker would (paycore.kafka.new_topics on its settings),
+    no more replicas than brokers, and the effects outlive the outbox's replay horizon."""
+    from paycore.config import ConfigError, load_settings
+    from paycore.kafka import kafka_settings, new_topics
+
+    brokers = sum(1 for s in services.values()
+                  if "broker" in s.env.get("KAFKA_PROCESS_ROLES", "") and command_of(s.raw) is None)
+    if not brokers:
+        return []
+    created = topics_created(services)
     if not created:
         return [Problem("", "kafka-topics", "no one-shot creates the Kafka topics (kafka-topics.sh --create) "
                                             "with paycore's partition counts and retention")]
     problems: list[Problem] = []
-    relays = [s for s in services.values() if s.runs("run", "dispatcher")]
-    for relay in relays:
-        try:
-            settings = load_settings(relay.env, require_account=False)
-        except ConfigError:
+    for svc in services.values():
+        if not any(svc.runs("run", worker) for worker in TOPIC_CREATORS):
             continue
-        wanted = {settings.kafka_effects_topic: settings.kafka_effects_partitions,
-                  settings.kafka_alerts_topic: settings.kafka_alerts_partitions}
-        for topic, partitions in wanted.items():
-            if topic not in created:
-                problems.append(Problem(relay.name, "kafka-topics", f"topic {topic} is not created"))
-            elif created[topic][0] != partitions:
-                problems.append(Problem(relay.name, "kafka-topics",
-                                        f"{topic} is created with {created[topic][0]} partitions, "
-                                        f"the dispatcher's settings say {partitions}"))
-        kept_ms = created.get(settings.kafka_effects_topic, (None, None))[1]
+        try:
+            settings = load_settings(svc.env, require_account=False)
+            ks = kafka_settings(settings)
+        except ConfigError:
+            continue  # reported by check_settings
+        if ks.replication_factor > brokers:
+            problems.append(Problem(svc.name, "kafka-topics",
+                                    f"PAYCORE_KAFKA_REPLICATION_FACTOR is {ks.replication_factor} with "
+                                    f"{brokers} broker(s): the topics it would create cannot be"))
+        for wanted in new_topics(ks):
+            got = created.get(wanted.name)
+            if got is None:
+                problems.append(Problem(svc.name, "kafka-topics", f"topic {wanted.name} is not created"))
+                continue
+            differs = [f"{what} {mine} (settings: {theirs})" for what, mine, theirs in (
+                ("partitions", got.partitions, wanted.num_partitions),
+                ("replication factor", got.replication_factor, wanted.replication_factor),
+                *((key, got.configs.get(key), value) for key, value in wanted.topic_configs.items()),
+            ) if str(mine) != str(theirs)]
+            if differs:
+                problems.append(Problem(svc.name, "kafka-topics",
+                                        f"{wanted.name} is created with {', '.join(differs)}"))
+        kept = _int(created.get(ks.effects_topic, CreatedTopic(None, None, {})).configs.get("retention.ms"))
         horizon_ms = settings.outbox_retention_s * 1000
-        if kept_ms is not None and 0 <= kept_ms < horizon_ms:  # -1: kept forever
-            problems.append(Problem(relay.name, "kafka-topics",
-                                    f"{settings.kafka_effects_topic} keeps {kept_ms} ms, less than the "
-                                    f"outbox's replay horizon ({horizon_ms:.0f} ms)"))
+        if kept is not None and 0 <= kept < horizon_ms:  # -1: kept forever
+            problems.append(Problem(svc.name, "kafka-topics",
+                                    f"{ks.effects_topic} keeps {kept} ms, less than the outbox's replay "
+                                    f"horizon ({horizon_ms:.0f} ms, PAYCORE_OUTBOX_RETENTION_S)"))
     return problems
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text is not None and text.lstrip("-").isdigit() else None
 
 
 def _option(words: list[str], name: str) -> str | None:
