@@ -24,7 +24,7 @@ log = logging.getLogger("paycore.cli")
 # App factories by import path, resolved only when the service is started.
 APP_FACTORIES = {
     "checkout": "paycore_checkout.app:create_app_from_env",
-    "sandbox": "paycore.cli:sandbox_app",
+    "sandbox": "paycore_cli.sandbox:sandbox_app",
     "webhooks": "paycore_webhooks.app:create_app_from_env",
 }
 

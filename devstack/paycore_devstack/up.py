@@ -30,6 +30,7 @@ from paycore_cli.database import migrate_database, preflight_accounts
 from paycore_cli.sandbox import SANDBOX_ACCOUNT, SANDBOX_ENVIRONMENT
 
 log = logging.getLogger("paycore.cli")
+
 READY_WITHIN_S = 60.0
 # What "ready" means for each service: the sandbox answers anything; the others /healthz.
 READINESS = {"sandbox": ("/", True), "checkout": ("/healthz", False), "webhooks": ("/healthz", False),
