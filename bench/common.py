@@ -41,7 +41,7 @@ def service(name: str, port: int, env: dict[str, str]) -> contextlib.AbstractCon
 def paycore_process(args: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
     """``paycore ARGS`` as a child process (quiet logs); terminated on exit."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "paycore.cli", *args],
+        [sys.executable, "-m", "paycore_cli", *args],
         env={**os.environ, "PAYCORE_LOG_LEVEL": "WARNING", **env},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )

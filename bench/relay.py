@@ -44,7 +44,7 @@ def broker() -> Iterator[tuple[str, bool]]:
     if configured:
         yield configured, False
         return
-    from paycore.runtime.embedded import start_tansu
+    from paycore_devstack.embedded import start_tansu
 
     with start_tansu() as b:
         yield b.bootstrap, True

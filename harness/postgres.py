@@ -47,7 +47,7 @@ async def find_server_dsn() -> str:
         return configured
     if await _reachable(LOCAL_SERVER):
         return LOCAL_SERVER
-    from paycore.runtime.embedded import start_embedded_postgres
+    from paycore_devstack.embedded import start_embedded_postgres
 
     # No server here: an embedded one, kept under .paycore/ between runs.
     server = start_embedded_postgres(Path(".paycore/test-pg"))

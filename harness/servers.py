@@ -17,7 +17,7 @@ import httpx
 import uvicorn
 
 # The library's own port picker (``paycore up`` and the chaos run use it): one way to choose a port.
-from paycore.runtime._process import free_port
+from paycore_devstack._process import free_port
 
 __all__ = ["free_port", "serve_asgi", "wait_http"]
 

@@ -26,7 +26,7 @@ RAW_READ = re.compile(r"""(?:(?:environ|env)\.get\(|environ\[|getenv\()\s*["']PA
 
 def _code() -> dict[Path, str]:
     return {p: p.read_text(encoding="utf-8")
-            for top in ("libs", "services") for p in sorted((ROOT / top).rglob("*.py"))}
+            for top in ("libs", "services", "cli", "devstack") for p in sorted((ROOT / top).rglob("*.py"))}
 
 
 def test_every_generated_table_is_up_to_date() -> None:

@@ -5,7 +5,7 @@ Usage: ``python -m tools.settings_doc [--write]`` (``make docs`` writes).
 Each document keeps its generated tables between ``<!-- settings:NAME -->`` and
 ``<!-- /settings:NAME -->``; without ``--write`` the tool prints what they should
 say. ``tests/test_settings_doc.py`` fails when a table differs from its
-declarations, and when code under libs/ or services/ names a ``PAYCORE_*``
+declarations, and when code under libs/, services/, cli/ or devstack/ names a ``PAYCORE_*``
 variable that no module listed here declares.
 """
 
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Where each component's settings are declared, and the document that lists them.
 DECLARED_IN: dict[str, tuple[str, ...]] = {
-    "README.md": ("paycore.cli", "paycore.config", "paycore.account_settings"),
+    "README.md": ("paycore_cli.common", "paycore.config", "paycore.account_settings"),
     "docs/recovery.md": ("paycore_recovery.settings",),
     "services/sandbox/README.md": ("paycore_sandbox.settings",),
 }

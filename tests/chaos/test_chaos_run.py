@@ -28,7 +28,7 @@ async def test_a_short_seeded_chaos_run_keeps_every_money_invariant(tmp_path: Pa
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAYCORE_")}
     env["PAYCORE_HOME"] = str(tmp_path / "home")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "paycore.cli", "chaos", "--orders", "60", "--clients", "6", "--kills", "1",
+        sys.executable, "-m", "paycore_cli", "chaos", "--orders", "60", "--clients", "6", "--kills", "1",
         "--fault-rate", "0.3", "--seed", str(seed), "--settle-within", "150", "--out", str(tmp_path / "runs"),
         env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     async with asyncio.timeout(600):

@@ -22,8 +22,8 @@ import orjson
 from paycore.clock import SystemClock
 from paycore.consumer import InboxConsumer
 from paycore.kafka import KafkaSettings
-from paycore.runtime.chaos import invariants
-from paycore.runtime.chaos.invariants import (
+from paycore_devstack.chaos import invariants
+from paycore_devstack.chaos.invariants import (
     AttemptFacts,
     Facts,
     OrderFacts,
@@ -31,7 +31,7 @@ from paycore.runtime.chaos.invariants import (
     fulfillment_key,
     history_gap,
 )
-from paycore.runtime.chaos.model import ChaosOptions, ClientAnswer, Endpoints, RunRecord
+from paycore_devstack.chaos.model import ChaosOptions, ClientAnswer, Endpoints, RunRecord
 from paycore_dispatcher.demo_consumers import demo_consumer
 from tests.dispatcher import conftest as broker
 from tests.dispatcher.support import kafka_publisher, relay

@@ -14,10 +14,10 @@ import pytest
 
 from harness.servers import free_port, serve_asgi
 from paycore import currencies
-from paycore.runtime.chaos import faults, load
-from paycore.runtime.chaos.load import Progress
-from paycore.runtime.chaos.model import ChaosOptions, Endpoints, RunRecord
 from paycore_checkout.app import create_app as create_checkout_app
+from paycore_devstack.chaos import faults, load
+from paycore_devstack.chaos.load import Progress
+from paycore_devstack.chaos.model import ChaosOptions, Endpoints, RunRecord
 from paycore_sandbox.app import create_app as create_sandbox_app
 from paycore_sandbox.settings import SandboxSettings
 from paycore_webhooks.app import create_app as create_webhooks_app

@@ -7,8 +7,8 @@ import re
 import struct
 from pathlib import Path
 
-from paycore.runtime.chaos import report
-from paycore.runtime.chaos.model import (
+from paycore_devstack.chaos import report
+from paycore_devstack.chaos.model import (
     ChaosOptions,
     ClientAnswer,
     Incident,

@@ -19,10 +19,10 @@ import jwt
 import psutil
 import pytest
 
-from paycore.runtime.chaos import kills
-from paycore.runtime.chaos.load import Progress
-from paycore.runtime.chaos.model import ChaosOptions, Endpoints, RunRecord
-from paycore.runtime.chaos.stack import CHAOS_ENV, ChaosStack, ChaosStackError
+from paycore_devstack.chaos import kills
+from paycore_devstack.chaos.load import Progress
+from paycore_devstack.chaos.model import ChaosOptions, Endpoints, RunRecord
+from paycore_devstack.chaos.stack import CHAOS_ENV, ChaosStack, ChaosStackError
 from tests.support.stack import eventually
 from tests.support.up import wait_gone
 

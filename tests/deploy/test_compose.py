@@ -208,7 +208,7 @@ def test_a_dashboard_charting_an_undefined_metric_is_reported(tmp_path: Path) ->
 def test_the_sandbox_binds_a_container_network_only_when_told(monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """`--allow-network` passes the loopback guard (then a bad setting stops it before it binds)."""
-    from paycore.cli import main
+    from paycore_cli.main import main
 
     assert main(["serve", "sandbox", "--host", "0.0.0.0"]) == 2
     assert "--allow-network" in capsys.readouterr().err

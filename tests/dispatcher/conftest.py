@@ -26,7 +26,7 @@ def kafka_bootstrap() -> Iterator[tuple[str, bool]]:
     if configured:
         yield configured, False
         return
-    from paycore.runtime.embedded import start_tansu
+    from paycore_devstack.embedded import start_tansu
 
     broker = start_tansu()
     try:

@@ -16,9 +16,9 @@ import pytest
 
 from harness.servers import free_port
 from paycore import outbox, outbox_admin
-from paycore.cli import main
 from paycore.clock import FakeClock
 from paycore.kafka import KafkaSettings
+from paycore_cli.main import main
 
 from .support import effects, kafka_publisher, outbox_row, queue_bare, relay
 
@@ -52,7 +52,7 @@ async def test_paycore_run_dispatcher_publishes_serves_metrics_and_stops_cleanly
         await queue_bare(pool, clock, key, effect)
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "paycore.cli", "run", "dispatcher", "--relays", "2",
+        sys.executable, "-m", "paycore_cli", "run", "dispatcher", "--relays", "2",
         "--metrics-port", str(port),
         env=worker_env(db_dsn, ks), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )

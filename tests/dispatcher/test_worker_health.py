@@ -155,7 +155,7 @@ async def test_paycore_run_worker_serves_healthz_and_its_metrics_on_the_given_ho
     env["PAYCORE_ALERT_WEBHOOK_URL"] = NOWHERE
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "paycore.cli", "run", *argv, "--metrics-host", "127.0.0.1",
+        sys.executable, "-m", "paycore_cli", "run", *argv, "--metrics-host", "127.0.0.1",
         "--metrics-port", str(port), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"

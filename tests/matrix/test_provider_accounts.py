@@ -74,7 +74,7 @@ async def test_a_recovery_worker_configured_differently_refuses_to_start_with_a_
            "PAYCORE_CARDCO_ACCOUNT": "acct_store", "PAYCORE_CARDCO_ENVIRONMENT": "test",
            "PAYCORE_CARDCO_API_KEY": "sk_test_acct_store_local", "PAYCORE_CARDCO_KEY_RETENTION_S": "7200"}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "paycore.cli", "run", "recovery", env=env,
+        sys.executable, "-m", "paycore_cli", "run", "recovery", env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     async with asyncio.timeout(60):
         _, stderr = await proc.communicate()

@@ -1,6 +1,6 @@
 """``paycore up`` as a real child process, on free ports, for the start/stop tests.
 
-Every service ``up`` starts gets a free port (derived from :data:`paycore.cli.UP_SERVICES`,
+Every service ``up`` starts gets a free port (derived from :data:`paycore_cli.common.UP_SERVICES`,
 so a new service cannot be forgotten and fall back to its fixed default). Its stdout
 is a pipe read continuously by a task (a full pipe would stall the supervisor) and
 can be closed on purpose; its stderr goes to a file quoted on failure.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import psutil
 
-from paycore.cli import UP_SERVICES
-from paycore.runtime._process import free_port
+from paycore_cli.common import UP_SERVICES
+from paycore_devstack._process import free_port
 
 BANNER_END = "paycore token"  # the banner's last line: everything is up
 
@@ -117,7 +117,7 @@ class UpProcess:
 
 async def _start(cwd: Path, env: Mapping[str, str], stderr_path: Path) -> UpProcess:
     ports = {name: free_port() for name in UP_SERVICES}
-    argv = [sys.executable, "-m", "paycore.cli", "up"]
+    argv = [sys.executable, "-m", "paycore_cli", "up"]
     for name, port in ports.items():
         argv += [f"--{name}-port", str(port)]
     read_fd, write_fd = os.pipe()

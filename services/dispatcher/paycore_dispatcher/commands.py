@@ -1,4 +1,4 @@
-"""What ``paycore run dispatcher|alerts|consumer NAME`` runs (called from paycore.cli).
+"""What ``paycore run dispatcher|alerts|consumer NAME`` runs (called from paycore_cli.serve).
 
 Each worker validates its settings, installs SIGTERM/Ctrl-C handlers that set a
 stop event, and returns 0 after a clean shutdown (the current pass or message

@@ -31,7 +31,7 @@ from types import ModuleType, TracebackType
 from typing import IO, Any, Self
 from urllib.parse import quote
 
-from paycore.runtime._process import accepts_connections, die_with_parent_preexec, free_port
+from paycore_devstack._process import accepts_connections, die_with_parent_preexec, free_port
 
 log = logging.getLogger("paycore.runtime")
 
@@ -150,7 +150,7 @@ GUARD_LOG = "pg-guard.log"
 
 
 class _Guard:
-    """The owner's end of the guard's pipe (see ``paycore.runtime._pg_guard``)."""
+    """The owner's end of the guard's pipe (see ``paycore_devstack._pg_guard``)."""
 
     def __init__(self, process: subprocess.Popen[bytes], pipe: int) -> None:
         self._process = process
@@ -177,7 +177,7 @@ def _start_guard(data_dir: Path) -> _Guard | None:
     try:
         with open(data_dir.parent / GUARD_LOG, "ab") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "paycore.runtime._pg_guard", str(data_dir)],
+                [sys.executable, "-m", "paycore_devstack._pg_guard", str(data_dir)],
                 stdin=read_end, stdout=out, stderr=out, start_new_session=True,
             )
     except OSError as exc:

@@ -1,7 +1,7 @@
 """Guard of an embedded PostgreSQL: stops it once its owner has gone, however it went.
 
-``python -m paycore.runtime._pg_guard DATA_DIR``, started by
-:func:`paycore.runtime.embedded.start_embedded_postgres` before the server, in a
+``python -m paycore_devstack._pg_guard DATA_DIR``, started by
+:func:`paycore_devstack.embedded.start_embedded_postgres` before the server, in a
 session of its own, with stdin the read end of a pipe only the owner can write
 to. The kernel closes the owner's end when the owner exits -- SIGKILL included --
 so EOF on stdin means "the owner is gone or done". The guard then stops the
@@ -22,7 +22,7 @@ import signal
 import sys
 from pathlib import Path
 
-from paycore.runtime.embedded import stop_unheld_server
+from paycore_devstack.embedded import stop_unheld_server
 
 log = logging.getLogger("paycore.runtime.guard")
 
@@ -30,7 +30,7 @@ log = logging.getLogger("paycore.runtime.guard")
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m paycore.runtime._pg_guard DATA_DIR", file=sys.stderr)
+        print("usage: python -m paycore_devstack._pg_guard DATA_DIR", file=sys.stderr)
         return 2
     data_dir = Path(args[0])
     # The owner's terminal is the owner's business: only EOF ends the wait.

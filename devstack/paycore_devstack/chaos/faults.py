@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from paycore.runtime.chaos.model import ChaosOptions, Endpoints, RunRecord
+from paycore_devstack.chaos.model import ChaosOptions, Endpoints, RunRecord
 
 log = logging.getLogger("paycore.chaos.faults")
 

@@ -51,17 +51,17 @@ import asyncpg
 import httpx
 import orjson
 
-from paycore.cli import (
-    LOOPBACK,
+from paycore_cli.common import LOOPBACK
+from paycore_cli.sandbox import (
     SANDBOX_ACCOUNT,
     SANDBOX_API_KEY,
     SANDBOX_ENVIRONMENT,
     WEBHOOK_PATH,
-    _sandbox_webhook_secret,
+    sandbox_webhook_secret,
 )
-from paycore.runtime._process import die_with_parent_preexec, free_port, port_is_free
-from paycore.runtime.chaos.model import ChaosOptions, Endpoints, RunRecord
-from paycore.runtime.embedded import (
+from paycore_devstack._process import die_with_parent_preexec, free_port, port_is_free
+from paycore_devstack.chaos.model import ChaosOptions, Endpoints, RunRecord
+from paycore_devstack.embedded import (
     EmbeddedPostgres,
     TansuBroker,
     _embedded_postgres,
@@ -232,7 +232,7 @@ class ChaosStack:
         urls = [f"http://{LOOPBACK}:{p}" for p in ports]
         sandbox_url, checkout_1, checkout_2, intake_url, recovery_1, recovery_2, dispatcher = urls
         jwt_secret = secrets.token_urlsafe(36)  # 48 characters; HS256 wants >= 32
-        webhook_secret = _sandbox_webhook_secret()
+        webhook_secret = sandbox_webhook_secret()
         sandbox_config = self.run_dir / "sandbox.json"
         sandbox_config.write_bytes(orjson.dumps(CHAOS_SANDBOX_CONFIG))
         self._env = self._child_env({
@@ -256,7 +256,7 @@ class ChaosStack:
             webhook_secret=webhook_secret, kafka_bootstrap=self._broker.bootstrap,
         )
 
-        cli = [sys.executable, "-m", "paycore.cli"]
+        cli = [sys.executable, "-m", "paycore_cli"]
 
         def serve(name: str, what: str, url: str, *, kind: str, path: str = "/healthz",
                   any_status: bool = False) -> _Service:

@@ -20,9 +20,9 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from paycore.runtime.chaos.load import Progress
-from paycore.runtime.chaos.model import ChaosOptions, RunRecord
-from paycore.runtime.chaos.stack import ChaosStack
+from paycore_devstack.chaos.load import Progress
+from paycore_devstack.chaos.model import ChaosOptions, RunRecord
+from paycore_devstack.chaos.stack import ChaosStack
 
 log = logging.getLogger("paycore.chaos")
 

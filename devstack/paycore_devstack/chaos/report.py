@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from paycore.runtime.chaos.model import Incident, RunRecord, Sample
+from paycore_devstack.chaos.model import Incident, RunRecord, Sample
 
 TABLE_FILE = "chaos-table.txt"
 JSON_FILE = "chaos-report.json"

@@ -19,9 +19,9 @@ import asyncio
 import contextlib
 import logging
 
-from paycore.runtime.chaos import faults, invariants, kills, load, report
-from paycore.runtime.chaos.model import ChaosOptions, RunRecord
-from paycore.runtime.chaos.stack import ChaosStack
+from paycore_devstack.chaos import faults, invariants, kills, load, report
+from paycore_devstack.chaos.model import ChaosOptions, RunRecord
+from paycore_devstack.chaos.stack import ChaosStack
 
 log = logging.getLogger("paycore.chaos")
 

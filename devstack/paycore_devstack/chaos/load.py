@@ -46,8 +46,8 @@ import jwt
 import orjson
 
 from paycore import currencies
-from paycore.runtime.chaos.model import ChaosOptions, ClientAnswer, Endpoints, OrderPlan, RunRecord
 from paycore.webhook_signatures import signed_headers
+from paycore_devstack.chaos.model import ChaosOptions, ClientAnswer, Endpoints, OrderPlan, RunRecord
 
 log = logging.getLogger("paycore.chaos.load")
 

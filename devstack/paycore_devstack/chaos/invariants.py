@@ -33,7 +33,7 @@ from paycore import kafka
 from paycore.db import DATABASE_ERRORS
 from paycore.domain import AttemptState, can_transition
 from paycore.kafka import KafkaSettings
-from paycore.runtime.chaos.model import (
+from paycore_devstack.chaos.model import (
     ChaosOptions,
     ClientAnswer,
     Endpoints,

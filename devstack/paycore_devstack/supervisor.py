@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self, TextIO
 
-from paycore.runtime._process import die_with_parent_preexec
+from paycore_devstack._process import die_with_parent_preexec
 
 log = logging.getLogger("paycore.runtime")
 

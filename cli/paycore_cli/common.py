@@ -1,0 +1,145 @@
+"""What every ``paycore`` command shares: its settings, errors, local state, logging and signals."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import signal
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import FrameType
+from typing import Literal, overload
+from urllib.parse import urlsplit, urlunsplit
+
+from paycore.config import ConfigError
+from paycore.settings_spec import Choice, FilePath, Group
+
+log = logging.getLogger("paycore.cli")
+
+LOOPBACK = "127.0.0.1"
+STATE_DIR = ".paycore"
+# What `paycore up` starts, in order; its help, ports and readiness checks follow this.
+UP_SERVICES = {
+    "sandbox": "the Cardco provider sandbox",
+    "checkout": "the checkout API",
+    "webhooks": "the Cardco webhook intake, when a webhook secret is configured",
+    "recovery": "the recovery worker",
+    "dispatcher": "the outbox dispatcher to Kafka",
+}
+DEFAULT_PORTS = {"checkout": 8000, "sandbox": 8100, "webhooks": 8200, "recovery": 8300, "dispatcher": 8400}
+# The services whose port serves only their metrics.
+WORKERS = frozenset({"recovery", "dispatcher"})
+
+JWT_SECRET_FILE = "jwt_secret"
+JWT_SECRET_LENGTH = 48
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+
+
+COMMANDS = Group("every `paycore` command")
+HOME = COMMANDS.declare(
+    "PAYCORE_HOME", FilePath(), None,
+    "local state: the generated JWT secret, embedded PostgreSQL's data, the broker log",
+    shown_default="the nearest `.paycore/` of the current directory or its parents")
+LOG_LEVEL = COMMANDS.declare(
+    "PAYCORE_LOG_LEVEL",
+    Choice(("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "WARN", "FATAL"), case="upper"), "INFO",
+    "the log level of every process `paycore` starts")
+
+
+class CommandError(Exception):
+    """A command cannot proceed; printed as ``paycore: <message>``, exits with ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@overload
+def paycore_home(env: Mapping[str, str] | None = None, *, create: Literal[True]) -> Path: ...
+@overload
+def paycore_home(env: Mapping[str, str] | None = None, *, create: bool = False) -> Path | None: ...
+def paycore_home(env: Mapping[str, str] | None = None, *, create: bool = False) -> Path | None:
+    """The project's local state directory, found the same way by every command.
+
+    ``PAYCORE_HOME`` if set; else the nearest ``.paycore`` directory in the
+    current directory or one of its parents (so a command run from a
+    subdirectory finds what ``make run`` made at the top); else ``None`` -- or,
+    with ``create``, a new ``.paycore`` in the current directory. With
+    ``create`` the directory exists on return.
+    """
+    configured = HOME.get(os.environ if env is None else env)
+    cwd = Path.cwd()
+    home = configured.absolute() if configured is not None else next(
+        (d / STATE_DIR for d in (cwd, *cwd.parents) if (d / STATE_DIR).is_dir()), None)
+    if home is None and create:
+        home = cwd / STATE_DIR
+    if home is not None and create:
+        home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` without its password, for printing."""
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def local_jwt_secret(home: Path, *, create: bool) -> str | None:
+    """The development JWT secret kept in ``<home>/jwt_secret`` (mode 0600).
+
+    With ``create``, a random 48-character secret is generated the first time,
+    so tokens stay valid between runs.
+    """
+    path = home / JWT_SECRET_FILE
+    if create and not path.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        secret = secrets.token_urlsafe(36)[:JWT_SECRET_LENGTH]
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # created concurrently; read it below
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(secret + "\n")
+            log.info("generated a local JWT secret in %s", path)
+    try:
+        value = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    if len(value) < 32:
+        raise ConfigError("PAYCORE_JWT_SECRET",
+                          f"{path} holds fewer than 32 characters; delete it to regenerate")
+    return value
+
+
+def _log_level(env: Mapping[str, str]) -> int:
+    return logging.getLevelNamesMapping()[LOG_LEVEL.read(env)]
+
+
+def configure_logging(env: Mapping[str, str] | None = None) -> int:
+    level = _log_level(os.environ if env is None else env)
+    logging.basicConfig(level=level, format=LOG_FORMAT, datefmt="%H:%M:%S")
+    logging.getLogger().setLevel(level)
+    return level
+
+
+@contextlib.contextmanager
+def sigterm_raises_interrupt() -> Iterator[None]:
+    """Outside the event loop, SIGTERM unwinds like Ctrl-C so cleanup still runs."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,38 @@
+"""The ``paycore`` entry point: parse, run the command's handler, turn its errors into exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from paycore.config import ConfigError
+from paycore_cli.common import CommandError, configure_logging
+from paycore_cli.development import is_embedded_error
+from paycore_cli.parser import build_parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        configure_logging()
+        return handler(args)
+    except ConfigError as exc:
+        print(f"paycore: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except CommandError as exc:
+        print(f"paycore: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("paycore: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if is_embedded_error(exc):
+            print(f"paycore: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,185 @@
+"""The operator commands: ``escalations``, ``outbox``, ``notifications``, ``accounts`` and ``actions``.
+
+Each runs on a small pool over PAYCORE_DATABASE_URL and prints what it recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from paycore.config import ConfigError, load_settings
+from paycore_cli.common import CommandError
+
+T = TypeVar("T")
+
+
+def _with_operator_pool(action: Callable[[Any, Any], Awaitable[T]]) -> tuple[Any, T]:
+    """Run an operator ``action(settings, pool)`` on a small pool over PAYCORE_DATABASE_URL."""
+    from paycore.db import create_pool
+
+    settings = load_settings(require_account=False)
+    if settings.database_url is None:
+        raise ConfigError("PAYCORE_DATABASE_URL", "is required")
+
+    async def run() -> T:
+        pool = await create_pool(settings.database_url or "", max_size=2)
+        try:
+            return await action(settings, pool)
+        finally:
+            await pool.close()
+
+    return settings, asyncio.run(run())
+
+
+def cmd_outbox(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from paycore import outbox_admin
+    from paycore.clock import SystemClock
+    from paycore.operator_actions import InvalidOperatorAction, describe
+
+    async def act(settings: Any, pool: Any) -> str:
+        now = SystemClock().now()
+        if args.outbox_command == "purge":
+            older = args.older_than if args.older_than is not None else settings.outbox_retention_s
+            r = await outbox_admin.purge_dispatched(pool, now=now, older_than=timedelta(seconds=older))
+            return f"deleted {r.deleted} dispatched rows; kept {r.archived} dedup keys"
+        action = outbox_admin.requeue if args.outbox_command == "requeue" else outbox_admin.skip
+        done = await action(pool, args.message_id, operator=args.operator, reason=args.reason, now=now)
+        return "\n".join([*describe(done.recorded),
+                          f"outbox message {done.message_id}: {done.action} done; resolved escalations "
+                          f"{done.resolved_escalations or 'none'}"])
+
+    try:
+        _, message = _with_operator_pool(act)
+    except outbox_admin.OutboxActionRefused as exc:
+        raise CommandError(str(exc), code=1) from None
+    except InvalidOperatorAction as exc:
+        raise CommandError(str(exc), code=2) from None
+    print(message)
+    return 0
+
+
+def cmd_escalations(args: argparse.Namespace) -> int:
+    from paycore import escalations
+    from paycore.clock import SystemClock
+    from paycore.operator_actions import InvalidOperatorAction, OperatorAction, describe
+
+    async def act(settings: Any, pool: Any) -> OperatorAction:
+        now = SystemClock().now()
+        if args.escalation_command == "ack":
+            return await escalations.acknowledge(pool, args.escalation_id, operator=args.operator,
+                                                 reason=args.reason, now=now,
+                                                 reminder_interval=settings.reminder_ack_interval)
+        return await escalations.resolve(pool, args.escalation_id, operator=args.operator,
+                                         reason=args.reason, now=now)
+
+    try:
+        _, recorded = _with_operator_pool(act)
+    except escalations.EscalationActionRefused as exc:
+        raise CommandError(str(exc), code=1) from None
+    except InvalidOperatorAction as exc:
+        raise CommandError(str(exc), code=2) from None
+    print("\n".join(describe(recorded)))
+    print(f"escalation {args.escalation_id}: {args.escalation_command} done")
+    return 0
+
+
+def cmd_notifications_attach(args: argparse.Namespace) -> int:
+    import uuid
+
+    from paycore.clock import SystemClock
+    from paycore.notifications import Attached, AttachRefused, attach_notification
+    from paycore.operator_actions import InvalidOperatorAction, describe
+
+    try:
+        attempt_id = uuid.UUID(args.attempt_id)
+    except ValueError:
+        raise CommandError(f"{args.attempt_id!r} is not an attempt id (a UUID)", code=2) from None
+
+    async def attach(settings: Any, pool: Any) -> Attached:
+        return await attach_notification(pool, event_id=args.event_id, attempt_id=attempt_id,
+                                         operator=args.operator, reason=args.reason, now=SystemClock().now(),
+                                         reminder_interval=settings.reminder_interval,
+                                         recheck_after_s=settings.recheck_after_s)
+
+    try:
+        _, done = _with_operator_pool(attach)
+    except (AttachRefused, LookupError) as exc:
+        raise CommandError(str(exc), code=1) from None
+    except InvalidOperatorAction as exc:
+        raise CommandError(str(exc), code=2) from None
+    print("\n".join(describe(done.recorded)))
+    print(f"attached notification {args.event_id} to attempt {attempt_id}: now {done.attempt.state.value}")
+    return 0
+
+
+def cmd_actions(args: argparse.Namespace) -> int:
+    import json
+    import uuid
+
+    from paycore.operator_actions import OperatorAction, list_actions, table
+
+    attempt_id = None
+    if args.attempt is not None:
+        try:
+            attempt_id = uuid.UUID(args.attempt)
+        except ValueError:
+            raise CommandError(f"{args.attempt!r} is not an attempt id (a UUID)", code=2) from None
+
+    async def fetch(settings: Any, pool: Any) -> list[OperatorAction]:
+        return await list_actions(pool, attempt_id=attempt_id, escalation_id=args.escalation,
+                                  operator=args.operator, limit=args.limit)
+
+    _, found = _with_operator_pool(fetch)
+    if args.json:
+        print(json.dumps([a.as_json() for a in found], indent=2, ensure_ascii=False))
+    elif not found:
+        print("no operator actions match")
+    else:
+        print("\n".join(table(found)))
+    return 0
+
+
+def cmd_accounts(args: argparse.Namespace) -> int:
+    from paycore import accounts
+    from paycore.clock import SystemClock
+    from paycore.operator_actions import InvalidOperatorAction, OperatorAction, describe
+
+    if args.accounts_command == "list":
+        async def registered(settings: Any, pool: Any) -> list[Any]:
+            rows: list[Any] = await pool.fetch(accounts.SELECT_REGISTERED)
+            return rows
+
+        _, rows = _with_operator_pool(registered)
+        for row in rows:
+            print(f"{row['provider_account']}  {row['base_url']}  api {row['api_version']}  "
+                  f"key retention {row['key_retention']}  margin {row['escalation_margin']}  "
+                  f"lookups {row['lookup_rate_per_s']}/s  updated {row['updated_at'].isoformat()}")
+        if not rows:
+            print("no provider account is registered yet")
+        return 0
+
+    configured = load_settings()  # the configuration to apply: PAYCORE_CARDCO_* and PAYCORE_ACCOUNTS_FILE
+    chosen = [a for a in configured.accounts if args.account in (None, a.provider_account)]
+    if not chosen:
+        raise CommandError(f"{args.account} is not a configured provider account", code=2)
+
+    async def apply(settings: Any, pool: Any) -> list[OperatorAction | None]:
+        now = SystemClock().now()
+        return [await accounts.apply_configuration(pool, acct, operator=args.operator, reason=args.reason,
+                                                   now=now) for acct in chosen]
+
+    try:
+        _, done = _with_operator_pool(apply)
+    except InvalidOperatorAction as exc:
+        raise CommandError(str(exc), code=2) from None
+    for acct, recorded in zip(chosen, done, strict=True):
+        if recorded is None:
+            print(f"{acct.provider_account}: already registered with these settings; nothing recorded")
+        else:
+            print("\n".join(describe(recorded)))
+    return 0

@@ -1,0 +1,253 @@
+"""The ``paycore`` command's arguments, help texts and handlers."""
+
+from __future__ import annotations
+
+import argparse
+
+from paycore_cli.arguments import duration, fraction, operator_handle, port_number, positive_int
+from paycore_cli.common import DEFAULT_PORTS, LOOPBACK, UP_SERVICES, WORKERS
+from paycore_cli.development import cmd_chaos, cmd_up
+from paycore_cli.operator_commands import (
+    cmd_accounts,
+    cmd_actions,
+    cmd_escalations,
+    cmd_notifications_attach,
+    cmd_outbox,
+)
+from paycore_cli.serve import cmd_migrate, cmd_run, cmd_serve
+from paycore_cli.tokens import cmd_token
+
+
+def _metrics_flags(worker: argparse.ArgumentParser) -> None:
+    worker.add_argument("--metrics-port", type=port_number, default=None,
+                        help="serve /metrics and /healthz (the loop's liveness) on --metrics-host:PORT")
+    worker.add_argument("--metrics-host", default=LOOPBACK, help="metrics address (default %(default)s)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="paycore",
+        description="Start and operate paycore. Settings come from PAYCORE_* environment variables; "
+                    "local state lives in PAYCORE_HOME, else in the nearest .paycore/ of the current "
+                    "directory or its parents.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    started = "; ".join(f"{name} ({text})" for name, text in UP_SERVICES.items())
+    up = commands.add_parser(
+        "up", help="start everything locally (what `make run` runs); Ctrl-C stops it",
+        description="Start embedded PostgreSQL and Tansu unless PAYCORE_DATABASE_URL / "
+                    "PAYCORE_KAFKA_BOOTSTRAP are set, apply migrations, then run these "
+                    f"{len(UP_SERVICES)} services as child processes until Ctrl-C: {started}. "
+                    "Local state (the JWT secret, embedded PostgreSQL's data) goes to PAYCORE_HOME, "
+                    "else the nearest .paycore/ of this directory or its parents, else a new "
+                    ".paycore/ here. Should up be killed, a guard stops the embedded PostgreSQL.",
+    )
+    for name in UP_SERVICES:
+        what = "port" if name not in WORKERS else "metrics port"
+        up.add_argument(f"--{name}-port", type=port_number, default=DEFAULT_PORTS[name],
+                        help=f"the {what} of {name} on 127.0.0.1 (default %(default)s)")
+    up.set_defaults(handler=cmd_up)
+
+    mig = commands.add_parser(
+        "migrate", help="apply database migrations",
+        description="Apply missing migrations to PAYCORE_DATABASE_URL (or to embedded PostgreSQL "
+                    "under .paycore/pg when it is unset). Safe to run concurrently and repeatedly.",
+    )
+    mig.set_defaults(handler=cmd_migrate)
+
+    serve = commands.add_parser(
+        "serve", help="run one HTTP service in the foreground",
+        description="Run one service with uvicorn. The sandbox listens on loopback only "
+                    "(unless --allow-network, for a development container network).",
+    )
+    services = serve.add_subparsers(dest="service", required=True, metavar="SERVICE")
+    for name, text in (
+        ("checkout", "the checkout API"),
+        ("sandbox", "the Cardco provider sandbox (loopback only)"),
+        ("webhooks", "the Cardco webhook intake"),
+    ):
+        sub = services.add_parser(name, help=text, description=f"Serve {text}.")
+        sub.add_argument("--host", default=LOOPBACK, help="address to bind (default %(default)s)")
+        sub.add_argument("--port", type=port_number, default=None,
+                         help=f"port to bind (default {DEFAULT_PORTS[name]})")
+        if name == "sandbox":
+            # Development only: a container network where other services reach it by name.
+            sub.add_argument("--allow-network", action="store_true",
+                             help="bind a non-loopback --host (development only: e.g. a docker compose "
+                                  "network; the sandbox accepts its built-in development keys)")
+        sub.set_defaults(handler=cmd_serve, allow_network=False)
+
+    run = commands.add_parser("run", help="run a background worker",
+                              description="Run a background worker in the foreground.")
+    workers = run.add_subparsers(dest="worker", required=True, metavar="WORKER")
+    rec = workers.add_parser(
+        "recovery", help="resolve stalled and Unknown payment attempts",
+        description="Worker: the recovery loop (leases, lookups, same-key resends inside the key "
+                    "window, escalations) and the reminder job. Any number may run at once. Timings "
+                    "come from PAYCORE_RECOVERY_* variables.",
+    )
+    _metrics_flags(rec)
+    rec.add_argument("--owner", default=None, help="this instance's name in leases (default host-pid-random)")
+    rec.set_defaults(handler=cmd_run)
+    disp = workers.add_parser(
+        "dispatcher", help="relay outbox rows to Kafka in per-attempt order",
+        description="Worker: the outbox relay (per-attempt order, backoff, dead letters and their "
+                    "escalations) and the retention job. Any number may run at once. Needs "
+                    "PAYCORE_DATABASE_URL and PAYCORE_KAFKA_BOOTSTRAP; see docs/dispatcher.md.",
+    )
+    disp.add_argument("--relays", type=positive_int, default=1, help="relay loops in this process")
+    _metrics_flags(disp)
+    disp.add_argument("--retention-every", type=float, default=3600.0, metavar="SECONDS",
+                      help="run the retention job this often (default %(default)s)")
+    disp.add_argument("--no-retention", action="store_true", help="do not run the retention job")
+    disp.set_defaults(handler=cmd_run)
+    cons = workers.add_parser(
+        "consumer", help="a demo downstream consumer of payments.effects",
+        description="Worker: a reference consumer on the consumer helper (inbox deduplication, "
+                    "offsets committed after the database transaction), writing demo_fulfillments or "
+                    "demo_emails.",
+    )
+    cons.add_argument("consumer", choices=["fulfillment", "email"])
+    cons.add_argument("--instance-id", default=None, help="static group membership id (group.instance.id)")
+    _metrics_flags(cons)
+    cons.set_defaults(handler=cmd_run)
+    alerts = workers.add_parser(
+        "alerts", help="deliver ops.alerts to PAYCORE_ALERT_WEBHOOK_URL",
+        description="Worker: deliver each operator alert once to the configured HTTP endpoint "
+                    "(PAYCORE_ALERT_FORMAT=slack or pagerduty), retrying with backoff.",
+    )
+    alerts.add_argument("--instance-id", default=None, help="static group membership id (group.instance.id)")
+    _metrics_flags(alerts)
+    alerts.set_defaults(handler=cmd_run)
+
+    token = commands.add_parser(
+        "token", help="print a local development JWT for a customer",
+        description="Print an HS256 JWT (sub, iat, exp) signed with PAYCORE_JWT_SECRET, or with the "
+                    "jwt_secret `paycore up` generated in PAYCORE_HOME or the nearest .paycore/ of "
+                    "this directory or its parents. Never generates a secret: without one it fails.",
+    )
+    token.add_argument("customer_id", metavar="CUSTOMER_ID", help="the token's subject (sub)")
+    token.add_argument("--ttl", type=positive_int, default=3600,
+                       help="lifetime in seconds (default %(default)s)")
+    token.set_defaults(handler=cmd_token)
+
+    esc = commands.add_parser(
+        "escalations", help="acknowledge or resolve an escalation episode",
+        description="Operator tools for escalation episodes. Needs PAYCORE_DATABASE_URL.")
+    esc_cmds = esc.add_subparsers(dest="escalation_command", required=True, metavar="ACTION")
+    for action, text in (("ack", "a person has seen it: reset the reminder schedule"),
+                         ("resolve", "the condition has ended: close the episode (changes no attempt)")):
+        sub = esc_cmds.add_parser(action, help=text, description=text)
+        sub.add_argument("escalation_id", type=positive_int, metavar="ESCALATION_ID")
+        sub.add_argument("--operator", required=True, type=operator_handle, metavar="NAME",
+                         help="who is acting: an operator handle (recorded in operator_actions)")
+        sub.add_argument("--reason", required=action == "resolve", default=None, metavar="TEXT",
+                         help="why (recorded)" + ("" if action == "resolve" else "; optional"))
+        sub.set_defaults(handler=cmd_escalations)
+
+    box = commands.add_parser(
+        "outbox", help="operate on dead-lettered outbox rows; retention",
+        description="Operator tools for the outbox (docs/dispatcher.md). Needs PAYCORE_DATABASE_URL.")
+    box_cmds = box.add_subparsers(dest="outbox_command", required=True, metavar="ACTION")
+    for action, text in (("requeue", "put a dead-lettered row back to pending; it is delivered before "
+                                     "the rows after it"),
+                         ("skip", "give up on a dead-lettered row so the rows after it are delivered")):
+        sub = box_cmds.add_parser(action, help=text, description=text)
+        sub.add_argument("message_id", type=positive_int, metavar="MESSAGE_ID")
+        sub.add_argument("--operator", required=True, type=operator_handle, metavar="NAME",
+                         help="who is deciding: an operator handle (recorded in operator_actions)")
+        sub.add_argument("--reason", required=True, metavar="TEXT", help="why (recorded)")
+        sub.set_defaults(handler=cmd_outbox)
+    purge = box_cmds.add_parser("purge", help="delete dispatched rows past the replay horizon, keeping "
+                                              "their dedup keys")
+    purge.add_argument("--older-than", type=float, default=None, metavar="SECONDS",
+                       help="horizon (default PAYCORE_OUTBOX_RETENTION_S)")
+    purge.set_defaults(handler=cmd_outbox)
+
+    notes = commands.add_parser("notifications", help="operate on stored provider notifications",
+                                description="Operator tools for stored provider notifications.")
+    note_cmds = notes.add_subparsers(dest="notification_command", required=True, metavar="ACTION")
+    attach = note_cmds.add_parser(
+        "attach", help="apply a stored unmatched notification to its attempt",
+        description="Authorised reconciliation: apply a stored unmatched notification (by its event id "
+                    "in payment_attempt_events) to an attempt through the normal conditional transition, "
+                    "and resolve its unmatched escalation. Needs PAYCORE_DATABASE_URL.",
+    )
+    attach.add_argument("event_id", type=positive_int, metavar="EVENT_ID")
+    attach.add_argument("attempt_id", metavar="ATTEMPT_ID")
+    attach.add_argument("--operator", required=True, type=operator_handle, metavar="NAME",
+                        help="who is attaching it: an operator handle (recorded in history and in "
+                             "operator_actions)")
+    attach.add_argument("--reason", required=True, metavar="TEXT",
+                        help="why, e.g. the corrected reference (recorded)")
+    attach.set_defaults(handler=cmd_notifications_attach)
+
+    accts = commands.add_parser(
+        "accounts", help="the registered provider-account settings every service must match",
+        description="Operator tools for provider accounts. The database's row is the one source of truth "
+                    "for an account's settings; a service configured otherwise refuses to start. "
+                    "Needs PAYCORE_DATABASE_URL.")
+    acct_cmds = accts.add_subparsers(dest="accounts_command", required=True, metavar="ACTION")
+    acct_list = acct_cmds.add_parser("list", help="the registered accounts and their settings")
+    acct_list.set_defaults(handler=cmd_accounts)
+    acct_apply = acct_cmds.add_parser(
+        "apply", help="make this configuration the registered one (recorded)",
+        description="Register, or change, each configured provider account (PAYCORE_CARDCO_*, "
+                    "PAYCORE_ACCOUNTS_FILE) to this configuration, as one recorded operator action per "
+                    "changed account. Attempts already Started keep the deadline they were stamped with; "
+                    "every service must then be restarted with the same settings.")
+    acct_apply.add_argument("--account", default=None, metavar="PROVIDER_ACCOUNT",
+                            help="only this one, e.g. cardco:acct_store:live (default: every configured one)")
+    acct_apply.add_argument("--operator", required=True, type=operator_handle, metavar="NAME",
+                            help="who is changing it (recorded)")
+    acct_apply.add_argument("--reason", required=True, metavar="TEXT", help="why (recorded)")
+    acct_apply.set_defaults(handler=cmd_accounts)
+
+    chaos = commands.add_parser(
+        "chaos", help="the whole system under load, faults, kills and a database crash; then the invariants",
+        description="Start every service on embedded PostgreSQL and the local broker, drive storefront "
+                    "clients through them while the sandbox injects faults and services and the database "
+                    "are killed and restarted, let recovery settle, and check every money invariant against "
+                    "the sandbox's ledger and the database. Prints the table and writes a JSON report and a "
+                    "PNG timeline; exits 1 if any invariant is broken. Development only (docs/chaos.md).")
+    chaos.add_argument("--orders", type=positive_int, default=2000,
+                       help="orders in all (default %(default)s)")
+    chaos.add_argument("--clients", type=positive_int, default=16,
+                       help="concurrent storefront clients (default %(default)s)")
+    chaos.add_argument("--duration", type=duration, default=None, metavar="SECONDS",
+                       help="end the load after this long even if orders remain (default: when all are done)")
+    chaos.add_argument("--fault-rate", type=fraction, default=0.3,
+                       help="share of provider requests and webhook events a fault hits "
+                            "(default %(default)s)")
+    chaos.add_argument("--kills", type=int, default=3, choices=range(0, 21), metavar="N",
+                       help="SIGKILL and restart each service kind N times (default %(default)s)")
+    chaos.add_argument("--seed", type=int, default=1, help="the plan's seed (default %(default)s)")
+    chaos.add_argument("--provider", choices=["cardco"], default="cardco", help="the provider to run against")
+    chaos.add_argument("--no-db-kill", action="store_true", help="do not kill -9 the PostgreSQL postmaster")
+    chaos.add_argument("--settle-within", type=duration, default=240.0, metavar="SECONDS",
+                       help="how long recovery may take to settle after the faults stop "
+                            "(default %(default)s)")
+    chaos.add_argument("--out", default=None, metavar="DIR",
+                       help="where runs are written (default .paycore/chaos)")
+    chaos.set_defaults(handler=cmd_chaos)
+
+    acts = commands.add_parser(
+        "actions", help="show the record of operator actions",
+        description="Operator tools: the append-only record of who did what (operator_actions). "
+                    "Needs PAYCORE_DATABASE_URL.")
+    act_cmds = acts.add_subparsers(dest="actions_command", required=True, metavar="ACTION")
+    listing = act_cmds.add_parser(
+        "list", help="recorded operator actions, newest first",
+        description="Recorded operator actions matching every given filter, newest first: id, time, "
+                    "operator, action, target, reason (--json adds the state before and after).")
+    listing.add_argument("--attempt", default=None, metavar="ATTEMPT_ID", help="actions on this attempt")
+    listing.add_argument("--escalation", type=positive_int, default=None, metavar="ESCALATION_ID",
+                         help="actions on this escalation episode")
+    listing.add_argument("--operator", type=operator_handle, default=None, metavar="NAME",
+                         help="actions by this operator")
+    listing.add_argument("--limit", type=positive_int, default=50,
+                         help="at most this many (default %(default)s)")
+    listing.add_argument("--json", action="store_true", help="print JSON for machines")
+    listing.set_defaults(handler=cmd_actions)
+    return parser

@@ -1,0 +1,135 @@
+"""``paycore migrate``, ``paycore serve SERVICE`` and ``paycore run WORKER``.
+
+Each service package is imported only by the command that runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import ipaddress
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from paycore.config import load_settings
+from paycore_cli.common import DEFAULT_PORTS, CommandError, paycore_home, redact_dsn, sigterm_raises_interrupt
+from paycore_cli.database import migrate_database, preflight_accounts
+from paycore_cli.development import devstack
+from paycore_cli.sandbox import sandbox_app, sandbox_settings
+
+log = logging.getLogger("paycore.cli")
+# App factories by import path, resolved only when the service is started.
+APP_FACTORIES = {
+    "checkout": "paycore_checkout.app:create_app_from_env",
+    "sandbox": "paycore_cli.sandbox:sandbox_app",
+    "webhooks": "paycore_webhooks.app:create_app_from_env",
+}
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _load_factory(path: str) -> Callable[[], Any]:
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise CommandError(f"cannot import {module_name}: the service package is not installed") from exc
+        raise
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise CommandError(f"{path} is not an application factory")
+    return factory  # type: ignore[no-any-return]
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    settings = load_settings(require_account=False)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(sigterm_raises_interrupt())
+        dsn = settings.database_url
+        if dsn is None:
+            # Embedded PostgreSQL is a development convenience: the production image has none.
+            embedded = devstack("embedded", "without PAYCORE_DATABASE_URL, migrate runs on embedded "
+                                            "PostgreSQL, a development feature: set it, or")
+            dsn = stack.enter_context(embedded.start_embedded_postgres(paycore_home(create=True) / "pg")).dsn
+        applied = migrate_database(dsn)
+    for version in applied:
+        print(f"applied {version}")
+    if not applied:
+        print(f"nothing to apply: {redact_dsn(dsn)} is up to date")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    name: str = args.service
+    host: str = args.host
+    port: int = args.port if args.port is not None else DEFAULT_PORTS[name]
+    if name == "sandbox" and not _is_loopback(host) and not args.allow_network:
+        raise CommandError(
+            f"serve sandbox: refusing to bind {host!r}: the sandbox accepts built-in development keys "
+            "and listens on loopback only (127.0.0.1, ::1 or localhost); --allow-network opts in to a "
+            "private development network such as docker compose's",
+            code=2,
+        )
+    # Validate every setting before importing the app: a clear error, not a traceback.
+    if name in ("checkout", "webhooks"):
+        settings = load_settings()
+        if name == "webhooks":
+            from paycore.clock import SystemClock
+            from paycore_webhooks.app import receivers_for
+
+            receivers_for(settings, SystemClock())  # opens nothing: only checks the webhook secrets
+        if settings.database_url is not None:
+            preflight_accounts(settings.database_url, settings)
+    elif name == "sandbox":
+        sandbox_settings()
+    factory = sandbox_app if name == "sandbox" else _load_factory(APP_FACTORIES[name])
+
+    import uvicorn
+
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
+    log.info("serving %s on http://%s:%d", name, host, port)
+    try:
+        uvicorn.run(
+            factory, factory=True, host=host, port=port,
+            log_config=None, log_level=level, timeout_graceful_shutdown=5,
+        )
+    except SystemExit as exc:  # uvicorn exits on start-up failures (e.g. port in use)
+        code = exc.code
+        return code if isinstance(code, int) else 1
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.worker == "recovery":
+        from paycore_recovery.main import run as run_recovery
+
+        return asyncio.run(run_recovery(metrics_host=args.metrics_host, metrics_port=args.metrics_port,
+                                        owner=args.owner))
+    if args.worker == "dispatcher":
+        from paycore_dispatcher.commands import run_dispatcher_command
+
+        return run_dispatcher_command(relays=args.relays, metrics_host=args.metrics_host,
+                                      metrics_port=args.metrics_port,
+                                      retention_every_s=None if args.no_retention else args.retention_every)
+    if args.worker == "consumer":
+        from paycore_dispatcher.commands import run_consumer_command
+
+        return run_consumer_command(args.consumer, instance_id=args.instance_id,
+                                    metrics_host=args.metrics_host, metrics_port=args.metrics_port)
+    if args.worker == "alerts":
+        from paycore_dispatcher.commands import run_alerts_command
+
+        return run_alerts_command(instance_id=args.instance_id, metrics_host=args.metrics_host,
+                                  metrics_port=args.metrics_port)
+    raise CommandError(f"unknown worker {args.worker!r}", code=2)  # argparse admits none
