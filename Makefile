@@ -9,7 +9,8 @@ TEST_WORKERS ?= 2
 PACKAGES := libs/paycore services/checkout services/sandbox services/webhooks \
             services/recovery services/dispatcher
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
-# Hashed pins, one lock per use: runtime (what the image installs) and dev (what we add).
+# Hashed pins, one lock per use: runtime (what the image installs) and dev (what we add);
+# requirements/build.lock is the image builder's setuptools (see deploy/README.md).
 LOCKS := requirements/runtime.lock requirements/dev.lock
 
 .PHONY: help venv run test test-fast lint typecheck check docs bench chaos mutate lock clean
@@ -63,9 +64,10 @@ mutate: $(STAMP)  ## break each money-guarding condition in a temp copy; its tes
 UV_COMPILE = ../$(BIN)/uv pip compile --quiet --generate-hashes --python $(PYTHON) \
 	--custom-compile-command "make lock" $(LOCK_ARGS)
 
-lock: $(STAMP)  ## derive requirements/*.in from the pyprojects (tools/lock.py), re-pin both locks with hashes
+lock: $(STAMP)  ## derive requirements/*.in from the pyprojects (tools/lock.py), re-pin the locks with hashes
 	$(PYTHON) -m tools.lock write
-	cd requirements && $(UV_COMPILE) runtime.in -o runtime.lock && $(UV_COMPILE) dev.in -o dev.lock
+	cd requirements && $(UV_COMPILE) runtime.in -o runtime.lock && $(UV_COMPILE) dev.in -o dev.lock \
+		&& $(UV_COMPILE) build.in -o build.lock
 	$(PYTHON) -m tools.lock check
 
 clean:  ## remove the virtualenv and local state

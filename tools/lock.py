@@ -8,7 +8,10 @@ Two locks, one per use, both pinned with ``--hash``:
   dependencies of the runtime packages, nothing else (no database server, broker or test tool);
 - ``requirements/dev.lock`` -- what a developer and CI add on top: the local dev stack and
   the test, lint and lock tools. ``dev.in`` starts with ``-c runtime.lock`` so a package both
-  need is pinned to the same version in both files.
+  need is pinned to the same version in both files;
+- ``requirements/build.lock`` -- the workspace packages' build backend (setuptools), which the
+  image's builder stage builds wheels with in a virtualenv of its own (``-c dev.lock``: the
+  same setuptools ``make venv`` builds the editable installs with).
 
 The ``.in`` files are generated from the pyprojects, so they cannot drift from them;
 ``tests/deploy/test_image.py`` fails when they differ, or when a name in an ``.in`` file has
@@ -55,8 +58,6 @@ DEV_TOOLS: tuple[tuple[str, str], ...] = (
     ("localstripe", "an independent Stripe fake the Stripe adapter is tested against"),
     ("standardwebhooks", "tests check our webhook signatures against the reference library"),
     ("psutil", "tests of the local stack look at its processes"),
-    ("setuptools", "make venv installs the workspace editable with --no-build-isolation"),
-    ("wheel", "as setuptools"),
     ("uv==0.13.8", "the lock tool: make lock runs `uv pip compile --generate-hashes`"),
 )
 
@@ -87,10 +88,28 @@ def workspace_names(root: Path, packages: Iterable[str]) -> set[str]:
     return {canonical(str(_project(root, p)["name"])) for p in packages}
 
 
-def _project(root: Path, package: str) -> dict[str, object]:
+def _pyproject(root: Path, package: str) -> dict[str, dict[str, object]]:
     with (root / package / "pyproject.toml").open("rb") as f:
-        project: dict[str, object] = tomllib.load(f)["project"]
-    return project
+        return tomllib.load(f)
+
+
+def _project(root: Path, package: str) -> dict[str, object]:
+    return _pyproject(root, package)["project"]
+
+
+def build_requires(root: Path, packages: Iterable[str]) -> dict[str, tuple[str, list[str]]]:
+    """The packages' build requirements: name -> (the requirement as written, who asks)."""
+    found: dict[str, tuple[str, list[str]]] = {}
+    for package in packages:
+        requires = _pyproject(root, package).get("build-system", {}).get("requires", [])
+        assert isinstance(requires, list)
+        for requirement in requires:
+            name = requirement_name(requirement)
+            spelled, sources = found.setdefault(name, (requirement.replace(" ", ""), []))
+            if spelled != requirement.replace(" ", ""):
+                raise ValueError(f"{package} asks for {requirement!r}, another package for {spelled!r}")
+            sources.append(package)
+    return found
 
 
 def declared(root: Path, packages: Iterable[str]) -> dict[str, tuple[set[str], list[str]]]:
@@ -138,16 +157,36 @@ def dev_in(root: Path = ROOT) -> str:
         dev.setdefault(name, (set(), []))[0].update(extras)
         dev[name][1].extend(f"{s} (dev only)" for s in sources)
     stack = [_line(n, e, ", ".join(s)) for n, (e, s) in sorted(dev.items())]
+    backend = [_line(spelled, set(), "make venv builds the editable installs with it (no isolation)")
+               for _, (spelled, _) in sorted(build_requires(root, RUNTIME_PACKAGES + DEV_PACKAGES).items())]
     tools = [_line(spec, set(), why) for spec, why in DEV_TOOLS]
     return (
         _HEADER
         + "# What development and CI add to runtime.lock; shared packages keep the runtime pin.\n"
         + "-c runtime.lock\n\n# The local dev stack\n"
         + "\n".join(stack)
+        + "\n\n# The workspace's build backend\n"
+        + "\n".join(backend)
         + "\n\n# Test, lint and lock tools\n"
         + "\n".join(tools)
         + "\n"
     )
+
+
+def build_in(root: Path = ROOT) -> str:
+    requires = build_requires(root, RUNTIME_PACKAGES)
+    lines = [_line(spelled, set(), ", ".join(s)) for _, (spelled, s) in sorted(requires.items())]
+    return (
+        _HEADER
+        + "# What the image's builder stage builds the runtime packages' wheels with.\n"
+        + "-c dev.lock\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+
+
+# Each .in file, rendered, in the order make lock compiles them (each constrains the next).
+IN_FILES = (("runtime", runtime_in), ("dev", dev_in), ("build", build_in))
 
 
 @dataclass(frozen=True)
@@ -181,12 +220,12 @@ def problems(root: Path = ROOT) -> list[str]:
     """Why the ``.in`` files or the locks do not match the pyprojects; empty when they do."""
     found = []
     req = root / REQUIREMENTS
-    for name, want in (("runtime.in", runtime_in(root)), ("dev.in", dev_in(root))):
-        path = req / name
-        if not path.exists() or path.read_text() != want:
-            found.append(f"{REQUIREMENTS / name} differs from the pyprojects: run `make lock`")
+    for stem, render in IN_FILES:
+        path = req / f"{stem}.in"
+        if not path.exists() or path.read_text() != render(root):
+            found.append(f"{REQUIREMENTS / path.name} differs from the pyprojects: run `make lock`")
     locks = {}
-    for stem in ("runtime", "dev"):
+    for stem, _ in IN_FILES:
         lock = req / f"{stem}.lock"
         if not lock.exists():
             found.append(f"{REQUIREMENTS / lock.name} is missing: run `make lock`")
@@ -198,10 +237,11 @@ def problems(root: Path = ROOT) -> list[str]:
         for name, pin in sorted(pins.items()):
             if not pin.hashes:
                 found.append(f"{name}=={pin.version} in {lock.name} has no --hash")
-    if len(locks) == 2:
-        for name in sorted(locks["runtime"].keys() & locks["dev"].keys()):
-            if locks["runtime"][name].version != locks["dev"][name].version:
-                found.append(f"{name} is pinned differently in runtime.lock and dev.lock")
+    for one, other in (("runtime", "dev"), ("dev", "build")):
+        if one in locks and other in locks:
+            for name in sorted(locks[one].keys() & locks[other].keys()):
+                if locks[one][name] != locks[other][name]:
+                    found.append(f"{name} is pinned differently in {one}.lock and {other}.lock")
     return found
 
 
@@ -215,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.action == "write":
         (ROOT / REQUIREMENTS).mkdir(exist_ok=True)
-        (ROOT / REQUIREMENTS / "runtime.in").write_text(runtime_in())
-        (ROOT / REQUIREMENTS / "dev.in").write_text(dev_in())
+        for stem, render in IN_FILES:
+            (ROOT / REQUIREMENTS / f"{stem}.in").write_text(render())
         return 0
     found = problems()
     for problem in found:
