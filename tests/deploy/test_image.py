@@ -281,3 +281,19 @@ def test_every_runtime_module_imports_in_the_image_venv(image_root: Path) -> Non
     done = subprocess.run([_venv_python(image_root), "-c", script], capture_output=True, text=True,
                           timeout=120, cwd=image_root, env={"PYTHONDONTWRITEBYTECODE": "1"})
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_image_venv_has_every_file_of_the_runtime_packages(image_root: Path) -> None:
+    """Migrations and py.typed too: a .dockerignore or package-data slip would leave them behind."""
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    purelib = subprocess.run([_venv_python(image_root), "-c", where],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    missing = []
+    for package in RUNTIME_PACKAGES:
+        for top in (d for d in (ROOT / package).iterdir() if (d / "__init__.py").is_file()):
+            for path in top.rglob("*"):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    relative = path.relative_to(ROOT / package)
+                    if not (Path(purelib) / relative).is_file():
+                        missing.append(str(relative))
+    assert missing == []
