@@ -191,11 +191,10 @@ def _context(tmp: Path, stage: dockerfile.Stage, ignore: DockerIgnore) -> Path:
     for copy in stage.all("COPY"):
         _, sources, dest = dockerfile.copy_parts(copy.args)
         for source in sources:
-            for path in [ROOT / source] if (ROOT / source).is_file() else sorted((ROOT / source).rglob("*")):
-                relative = path.relative_to(ROOT)
-                if path.is_file() and not ignore.excludes(str(relative)):
-                    target = workdir / dest / path.relative_to(ROOT / source) if path != ROOT / source \
-                        else workdir / dest
+            top = ROOT / source
+            for path in [top] if top.is_file() else sorted(top.rglob("*")):
+                if path.is_file() and not ignore.excludes(path.relative_to(ROOT).as_posix()):
+                    target = workdir / dest / path.relative_to(top)  # a file COPY: relative_to is "."
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(path, target)
     return workdir
