@@ -8,7 +8,8 @@ here, unchanged but for where ``/opt`` and ``/wheels`` are, on a build context c
 tool, and every command a container runs must start from it.
 
 The runtime packages come from ``tools.lock.RUNTIME_PACKAGES``, the one list to change when a
-package moves.
+package moves; the Dockerfile's COPY and ``pip wheel`` lines must then follow, and
+``test_the_dockerfile_keeps_the_image_rules`` says so until they do.
 """
 
 from __future__ import annotations
