@@ -52,6 +52,7 @@ COMMANDS = (
     ("run", "consumer"),
     ("run", "alerts"),
     ("migrate",),
+    ("health",),  # the HEALTHCHECK
 )
 
 
