@@ -13,13 +13,7 @@ import os
 import urllib.error
 import urllib.request
 
-from paycore.settings_spec import Count
-from paycore_cli.common import COMMANDS, LOOPBACK, CommandError
-
-HEALTH_PORT = COMMANDS.declare(
-    "PAYCORE_HEALTH_PORT", Count(maximum=65_535), 8000,
-    "the port `paycore health` probes on 127.0.0.1 (/healthz): the service's own, or a worker's "
-    "`--metrics-port`")
+from paycore_cli.common import HEALTH_PORT, LOOPBACK, CommandError
 
 
 def health_url(port: int) -> str:
