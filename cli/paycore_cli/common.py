@@ -14,7 +14,7 @@ from typing import Literal, overload
 from urllib.parse import urlsplit, urlunsplit
 
 from paycore.config import ConfigError
-from paycore.settings_spec import Choice, FilePath, Group
+from paycore.settings_spec import Choice, Count, FilePath, Group
 
 log = logging.getLogger("paycore.cli")
 
@@ -46,6 +46,10 @@ LOG_LEVEL = COMMANDS.declare(
     "PAYCORE_LOG_LEVEL",
     Choice(("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "WARN", "FATAL"), case="upper"), "INFO",
     "the log level of every process `paycore` starts")
+HEALTH_PORT = COMMANDS.declare(
+    "PAYCORE_HEALTH_PORT", Count(maximum=65_535), 8000,
+    "the port `paycore health` probes on 127.0.0.1 (/healthz): the service's own, or a worker's "
+    "`--metrics-port`")
 
 
 class CommandError(Exception):

@@ -7,6 +7,7 @@ import argparse
 from paycore_cli.arguments import duration, fraction, operator_handle, port_number, positive_int
 from paycore_cli.common import DEFAULT_PORTS, LOOPBACK, UP_SERVICES, WORKERS
 from paycore_cli.development import cmd_chaos, cmd_up
+from paycore_cli.health import cmd_health
 from paycore_cli.operator_commands import (
     cmd_accounts,
     cmd_actions,
@@ -120,6 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
     alerts.add_argument("--instance-id", default=None, help="static group membership id (group.instance.id)")
     _metrics_flags(alerts)
     alerts.set_defaults(handler=cmd_run)
+
+    health = commands.add_parser(
+        "health", help="probe this container's service: exit 0 when its /healthz answers 200",
+        description="The container health check (the image's HEALTHCHECK): GET "
+                    "http://127.0.0.1:$PAYCORE_HEALTH_PORT/healthz (default port 8000) and exit 0 on 200, "
+                    "1 otherwise, with the reason on stderr.")
+    health.add_argument("--url", default=None, help="probe this URL instead")
+    health.add_argument("--timeout", type=duration, default=3.0, metavar="SECONDS",
+                        help="give up after this long (default %(default)s)")
+    health.set_defaults(handler=cmd_health)
 
     token = commands.add_parser(
         "token", help="print a local development JWT for a customer",

@@ -88,7 +88,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             from paycore.clock import SystemClock
             from paycore_webhooks.app import receivers_for
 
-            receivers_for(settings, SystemClock())  # opens nothing: only checks the webhook secrets
+            try:  # opens nothing: only checks the webhook secrets
+                receivers_for(settings, SystemClock())
+            except ValueError as exc:  # a secret of the wrong form: a configuration error, not a traceback
+                raise CommandError(f"configuration error: {exc}", code=2) from None
         if settings.database_url is not None:
             preflight_accounts(settings.database_url, settings)
     elif name == "sandbox":

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.deploy_check.compose import Problem, check_compose, parses
+from tools.deploy_check.compose import Problem, check_compose
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -61,22 +61,8 @@ def test_the_old_file_shows_each_defect(before: list[Problem], defect: str, serv
         f"{defect}: not reported; got\n" + "\n".join(map(str, before))
 
 
-# Until `paycore health` (the healthchecks' probe) is merged, the new file names a command today's
-# parser lacks; strict: once it exists, this must pass.
-PENDING = not parses(["health"])
-
-
-@pytest.mark.xfail(PENDING, strict=True, reason="needs `paycore health`")
 def test_the_new_file_has_no_problems() -> None:
     assert [str(p) for p in check_compose(COMPOSE, ENV_EXAMPLE)] == []
-
-
-def test_the_new_file_has_no_problems_but_the_pending_commands() -> None:
-    """Whatever today's parser lacks aside, nothing is wrong (runs green before and after the merge)."""
-    pending = ("`paycore health`",)
-    rest = [str(p) for p in check_compose(COMPOSE, ENV_EXAMPLE)
-            if not (PENDING and any(text in p.message for text in pending))]
-    assert rest == []
 
 
 def _broken(tmp_path: Path, edits: list[tuple[str, str]],
@@ -125,7 +111,12 @@ SANDBOX_CMD = '["serve", "sandbox", "--host", "0.0.0.0", "--port", "8100", "--al
      "dispatcher", "address", "'broker'"),
     ("an unknown flag", [('"--relays", "2"', '"--workers", "2"')], "dispatcher", "command", "does not parse"),
     ("the health port is not the bound one", [('"--metrics-port", "8400"', '"--metrics-port", "8401"')],
-     "dispatcher", "healthcheck", "PAYCORE_HEALTH_PORT=8400"),
+     "dispatcher", "healthcheck", "probes 127.0.0.1:8400"),
+    ("the health port unset (the image's default 8000)", [('      PAYCORE_HEALTH_PORT: "8200"\n', "")],
+     "webhooks", "healthcheck", "probes 127.0.0.1:8000"),
+    ("the sandbox's probe on another port",
+     [("127.0.0.1:8100/_sandbox/clock", "127.0.0.1:8101/_sandbox/clock")],
+     "sandbox", "healthcheck", "probes 127.0.0.1:8101"),
     ("Prometheus misses a target", [('"--metrics-port", "8400"', '"--metrics-port", "8401"')],
      "prometheus", "monitoring", "dispatcher:8401"),
     ("a worker's metrics on loopback", [('"dispatcher", "--relays", "2", "--metrics-host", "0.0.0.0"',

@@ -19,6 +19,7 @@ import jwt
 import pytest
 
 from harness.postgres import create_database, drop_database, with_database
+from harness.servers import serve_asgi
 from paycore.clock import SystemClock
 from paycore.db import migrate, migrations
 from paycore_cli.common import local_jwt_secret, paycore_home
@@ -609,3 +610,58 @@ def test_serve_refuses_an_account_configuration_that_differs_from_the_registered
     assert [a["operator"] for a in actions] == ["alice", "bob"]
     assert main(["accounts", "list"]) == 0
     assert "cardco:acct_store:test  http://127.0.0.1:9" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- health
+
+
+async def _paycore_health(port: int) -> tuple[int, str]:
+    """``paycore health`` as the image's HEALTHCHECK runs it: the console script, the port by env."""
+    script = Path(sys.executable).parent / "paycore"
+    process = await asyncio.create_subprocess_exec(
+        str(script), "health", env={**os.environ, "PAYCORE_HEALTH_PORT": str(port)},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode is not None
+    return process.returncode, (out + err).decode()
+
+
+async def test_health_exits_0_on_200_and_1_with_the_reason_otherwise() -> None:
+    """The container health check: healthy only when /healthz answers 200; a 503 or a closed
+    port is unhealthy, and the line it prints says why."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    answer = {"status": 200, "text": "ok"}
+
+    async def healthz(request: Request) -> PlainTextResponse:
+        return PlainTextResponse(answer["text"], status_code=int(answer["status"]))
+
+    port = free_port()
+    async with serve_asgi(Starlette(routes=[Route("/healthz", healthz)]), port=port):
+        code, said = await _paycore_health(port)
+        assert (code, "200 ok" in said) == (0, True), said
+        answer.update(status=503, text="stale: relay-1 (no beat for 61 s, bound 45 s)")
+        code, said = await _paycore_health(port)
+        assert code == 1 and "answered 503: stale: relay-1" in said, said
+    code, said = await _paycore_health(port)  # nothing listens any more
+    assert code == 1 and "no answer" in said and "Traceback" not in said, said
+
+
+def test_serve_webhooks_with_a_malformed_webhook_secret_is_a_configuration_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A placeholder left in a secret store (``whsec_REPLACE_ME``) stops the intake with exit 2
+    naming the account, not a traceback, and never prints the value."""
+    monkeypatch.setenv("PAYCORE_CARDCO_ACCOUNT", "acct_store")
+    monkeypatch.setenv("PAYCORE_CARDCO_ENVIRONMENT", "test")
+    monkeypatch.setenv("PAYCORE_CARDCO_API_KEY", "sk_test_acct_store_local")
+    monkeypatch.setenv("PAYCORE_CARDCO_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("PAYCORE_CARDCO_WEBHOOK_SECRET", "whsec_REPLACE_ME")
+    monkeypatch.delenv("PAYCORE_DATABASE_URL", raising=False)
+    assert main(["serve", "webhooks"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("paycore: configuration error:") and "webhook secret" in err, err
+    assert "REPLACE_ME" not in err and "Traceback" not in err

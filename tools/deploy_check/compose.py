@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from paycore.config import ConfigError
 from tools.deploy_check.compose_cross import (
     check_kafka_topics,
     check_monitoring,
@@ -38,15 +39,15 @@ from tools.deploy_check.compose_file import (
     command_of,
     depends_on,
     environment,
+    health_probe,
     is_loopback,
     load_services,
     parse_command,
-    parses,
     read_env_file,
     strings,
 )
 
-__all__ = ["Problem", "check_compose", "parses"]
+__all__ = ["Problem", "check_compose"]
 
 # Ports of the third-party images paycore talks to, when their configuration does not say.
 WELL_KNOWN_PORTS = {"postgres": 5432}
@@ -163,11 +164,17 @@ def check_healthchecks(services: dict[str, Service]) -> list[Problem]:
             _, complaint = parse_command([str(t) for t in test[2:]])
             if complaint:
                 problems.append(Problem(svc.name, "healthcheck", f"`{' '.join(test[1:])}`: {complaint}"))
-            port = svc.env.get("PAYCORE_HEALTH_PORT", "")
-            if test[2:3] == ["health"] and (not port.isdigit() or int(port) not in svc.listens):
+            try:
+                probe = health_probe([str(t) for t in test[2:]], svc.env)
+            except ConfigError as exc:
+                problems.append(Problem(svc.name, "healthcheck", str(exc)))
+                continue
+            if probe is not None and (probe[1] not in svc.listens or not is_loopback(probe[0])):
+                bound = ", ".join(map(str, sorted(svc.listens))) or "none"
                 problems.append(Problem(svc.name, "healthcheck",
-                                        f"PAYCORE_HEALTH_PORT={port or '(unset)'} is not a port the service "
-                                        f"binds ({', '.join(map(str, sorted(svc.listens))) or 'none'})"))
+                                        f"`paycore health` probes {probe[0]}:{probe[1]} "
+                                        f"(PAYCORE_HEALTH_PORT or --url), not a port the service binds "
+                                        f"({bound}) in its own container"))
     return problems
 
 

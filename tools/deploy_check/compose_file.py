@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 # The one place the checker imports the CLI.
-from paycore_cli.common import DEFAULT_PORTS
+from paycore_cli.common import DEFAULT_PORTS, HEALTH_PORT
 from paycore_cli.parser import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,11 +142,6 @@ def parse_command(argv: list[str]) -> tuple[argparse.Namespace | None, str]:
         return None, lines[-1] if lines else "refused"
 
 
-def parses(argv: list[str]) -> bool:
-    """Whether today's ``paycore`` parser accepts ``argv``."""
-    return parse_command(argv)[0] is not None
-
-
 def load_services(data: Mapping[str, Any], variables: Mapping[str, str],
                   root: Path) -> tuple[dict[str, Service], list[Problem]]:
     problems: list[Problem] = []
@@ -198,6 +193,16 @@ def _paycore_listens(args: argparse.Namespace | None) -> dict[int, str]:
         port = getattr(args, "metrics_port", None)
         return {} if port is None else {port: getattr(args, "metrics_host", "127.0.0.1")}
     return {}
+
+
+def health_probe(argv: list[str], env: Mapping[str, str]) -> tuple[str, int | None] | None:
+    """The (host, port) ``paycore health`` with these arguments probes in this environment."""
+    args, _ = parse_command(argv)
+    if args is None or args.command != "health":
+        return None
+    url = args.url or f"http://127.0.0.1:{HEALTH_PORT.read(env)}/healthz"
+    parts = urlsplit(url)
+    return parts.hostname or "", parts.port
 
 
 def is_loopback(host: str) -> bool:
