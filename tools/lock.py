@@ -58,6 +58,7 @@ DEV_TOOLS: tuple[tuple[str, str], ...] = (
     ("standardwebhooks", "tests check our webhook signatures against the reference library"),
     ("psutil", "tests of the local stack look at its processes"),
     ("kubernetes-validate", "tests/deploy validates the rendered manifests against Kubernetes' schema"),
+    ("pyyaml", "tools/deploy_check reads docker-compose.yml and Prometheus' configuration"),
     ("types-PyYAML", "mypy reads tools/deploy_check's YAML loading"),
     ("uv==0.13.8", "the lock tool: make lock runs `uv pip compile --generate-hashes`"),
 )

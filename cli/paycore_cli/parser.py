@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser(
         "serve", help="run one HTTP service in the foreground",
-        description="Run one service with uvicorn. The sandbox listens on loopback only.",
+        description="Run one service with uvicorn. The sandbox listens on loopback only "
+                    "(unless --allow-network, for a development container network).",
     )
     services = serve.add_subparsers(dest="service", required=True, metavar="SERVICE")
     for name, text in (
@@ -71,7 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--host", default=LOOPBACK, help="address to bind (default %(default)s)")
         sub.add_argument("--port", type=port_number, default=None,
                          help=f"port to bind (default {DEFAULT_PORTS[name]})")
-        sub.set_defaults(handler=cmd_serve)
+        if name == "sandbox":
+            # Development only: a container network where other services reach it by name.
+            sub.add_argument("--allow-network", action="store_true",
+                             help="bind a non-loopback --host (development only: e.g. a docker compose "
+                                  "network; the sandbox accepts its built-in development keys)")
+        sub.set_defaults(handler=cmd_serve, allow_network=False)
 
     run = commands.add_parser("run", help="run a background worker",
                               description="Run a background worker in the foreground.")

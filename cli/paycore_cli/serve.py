@@ -74,10 +74,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     name: str = args.service
     host: str = args.host
     port: int = args.port if args.port is not None else DEFAULT_PORTS[name]
-    if name == "sandbox" and not _is_loopback(host):
+    if name == "sandbox" and not _is_loopback(host) and not args.allow_network:
         raise CommandError(
             f"serve sandbox: refusing to bind {host!r}: the sandbox accepts built-in development keys "
-            "and listens on loopback only (127.0.0.1, ::1 or localhost)",
+            "and listens on loopback only (127.0.0.1, ::1 or localhost); --allow-network opts in to a "
+            "private development network such as docker compose's",
             code=2,
         )
     # Validate every setting before importing the app: a clear error, not a traceback.

@@ -144,8 +144,10 @@ KAFKA_MIN_INSYNC_REPLICAS = DISPATCHER.declare(
     "PAYCORE_KAFKA_MIN_INSYNC_REPLICAS", Count(maximum=32), 2,
     "`min.insync.replicas` of each topic the dispatcher creates: with `acks=all` a record is acknowledged "
     "only once this many replicas hold it; at most the replication factor")
+# Days, not an asyncio budget: the budget bound (~24.8 days) would refuse a retention that
+# outlasts the outbox's replay horizon (PAYCORE_OUTBOX_RETENTION_S, 30 days by default).
 KAFKA_RETENTION = DISPATCHER.declare(
-    "PAYCORE_KAFKA_RETENTION_S", SECONDS, 604_800.0,
+    "PAYCORE_KAFKA_RETENTION_S", Number("seconds", maximum=None), 604_800.0,
     "`retention.ms` of each topic the dispatcher creates: the longest a consumer may stay behind")
 OUTBOX_BATCH_SIZE = DISPATCHER.declare(
     "PAYCORE_OUTBOX_BATCH_SIZE", Count(maximum=100_000), 500, "outbox rows a relay claims at a time")
