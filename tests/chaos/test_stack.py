@@ -57,8 +57,8 @@ async def _status(http: httpx.AsyncClient, url: str) -> int | None:
 
 @pytest.mark.slow
 async def test_the_stack_runs_every_service_survives_kills_and_a_database_crash_and_leaves_nothing(
-        tmp_path: Path) -> None:
-    options = ChaosOptions(out_dir=tmp_path, seed=7)
+        embedded_dir: Path) -> None:
+    options = ChaosOptions(out_dir=embedded_dir, seed=7)
     record = RunRecord(options)
     seen: dict[str, set[int]] = {}
 
@@ -69,7 +69,7 @@ async def test_the_stack_runs_every_service_survives_kills_and_a_database_crash_
     async with ChaosStack(options, record) as stack, httpx.AsyncClient(timeout=15, trust_env=False) as http:
         endpoints = stack.endpoints
         note_pids(stack)
-        assert stack.run_dir.parent == tmp_path and stack.run_dir.name.endswith("-seed7")
+        assert stack.run_dir.parent == embedded_dir and stack.run_dir.name.endswith("-seed7")
         assert (stack.run_dir / "pg" / "PG_VERSION").exists()
         assert stack.kinds() == {
             "webhooks": ["webhooks"], "checkout": ["checkout-1", "checkout-2"],
@@ -148,7 +148,7 @@ def _process(pid: int) -> psutil.Process | None:
 
 @pytest.mark.slow
 async def test_a_service_that_cannot_start_fails_the_stack_with_its_log_and_leaves_nothing_running(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        embedded_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started: set[tuple[str, int]] = set()
     real_service = ChaosStack._service
 
@@ -167,7 +167,7 @@ async def test_a_service_that_cannot_start_fails_the_stack_with_its_log_and_leav
 
     monkeypatch.setattr(ChaosStack, "_service", broken_email)
     monkeypatch.setattr(ChaosStack, "_start_service", noting)
-    stack = ChaosStack(ChaosOptions(out_dir=tmp_path), RunRecord(ChaosOptions(out_dir=tmp_path)))
+    stack = ChaosStack(ChaosOptions(out_dir=embedded_dir), RunRecord(ChaosOptions(out_dir=embedded_dir)))
     with pytest.raises(ChaosStackError, match=r"(?s)consumer-email exited before it was ready.*no broker"):
         async with stack:
             pass

@@ -6,12 +6,10 @@ import asyncio
 import contextlib
 import io
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
@@ -72,24 +70,6 @@ def test_tansu_on_a_given_port_as_context_manager(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- postgres
-
-
-@pytest.fixture
-def embedded_dir() -> Iterator[Path]:
-    """A scratch directory outside pytest's ``tmp_path``.
-
-    As root the server runs as the ``embedded_postgres`` user, which must be able
-    to traverse every parent directory; pytest resets ``/tmp/pytest-of-root`` to
-    0700 whenever another session starts, which would lock the server out.
-    """
-    path = Path(tempfile.mkdtemp(prefix="paycore-embedded-test-"))
-    yield path
-    for pidfile in path.rglob("postmaster.pid"):  # a server a failed test left running
-        pid = postmaster_pid(pidfile.parent)
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGINT)
-    shutil.rmtree(path, ignore_errors=True)
 
 
 async def test_embedded_postgres_starts_and_answers(embedded_dir: Path) -> None:
