@@ -70,7 +70,8 @@ async def test_escalations_list_prints_an_aligned_table_open_first_and_json_for_
     code, out, _ = await paycore(capsys, "escalations", "list", "--limit", "1", "--json")
     page = json.loads(out)
     assert [e["escalation_id"] for e in page["items"]] == [seeded["first"]] and page["next_cursor"]
-    code, out, _ = await paycore(capsys, "escalations", "list", "--limit", "1", "--cursor", page["next_cursor"])
+    code, out, _ = await paycore(capsys, "escalations", "list", "--limit", "1",
+                                 "--cursor", page["next_cursor"])
     assert code == 0 and out.splitlines()[1].split()[0] == str(seeded["second"])
     assert "more: --cursor" not in out
 

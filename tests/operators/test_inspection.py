@@ -351,33 +351,43 @@ async def test_unmatched_notifications_are_listed_oldest_first_with_their_open_e
     attempt = await started_attempt(pool, clock, account)
     stored = []
     async with pool.acquire() as conn, conn.transaction():
-        for i in range(5):
+        # Two unkeyed deliveries about one payment share one episode, which names only the first.
+        for i, (key, payment) in enumerate([(None, "pay_shared"), (None, "pay_shared"), ("evt_u2", "pay_u2"),
+                                            ("evt_u3", "pay_u3"), ("evt_u4", "pay_u4")]):
             r = await record_notification(
-                conn, provider_account=acct, key=f"evt_u{i}", attempt_id=None, now=clock.now(),
-                detail={"type": "payment.succeeded", "provider_payment_id": f"pay_u{i}", "reference": None,
+                conn, provider_account=acct, key=key, attempt_id=None, now=clock.now() + timedelta(seconds=i),
+                detail={"type": "payment.succeeded", "provider_payment_id": payment, "reference": None,
                         "event": {"secret": "whsec_x"}})
             stored.append(r.event_id)
+        unparseable = await record_notification(
+            conn, provider_account=acct, key=None, attempt_id=None, now=clock.now(),
+            detail={"unparseable": "not JSON", "body_base64": "d2hzZWNfeA=="})
+        stored.append(unparseable.event_id)
         await record_notification(conn, provider_account=acct, key="evt_m", attempt_id=attempt.attempt_id,
                                   now=clock.now(), detail={"type": "payment.succeeded"})
         await append_event(conn, attempt_id=attempt.attempt_id, kind=EventKind.TRANSITION,
                            actor="operator-ops", now=clock.now(), detail={"attached_notification": stored[2]})
-    open_ep = await episode(pool, clock.now(), "unmatched-payment",
-                            key=escalations.unmatched_key(acct, "evt_u0", "pay_u0", None),
-                            detail={"provider_account": acct, "notification_event_id": stored[0]})
+    shared = await episode(pool, clock.now(), "unmatched-payment",
+                           key=escalations.unmatched_key(acct, None, "pay_shared", None),
+                           detail={"provider_account": acct, "notification_event_id": stored[0]})
     shut = await episode(pool, clock.now(), "unmatched-payment",
-                         key=escalations.unmatched_key(acct, "evt_u1", "pay_u1", None))
+                         key=escalations.unmatched_key(acct, "evt_u3", "pay_u3", None))
     await escalations.resolve(pool, shut, operator="ops", reason="not ours", now=clock.now())
+    bad = await episode(pool, clock.now(), "unparseable-notification",
+                        detail={"provider_account": acct, "notification_event_id": stored[5]})
 
     async def unmatched(**kw: Any) -> Any:
         return await inspection.unmatched_notifications(pool, **kw)
 
     pages = await all_pages(unmatched, 2)
     listed = [u for page in pages for u in page]
-    assert [u.notification.event_id for u in listed] == [stored[0], stored[1], stored[3], stored[4]]
-    assert [len(p) for p in pages] == [2, 2]
-    assert [u.escalation_id for u in listed] == [open_ep, None, None, None]
-    assert listed[0].notification.provider_payment_id == "pay_u0"
+    assert [u.notification.event_id for u in listed] == [stored[i] for i in (0, 1, 3, 4, 5)]
+    assert [len(p) for p in pages] == [2, 2, 1]
+    assert [u.escalation_id for u in listed] == [shared, shared, None, None, bad]
+    assert listed[0].notification.provider_payment_id == "pay_shared"
+    assert listed[4].notification.unparseable == "not JSON"
     assert "whsec_x" not in orjson.dumps(inspection.jsonable(listed)).decode()
+    assert "d2hzZWNfeA==" not in orjson.dumps(inspection.jsonable(listed)).decode()
 
 
 async def test_dead_letters_are_listed_oldest_first_by_kind_with_their_error_and_episode(
