@@ -232,25 +232,30 @@ LIMIT 1
 """
 
 # An episode about an attempt counts under the attempt's account; one about a notification
-# under the account its detail names (the webhook handler records it).
+# under the account its detail names (the webhook handler records it). The account is looked
+# up per open episode (few) by primary key: a join let the planner hash every attempt.
 OPEN_ESCALATIONS_BY_REASON_AND_ACCOUNT = """
-SELECT e.reason, COALESCE(a.provider_account, e.detail ->> 'provider_account') AS provider_account,
+SELECT e.reason,
+       COALESCE((SELECT a.provider_account FROM payment_attempts a WHERE a.attempt_id = e.attempt_id),
+                e.detail ->> 'provider_account') AS provider_account,
        count(*) FILTER (WHERE e.acknowledged_at IS NULL) AS unacknowledged,
        count(*) FILTER (WHERE e.acknowledged_at IS NOT NULL) AS acknowledged
 FROM payment_escalations e
-LEFT JOIN payment_attempts a ON a.attempt_id = e.attempt_id
 WHERE e.resolved_at IS NULL
 GROUP BY 1, 2
 """
 
-# Undispatched rows: pending (the relay still tries them) or dead-lettered (waiting for an operator).
+# Undispatched rows: pending (the relay still tries them) or dead-lettered (waiting for an operator;
+# never dispatched too, ck_outbox_single_terminal_state). Spelled as the two partial indexes'
+# predicates (outbox_messages_pending, outbox_messages_dead_letters) so neither reads the
+# dispatched rows that retention has not purged yet.
 OUTBOX_BACKLOG = """
 SELECT kind,
        count(*) FILTER (WHERE dead_lettered_at IS NULL) AS pending,
        count(*) FILTER (WHERE dead_lettered_at IS NOT NULL) AS dead_lettered,
        min(created_at) FILTER (WHERE dead_lettered_at IS NULL) AS oldest_pending_at
 FROM outbox_messages
-WHERE dispatched_at IS NULL
+WHERE (dispatched_at IS NULL AND dead_lettered_at IS NULL) OR dead_lettered_at IS NOT NULL
 GROUP BY kind
 ORDER BY kind
 """
