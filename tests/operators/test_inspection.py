@@ -257,7 +257,8 @@ async def test_escalation_detail_shows_identifiers_and_every_action_on_it(
     attempt = await started_attempt(pool, clock, account)
     eid = await episode(pool, clock.now(), "mismatch", attempt_id=attempt.attempt_id,
                         detail={"provider_payment_id": "pay_1",
-                                "reported_payment": {"id": "pay_2", "amount": 5}})
+                                "reported_payment": {"id": "pay_2", "raw": {"secret": "x", "cvc": "1"}},
+                                "payments": [{"id": "pay_3", "extra": ["4242"]}]})
     clock.advance(60)
     await escalations.acknowledge(pool, eid, operator="alice", reason=None, now=clock.now(),
                                   reminder_interval=REMINDER)
@@ -270,7 +271,9 @@ async def test_escalation_detail_shows_identifiers_and_every_action_on_it(
     assert found.escalation.escalation_id == eid and found.escalation.status == "resolved"
     assert found.escalation.attempt_id == attempt.attempt_id
     assert found.escalation.provider_account == account.provider_account
-    assert found.detail == {"provider_payment_id": "pay_1", "reported_payment": {"fields": ["amount", "id"]}}
+    assert found.detail == {"provider_payment_id": "pay_1",
+                            "reported_payment": {"id": "pay_2", "raw": {"fields": ["cvc", "secret"]}},
+                            "payments": [{"id": "pay_3", "extra": {"items": 1}}]}
     assert [(a.operator, a.action.value) for a in found.actions] == [
         ("bob", "escalation-resolve"), ("alice", "escalation-acknowledge")]
     assert await inspection.escalation_detail(pool, eid + 1000) is None

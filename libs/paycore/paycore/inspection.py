@@ -12,8 +12,10 @@ request body may hold a payment-method token or a provider's encrypted card
 fields, so it is shown only as its field names (:func:`request_field_names`),
 never a value. A stored notification is shown as its identifiers (type, status,
 payment id, reference, amount), never the provider's event it was parsed from.
-Escalation details keep their scalar fields (ids, keys, reasons) and only name
-the keys of anything nested (:func:`identifiers_only`).
+History and escalation details keep their fields and those of the evidence
+objects in them (ids, statuses, amounts: ``PaymentRecord.evidence()`` holds
+no card data) and only name the fields of anything nested deeper
+(:func:`identifiers_only`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ MAX_PAGE = 500
 # Every action on one attempt or episode: far more than a person ever takes on one.
 ACTIONS_SHOWN = 500
 HOURS_CHARTED = 24
+NESTING_SHOWN = 1  # a detail's own fields and the fields of the objects in it; deeper: names only
 
 Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
@@ -72,14 +75,18 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def identifiers_only(detail: Mapping[str, Any]) -> dict[str, Any]:
-    """Scalars kept; a nested object or list replaced by the sorted names of its keys (or its length)."""
+def identifiers_only(detail: Mapping[str, Any], *, depth: int = 0) -> dict[str, Any]:
+    """Scalars kept, and one level below them: the provider evidence a lookup or an escalation
+    records (``payments``, ``reported_payment``: ids, statuses, amounts, accounts). Anything
+    nested deeper is replaced by the sorted names of its fields (or a list by its length)."""
     shown: dict[str, Any] = {}
     for key, value in detail.items():
         if isinstance(value, Mapping):
-            shown[key] = {"fields": sorted(str(k) for k in value)}
+            shown[key] = (identifiers_only(value, depth=depth + 1) if depth < NESTING_SHOWN
+                          else {"fields": sorted(str(k) for k in value)})
         elif isinstance(value, list):
-            shown[key] = {"items": len(value)}
+            shown[key] = ([identifiers_only(v, depth=depth + 1) if isinstance(v, Mapping) else v
+                           for v in value] if depth < NESTING_SHOWN else {"items": len(value)})
         else:
             shown[key] = value
     return shown
