@@ -36,6 +36,7 @@ import orjson
 
 from paycore import escalations, events
 from paycore.operator_actions import OperatorAction, list_actions
+from paycore.outbox_admin import dead_letter_escalation_key
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 500
@@ -663,17 +664,19 @@ class DeadLetter:
 
 # Oldest first by message id (outbox_messages_dead_letters, 0008).
 SELECT_DEAD_LETTERS = """
-SELECT m.message_id, m.dedup_key, m.kind, m.created_at, m.delivery_attempts, m.next_attempt_at,
-       m.last_error, m.dispatched_at, m.dead_lettered_at, m.attempt_id,
-       (SELECT e.escalation_id FROM payment_escalations e
-        WHERE e.escalation_key = 'outbox:' || m.message_id || ':dead-letter' AND e.resolved_at IS NULL)
-         AS escalation_id
-FROM outbox_messages m
-WHERE m.dead_lettered_at IS NOT NULL
-  AND ($1::text IS NULL OR m.kind = $1)
-  AND ($2::bigint IS NULL OR m.message_id > $2)
-ORDER BY m.message_id
+SELECT message_id, dedup_key, kind, created_at, delivery_attempts, next_attempt_at, last_error,
+       dispatched_at, dead_lettered_at, attempt_id
+FROM outbox_messages
+WHERE dead_lettered_at IS NOT NULL
+  AND ($1::text IS NULL OR kind = $1)
+  AND ($2::bigint IS NULL OR message_id > $2)
+ORDER BY message_id
 LIMIT $3
+"""
+
+SELECT_OPEN_EPISODES_BY_KEY = """
+SELECT escalation_key, escalation_id FROM payment_escalations
+WHERE resolved_at IS NULL AND escalation_key = ANY($1::text[])
 """
 
 
@@ -683,10 +686,13 @@ async def dead_letters(
     """Dead-lettered outbox rows (waiting for requeue or skip), oldest first; and the next cursor."""
     after = _decode_cursor(cursor, (int,))[0] if cursor is not None else None
     rows = await conn.fetch(SELECT_DEAD_LETTERS, kind, after, _page_limit(limit) + 1)
+    keys = [dead_letter_escalation_key(r["message_id"]) for r in rows[:limit]]
+    open_by_key = {e["escalation_key"]: e["escalation_id"]
+                   for e in await conn.fetch(SELECT_OPEN_EPISODES_BY_KEY, keys)}
     items = []
-    for r in rows[:limit]:
+    for r, key in zip(rows[:limit], keys, strict=True):
         values = dict(r)
-        attempt_id, escalation_id = values.pop("attempt_id"), values.pop("escalation_id")
-        items.append(DeadLetter(OutboxRow(**values), attempt_id, escalation_id))
+        attempt_id = values.pop("attempt_id")
+        items.append(DeadLetter(OutboxRow(**values), attempt_id, open_by_key.get(key)))
     more = _encode_cursor([items[-1].row.message_id]) if len(rows) > limit else None
     return items, more
