@@ -58,11 +58,11 @@ def print_page(items: Sequence[Any], cursor: str | None, as_json: bool, lines: l
 
 
 def _listing(fetch: Any) -> Any:
-    from paycore import inspection
-
+    """A page, or exit 2 for a cursor the listing did not make (InvalidCursor) or a limit over the
+    library's maximum page (both ValueErrors)."""
     try:
         _, found = _with_operator_pool(fetch)
-    except inspection.InvalidCursor as exc:
+    except ValueError as exc:
         raise CommandError(str(exc), code=2) from None
     return found
 

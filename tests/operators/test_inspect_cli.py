@@ -80,11 +80,13 @@ async def test_escalations_list_prints_an_aligned_table_open_first_and_json_for_
     assert [e["escalation_id"] for e in json.loads(out)["items"]] == [seeded["first"]]
 
 
-async def test_a_bad_cursor_is_refused_with_exit_2(seeded: dict[str, Any],
+async def test_a_bad_cursor_or_limit_is_refused_with_exit_2(seeded: dict[str, Any],
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     for command in (["escalations", "list"], ["notifications", "unmatched"], ["outbox", "dead-letters"]):
         code, out, err = await paycore(capsys, *command, "--cursor", "garbage!")
         assert (code, out) == (2, "") and "cursor is not one this listing made" in err
+        code, out, err = await paycore(capsys, *command, "--limit", "501")
+        assert (code, out) == (2, "") and "limit must be between 1 and 500" in err
 
 
 async def test_escalations_show_prints_the_episode_and_its_actions(
