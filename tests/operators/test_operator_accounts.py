@@ -344,3 +344,12 @@ def test_at_a_terminal_the_password_is_asked_twice_and_must_match(monkeypatch: p
     assert operator_accounts.read_password(Terminal()) == PASSWORD
     with pytest.raises(CommandError, match="do not match"):
         operator_accounts.read_password(Terminal())
+
+
+@pytest.mark.parametrize("command", [["operators"], ["operators", "add"], ["operators", "disable"],
+                                     ["operators", "list"]])
+def test_help_for_every_operators_command(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--help"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: paycore " + " ".join(command))
