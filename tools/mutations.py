@@ -515,7 +515,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # -- console sign-in (issue 13): who may act on payments, not a money rule itself --------------
     Mutation(
         'auth-dummy-hash-for-unknown-names', OPERATORS,
-        'stored = account["password_hash"] if account is not None else dummy_hash(hasher)',
+        'stored = account["password_hash"] if account is not None else decoy',
         'stored = account["password_hash"] if account is not None else ""',
         t(ACCOUNTS_TESTS, 'test_an_unknown_name_fails_the_same_way_after_checking_a_dummy_hash'),
         'dummy hash for unknown names',

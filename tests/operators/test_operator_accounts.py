@@ -89,6 +89,17 @@ async def test_a_wrong_password_fails_and_is_counted(pool: asyncpg.Pool, clock: 
     assert await _failures(pool) == 1
 
 
+
+async def test_an_overlong_password_fails_without_being_hashed_whole(
+    pool: asyncpg.Pool, clock: FakeClock,
+) -> None:
+    hasher = RecordingHasher()
+    await add_operator(pool, "alice", PASSWORD, "operator", clock.now(), operator="root", hasher=hasher)
+    with pytest.raises(AuthenticationFailed):
+        await authenticate(pool, "alice", PASSWORD + "x" * 2000, CLIENT, clock.now(), hasher=hasher)
+    assert hasher.checked == [dummy_hash(hasher)]
+    assert await _failures(pool) == 1
+
 async def test_an_unknown_name_fails_the_same_way_after_checking_a_dummy_hash(
     pool: asyncpg.Pool, clock: FakeClock,
 ) -> None:

@@ -295,6 +295,7 @@ async def authenticate(db: asyncpg.Pool | asyncpg.Connection, name: str, passwor
     :class:`TooManyAttempts`.
     """
     key_name, key_client = _throttle_key(name, client)
+    decoy = dummy_hash(hasher)  # made before anything is looked up: a process's first call is no faster
     window_start = now - timedelta(seconds=throttle.window_s)
     overlong = len(password) > PASSWORD_MAX_LENGTH  # never a valid password; not worth hashing whole
     async with _transaction(db) as conn:
@@ -305,7 +306,7 @@ async def authenticate(db: asyncpg.Pool | asyncpg.Connection, name: str, passwor
             raise TooManyAttempts(_retry_after(failures, throttle, now))
         row = await conn.fetchrow(SELECT_FOR_SIGN_IN, name.strip())
         account = row if row is not None and row["disabled_at"] is None and not overlong else None
-        stored = account["password_hash"] if account is not None else dummy_hash(hasher)
+        stored = account["password_hash"] if account is not None else decoy
         try:
             # A mismatch, or a stored hash argon2 cannot read: both are a failed sign-in.
             hasher.verify(stored, password[:PASSWORD_MAX_LENGTH])
