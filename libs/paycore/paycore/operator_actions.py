@@ -41,6 +41,8 @@ class ActionKind(enum.StrEnum):
     OUTBOX_REQUEUE = "outbox-requeue"
     OUTBOX_SKIP = "outbox-skip"
     ACCOUNT_APPLY = "account-apply"
+    ATTEMPT_CLOSE_NOT_CHARGED = "attempt-close-not-charged"  # paycore.dead_ends (migration 0009)
+    ESCALATION_RESOLVE_CONFLICT = "escalation-resolve-conflict"  # paycore.conflicts (migration 0009)
 
 
 # An acknowledgement only says "I have seen it"; everything that changes something says why.
