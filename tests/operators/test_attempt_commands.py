@@ -106,7 +106,8 @@ def test_resolve_conflict_needs_owner_or_neither_and_reports_a_refusal(
     database: str, capsys: pytest.CaptureFixture[str],
 ) -> None:
     escalation_id, b = seed_identity_conflict(database)
-    args = ["escalations", "resolve-conflict", str(escalation_id), "--operator", "ops-1", "--reason", "checked"]
+    args = ["escalations", "resolve-conflict", str(escalation_id),
+            "--operator", "ops-1", "--reason", "checked"]
     with pytest.raises(SystemExit):
         main(args)
     capsys.readouterr()

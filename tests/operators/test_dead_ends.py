@@ -37,13 +37,13 @@ async def account(pool: asyncpg.Pool, clock: FakeClock) -> ProviderAccountConfig
 
 
 async def unknown_attempt(pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig,
-                          **outcome: Any) -> Attempt:
+                          from_send: bool = True, **outcome: Any) -> Attempt:
     """Sent, and the send's answer lost: Unknown."""
     started = await started_attempt(pool, clock, account)
     recorded = await record_outcome(pool, started.attempt_id,
                                     ProviderOutcome.unknown("provider.no-response.caller", **outcome),
                                     now=clock.now(), actor="endpoint", recheck_after_s=RECHECK_S,
-                                    reminder_interval=REMINDER_INTERVAL)
+                                    reminder_interval=REMINDER_INTERVAL, from_send=from_send)
     assert recorded.attempt.state is AttemptState.UNKNOWN
     return recorded.attempt
 
@@ -276,8 +276,9 @@ async def test_any_evidence_of_a_payment_refuses_the_close(
 async def test_a_provider_payment_id_on_the_attempt_refuses_the_close(
     pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig,
 ) -> None:
-    # An answer that named the payment but not its outcome (Unknown, with the provider's id).
-    attempt = await unknown_attempt(pool, clock, account, provider_payment_id="pay_seen")
+    # An answer that named the payment but not its outcome (Unknown, with the provider's id). No
+    # send_result event here: the id on the attempt is enough on its own.
+    attempt = await unknown_attempt(pool, clock, account, from_send=False, provider_payment_id="pay_seen")
     assert attempt.provider_payment_id == "pay_seen"
     await escalate(pool, clock, attempt)
     with pytest.raises(CloseRefused, match="provider payment id pay_seen"):
