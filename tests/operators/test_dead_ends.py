@@ -20,6 +20,7 @@ from paycore.events import EventKind, append_event
 from paycore.notifications import record_notification
 from paycore.operator_actions import ActionKind, InvalidOperatorAction, list_actions
 from paycore.orders import Order
+from tests.matrix import test_notification_matrix as notification_matrix
 from tests.matrix.helpers import (
     RECHECK_S,
     finish,
@@ -29,6 +30,7 @@ from tests.matrix.helpers import (
     wait_until_blocked_by,
 )
 from tests.support.timings import REMINDER_INTERVAL
+from tests.support.webhooks import WebhookStack
 
 
 @pytest.fixture
@@ -335,3 +337,30 @@ async def test_an_operator_reason_and_a_note_of_what_was_checked_are_required(
     with pytest.raises(InvalidOperatorAction, match=message):
         await close_as_not_charged(pool, attempt_id=attempt.attempt_id, now=clock.now(), **kw)
     assert await nothing_recorded(pool, attempt)
+
+
+# -- end to end: the real checkout and webhook intake ---------------------------------------------
+
+async def test_after_a_close_the_customer_pays_again_and_a_late_webhook_raises_a_contradiction(
+    hooks: WebhookStack,
+) -> None:
+    first = await notification_matrix.live_attempt(hooks)  # Unknown: the answer was lost
+    await escalate(hooks.pool, hooks.clock, first)
+    shop = hooks.shop.as_customer("cus_alice")
+    pending = await shop.pay(first.order_id)
+    assert pending.status_code == 202  # while Unknown, checkout only reports the live attempt
+
+    await close(hooks.pool, hooks.clock, first)
+    paid = await shop.pay(first.order_id)
+    assert paid.status_code == 200 and paid.json()["state"] == "Succeeded"
+    second = await hooks.pool.fetchrow(
+        "SELECT * FROM payment_attempts WHERE order_id = $1 AND attempt_number = 2", first.order_id)
+    assert second["state"] == "Succeeded"
+
+    # The first attempt was charged after all: its webhook arrives late and wins nothing.
+    late = notification_matrix.succeeded_event(first, "pay_first")
+    assert (await hooks.deliver(late)).status_code == 200
+    after = await get_attempt(hooks.pool, first.attempt_id)
+    assert after.state is AttemptState.FAILED and after.provider_payment_id is None
+    rows = await hooks.pool.fetch("SELECT escalation_key FROM payment_escalations WHERE resolved_at IS NULL")
+    assert [r["escalation_key"] for r in rows] == [f"attempt:{first.attempt_id}:contradiction:{late['id']}"]
