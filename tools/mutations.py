@@ -46,6 +46,8 @@ ADYEN = "libs/paycore/paycore/providers/adyen/client.py"
 STRIPE = "libs/paycore/paycore/providers/stripe/client.py"
 GATE = "libs/paycore/paycore/payment_methods.py"
 REGISTRY = "libs/paycore/paycore/providers/registry.py"
+DEAD_ENDS = "libs/paycore/paycore/dead_ends.py"
+CONFLICTS = "libs/paycore/paycore/conflicts.py"
 
 RECORD = "tests/matrix/test_record_outcome.py"
 REPO = "tests/matrix/test_live_attempt_repository.py"
@@ -65,6 +67,8 @@ ACCOUNTS_TESTS = "tests/matrix/test_provider_accounts.py"
 ADYEN_CLIENT = "tests/unit/test_adyen_client.py"
 STRIPE_CLIENT = "tests/unit/test_stripe_client.py"
 INTAKE_ROUTES = "tests/webhooks/test_intake_routes.py"
+OPS_DEAD_ENDS = "tests/operators/test_dead_ends.py"
+OPS_CONFLICTS = "tests/operators/test_conflicts.py"
 
 
 # The console's sign-in (issue 13); the CLI and the migration's CHECKs are outside the
@@ -511,6 +515,93 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        return next(iter(self.adapters.values()))\n",
         ("tests/unit/test_provider_router.py",),
         "each call goes to its own account's provider, never another's",
+    ),
+    # -- operator actions that change attempts (issue 13) ------------------------------------------
+    Mutation(
+        "close-unknown-only", DEAD_ENDS,
+        "        if seen.state is not AttemptState.UNKNOWN or not can_transition(seen.state, AttemptState.FAILED):\n",
+        "        if not can_transition(seen.state, AttemptState.FAILED):\n",
+        t(OPS_DEAD_ENDS, "test_a_started_attempt_is_refused_even_when_escalated"),
+        "an operator closes only an Unknown attempt as not charged, never a Started one",
+    ),
+    Mutation(
+        "close-version", DEAD_ENDS,
+        "WHERE attempt_id = $1 AND version = $2 AND state = $3",
+        "WHERE attempt_id = $1 AND (version = $2 OR TRUE) AND state = $3",
+        t(OPS_DEAD_ENDS, "test_a_write_between_the_read_and_the_update_refuses_the_close_and_records_nothing"),
+        "a close decided on version N is refused if another writer moved the attempt meanwhile",
+    ),
+    Mutation(
+        "close-dead-end-only", DEAD_ENDS,
+        "        if not dead_ends:\n",
+        "        if not dead_ends and False:\n",
+        t(OPS_DEAD_ENDS, "test_an_unknown_attempt_without_an_open_dead_end_escalation_is_refused"),
+        "only an attempt recovery gave up on (an open dead-end escalation) can be closed",
+    ),
+    Mutation(
+        "close-dead-end-open-episode", DEAD_ENDS,
+        "WHERE attempt_id = $1 AND resolved_at IS NULL\n  AND (reason = ANY",
+        "WHERE attempt_id = $1\n  AND (reason = ANY",
+        t(OPS_DEAD_ENDS, "test_an_unknown_attempt_without_an_open_dead_end_escalation_is_refused"),
+        "a dead-end episode that is over does not allow a close",
+    ),
+    Mutation(
+        "close-refused-on-evidence", DEAD_ENDS,
+        "        if evidence:\n",
+        "        if evidence and False:\n",
+        (OPS_DEAD_ENDS,),
+        "an attempt with any evidence of a payment is never closed as not charged",
+    ),
+    Mutation(
+        "close-evidence-unmatched-reference", DEAD_ENDS,
+        "   OR (attempt_id IS NULL AND kind = 'notification' AND provider_account = $2",
+        "   OR (FALSE AND attempt_id IS NULL AND kind = 'notification' AND provider_account = $2",
+        t(OPS_DEAD_ENDS, "test_any_evidence_of_a_payment_refuses_the_close[conflicting_notification]"),
+        "a notification naming the attempt's reference, stored unmatched (identity conflict), is evidence",
+    ),
+    Mutation(
+        "close-evidence-lookup-found", DEAD_ENDS,
+        "     OR (kind = 'lookup' AND (detail ->> 'result' = 'found'\n"
+        "                              OR jsonb_array_length(COALESCE(detail -> 'payments', '[]'::jsonb)) > 0))\n",
+        "     OR (kind = 'lookup' AND FALSE AND (detail ->> 'result' = 'found'\n"
+        "                              OR jsonb_array_length(COALESCE(detail -> 'payments', '[]'::jsonb)) > 0))\n",
+        t(OPS_DEAD_ENDS, "test_any_evidence_of_a_payment_refuses_the_close[lookup_found]"),
+        "a lookup that found a payment is evidence",
+    ),
+    Mutation(
+        "close-evidence-send-answer", DEAD_ENDS,
+        "     OR (kind = 'send_result' AND (detail ->> 'provider_payment_id' IS NOT NULL\n",
+        "     OR (kind = 'send_result' AND FALSE AND (detail ->> 'provider_payment_id' IS NOT NULL\n",
+        t(OPS_DEAD_ENDS, "test_any_evidence_of_a_payment_refuses_the_close[send_answer_with_a_payment]"),
+        "a send answer that named a payment is evidence",
+    ),
+    Mutation(
+        "close-evidence-escalations", DEAD_ENDS,
+        "WHERE (attempt_id = $1 AND (reason IN ('mismatch',",
+        "WHERE (attempt_id = $1 AND FALSE AND (reason IN ('mismatch',",
+        t(OPS_DEAD_ENDS, "test_any_evidence_of_a_payment_refuses_the_close[mismatch_escalation]"),
+        "an escalation about a payment (mismatch, provider-id conflict, several payments) is evidence",
+    ),
+    Mutation(
+        "close-evidence-payment-id", DEAD_ENDS,
+        "    if attempt.provider_payment_id is not None:\n",
+        "    if attempt.provider_payment_id is not None and False:\n",
+        t(OPS_DEAD_ENDS, "test_a_provider_payment_id_on_the_attempt_refuses_the_close"),
+        "a provider payment id recorded on the attempt is evidence",
+    ),
+    Mutation(
+        "conflict-owner-evidence-rules", CONFLICTS,
+        "        if not applied.verdict.accepted:  # rolls the whole resolution back\n",
+        "        if False:  # rolls the whole resolution back\n",
+        t(OPS_CONFLICTS, "test_an_owner_the_evidence_rules_refuse_is_refused_and_nothing_is_written"),
+        "an operator's choice of owner still passes the evidence rules (amount, currency, account, id)",
+    ),
+    Mutation(
+        "conflict-owner-named", CONFLICTS,
+        "        if owner_attempt_id not in named:\n",
+        "        if False:\n",
+        t(OPS_CONFLICTS, "test_an_attempt_the_episode_does_not_name_is_refused"),
+        "the owner is one of the attempts the conflict names",
     ),
     # -- console sign-in (issue 13): who may act on payments, not a money rule itself --------------
     Mutation(

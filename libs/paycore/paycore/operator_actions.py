@@ -1,7 +1,9 @@
 """Who did what: the append-only record of operator actions (``operator_actions``).
 
 Every operator command -- acknowledging or resolving an escalation, attaching a
-stored notification, requeueing or skipping a dead-lettered outbox row -- calls
+stored notification, requeueing or skipping a dead-lettered outbox row, closing a
+dead end as not charged (:mod:`paycore.dead_ends`), resolving a conflict by choosing
+the owner (:mod:`paycore.conflicts`) -- calls
 :func:`record_action` inside the transaction that performs it, so the record
 commits with the action or not at all; a refused action records nothing. The
 database refuses UPDATE, DELETE and TRUNCATE on the table.
@@ -41,6 +43,8 @@ class ActionKind(enum.StrEnum):
     OUTBOX_REQUEUE = "outbox-requeue"
     OUTBOX_SKIP = "outbox-skip"
     ACCOUNT_APPLY = "account-apply"
+    ATTEMPT_CLOSE_NOT_CHARGED = "attempt-close-not-charged"  # paycore.dead_ends (migration 0009)
+    ESCALATION_RESOLVE_CONFLICT = "escalation-resolve-conflict"  # paycore.conflicts (migration 0009)
     OPERATOR_ADD = "operator-add"  # an operator account was added (paycore.operators)
     OPERATOR_DISABLE = "operator-disable"
 

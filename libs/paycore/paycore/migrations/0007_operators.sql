@@ -43,28 +43,8 @@ CREATE INDEX operator_login_failures_by_age ON operator_login_failures (failed_a
 -- Adding and disabling an operator are operator actions: their target is the account.
 ALTER TABLE operator_actions ADD COLUMN target_operator text NULL REFERENCES operators (name);
 
-ALTER TABLE operator_actions DROP CONSTRAINT ck_operator_action_kind;
-ALTER TABLE operator_actions ADD CONSTRAINT ck_operator_action_kind CHECK (action IN (
-    'escalation-acknowledge', 'escalation-resolve', 'notification-attach',
-    'outbox-requeue', 'outbox-skip', 'account-apply',
-    'operator-add', 'operator-disable'));
-
--- Adding an account needs no reason (the record says who added it, with which role);
--- disabling one does.
-ALTER TABLE operator_actions DROP CONSTRAINT ck_operator_action_reason;
-ALTER TABLE operator_actions ADD CONSTRAINT ck_operator_action_reason CHECK (
-    (reason IS NOT NULL AND btrim(reason) <> '' AND char_length(reason) <= 2000
-        AND reason !~ '[[:cntrl:]]')
-    OR (reason IS NULL AND action IN ('escalation-acknowledge', 'operator-add')));
-
-ALTER TABLE operator_actions DROP CONSTRAINT ck_operator_action_target;
-ALTER TABLE operator_actions ADD CONSTRAINT ck_operator_action_target CHECK (
-    num_nonnulls(attempt_id, escalation_id, message_id, event_id, provider_account, target_operator) > 0
-    AND (action NOT LIKE 'escalation-%' OR escalation_id IS NOT NULL)
-    AND (action <> 'account-apply' OR provider_account IS NOT NULL)
-    AND (action NOT LIKE 'outbox-%' OR message_id IS NOT NULL)
-    AND (action <> 'notification-attach' OR (event_id IS NOT NULL AND attempt_id IS NOT NULL))
-    AND (action NOT LIKE 'operator-%' OR target_operator IS NOT NULL));
+-- The actions' names, reasons and target rule follow in 0010_operator_account_actions.sql:
+-- after 0009, which redefines the same constraints.
 
 CREATE INDEX operator_actions_by_target_operator ON operator_actions (target_operator, occurred_at)
     WHERE target_operator IS NOT NULL;
