@@ -364,3 +364,9 @@ def test_help_for_every_operators_command(command: list[str], capsys: pytest.Cap
         main([*command, "--help"])
     assert exit_info.value.code == 0
     assert capsys.readouterr().out.startswith("usage: paycore " + " ".join(command))
+
+
+def test_the_throttle_is_configured_by_its_settings() -> None:
+    assert LoginThrottle.from_env({}) == LoginThrottle(max_failures=5, window_s=900)
+    assert LoginThrottle.from_env({"PAYCORE_CONSOLE_LOGIN_MAX_FAILURES": "3",
+                                   "PAYCORE_CONSOLE_LOGIN_WINDOW_S": "60"}) == LoginThrottle(3, 60)
