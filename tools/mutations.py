@@ -71,6 +71,15 @@ OPS_DEAD_ENDS = "tests/operators/test_dead_ends.py"
 OPS_CONFLICTS = "tests/operators/test_conflicts.py"
 
 
+# The console's sign-in (issue 13); the CLI and the migration's CHECKs are outside the
+# workspace packages the tool imports from, and are not listed.
+OPERATORS = "libs/paycore/paycore/operators.py"
+CONSOLE_AUTH = "libs/paycore/paycore/console_auth.py"
+BEARER = "libs/paycore/paycore/bearer_tokens.py"
+ACCOUNTS_TESTS = "tests/operators/test_operator_accounts.py"
+CONSOLE_TESTS = "tests/operators/test_console_auth.py"
+
+
 def t(file: str, *names: str) -> tuple[str, ...]:
     return tuple(f"{file}::{name}" for name in names)
 
@@ -593,5 +602,216 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if False:\n",
         t(OPS_CONFLICTS, "test_an_attempt_the_episode_does_not_name_is_refused"),
         "the owner is one of the attempts the conflict names",
+    ),
+    # -- console sign-in (issue 13): who may act on payments, not a money rule itself --------------
+    Mutation(
+        'auth-dummy-hash-for-unknown-names', OPERATORS,
+        'stored = account["password_hash"] if account is not None else decoy',
+        'stored = account["password_hash"] if account is not None else ""',
+        t(ACCOUNTS_TESTS, 'test_an_unknown_name_fails_the_same_way_after_checking_a_dummy_hash'),
+        'dummy hash for unknown names',
+    ),
+    Mutation(
+        'auth-disabled-account-refused-at-sign-in', OPERATORS,
+        'account = row if row is not None and row["disabled_at"] is None and not overlong else None',
+        'account = row if row is not None and not overlong else None',
+        t(ACCOUNTS_TESTS, 'test_a_disabled_operator_cannot_sign_in_even_with_the_right_password'),
+        'disabled account refused at sign-in',
+    ),
+    Mutation(
+        'auth-throttle-limit', OPERATORS,
+        'if len(failures) >= throttle.max_failures:',
+        'if len(failures) > throttle.max_failures:',
+        t(ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
+        'throttle limit',
+    ),
+    Mutation(
+        'auth-throttle-keyed-by-client', OPERATORS,
+        'WHERE name = $1 AND client = $2 AND failed_at > $3',
+        'WHERE name = $1 AND client <> $2 AND failed_at > $3',
+        t(ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
+        'throttle keyed by client',
+    ),
+    Mutation(
+        'auth-throttle-window', OPERATORS,
+        'window_start = now - timedelta(seconds=throttle.window_s)',
+        'window_start = now - timedelta(seconds=10 * throttle.window_s)',
+        t(ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
+        'throttle window',
+    ),
+    Mutation(
+        'auth-advisory-lock-per-key', OPERATORS,
+        'await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(key_name, key_client))',
+        'pass',
+        t(ACCOUNTS_TESTS, 'test_concurrent_wrong_guesses_cannot_slip_past_the_limit'),
+        'advisory lock per key',
+    ),
+    Mutation(
+        'auth-failure-committed-before-raising', OPERATORS,
+        '            await conn.execute(INSERT_FAILURE, key_name, key_client, now)\n',
+        '            await conn.execute(INSERT_FAILURE, key_name, key_client, now)\n            raise AuthenticationFailed()\n',
+        t(ACCOUNTS_TESTS, 'test_a_wrong_password_fails_and_is_counted'),
+        'failure committed before raising',
+    ),
+    Mutation(
+        'auth-success-clears-failures', OPERATORS,
+        'await conn.execute(CLEAR_FAILURES, key_name, key_client)',
+        'pass',
+        t(ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
+        'success clears failures',
+    ),
+    Mutation(
+        'auth-rehash', OPERATORS,
+        'if hasher.check_needs_rehash(stored):',
+        'if False:',
+        t(ACCOUNTS_TESTS, 'test_a_hash_made_with_old_parameters_is_replaced_at_the_next_sign_in'),
+        'rehash',
+    ),
+    Mutation(
+        'auth-password-length', OPERATORS,
+        'if len(password) < PASSWORD_MIN_LENGTH:',
+        'if len(password) < 8:',
+        t(ACCOUNTS_TESTS, 'test_the_rules_refuse_and_nothing_is_stored'),
+        'password length',
+    ),
+    Mutation(
+        'auth-password-is-not-the-name', OPERATORS,
+        'if password.strip().casefold() == name.strip().casefold():',
+        'if password == name:',
+        t(ACCOUNTS_TESTS, 'test_the_rules_refuse_and_nothing_is_stored'),
+        'password is not the name',
+    ),
+    Mutation(
+        'auth-oidc-prefix-reserved-library', OPERATORS,
+        'if handle.startswith(OIDC_PREFIX):',
+        'if False:',
+        t(ACCOUNTS_TESTS, 'test_the_rules_refuse_and_nothing_is_stored'),
+        'oidc: prefix reserved (library)',
+    ),
+    Mutation(
+        'auth-disable-recorded', OPERATORS,
+        'action=ActionKind.OPERATOR_DISABLE',
+        'action=ActionKind.OPERATOR_ADD',
+        t(ACCOUNTS_TESTS, 'test_a_disabled_operator_cannot_sign_in_even_with_the_right_password'),
+        'disable recorded',
+    ),
+    Mutation(
+        'auth-session-mac-compared', CONSOLE_AUTH,
+        'if not dot or not hmac.compare_digest(mac, self._mac(body)):',
+        'if not dot:',
+        t(CONSOLE_TESTS, 'test_a_tampered_session_is_refused'),
+        'session mac compared',
+    ),
+    Mutation(
+        'auth-session-expiry', CONSOLE_AUTH,
+        'if now >= expires_at:',
+        'if now > expires_at:',
+        t(CONSOLE_TESTS, 'test_a_session_names_its_operator_and_role_until_it_expires'),
+        'session expiry',
+    ),
+    Mutation(
+        'auth-session-ttl-from-settings', CONSOLE_AUTH,
+        'session_ttl_s=SESSION_TTL.read(env)',
+        'session_ttl_s=SESSION_TTL.default',
+        t(CONSOLE_TESTS, 'test_the_lifetime_is_a_setting'),
+        'session ttl from settings',
+    ),
+    Mutation(
+        'auth-disabled-operator-s-session', CONSOLE_AUTH,
+        'if not account.active:',
+        'if False:',
+        t(CONSOLE_TESTS, 'test_a_disabled_operators_sessions_stop_at_once'),
+        "disabled operator's session",
+    ),
+    Mutation(
+        'auth-role-changed-ends-session', CONSOLE_AUTH,
+        'if account.role is not role:',
+        'if False:',
+        t(CONSOLE_TESTS, 'test_a_session_of_a_role_the_account_no_longer_has_is_refused'),
+        'role changed ends session',
+    ),
+    Mutation(
+        'auth-session-key-from-the-secret', CONSOLE_AUTH,
+        'self._session_key = _subkey(settings.secret, "session")',
+        'self._session_key = b"fixed"',
+        t(CONSOLE_TESTS, 'test_a_session_signed_with_another_secret_is_refused'),
+        'session key from the secret',
+    ),
+    Mutation(
+        'auth-csrf-compared', CONSOLE_AUTH,
+        'if not hmac.compare_digest(submitted, self.csrf_token(session)):',
+        'if False:',
+        t(CONSOLE_TESTS, 'test_a_forged_csrf_token_is_refused'),
+        'csrf compared',
+    ),
+    Mutation(
+        'auth-csrf-missing', CONSOLE_AUTH,
+        '        if not submitted:\n            raise CsrfRefused("the form has no CSRF token")\n',
+        '',
+        t(CONSOLE_TESTS, 'test_a_missing_csrf_token_is_refused'),
+        'csrf missing',
+    ),
+    Mutation(
+        'auth-csrf-bound-to-the-session', CONSOLE_AUTH,
+        'hmac.new(self._csrf_key, session.session_id.encode(), hashlib.sha256)',
+        'hmac.new(self._csrf_key, session.principal.name.encode(), hashlib.sha256)',
+        t(CONSOLE_TESTS, 'test_a_csrf_token_from_another_session_is_refused'),
+        'csrf bound to the session',
+    ),
+    Mutation(
+        'auth-require-role', CONSOLE_AUTH,
+        'if not principal.role.allows(role_needed):',
+        'if False:',
+        t(CONSOLE_TESTS, 'test_a_viewer_reads_and_an_operator_acts'),
+        'require role',
+    ),
+    Mutation(
+        'auth-role-claim-values', CONSOLE_AUTH,
+        'if not isinstance(role_value, str) or role_value not in {r.value for r in Role}:',
+        'if role_value is None:',
+        t(CONSOLE_TESTS, 'test_a_token_without_a_known_role_is_refused'),
+        'role claim values',
+    ),
+    Mutation(
+        'auth-console-audience', CONSOLE_AUTH,
+        'audiences=(self.settings.audience,)',
+        'audiences=()',
+        t(CONSOLE_TESTS, 'test_a_token_not_meant_for_this_console_is_refused'),
+        'console audience',
+    ),
+    Mutation(
+        'auth-customer-audience-refused-in-settings', CONSOLE_AUTH,
+        'if audience in JWT_AUDIENCE.read(env):',
+        'if False:',
+        t(CONSOLE_TESTS, 'test_bearer_tokens_need_the_key_set_the_issuer_and_an_audience_of_their_own'),
+        'customer audience refused in settings',
+    ),
+    Mutation(
+        'auth-role-claim-name-setting', CONSOLE_AUTH,
+        'role_claim=ROLE_CLAIM.read(env)',
+        'role_claim=ROLE_CLAIM.default',
+        t(CONSOLE_TESTS, 'test_the_role_claims_name_is_a_setting'),
+        'role claim name setting',
+    ),
+    Mutation(
+        'auth-subject-verbatim', CONSOLE_AUTH,
+        'if isinstance(sub, str) and sub and sub.strip() == sub else ""',
+        'if isinstance(sub, str) else ""',
+        t(CONSOLE_TESTS, 'test_a_token_not_meant_for_this_console_is_refused'),
+        'subject verbatim',
+    ),
+    Mutation(
+        'auth-key-set-unreachable', CONSOLE_AUTH,
+        'raise AuthKeysUnavailable("the identity provider\'s keys could not be fetched") from None',
+        'raise OperatorTokenRefused("x") from None',
+        t(CONSOLE_TESTS, 'test_an_unreachable_key_set_is_the_servers_problem'),
+        'key set unreachable',
+    ),
+    Mutation(
+        'auth-only-asymmetric-keys-for-the-jwks', BEARER,
+        'JWKS_ALGORITHMS = ("RS256", "ES256")',
+        'JWKS_ALGORITHMS = ("RS256", "ES256", "HS256")',
+        t(CONSOLE_TESTS, 'test_a_key_the_set_does_not_publish_or_an_hmac_token_is_refused'),
+        'only asymmetric keys for the JWKS',
     ),
 )

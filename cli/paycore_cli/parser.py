@@ -8,6 +8,7 @@ from paycore_cli.arguments import duration, fraction, operator_handle, port_numb
 from paycore_cli.common import DEFAULT_PORTS, LOOPBACK, UP_SERVICES, WORKERS
 from paycore_cli.development import cmd_chaos, cmd_up
 from paycore_cli.health import cmd_health
+from paycore_cli.operator_accounts import add_operator_account_commands  # i13-auth
 from paycore_cli.operator_commands import (
     cmd_accounts,
     cmd_actions,
@@ -302,4 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="what was checked at the provider, e.g. the dashboard search (recorded)")
     close.set_defaults(handler=cmd_attempts_close)
     # -- end of issue 13's attempt actions --
+    # --- operator accounts (issue 13: paycore operators add|disable|list) -------------------------
+    add_operator_account_commands(commands)
+    # --- end of operator accounts -------------------------------------------------------------------
     return parser
