@@ -46,6 +46,8 @@ ADYEN = "libs/paycore/paycore/providers/adyen/client.py"
 STRIPE = "libs/paycore/paycore/providers/stripe/client.py"
 GATE = "libs/paycore/paycore/payment_methods.py"
 REGISTRY = "libs/paycore/paycore/providers/registry.py"
+DEAD_ENDS = "libs/paycore/paycore/dead_ends.py"
+CONFLICTS = "libs/paycore/paycore/conflicts.py"
 
 RECORD = "tests/matrix/test_record_outcome.py"
 REPO = "tests/matrix/test_live_attempt_repository.py"
@@ -65,6 +67,17 @@ ACCOUNTS_TESTS = "tests/matrix/test_provider_accounts.py"
 ADYEN_CLIENT = "tests/unit/test_adyen_client.py"
 STRIPE_CLIENT = "tests/unit/test_stripe_client.py"
 INTAKE_ROUTES = "tests/webhooks/test_intake_routes.py"
+OPS_DEAD_ENDS = "tests/operators/test_dead_ends.py"
+OPS_CONFLICTS = "tests/operators/test_conflicts.py"
+
+
+# The console's sign-in (issue 13); the CLI and the migration's CHECKs are outside the
+# workspace packages the tool imports from, and are not listed.
+OPERATORS = "libs/paycore/paycore/operators.py"
+CONSOLE_AUTH = "libs/paycore/paycore/console_auth.py"
+BEARER = "libs/paycore/paycore/bearer_tokens.py"
+ACCOUNTS_TESTS = "tests/operators/test_operator_accounts.py"
+CONSOLE_TESTS = "tests/operators/test_console_auth.py"
 
 
 def t(file: str, *names: str) -> tuple[str, ...]:
@@ -502,5 +515,303 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        return next(iter(self.adapters.values()))\n",
         ("tests/unit/test_provider_router.py",),
         "each call goes to its own account's provider, never another's",
+    ),
+    # -- operator actions that change attempts (issue 13) ------------------------------------------
+    Mutation(
+        "close-unknown-only", DEAD_ENDS,
+        "        if seen.state is not AttemptState.UNKNOWN or not can_transition(seen.state, AttemptState.FAILED):\n",
+        "        if not can_transition(seen.state, AttemptState.FAILED):\n",
+        t(OPS_DEAD_ENDS, "test_a_started_attempt_is_refused_even_when_escalated"),
+        "an operator closes only an Unknown attempt as not charged, never a Started one",
+    ),
+    Mutation(
+        "close-version", DEAD_ENDS,
+        "WHERE attempt_id = $1 AND version = $2 AND state = $3",
+        "WHERE attempt_id = $1 AND (version = $2 OR TRUE) AND state = $3",
+        t(OPS_DEAD_ENDS, "test_a_write_between_the_read_and_the_update_refuses_the_close_and_records_nothing"),
+        "a close decided on version N is refused if another writer moved the attempt meanwhile",
+    ),
+    Mutation(
+        "close-dead-end-only", DEAD_ENDS,
+        "        if not dead_ends:\n",
+        "        if not dead_ends and False:\n",
+        t(OPS_DEAD_ENDS, "test_an_unknown_attempt_without_an_open_dead_end_escalation_is_refused"),
+        "only an attempt recovery gave up on (an open dead-end escalation) can be closed",
+    ),
+    Mutation(
+        "close-dead-end-open-episode", DEAD_ENDS,
+        "WHERE attempt_id = $1 AND resolved_at IS NULL\n  AND (reason = ANY",
+        "WHERE attempt_id = $1\n  AND (reason = ANY",
+        t(OPS_DEAD_ENDS, "test_an_unknown_attempt_without_an_open_dead_end_escalation_is_refused"),
+        "a dead-end episode that is over does not allow a close",
+    ),
+    Mutation(
+        "close-refused-on-evidence", DEAD_ENDS,
+        "        if evidence:\n",
+        "        if evidence and False:\n",
+        (OPS_DEAD_ENDS,),
+        "an attempt with any evidence of a payment is never closed as not charged",
+    ),
+    Mutation(
+        "close-evidence-unmatched-reference", DEAD_ENDS,
+        "   OR (attempt_id IS NULL AND kind = 'notification' AND provider_account = $2",
+        "   OR (FALSE AND attempt_id IS NULL AND kind = 'notification' AND provider_account = $2",
+        t(OPS_DEAD_ENDS, "test_any_evidence_of_a_payment_refuses_the_close[conflicting_notification]"),
+        "a notification naming the attempt's reference, stored unmatched (identity conflict), is evidence",
+    ),
+    Mutation(
+        "close-evidence-lookup-found", DEAD_ENDS,
+        "     OR (kind = 'lookup' AND (detail ->> 'result' = 'found'\n"
+        "                              OR jsonb_array_length(COALESCE(detail -> 'payments', '[]'::jsonb)) > 0))\n",
+        "     OR (kind = 'lookup' AND FALSE AND (detail ->> 'result' = 'found'\n"
+        "                              OR jsonb_array_length(COALESCE(detail -> 'payments', '[]'::jsonb)) > 0))\n",
+        t(OPS_DEAD_ENDS, "test_any_evidence_of_a_payment_refuses_the_close[lookup_found]"),
+        "a lookup that found a payment is evidence",
+    ),
+    Mutation(
+        "close-evidence-send-answer", DEAD_ENDS,
+        "     OR (kind = 'send_result' AND (detail ->> 'provider_payment_id' IS NOT NULL\n",
+        "     OR (kind = 'send_result' AND FALSE AND (detail ->> 'provider_payment_id' IS NOT NULL\n",
+        t(OPS_DEAD_ENDS, "test_any_evidence_of_a_payment_refuses_the_close[send_answer_with_a_payment]"),
+        "a send answer that named a payment is evidence",
+    ),
+    Mutation(
+        "close-evidence-escalations", DEAD_ENDS,
+        "WHERE (attempt_id = $1 AND (reason IN ('mismatch',",
+        "WHERE (attempt_id = $1 AND FALSE AND (reason IN ('mismatch',",
+        t(OPS_DEAD_ENDS, "test_any_evidence_of_a_payment_refuses_the_close[mismatch_escalation]"),
+        "an escalation about a payment (mismatch, provider-id conflict, several payments) is evidence",
+    ),
+    Mutation(
+        "close-evidence-payment-id", DEAD_ENDS,
+        "    if attempt.provider_payment_id is not None:\n",
+        "    if attempt.provider_payment_id is not None and False:\n",
+        t(OPS_DEAD_ENDS, "test_a_provider_payment_id_on_the_attempt_refuses_the_close"),
+        "a provider payment id recorded on the attempt is evidence",
+    ),
+    Mutation(
+        "conflict-owner-evidence-rules", CONFLICTS,
+        "        if not applied.verdict.accepted:  # rolls the whole resolution back\n",
+        "        if False:  # rolls the whole resolution back\n",
+        t(OPS_CONFLICTS, "test_an_owner_the_evidence_rules_refuse_is_refused_and_nothing_is_written"),
+        "an operator's choice of owner still passes the evidence rules (amount, currency, account, id)",
+    ),
+    Mutation(
+        "conflict-owner-named", CONFLICTS,
+        "        if owner_attempt_id not in named:\n",
+        "        if False:\n",
+        t(OPS_CONFLICTS, "test_an_attempt_the_episode_does_not_name_is_refused"),
+        "the owner is one of the attempts the conflict names",
+    ),
+    # -- console sign-in (issue 13): who may act on payments, not a money rule itself --------------
+    Mutation(
+        'auth-dummy-hash-for-unknown-names', OPERATORS,
+        'stored = account["password_hash"] if account is not None else decoy',
+        'stored = account["password_hash"] if account is not None else ""',
+        t(ACCOUNTS_TESTS, 'test_an_unknown_name_fails_the_same_way_after_checking_a_dummy_hash'),
+        'dummy hash for unknown names',
+    ),
+    Mutation(
+        'auth-disabled-account-refused-at-sign-in', OPERATORS,
+        'account = row if row is not None and row["disabled_at"] is None and not overlong else None',
+        'account = row if row is not None and not overlong else None',
+        t(ACCOUNTS_TESTS, 'test_a_disabled_operator_cannot_sign_in_even_with_the_right_password'),
+        'disabled account refused at sign-in',
+    ),
+    Mutation(
+        'auth-throttle-limit', OPERATORS,
+        'if len(failures) >= throttle.max_failures:',
+        'if len(failures) > throttle.max_failures:',
+        t(ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
+        'throttle limit',
+    ),
+    Mutation(
+        'auth-throttle-keyed-by-client', OPERATORS,
+        'WHERE name = $1 AND client = $2 AND failed_at > $3',
+        'WHERE name = $1 AND client <> $2 AND failed_at > $3',
+        t(ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
+        'throttle keyed by client',
+    ),
+    Mutation(
+        'auth-throttle-window', OPERATORS,
+        'window_start = now - timedelta(seconds=throttle.window_s)',
+        'window_start = now - timedelta(seconds=10 * throttle.window_s)',
+        t(ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
+        'throttle window',
+    ),
+    Mutation(
+        'auth-advisory-lock-per-key', OPERATORS,
+        'await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(key_name, key_client))',
+        'pass',
+        t(ACCOUNTS_TESTS, 'test_concurrent_wrong_guesses_cannot_slip_past_the_limit'),
+        'advisory lock per key',
+    ),
+    Mutation(
+        'auth-failure-committed-before-raising', OPERATORS,
+        '            await conn.execute(INSERT_FAILURE, key_name, key_client, now)\n',
+        '            await conn.execute(INSERT_FAILURE, key_name, key_client, now)\n            raise AuthenticationFailed()\n',
+        t(ACCOUNTS_TESTS, 'test_a_wrong_password_fails_and_is_counted'),
+        'failure committed before raising',
+    ),
+    Mutation(
+        'auth-success-clears-failures', OPERATORS,
+        'await conn.execute(CLEAR_FAILURES, key_name, key_client)',
+        'pass',
+        t(ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
+        'success clears failures',
+    ),
+    Mutation(
+        'auth-rehash', OPERATORS,
+        'if hasher.check_needs_rehash(stored):',
+        'if False:',
+        t(ACCOUNTS_TESTS, 'test_a_hash_made_with_old_parameters_is_replaced_at_the_next_sign_in'),
+        'rehash',
+    ),
+    Mutation(
+        'auth-password-length', OPERATORS,
+        'if len(password) < PASSWORD_MIN_LENGTH:',
+        'if len(password) < 8:',
+        t(ACCOUNTS_TESTS, 'test_the_rules_refuse_and_nothing_is_stored'),
+        'password length',
+    ),
+    Mutation(
+        'auth-password-is-not-the-name', OPERATORS,
+        'if password.strip().casefold() == name.strip().casefold():',
+        'if password == name:',
+        t(ACCOUNTS_TESTS, 'test_the_rules_refuse_and_nothing_is_stored'),
+        'password is not the name',
+    ),
+    Mutation(
+        'auth-oidc-prefix-reserved-library', OPERATORS,
+        'if handle.startswith(OIDC_PREFIX):',
+        'if False:',
+        t(ACCOUNTS_TESTS, 'test_the_rules_refuse_and_nothing_is_stored'),
+        'oidc: prefix reserved (library)',
+    ),
+    Mutation(
+        'auth-disable-recorded', OPERATORS,
+        'action=ActionKind.OPERATOR_DISABLE',
+        'action=ActionKind.OPERATOR_ADD',
+        t(ACCOUNTS_TESTS, 'test_a_disabled_operator_cannot_sign_in_even_with_the_right_password'),
+        'disable recorded',
+    ),
+    Mutation(
+        'auth-session-mac-compared', CONSOLE_AUTH,
+        'if not dot or not hmac.compare_digest(mac, self._mac(body)):',
+        'if not dot:',
+        t(CONSOLE_TESTS, 'test_a_tampered_session_is_refused'),
+        'session mac compared',
+    ),
+    Mutation(
+        'auth-session-expiry', CONSOLE_AUTH,
+        'if now >= expires_at:',
+        'if now > expires_at:',
+        t(CONSOLE_TESTS, 'test_a_session_names_its_operator_and_role_until_it_expires'),
+        'session expiry',
+    ),
+    Mutation(
+        'auth-session-ttl-from-settings', CONSOLE_AUTH,
+        'session_ttl_s=SESSION_TTL.read(env)',
+        'session_ttl_s=SESSION_TTL.default',
+        t(CONSOLE_TESTS, 'test_the_lifetime_is_a_setting'),
+        'session ttl from settings',
+    ),
+    Mutation(
+        'auth-disabled-operator-s-session', CONSOLE_AUTH,
+        'if not account.active:',
+        'if False:',
+        t(CONSOLE_TESTS, 'test_a_disabled_operators_sessions_stop_at_once'),
+        "disabled operator's session",
+    ),
+    Mutation(
+        'auth-role-changed-ends-session', CONSOLE_AUTH,
+        'if account.role is not role:',
+        'if False:',
+        t(CONSOLE_TESTS, 'test_a_session_of_a_role_the_account_no_longer_has_is_refused'),
+        'role changed ends session',
+    ),
+    Mutation(
+        'auth-session-key-from-the-secret', CONSOLE_AUTH,
+        'self._session_key = _subkey(settings.secret, "session")',
+        'self._session_key = b"fixed"',
+        t(CONSOLE_TESTS, 'test_a_session_signed_with_another_secret_is_refused'),
+        'session key from the secret',
+    ),
+    Mutation(
+        'auth-csrf-compared', CONSOLE_AUTH,
+        'if not hmac.compare_digest(submitted, self.csrf_token(session)):',
+        'if False:',
+        t(CONSOLE_TESTS, 'test_a_forged_csrf_token_is_refused'),
+        'csrf compared',
+    ),
+    Mutation(
+        'auth-csrf-missing', CONSOLE_AUTH,
+        '        if not submitted:\n            raise CsrfRefused("the form has no CSRF token")\n',
+        '',
+        t(CONSOLE_TESTS, 'test_a_missing_csrf_token_is_refused'),
+        'csrf missing',
+    ),
+    Mutation(
+        'auth-csrf-bound-to-the-session', CONSOLE_AUTH,
+        'hmac.new(self._csrf_key, session.session_id.encode(), hashlib.sha256)',
+        'hmac.new(self._csrf_key, session.principal.name.encode(), hashlib.sha256)',
+        t(CONSOLE_TESTS, 'test_a_csrf_token_from_another_session_is_refused'),
+        'csrf bound to the session',
+    ),
+    Mutation(
+        'auth-require-role', CONSOLE_AUTH,
+        'if not principal.role.allows(role_needed):',
+        'if False:',
+        t(CONSOLE_TESTS, 'test_a_viewer_reads_and_an_operator_acts'),
+        'require role',
+    ),
+    Mutation(
+        'auth-role-claim-values', CONSOLE_AUTH,
+        'if not isinstance(role_value, str) or role_value not in {r.value for r in Role}:',
+        'if role_value is None:',
+        t(CONSOLE_TESTS, 'test_a_token_without_a_known_role_is_refused'),
+        'role claim values',
+    ),
+    Mutation(
+        'auth-console-audience', CONSOLE_AUTH,
+        'audiences=(self.settings.audience,)',
+        'audiences=()',
+        t(CONSOLE_TESTS, 'test_a_token_not_meant_for_this_console_is_refused'),
+        'console audience',
+    ),
+    Mutation(
+        'auth-customer-audience-refused-in-settings', CONSOLE_AUTH,
+        'if audience in JWT_AUDIENCE.read(env):',
+        'if False:',
+        t(CONSOLE_TESTS, 'test_bearer_tokens_need_the_key_set_the_issuer_and_an_audience_of_their_own'),
+        'customer audience refused in settings',
+    ),
+    Mutation(
+        'auth-role-claim-name-setting', CONSOLE_AUTH,
+        'role_claim=ROLE_CLAIM.read(env)',
+        'role_claim=ROLE_CLAIM.default',
+        t(CONSOLE_TESTS, 'test_the_role_claims_name_is_a_setting'),
+        'role claim name setting',
+    ),
+    Mutation(
+        'auth-subject-verbatim', CONSOLE_AUTH,
+        'if isinstance(sub, str) and sub and sub.strip() == sub else ""',
+        'if isinstance(sub, str) else ""',
+        t(CONSOLE_TESTS, 'test_a_token_not_meant_for_this_console_is_refused'),
+        'subject verbatim',
+    ),
+    Mutation(
+        'auth-key-set-unreachable', CONSOLE_AUTH,
+        'raise AuthKeysUnavailable("the identity provider\'s keys could not be fetched") from None',
+        'raise OperatorTokenRefused("x") from None',
+        t(CONSOLE_TESTS, 'test_an_unreachable_key_set_is_the_servers_problem'),
+        'key set unreachable',
+    ),
+    Mutation(
+        'auth-only-asymmetric-keys-for-the-jwks', BEARER,
+        'JWKS_ALGORITHMS = ("RS256", "ES256")',
+        'JWKS_ALGORITHMS = ("RS256", "ES256", "HS256")',
+        t(CONSOLE_TESTS, 'test_a_key_the_set_does_not_publish_or_an_hmac_token_is_refused'),
+        'only asymmetric keys for the JWKS',
     ),
 )

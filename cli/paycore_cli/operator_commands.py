@@ -183,3 +183,69 @@ def cmd_accounts(args: argparse.Namespace) -> int:
         else:
             print("\n".join(describe(recorded)))
     return 0
+
+
+# -- issue 13: the operator actions that change attempts (paycore.dead_ends, paycore.conflicts) --------
+
+def _attempt_uuid(text: str) -> Any:
+    import uuid
+
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise CommandError(f"{text!r} is not an attempt id (a UUID)", code=2) from None
+
+
+def cmd_attempts_close(args: argparse.Namespace) -> int:
+    from paycore.clock import SystemClock
+    from paycore.dead_ends import Closed, CloseRefused, close_as_not_charged
+    from paycore.errors import NotFound
+    from paycore.operator_actions import InvalidOperatorAction, describe
+
+    attempt_id = _attempt_uuid(args.attempt_id)
+
+    async def close(settings: Any, pool: Any) -> Closed:
+        return await close_as_not_charged(pool, attempt_id=attempt_id, operator=args.operator,
+                                          reason=args.reason, checked_at_provider=args.checked,
+                                          now=SystemClock().now())
+
+    try:
+        _, done = _with_operator_pool(close)
+    except (CloseRefused, NotFound) as exc:
+        raise CommandError(str(exc), code=1) from None
+    except InvalidOperatorAction as exc:
+        raise CommandError(str(exc), code=2) from None
+    print("\n".join(describe(done.recorded)))
+    print(f"attempt {attempt_id}: closed as not charged (now {done.attempt.state.value}); resolved "
+          f"escalations {done.resolved_escalations or 'none'}; the order can be paid again")
+    return 0
+
+
+def cmd_escalations_resolve_conflict(args: argparse.Namespace) -> int:
+    from paycore.clock import SystemClock
+    from paycore.conflicts import ConflictResolutionRefused, ConflictResolved, resolve_conflict
+    from paycore.errors import NotFound
+    from paycore.operator_actions import InvalidOperatorAction, describe
+
+    owner = None if args.neither else _attempt_uuid(args.owner)
+
+    async def decide(settings: Any, pool: Any) -> ConflictResolved:
+        return await resolve_conflict(pool, escalation_id=args.escalation_id, owner_attempt_id=owner,
+                                      operator=args.operator, reason=args.reason, now=SystemClock().now(),
+                                      reminder_interval=settings.reminder_interval,
+                                      recheck_after_s=settings.recheck_after_s)
+
+    try:
+        _, done = _with_operator_pool(decide)
+    except (ConflictResolutionRefused, NotFound) as exc:
+        raise CommandError(str(exc), code=1) from None
+    except InvalidOperatorAction as exc:
+        raise CommandError(str(exc), code=2) from None
+    print("\n".join(describe(done.recorded)))
+    if done.owner is None:
+        print(f"escalation {args.escalation_id}: resolved; neither attempt owns the payment "
+              f"(no attempt changed)")
+    else:
+        print(f"escalation {args.escalation_id}: resolved; attempt {done.owner.attempt_id} owns the payment "
+              f"(now {done.owner.state.value})")
+    return 0

@@ -15,10 +15,13 @@ from paycore_cli.inspect_commands import (
     cmd_notifications_unmatched,
     cmd_outbox_dead_letters,
 )
+from paycore_cli.operator_accounts import add_operator_account_commands  # i13-auth
 from paycore_cli.operator_commands import (
     cmd_accounts,
     cmd_actions,
+    cmd_attempts_close,
     cmd_escalations,
+    cmd_escalations_resolve_conflict,
     cmd_notifications_attach,
     cmd_outbox,
 )
@@ -245,19 +248,6 @@ def build_parser() -> argparse.ArgumentParser:
     _page_flags(unmatched)
     unmatched.set_defaults(handler=cmd_notifications_unmatched)
 
-    tries = commands.add_parser("attempts", help="inspect payment attempts",
-                                description="Operator tools for payment attempts. "
-                                            "Needs PAYCORE_DATABASE_URL.")
-    try_cmds = tries.add_subparsers(dest="attempts_command", required=True, metavar="ACTION")
-    try_show = try_cmds.add_parser(
-        "show", help="one attempt: its order, deadlines, lease, history, outbox, escalations, actions",
-        description="Everything about one attempt: the row (never the request body's values), its order, "
-                    "the append-only history as a timeline, the notifications matched to it, its outbox "
-                    "rows, its escalations and every operator action on it.")
-    try_show.add_argument("attempt_id", metavar="ATTEMPT_ID")
-    try_show.add_argument("--json", action="store_true", help="print one JSON document for scripts")
-    try_show.set_defaults(handler=cmd_attempts_show)
-
     accts = commands.add_parser(
         "accounts", help="the registered provider-account settings every service must match",
         description="Operator tools for provider accounts. The database's row is the one source of truth "
@@ -325,4 +315,54 @@ def build_parser() -> argparse.ArgumentParser:
                          help="at most this many (default %(default)s)")
     listing.add_argument("--json", action="store_true", help="print JSON for machines")
     listing.set_defaults(handler=cmd_actions)
+
+    # -- issue 13: the operator actions that change attempts (paycore.dead_ends, paycore.conflicts) --
+    conflict = esc_cmds.add_parser(
+        "resolve-conflict", help="an identity or provider-id conflict: choose who owns the payment",
+        description="Resolve an open identity-conflict or provider-id-conflict episode by choosing which "
+                    "attempt owns the provider payment: its stored notification is applied to that attempt "
+                    "through the normal conditional transition (refused if the evidence rules disagree), "
+                    "or --neither, which only closes the episode. Recorded in operator_actions. "
+                    "Needs PAYCORE_DATABASE_URL.")
+    conflict.add_argument("escalation_id", type=positive_int, metavar="ESCALATION_ID")
+    owner = conflict.add_mutually_exclusive_group(required=True)
+    owner.add_argument("--owner", default=None, metavar="ATTEMPT_ID",
+                       help="the attempt that owns the provider payment (one the episode names)")
+    owner.add_argument("--neither", action="store_true", help="no attempt owns it: close the episode only")
+    conflict.add_argument("--operator", required=True, type=operator_handle, metavar="NAME",
+                          help="who is deciding: an operator handle (recorded in operator_actions)")
+    conflict.add_argument("--reason", required=True, metavar="TEXT", help="why (recorded)")
+    conflict.set_defaults(handler=cmd_escalations_resolve_conflict)
+
+    attempts = commands.add_parser(
+        "attempts", help="inspect or operate on payment attempts",
+        description="Operator tools for payment attempts. Needs PAYCORE_DATABASE_URL.")
+    attempt_cmds = attempts.add_subparsers(dest="attempts_command", required=True, metavar="ACTION")
+    attempt_show = attempt_cmds.add_parser(
+        "show", help="one attempt: its order, deadlines, lease, history, outbox, escalations, actions",
+        description="Everything about one attempt: the row (never the request body's values), its order, "
+                    "the append-only history as a timeline, the notifications matched to it, its outbox "
+                    "rows, its escalations and every operator action on it.")
+    attempt_show.add_argument("attempt_id", metavar="ATTEMPT_ID")
+    attempt_show.add_argument("--json", action="store_true", help="print one JSON document for scripts")
+    attempt_show.set_defaults(handler=cmd_attempts_show)
+    close = attempt_cmds.add_parser(
+        "close", help="close an escalated Unknown dead end as not charged (Failed)",
+        description="Close an Unknown attempt that recovery escalated as a dead end (deadline, "
+                    "resend-rejected, resend-not-safe) as not charged: Failed (operator-closed-not-charged), "
+                    "its escalations resolved, the order payable again. Refused while any evidence of a "
+                    "payment exists or if the attempt changed. Evidence that arrives later raises a "
+                    "contradiction escalation. Recorded in operator_actions.")
+    close.add_argument("attempt_id", metavar="ATTEMPT_ID")
+    close.add_argument("--operator", required=True, type=operator_handle, metavar="NAME",
+                       help="who is closing it: an operator handle (recorded in history and in "
+                            "operator_actions)")
+    close.add_argument("--reason", required=True, metavar="TEXT", help="why (recorded)")
+    close.add_argument("--checked", required=True, metavar="TEXT",
+                       help="what was checked at the provider, e.g. the dashboard search (recorded)")
+    close.set_defaults(handler=cmd_attempts_close)
+    # -- end of issue 13's attempt actions --
+    # --- operator accounts (issue 13: paycore operators add|disable|list) -------------------------
+    add_operator_account_commands(commands)
+    # --- end of operator accounts -------------------------------------------------------------------
     return parser

@@ -198,6 +198,19 @@ RETURNING escalation_id
 """
 
 
+async def lock_episode(conn: asyncpg.Connection, escalation_id: int) -> asyncpg.Record | None:
+    """The whole episode row, locked for an operator's transaction (after the order and attempt)."""
+    row: asyncpg.Record | None = await conn.fetchrow(
+        "SELECT * FROM payment_escalations WHERE escalation_id = $1 FOR NO KEY UPDATE", escalation_id)
+    return row
+
+
+async def close_episode(conn: asyncpg.Connection, escalation_id: int, now: datetime) -> asyncpg.Record | None:
+    """Resolve one open episode inside the caller's transaction; its schedule after, or None if not open."""
+    row: asyncpg.Record | None = await conn.fetchrow(RESOLVE, escalation_id, now)
+    return row
+
+
 async def resolve_by_key(conn: asyncpg.Connection, key: str, now: datetime) -> list[int]:
     """Close the open episode of ``key`` (a reconciliation ended its condition); its ids."""
     return [r["escalation_id"] for r in await conn.fetch(RESOLVE_BY_KEY, key, now)]

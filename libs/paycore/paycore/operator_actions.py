@@ -1,7 +1,9 @@
 """Who did what: the append-only record of operator actions (``operator_actions``).
 
 Every operator command -- acknowledging or resolving an escalation, attaching a
-stored notification, requeueing or skipping a dead-lettered outbox row -- calls
+stored notification, requeueing or skipping a dead-lettered outbox row, closing a
+dead end as not charged (:mod:`paycore.dead_ends`), resolving a conflict by choosing
+the owner (:mod:`paycore.conflicts`) -- calls
 :func:`record_action` inside the transaction that performs it, so the record
 commits with the action or not at all; a refused action records nothing. The
 database refuses UPDATE, DELETE and TRUNCATE on the table.
@@ -41,10 +43,15 @@ class ActionKind(enum.StrEnum):
     OUTBOX_REQUEUE = "outbox-requeue"
     OUTBOX_SKIP = "outbox-skip"
     ACCOUNT_APPLY = "account-apply"
+    ATTEMPT_CLOSE_NOT_CHARGED = "attempt-close-not-charged"  # paycore.dead_ends (migration 0009)
+    ESCALATION_RESOLVE_CONFLICT = "escalation-resolve-conflict"  # paycore.conflicts (migration 0009)
+    OPERATOR_ADD = "operator-add"  # an operator account was added (paycore.operators)
+    OPERATOR_DISABLE = "operator-disable"
 
 
-# An acknowledgement only says "I have seen it"; everything that changes something says why.
-REASON_OPTIONAL = frozenset({ActionKind.ESCALATION_ACKNOWLEDGE})
+# An acknowledgement only says "I have seen it", and adding an account is its own reason (the
+# record names who added it, with which role); everything else that changes something says why.
+REASON_OPTIONAL = frozenset({ActionKind.ESCALATION_ACKNOWLEDGE, ActionKind.OPERATOR_ADD})
 
 
 class InvalidOperatorAction(ValueError):
@@ -91,6 +98,7 @@ class OperatorAction:
     message_id: int | None
     event_id: int | None
     provider_account: str | None
+    target_operator: str | None  # the operator account an operator-* action is about
     state_before: dict[str, Any]
     state_after: dict[str, Any]
     detail: dict[str, Any]
@@ -115,6 +123,8 @@ class OperatorAction:
             parts.append(f"attempt {self.attempt_id}")
         if self.provider_account is not None:
             parts.append(f"provider account {self.provider_account}")
+        if self.target_operator is not None:
+            parts.append(f"operator account {self.target_operator}")
         return ", ".join(parts)
 
     def as_json(self) -> dict[str, Any]:
@@ -129,6 +139,7 @@ class OperatorAction:
             "message_id": self.message_id,
             "event_id": self.event_id,
             "provider_account": self.provider_account,
+            "target_operator": self.target_operator,
             "state_before": self.state_before,
             "state_after": self.state_after,
             "detail": self.detail,
@@ -137,8 +148,9 @@ class OperatorAction:
 
 INSERT_ACTION = """
 INSERT INTO operator_actions (occurred_at, operator, action, reason, attempt_id, escalation_id, message_id,
-                              event_id, provider_account, state_before, state_after, detail)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                              event_id, provider_account, target_operator, state_before, state_after,
+                              detail)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 RETURNING *
 """
 
@@ -157,6 +169,7 @@ async def record_action(
     message_id: int | None = None,
     event_id: int | None = None,
     provider_account: str | None = None,
+    target_operator: str | None = None,
     detail: Mapping[str, Any] | None = None,
 ) -> OperatorAction:
     """Record one action inside the caller's transaction, after the action succeeded.
@@ -168,10 +181,12 @@ async def record_action(
         raise InvalidOperatorAction("record_action must run inside the action's own transaction")
     handle = validate_operator(operator)
     why = validate_reason(action, reason)
-    if all(t is None for t in (attempt_id, escalation_id, message_id, event_id, provider_account)):
+    if all(t is None for t in (attempt_id, escalation_id, message_id, event_id, provider_account,
+                               target_operator)):
         raise InvalidOperatorAction("an operator action needs a target")
     row = await conn.fetchrow(INSERT_ACTION, now, handle, action.value, why, attempt_id, escalation_id,
-                              message_id, event_id, provider_account, dict(before), dict(after),
+                              message_id, event_id, provider_account, target_operator, dict(before),
+                              dict(after),
                               dict(detail or {}))
     assert row is not None
     recorded = OperatorAction.from_record(row)

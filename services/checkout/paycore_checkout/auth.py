@@ -1,9 +1,10 @@
 """Customers are authenticated by a bearer JWT; ``sub`` is the customer id.
 
 HS256 with ``PAYCORE_JWT_SECRET``, or RS256/ES256 keys from ``PAYCORE_JWKS_URL``
-(which wins when both are set). The key set is cached and refetched when a
-token names an unknown ``kid``, so the identity provider can rotate keys. An
-unreachable key set is the server's problem, not the customer's: 503, not 401.
+(which wins when both are set), verified by the library's
+:class:`paycore.bearer_tokens.TokenVerifier` (the console verifies operators'
+tokens with it too). An unreachable key set is the server's problem, not the
+customer's: 503, not 401.
 
 ``aud`` must name one of ``PAYCORE_JWT_AUDIENCE`` and ``iss`` must equal
 ``PAYCORE_JWT_ISSUER`` when they are set (a JWKS requires both, see
@@ -14,22 +15,18 @@ subject is checked before it goes anywhere near PostgreSQL.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import unicodedata
 
 import jwt
-import jwt.types
 from starlette.requests import Request
 
+from paycore.bearer_tokens import TokenVerifier
 from paycore.config import JwtClaimRules, Secret
 from paycore.http.problems import Problem
 
 log = logging.getLogger("paycore.checkout.auth")
 
-# Seconds: how long a fetched key set is trusted, and how long one fetch may take.
-JWKS_LIFESPAN_S = 300
-JWKS_FETCH_TIMEOUT_S = 5
 MAX_SUBJECT_CHARS = 200
 # Unicode categories a customer id may not hold: control characters (NUL is refused
 # by PostgreSQL text) and surrogates (a lone one cannot be encoded as UTF-8).
@@ -56,16 +53,14 @@ class Authenticator:
                  jwks_refetch_cooldown_s: float = 30.0, claims: JwtClaimRules | None = None) -> None:
         if secret is None and jwks_url is None:
             raise ValueError("PAYCORE_JWT_SECRET or PAYCORE_JWKS_URL must be set")
-        self._secret = secret
         self._claims = claims or JwtClaimRules()
         self._warned_unconfigured_audience = False
         if self._claims.allow_any_audience:
             log.warning("PAYCORE_JWT_ALLOW_ANY_AUDIENCE=true: the audience (aud) of customer tokens is "
                         "not verified; a token the identity provider issued for any application is accepted")
-        self._jwks = (jwt.PyJWKClient(jwks_url, cache_keys=True, lifespan=JWKS_LIFESPAN_S,
-                                      timeout=JWKS_FETCH_TIMEOUT_S,
-                                      cooldown_duration=jwks_refetch_cooldown_s)
-                      if jwks_url else None)
+        self._verifier = TokenVerifier(secret=secret, jwks_url=jwks_url,
+                                       jwks_refetch_cooldown_s=jwks_refetch_cooldown_s,
+                                       leeway_s=self._claims.leeway_s)
 
     async def customer_id(self, request: Request) -> str:
         header = request.headers.get("authorization", "")
@@ -74,7 +69,9 @@ class Authenticator:
             raise Problem(401, "unauthenticated", "Authentication required",
                           "Send Authorization: Bearer <JWT>.", headers={"WWW-Authenticate": "Bearer"})
         try:
-            claims = await self._decode(token.strip())
+            # Without configured audiences ``aud`` is judged after decoding (below).
+            claims = await self._verifier.decode(token.strip(), audiences=self._claims.audiences,
+                                                 issuer=self._claims.issuer)
         except jwt.PyJWKClientConnectionError as exc:
             log.warning("JWKS unreachable: %s", type(exc).__name__)
             raise Problem(503, "auth-keys-unavailable", "Authentication keys unavailable",
@@ -101,21 +98,6 @@ class Authenticator:
             self._warned_unconfigured_audience = True
             log.warning("refusing customer tokens that name an audience (aud): PAYCORE_JWT_AUDIENCE is "
                         "not set (or set PAYCORE_JWT_ALLOW_ANY_AUDIENCE=true)")
-
-    async def _decode(self, token: str) -> dict[str, object]:
-        rules = self._claims
-        # Without configured audiences ``aud`` is judged after decoding (see customer_id).
-        options: jwt.types.Options = {"require": ["sub", "exp"], "verify_aud": bool(rules.audiences)}
-        if self._jwks is not None:
-            # PyJWKClient fetches over blocking HTTP; keep it off the event loop.
-            signing_key = await asyncio.to_thread(self._jwks.get_signing_key_from_jwt, token)
-            key, algorithms = signing_key.key, ["RS256", "ES256"]
-        else:
-            assert self._secret is not None
-            key, algorithms = self._secret.reveal(), ["HS256"]
-        return jwt.decode(token, key, algorithms=algorithms, options=options,
-                          audience=list(rules.audiences) or None, issuer=rules.issuer,
-                          leeway=rules.leeway_s)
 
 
 def _claim_detail(exc: jwt.PyJWTError) -> str:

@@ -1,0 +1,225 @@
+"""Closing a dead end: an operator closes an escalated Unknown attempt as not charged.
+
+Recovery stops on its own at a dead end: the key window has passed (``deadline``),
+the provider refused a resend as invalid (``resend-rejected``), or resending is not
+safe (``resend-not-safe:*``). The attempt stays Unknown -- no evidence, no outcome --
+and while it is live the order cannot be paid again. Only a person who has checked
+at the provider can end that: :func:`close_as_not_charged`.
+
+Why **Failed** and not NotApplied. In the reference, NotApplied is a proof: the
+provider rejected the only send before executing it, or no send ever left (recovery's
+never-sent close). An Unknown attempt crossed the send boundary and its outcome was
+not observed; an operator's look at the provider dashboard is a judgement, not that
+proof, and the transition table says so (``Unknown`` never becomes ``NotApplied``:
+a later no-effect answer proves nothing about an earlier send). Failed is the final
+"no payment was taken; offer another try" state (the reference's status endpoint
+treats Failed and NotApplied alike for the customer), so the attempt becomes
+``Failed`` with ``outcome_reason = 'operator-closed-not-charged'``.
+
+Why its own module: this is the one operator write of an attempt's state that
+carries no provider evidence, so it is kept apart from :mod:`paycore.attempts`
+(whose writers apply evidence) and can be found by name. It still follows every
+writer's rules: the order lock first, the transition table, and a conditional
+UPDATE on the version read; evidence that arrives later meets a final state and
+takes the ordinary contradiction path of :func:`paycore.attempts.apply_outcome`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from paycore import escalations
+from paycore.attempt_row import Attempt, get_attempt
+from paycore.domain import AttemptState, can_transition
+from paycore.errors import PaycoreError
+from paycore.events import EventKind, append_event
+from paycore.operator_actions import (
+    REASON_MAX_LENGTH,
+    ActionKind,
+    InvalidOperatorAction,
+    OperatorAction,
+    record_action,
+    validate_operator,
+    validate_reason,
+)
+from paycore.orders import lock_order
+
+CLOSED_REASON = "operator-closed-not-charged"
+
+# The reasons recovery gives up with, each still Unknown: no evidence either way.
+DEAD_END_REASONS = ("deadline", "resend-rejected")
+DEAD_END_PREFIXES = ("resend-not-safe:",)
+
+
+class CloseRefused(PaycoreError):
+    """The attempt cannot be closed as not charged; ``str()`` says why. Nothing was changed or recorded."""
+
+
+@dataclass(frozen=True)
+class Closed:
+    """The attempt after the close, the episodes it resolved, and the operator action that records it."""
+
+    attempt: Attempt
+    resolved_escalations: list[int]
+    recorded: OperatorAction
+
+
+@contextlib.asynccontextmanager
+async def transaction_on(db: asyncpg.Pool | asyncpg.Connection) -> AsyncIterator[asyncpg.Connection]:
+    """One transaction on a pool's connection, or on the caller's connection (a savepoint inside
+    a transaction the caller already holds, so a refusal undoes only this action)."""
+    if isinstance(db, asyncpg.Pool):
+        async with db.acquire() as conn, conn.transaction():
+            yield conn
+    else:
+        async with db.transaction():
+            yield db
+
+
+def validate_checked(text: str) -> str:
+    """What the operator checked at the provider: required, one printable line."""
+    checked = (text or "").strip()
+    if not checked:
+        raise InvalidOperatorAction("say what was checked at the provider (--checked)")
+    if len(checked) > REASON_MAX_LENGTH:
+        raise InvalidOperatorAction(f"what was checked is longer than {REASON_MAX_LENGTH} characters")
+    if not checked.isprintable():
+        raise InvalidOperatorAction("what was checked must be one printable line (no control characters)")
+    return checked
+
+
+# The open episodes that make this attempt a dead end; locked, since the close resolves them.
+SELECT_DEAD_END_ESCALATIONS = """
+SELECT escalation_id, reason FROM payment_escalations
+WHERE attempt_id = $1 AND resolved_at IS NULL
+  AND (reason = ANY ($2::text[]) OR reason LIKE ANY ($3::text[]))
+ORDER BY escalation_id
+FOR NO KEY UPDATE
+"""
+
+# Any sign that a payment exists for this attempt, in its history or its escalations, open or
+# not: a notification matched to it, or one naming its reference that matched no attempt or
+# two (an identity conflict stores it unmatched); a lookup that found a payment; a send answer
+# that carried a payment id, a provider status or another payment; an escalation about a
+# payment (mismatch, provider-id conflict, several payments, identity conflict naming it).
+SELECT_PAYMENT_EVIDENCE = """
+SELECT 'event ' || event_id || ' (' || kind || ')' AS what FROM payment_attempt_events
+WHERE (attempt_id = $1 AND (
+        kind = 'notification'
+     OR (kind = 'lookup' AND (detail ->> 'result' = 'found'
+                              OR jsonb_array_length(COALESCE(detail -> 'payments', '[]'::jsonb)) > 0))
+     OR (kind = 'send_result' AND (detail ->> 'provider_payment_id' IS NOT NULL
+                                   OR detail ->> 'provider_status' IS NOT NULL
+                                   OR detail ? 'reported_payment'))))
+   OR (attempt_id IS NULL AND kind = 'notification' AND provider_account = $2
+       AND detail ->> 'reference' = $3)
+UNION ALL
+SELECT 'escalation ' || escalation_id || ' (' || reason || ')' FROM payment_escalations
+WHERE (attempt_id = $1 AND (reason IN ('mismatch', 'provider-id-conflict', 'identity-conflict',
+                                       'multiple-provider-payments', 'contradiction')
+                            OR reason LIKE 'succeeded-%'))
+   OR (reason = 'identity-conflict' AND (detail ->> 'reference_attempt_id' = $1::text
+                                         OR detail ->> 'provider_payment_id_attempt_id' = $1::text))
+"""
+
+
+async def payment_evidence(conn: asyncpg.Connection | asyncpg.Pool, attempt: Attempt) -> list[str]:
+    """What says a payment may exist for ``attempt`` (empty: nothing does); also for a page to show."""
+    found = []
+    if attempt.provider_payment_id is not None:
+        found.append(f"provider payment id {attempt.provider_payment_id}")
+    if attempt.provider_status is not None:
+        found.append(f"provider status {attempt.provider_status}")
+    rows = await conn.fetch(SELECT_PAYMENT_EVIDENCE, attempt.attempt_id, attempt.provider_account,
+                            attempt.client_reference)
+    return found + [r["what"] for r in rows]
+
+
+# Conditional on the version and state read, like every writer; the lease (if recovery holds
+# one) is released: a worker that comes back finds a final attempt, and its evidence, if any,
+# takes the contradiction path.
+CLOSE_AS_NOT_CHARGED = """
+UPDATE payment_attempts
+SET state = 'Failed', outcome_reason = $4, next_check_at = $5, version = version + 1,
+    next_action = NULL, next_action_expires_at = NULL,
+    recovery_owner = NULL, lease_token = NULL, lease_acquired_at = NULL, lease_expires_at = NULL
+WHERE attempt_id = $1 AND version = $2 AND state = $3
+RETURNING *
+"""
+
+
+def _fields(a: Attempt) -> dict[str, Any]:
+    return {"state": a.state.value, "version": a.version, "outcome_reason": a.outcome_reason,
+            "provider_payment_id": a.provider_payment_id}
+
+
+async def close_as_not_charged(
+    db: asyncpg.Pool | asyncpg.Connection, *, attempt_id: UUID, operator: str, reason: str,
+    checked_at_provider: str, now: datetime, expected_version: int | None = None,
+) -> Closed:
+    """Close an escalated Unknown attempt as not charged (Failed), after a person checked.
+
+    One transaction: Unknown -> Failed(``operator-closed-not-charged``) through the
+    transition table with an UPDATE conditional on the version read (``expected_version``,
+    when given, is the version the operator saw: a console page), a ``transition`` event
+    with the operator, reason and what was checked, the attempt's open escalations
+    resolved, and an ``attempt-close-not-charged`` operator action (state before and
+    after). Failed queues no business effect (:func:`paycore.attempts.apply_outcome`
+    queues effects for Succeeded only), so neither does this. Afterwards the order has no
+    live attempt, and checkout creates the next one, as after any Failed attempt.
+
+    Raises :class:`CloseRefused`, with nothing changed or recorded, when the attempt is
+    not Unknown, has no open ``deadline`` / ``resend-rejected`` / ``resend-not-safe:*``
+    escalation, when any evidence of a payment exists (:func:`payment_evidence`), or when
+    it changed underneath; :class:`~paycore.errors.AttemptNotFound` for no such attempt;
+    :class:`~paycore.operator_actions.InvalidOperatorAction` for a bad handle, reason or
+    check note.
+    """
+    operator = validate_operator(operator)
+    why = validate_reason(ActionKind.ATTEMPT_CLOSE_NOT_CHARGED, reason)
+    checked = validate_checked(checked_at_provider)
+    async with transaction_on(db) as conn:
+        seen = await get_attempt(conn, attempt_id)  # what the decision is about
+        if expected_version is not None and seen.version != expected_version:
+            raise CloseRefused(f"attempt {attempt_id} changed since it was shown (version "
+                               f"{expected_version}, now {seen.version}); look again")
+        await lock_order(conn, seen.order_id)  # the lock order every writer keeps
+        if seen.state is not AttemptState.UNKNOWN or not can_transition(seen.state, AttemptState.FAILED):
+            raise CloseRefused(f"attempt {attempt_id} is {seen.state.value}; only an Unknown attempt "
+                               f"can be closed as not charged")
+        dead_ends = await conn.fetch(SELECT_DEAD_END_ESCALATIONS, attempt_id, list(DEAD_END_REASONS),
+                                     [p + "%" for p in DEAD_END_PREFIXES])
+        if not dead_ends:
+            raise CloseRefused(f"attempt {attempt_id} has no open dead-end escalation (deadline, "
+                               f"resend-rejected, resend-not-safe); recovery is still working on it")
+        evidence = await payment_evidence(conn, seen)
+        if evidence:
+            raise CloseRefused(f"attempt {attempt_id} has evidence of a payment: {', '.join(evidence)}; "
+                               f"it cannot be closed as not charged")
+        row = await conn.fetchrow(CLOSE_AS_NOT_CHARGED, attempt_id, seen.version, seen.state.value,
+                                  CLOSED_REASON, now)
+        if row is None:
+            raise CloseRefused(f"attempt {attempt_id} changed underneath (it was version {seen.version}); "
+                               f"nothing was done; look again")
+        closed = Attempt.from_record(row)
+        await append_event(
+            conn, attempt_id=attempt_id, kind=EventKind.TRANSITION, actor=f"operator-{operator}", now=now,
+            detail={"from": seen.state.value, "to": closed.state.value, "reason": CLOSED_REASON,
+                    "operator": operator, "operator_reason": why, "checked_at_provider": checked,
+                    "dead_end_escalations": [r["escalation_id"] for r in dead_ends]},
+        )
+        resolved = await escalations.resolve_for_attempt(conn, attempt_id, now)
+        recorded = await record_action(
+            conn, action=ActionKind.ATTEMPT_CLOSE_NOT_CHARGED, operator=operator, reason=why, now=now,
+            before=_fields(seen), after=_fields(closed), attempt_id=attempt_id,
+            escalation_id=dead_ends[0]["escalation_id"],
+            detail={"checked_at_provider": checked, "resolved_escalations": resolved},
+        )
+        return Closed(closed, resolved, recorded)

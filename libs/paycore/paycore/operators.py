@@ -1,0 +1,326 @@
+"""Who operators are: local accounts (``operators``), their passwords, and signing in.
+
+An account has a name (an operator handle, the same rules as
+:func:`paycore.operator_actions.validate_operator`), a role -- ``viewer`` reads,
+``operator`` acts -- and an argon2id password hash. Accounts are added and
+disabled, never deleted or renamed: the record of operator actions names them,
+and adding or disabling one is itself recorded there (who did it, in the same
+transaction).
+
+:func:`authenticate` answers every failure the same way -- unknown name,
+disabled account, wrong password -- and takes about as long for each: a name
+without a usable account is checked against a dummy hash. Failures are counted
+per name tried and client address; after ``max_failures`` inside the window the
+key is refused with :class:`TooManyAttempts` (its ``retry_after_s``), even with
+the right password, until enough of those failures have left the window. A
+refused sign-in is not counted, so an attacker cannot extend the lock-out by
+retrying; a successful one clears its key's failures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import hashlib
+import math
+import secrets
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
+
+from paycore.errors import NotFound, PaycoreError
+from paycore.operator_actions import ActionKind, InvalidOperatorAction, record_action, validate_operator
+from paycore.settings_spec import Count, Group, Number
+
+PASSWORD_MIN_LENGTH = 12
+# argon2 hashes any length, but a megabyte-long "password" is a cheap way to burn CPU.
+PASSWORD_MAX_LENGTH = 1024
+# Names the identity provider's operators act under (paycore.console_auth); no local account has one.
+OIDC_PREFIX = "oidc:"
+CLIENT_MAX_LENGTH = 128
+
+# argon2id with argon2-cffi's defaults (RFC 9106's second recommended option: t=3, 64 MiB, p=4).
+# When these change, a sign-in with the right password stores a new hash (check_needs_rehash).
+PASSWORD_HASHER = PasswordHasher()
+
+SIGN_IN = Group("console: operator accounts and sign-in throttling (docs/operators.md)")
+LOGIN_MAX_FAILURES = SIGN_IN.declare(
+    "PAYCORE_CONSOLE_LOGIN_MAX_FAILURES", Count(maximum=1000), 5,
+    "failed sign-ins of one name from one client address inside the window before that pair is "
+    "refused, even with the right password")
+LOGIN_WINDOW = SIGN_IN.declare(
+    "PAYCORE_CONSOLE_LOGIN_WINDOW_S", Number("seconds", maximum=86_400.0), 900.0,
+    "how long a failed sign-in counts")
+
+
+class Role(enum.StrEnum):
+    """What an operator may do; the database CHECKs the values (``ck_operator_role``)."""
+
+    VIEWER = "viewer"  # reads every page
+    OPERATOR = "operator"  # and acts
+
+    def allows(self, needed: Role) -> bool:
+        return _RANK[self] >= _RANK[needed]
+
+
+_RANK = {Role.VIEWER: 0, Role.OPERATOR: 1}
+
+
+@dataclass(frozen=True)
+class Operator:
+    """A local operator account, without its password hash."""
+
+    name: str
+    role: Role
+    created_at: datetime
+    disabled_at: datetime | None
+
+    @property
+    def active(self) -> bool:
+        return self.disabled_at is None
+
+    @classmethod
+    def from_record(cls, r: Mapping[str, Any]) -> Operator:
+        return cls(r["name"], Role(r["role"]), r["created_at"], r["disabled_at"])
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "role": self.role.value, "created_at": self.created_at.isoformat(),
+                "disabled_at": self.disabled_at.isoformat() if self.disabled_at else None}
+
+
+@dataclass(frozen=True)
+class LoginThrottle:
+    """How many failed sign-ins of one name from one client a window tolerates."""
+
+    max_failures: int = LOGIN_MAX_FAILURES.default
+    window_s: float = LOGIN_WINDOW.default
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> LoginThrottle:
+        return cls(LOGIN_MAX_FAILURES.read(env), LOGIN_WINDOW.read(env))
+
+
+class OperatorAccountRefused(PaycoreError, ValueError):
+    """An account change paycore will not make (name, role, password policy, already exists)."""
+
+
+class OperatorNotFound(NotFound):
+    """No operator account with that name."""
+
+
+class AuthenticationFailed(PaycoreError):
+    """The name or the password is wrong, or the account is disabled: deliberately not said which."""
+
+    def __init__(self) -> None:
+        super().__init__("unknown operator or wrong password")
+
+
+class TooManyAttempts(PaycoreError):
+    """Too many failed sign-ins of this name from this client; try again after ``retry_after_s``."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__(f"too many failed sign-ins; try again in {retry_after_s} s")
+        self.retry_after_s = retry_after_s
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def account_name(name: str) -> str:
+    """The handle as stored; refuses what validate_operator refuses, and the reserved ``oidc:``."""
+    try:
+        handle = validate_operator(name)
+    except InvalidOperatorAction as exc:
+        raise OperatorAccountRefused(str(exc)) from None
+    if handle.startswith(OIDC_PREFIX):
+        raise OperatorAccountRefused(f"names starting with {OIDC_PREFIX!r} are reserved for "
+                                     "operators signed in by the identity provider")
+    return handle
+
+
+def parse_role(role: str) -> Role:
+    try:
+        return Role(role)
+    except ValueError:
+        raise OperatorAccountRefused(f"role must be 'viewer' or 'operator', got {role!r}") from None
+
+
+def check_password_policy(name: str, password: str) -> None:
+    """Refuse a password shorter than 12 characters, overlong, or the name itself (any case)."""
+    if len(password) < PASSWORD_MIN_LENGTH:
+        raise OperatorAccountRefused(f"the password must be at least {PASSWORD_MIN_LENGTH} characters")
+    if len(password) > PASSWORD_MAX_LENGTH:
+        raise OperatorAccountRefused(f"the password must be at most {PASSWORD_MAX_LENGTH} characters")
+    if password.strip().casefold() == name.strip().casefold():
+        raise OperatorAccountRefused("the password must not be the operator's name")
+
+
+# --------------------------------------------------------------------------- accounts
+
+
+@contextlib.asynccontextmanager
+async def _transaction(db: asyncpg.Pool | asyncpg.Connection) -> AsyncIterator[asyncpg.Connection]:
+    if isinstance(db, asyncpg.Pool):
+        async with db.acquire() as conn, conn.transaction():
+            yield conn
+    else:
+        async with db.transaction():
+            yield db
+
+
+INSERT_OPERATOR = """
+INSERT INTO operators (name, role, password_hash, created_at) VALUES ($1, $2, $3, $4)
+ON CONFLICT (name) DO NOTHING
+RETURNING name, role, created_at, disabled_at
+"""
+
+
+async def add_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, password: str, role: str,
+                       now: datetime, *, operator: str, reason: str | None = None,
+                       hasher: PasswordHasher = PASSWORD_HASHER) -> Operator:
+    """Add an account (recorded as ``operator-add`` by ``operator``); refuses an existing name."""
+    handle = account_name(name)
+    wanted = parse_role(role)
+    check_password_policy(handle, password)
+    password_hash = hasher.hash(password)  # before the transaction: it takes a while, on purpose
+    async with _transaction(db) as conn:
+        row = await conn.fetchrow(INSERT_OPERATOR, handle, wanted.value, password_hash, now)
+        if row is None:
+            raise OperatorAccountRefused(f"an operator named {handle!r} exists already")
+        added = Operator.from_record(row)
+        try:
+            await record_action(conn, action=ActionKind.OPERATOR_ADD, operator=operator, reason=reason,
+                                now=now, before={}, after={"role": added.role.value, "disabled_at": None},
+                                target_operator=handle)
+        except InvalidOperatorAction as exc:
+            raise OperatorAccountRefused(str(exc)) from None
+    return added
+
+
+DISABLE_OPERATOR = """
+UPDATE operators SET disabled_at = $2 WHERE name = $1 AND disabled_at IS NULL
+RETURNING name, role, created_at, disabled_at
+"""
+
+
+async def disable_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, now: datetime, *,
+                           operator: str, reason: str) -> Operator:
+    """Disable an account: it can no longer sign in, and its sessions stop working. Recorded."""
+    handle = name.strip()
+    async with _transaction(db) as conn:
+        row = await conn.fetchrow(DISABLE_OPERATOR, handle, now)
+        if row is None:
+            current = await get_operator(conn, handle)  # raises OperatorNotFound
+            since = current.disabled_at.isoformat() if current.disabled_at else "?"
+            raise OperatorAccountRefused(f"operator {handle!r} is disabled already (since {since})")
+        disabled = Operator.from_record(row)
+        try:
+            await record_action(conn, action=ActionKind.OPERATOR_DISABLE, operator=operator, reason=reason,
+                                now=now, before={"disabled_at": None},
+                                after={"disabled_at": now.isoformat()}, target_operator=handle)
+        except InvalidOperatorAction as exc:
+            raise OperatorAccountRefused(str(exc)) from None
+    return disabled
+
+
+async def get_operator(db: asyncpg.Pool | asyncpg.Connection, name: str) -> Operator:
+    row = await db.fetchrow("SELECT name, role, created_at, disabled_at FROM operators WHERE name = $1",
+                            name.strip())
+    if row is None:
+        raise OperatorNotFound(f"no operator named {name.strip()!r}")
+    return Operator.from_record(row)
+
+
+async def list_operators(db: asyncpg.Pool | asyncpg.Connection) -> list[Operator]:
+    rows = await db.fetch("SELECT name, role, created_at, disabled_at FROM operators ORDER BY name")
+    return [Operator.from_record(r) for r in rows]
+
+
+# --------------------------------------------------------------------------- signing in
+
+_dummy_hashes: dict[int, str] = {}
+
+
+def dummy_hash(hasher: PasswordHasher) -> str:
+    """A hash of a random password with ``hasher``'s parameters: what an unknown name is checked against."""
+    key = id(hasher)
+    if key not in _dummy_hashes:
+        _dummy_hashes[key] = hasher.hash(secrets.token_urlsafe(24))
+    return _dummy_hashes[key]
+
+
+def _lock_key(name: str, client: str) -> int:
+    # One advisory lock per (name, client): concurrent wrong guesses cannot all slip under the limit.
+    digest = hashlib.blake2b(f"paycore.login\x1f{name}\x1f{client}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+FAILURES_IN_WINDOW = """
+SELECT failed_at FROM operator_login_failures
+WHERE name = $1 AND client = $2 AND failed_at > $3
+ORDER BY failed_at
+"""
+INSERT_FAILURE = "INSERT INTO operator_login_failures (name, client, failed_at) VALUES ($1, $2, $3)"
+FORGET_OLD_FAILURES = "DELETE FROM operator_login_failures WHERE failed_at <= $1"
+CLEAR_FAILURES = "DELETE FROM operator_login_failures WHERE name = $1 AND client = $2"
+SELECT_FOR_SIGN_IN = """
+SELECT name, role, created_at, disabled_at, password_hash FROM operators WHERE name = $1
+"""
+UPDATE_HASH = "UPDATE operators SET password_hash = $2 WHERE name = $1"
+
+
+def _retry_after(failures: list[datetime], throttle: LoginThrottle, now: datetime) -> int:
+    # Open again once only max_failures - 1 failures remain in the window.
+    unlocks_at = failures[len(failures) - throttle.max_failures] + timedelta(seconds=throttle.window_s)
+    return max(1, math.ceil((unlocks_at - now).total_seconds()))
+
+
+def _throttle_key(name: str, client: str) -> tuple[str, str]:
+    key_name = name.strip()[:64] or "?"
+    key_client = client.strip()[:CLIENT_MAX_LENGTH] or "?"
+    return key_name, key_client
+
+
+async def authenticate(db: asyncpg.Pool | asyncpg.Connection, name: str, password: str, client: str,
+                       now: datetime, *, throttle: LoginThrottle = LoginThrottle(),
+                       hasher: PasswordHasher = PASSWORD_HASHER) -> Operator:
+    """The active operator ``name`` if ``password`` is theirs; ``client`` is the caller's address.
+
+    Raises :class:`AuthenticationFailed` (the same for every reason) or
+    :class:`TooManyAttempts`.
+    """
+    key_name, key_client = _throttle_key(name, client)
+    decoy = dummy_hash(hasher)  # made before anything is looked up: a process's first call is no faster
+    window_start = now - timedelta(seconds=throttle.window_s)
+    overlong = len(password) > PASSWORD_MAX_LENGTH  # never a valid password; not worth hashing whole
+    async with _transaction(db) as conn:
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(key_name, key_client))
+        failures = [r["failed_at"] for r in await conn.fetch(FAILURES_IN_WINDOW, key_name, key_client,
+                                                             window_start)]
+        if len(failures) >= throttle.max_failures:
+            raise TooManyAttempts(_retry_after(failures, throttle, now))
+        row = await conn.fetchrow(SELECT_FOR_SIGN_IN, name.strip())
+        account = row if row is not None and row["disabled_at"] is None and not overlong else None
+        stored = account["password_hash"] if account is not None else decoy
+        try:
+            # A mismatch, or a stored hash argon2 cannot read: both are a failed sign-in.
+            hasher.verify(stored, password[:PASSWORD_MAX_LENGTH])
+            verified = account is not None
+        except (VerifyMismatchError, VerificationError, InvalidHashError):
+            verified = False
+        if not verified or account is None:
+            # Committed with the transaction; the failure is raised after it.
+            await conn.execute(FORGET_OLD_FAILURES, window_start)
+            await conn.execute(INSERT_FAILURE, key_name, key_client, now)
+        else:
+            await conn.execute(CLEAR_FAILURES, key_name, key_client)
+            if hasher.check_needs_rehash(stored):  # the parameters changed since this hash was made
+                await conn.execute(UPDATE_HASH, account["name"], hasher.hash(password))
+    if not verified or account is None:
+        raise AuthenticationFailed()
+    return Operator.from_record(account)
