@@ -8,6 +8,13 @@ from paycore_cli.arguments import duration, fraction, operator_handle, port_numb
 from paycore_cli.common import DEFAULT_PORTS, LOOPBACK, UP_SERVICES, WORKERS
 from paycore_cli.development import cmd_chaos, cmd_up
 from paycore_cli.health import cmd_health
+from paycore_cli.inspect_commands import (
+    cmd_attempts_show,
+    cmd_escalations_list,
+    cmd_escalations_show,
+    cmd_notifications_unmatched,
+    cmd_outbox_dead_letters,
+)
 from paycore_cli.operator_accounts import add_operator_account_commands  # i13-auth
 from paycore_cli.operator_commands import (
     cmd_accounts,
@@ -26,6 +33,15 @@ def _metrics_flags(worker: argparse.ArgumentParser) -> None:
     worker.add_argument("--metrics-port", type=port_number, default=None,
                         help="serve /metrics and /healthz (the loop's liveness) on --metrics-host:PORT")
     worker.add_argument("--metrics-host", default=LOOPBACK, help="metrics address (default %(default)s)")
+
+
+def _page_flags(listing: argparse.ArgumentParser) -> None:
+    listing.add_argument("--limit", type=positive_int, default=50,
+                         help="at most this many per page (default %(default)s)")
+    listing.add_argument("--cursor", default=None, metavar="CURSOR",
+                         help="the next page: the cursor the previous page printed")
+    listing.add_argument("--json", action="store_true",
+                         help="print one JSON document for scripts: items and next_cursor")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,9 +163,31 @@ def build_parser() -> argparse.ArgumentParser:
     token.set_defaults(handler=cmd_token)
 
     esc = commands.add_parser(
-        "escalations", help="acknowledge or resolve an escalation episode",
+        "escalations", help="list, show, acknowledge or resolve escalation episodes",
         description="Operator tools for escalation episodes. Needs PAYCORE_DATABASE_URL.")
     esc_cmds = esc.add_subparsers(dest="escalation_command", required=True, metavar="ACTION")
+    esc_list = esc_cmds.add_parser(
+        "list", help="open episodes, oldest first",
+        description="Escalation episodes, open ones first, oldest raised first (--all adds resolved "
+                    "ones after them): id, status, reason, provider account, raised, attempt.")
+    esc_list.add_argument("--reason", default=None, metavar="REASON", help="only this reason, e.g. deadline")
+    esc_list.add_argument("--account", default=None, metavar="PROVIDER_ACCOUNT",
+                          help="only this provider account, e.g. cardco:acct_store:live")
+    acked = esc_list.add_mutually_exclusive_group()
+    acked.add_argument("--acknowledged", dest="acknowledged", action="store_const", const=True, default=None,
+                       help="only episodes a person has acknowledged")
+    acked.add_argument("--unacknowledged", dest="acknowledged", action="store_const", const=False,
+                       help="only episodes nobody has acknowledged")
+    esc_list.add_argument("--all", action="store_true", help="resolved episodes too (after the open ones)")
+    _page_flags(esc_list)
+    esc_list.set_defaults(handler=cmd_escalations_list)
+    esc_show = esc_cmds.add_parser(
+        "show", help="one episode, its detail and the operator actions on it",
+        description="One escalation episode: its schedule, its detail (identifiers only) and every "
+                    "operator action on it, newest first.")
+    esc_show.add_argument("escalation_id", type=positive_int, metavar="ESCALATION_ID")
+    esc_show.add_argument("--json", action="store_true", help="print one JSON document for scripts")
+    esc_show.set_defaults(handler=cmd_escalations_show)
     for action, text in (("ack", "a person has seen it: reset the reminder schedule"),
                          ("resolve", "the condition has ended: close the episode (changes no attempt)")):
         sub = esc_cmds.add_parser(action, help=text, description=text)
@@ -173,6 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
                          help="who is deciding: an operator handle (recorded in operator_actions)")
         sub.add_argument("--reason", required=True, metavar="TEXT", help="why (recorded)")
         sub.set_defaults(handler=cmd_outbox)
+    dead = box_cmds.add_parser(
+        "dead-letters", help="rows the dispatcher gave up on, oldest first",
+        description="Dead-lettered outbox rows waiting for requeue or skip, oldest first: message, kind, "
+                    "tries, attempt, open escalation, last error.")
+    dead.add_argument("--kind", default=None, metavar="KIND", help="only this kind, e.g. order-confirmation")
+    _page_flags(dead)
+    dead.set_defaults(handler=cmd_outbox_dead_letters)
     purge = box_cmds.add_parser("purge", help="delete dispatched rows past the replay horizon, keeping "
                                               "their dedup keys")
     purge.add_argument("--older-than", type=float, default=None, metavar="SECONDS",
@@ -196,6 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--reason", required=True, metavar="TEXT",
                         help="why, e.g. the corrected reference (recorded)")
     attach.set_defaults(handler=cmd_notifications_attach)
+    unmatched = note_cmds.add_parser(
+        "unmatched", help="stored notifications no attempt matched, oldest first",
+        description="Stored provider notifications that matched no attempt and were not attached since, "
+                    "oldest first, by their identifiers, with their open escalation.")
+    _page_flags(unmatched)
+    unmatched.set_defaults(handler=cmd_notifications_unmatched)
 
     accts = commands.add_parser(
         "accounts", help="the registered provider-account settings every service must match",
@@ -284,9 +335,17 @@ def build_parser() -> argparse.ArgumentParser:
     conflict.set_defaults(handler=cmd_escalations_resolve_conflict)
 
     attempts = commands.add_parser(
-        "attempts", help="operate on payment attempts",
+        "attempts", help="inspect or operate on payment attempts",
         description="Operator tools for payment attempts. Needs PAYCORE_DATABASE_URL.")
     attempt_cmds = attempts.add_subparsers(dest="attempts_command", required=True, metavar="ACTION")
+    attempt_show = attempt_cmds.add_parser(
+        "show", help="one attempt: its order, deadlines, lease, history, outbox, escalations, actions",
+        description="Everything about one attempt: the row (never the request body's values), its order, "
+                    "the append-only history as a timeline, the notifications matched to it, its outbox "
+                    "rows, its escalations and every operator action on it.")
+    attempt_show.add_argument("attempt_id", metavar="ATTEMPT_ID")
+    attempt_show.add_argument("--json", action="store_true", help="print one JSON document for scripts")
+    attempt_show.set_defaults(handler=cmd_attempts_show)
     close = attempt_cmds.add_parser(
         "close", help="close an escalated Unknown dead end as not charged (Failed)",
         description="Close an Unknown attempt that recovery escalated as a dead end (deadline, "
