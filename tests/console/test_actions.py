@@ -15,7 +15,7 @@ from paycore import escalations
 from paycore.attempts import get_attempt
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
-from tests.console.conftest import Browser, ConsoleRig, MakeRig
+from tests.console.conftest import ConsoleRig, MakeRig
 from tests.matrix.helpers import seed_account
 from tests.matrix.test_notification_matrix import live_attempt, notification_rows, succeeded_event
 from tests.operators.test_conflicts import identity_conflict
@@ -29,7 +29,8 @@ async def account(pool: asyncpg.Pool, clock: FakeClock) -> ProviderAccountConfig
     return await seed_account(pool, clock)
 
 
-async def dead_end_episode(pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig) -> tuple[Any, int]:
+async def dead_end_episode(pool: asyncpg.Pool, clock: FakeClock,
+                           account: ProviderAccountConfig) -> tuple[Any, int]:
     attempt = await dead_end(pool, clock, account)
     eid = await pool.fetchval("SELECT escalation_id FROM payment_escalations WHERE attempt_id = $1",
                               attempt.attempt_id)
@@ -52,7 +53,8 @@ async def _episode(pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccoun
     return f"/escalations/{eid}/{action}", f"/api/v1/escalations/{eid}/{action}", eid
 
 
-async def _close(pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig) -> tuple[str, str, Any]:
+async def _close(pool: asyncpg.Pool, clock: FakeClock,
+                 account: ProviderAccountConfig) -> tuple[str, str, Any]:
     attempt, _ = await dead_end_episode(pool, clock, account)
     aid = attempt.attempt_id
     return f"/attempts/{aid}/close", f"/api/v1/attempts/{aid}/close", aid
@@ -83,11 +85,13 @@ CASES = [
     Case("escalation-resolve", lambda p, c, a: _episode(p, c, a, "resolve"), {"reason": "handled by phone"},
          lambda p, eid: _escalation_field(p, eid, "resolved_at")),
     Case("attempt-close-not-charged", _close,
-         {"reason": "customer asked", "checked_at_provider": "Cardco dashboard: no payment for the reference"},
+         {"reason": "customer asked",
+          "checked_at_provider": "Cardco dashboard: no payment for the reference"},
          _failed),
     Case("outbox-requeue", lambda p, c, a: _dead_letter(p, c, a, "requeue"), {"reason": "broker is back"},
          lambda p, mid: _outbox(p, mid, "dead_lettered_at IS NULL AND dispatched_at IS NULL")),
-    Case("outbox-skip", lambda p, c, a: _dead_letter(p, c, a, "skip"), {"reason": "customer was told by phone"},
+    Case("outbox-skip", lambda p, c, a: _dead_letter(p, c, a, "skip"),
+         {"reason": "customer was told by phone"},
          lambda p, mid: _outbox(p, mid, "dispatched_at IS NOT NULL")),
 ]
 
@@ -177,7 +181,8 @@ async def test_attaching_an_unmatched_notification_previews_then_applies_and_rec
     assert preview.status_code == 200
     assert 'id="attach-preview"' in preview.text and 'id="attach-form"' in preview.text
     assert "DISAGREES" in preview.text  # the reference differs: the typo the operator is fixing
-    assert (await get_attempt(rig.pool, attempt.attempt_id)).state.value == "Unknown"  # a preview changes nothing
+    # A preview changes nothing.
+    assert (await get_attempt(rig.pool, attempt.attempt_id)).state.value == "Unknown"
     done = await browser.post_form(f"/notifications/{row['event_id']}/attach",
                                    attempt_id=str(attempt.attempt_id), reason="reference typo")
     assert done.headers["location"] == f"/attempts/{attempt.attempt_id}"

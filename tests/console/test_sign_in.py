@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import httpx
+
 from paycore.clock import FakeClock
 from tests.console.conftest import PASSWORD, ConsoleRig, MakeRig, hidden
+
+
+def session_cookie(response: httpx.Response) -> str:
+    cookies = response.headers.get_list("set-cookie")
+    return next(h for h in cookies if h.startswith("paycore_console_session="))
 
 
 async def test_signing_in_sets_an_httponly_strict_secure_session_cookie_and_opens_the_overview(
@@ -13,7 +20,7 @@ async def test_signing_in_sets_an_httponly_strict_secure_session_cookie_and_open
     client = rig.client()
     signed = await rig.sign_in(client, "ops-1")
     assert signed.status_code == 303 and signed.headers["location"] == "/"
-    cookie = next(h for h in signed.headers.get_list("set-cookie") if h.startswith("paycore_console_session="))
+    cookie = session_cookie(signed)
     attributes = {a.strip().lower() for a in cookie.split(";")}
     assert {"httponly", "secure", "samesite=strict", "path=/"} <= attributes
     home = await client.get("/")
@@ -28,7 +35,7 @@ async def test_insecure_cookies_are_only_by_setting_for_http_on_loopback(make_ri
     await rig.add("ops-1")
     client = rig.client(base_url="http://127.0.0.1:8500")
     signed = await rig.sign_in(client, "ops-1")
-    cookie = next(h for h in signed.headers.get_list("set-cookie") if h.startswith("paycore_console_session="))
+    cookie = session_cookie(signed)
     assert "secure" not in cookie.lower()
     assert (await client.get("/")).status_code == 200
 
@@ -89,7 +96,8 @@ async def test_the_sign_in_form_needs_its_own_token_and_next_stays_on_this_site(
     client = rig.client()
     form = await client.get("/login")
     token = hidden(form.text, "csrf_token")
-    forged = await client.post("/login", data={"csrf_token": token + "x", "name": "ops-1", "password": PASSWORD})
+    forged = await client.post("/login", data={"csrf_token": token + "x", "name": "ops-1",
+                                               "password": PASSWORD})
     assert forged.status_code == 403
     other = rig.client()  # a token made for another browser's sign-in form
     assert (await other.post("/login", data={"csrf_token": token, "name": "ops-1",
