@@ -16,7 +16,9 @@ import asyncpg
 import jinja2
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.routing import Mount
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -65,6 +67,11 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
+async def healthz(request: Request) -> Response:
+    """The process answers (``paycore up`` waits for it); needs no sign-in and says nothing else."""
+    return JSONResponse({"status": "ok"})
+
+
 def templates() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
@@ -93,7 +100,7 @@ def create_app(settings: ConsoleSettings, *, clock: Clock | None = None,
                 await db.close()
 
     app = Starlette(
-        routes=[*pages.routes(), *api.routes(),
+        routes=[*pages.routes(), *api.routes(), Route("/healthz", healthz, methods=["GET"]),
                 Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static")],
         lifespan=lifespan,
         exception_handlers={HTTPException: errors.http_exception, **errors.HANDLERS},
