@@ -78,6 +78,13 @@ CONSOLE_AUTH = "libs/paycore/paycore/console_auth.py"
 BEARER = "libs/paycore/paycore/bearer_tokens.py"
 ACCOUNTS_TESTS = "tests/operators/test_operator_accounts.py"
 CONSOLE_TESTS = "tests/operators/test_console_auth.py"
+# The console service (issue 13): its guards on every POST.
+WEB_PAGES = "services/console/paycore_console/pages.py"
+WEB_API = "services/console/paycore_console/api.py"
+WEB_AUTH = "services/console/paycore_console/auth.py"
+WEB_CONTEXT = "services/console/paycore_console/context.py"
+WEB_GUARDS = "tests/console/test_guards.py"
+WEB_SIGN_IN = "tests/console/test_sign_in.py"
 
 
 def t(file: str, *names: str) -> tuple[str, ...]:
@@ -813,5 +820,77 @@ MUTATIONS: tuple[Mutation, ...] = (
         'JWKS_ALGORITHMS = ("RS256", "ES256", "HS256")',
         t(CONSOLE_TESTS, 'test_a_key_the_set_does_not_publish_or_an_hmac_token_is_refused'),
         'only asymmetric keys for the JWKS',
+    ),
+    # -- the console's guards (services/console) -----------------------------------------------------
+    Mutation(
+        'console-page-csrf', WEB_PAGES,
+        '    check_csrf(c.auth, caller, form.get(CSRF_FIELD))\n    return c, may_act(caller), form',
+        '    return c, may_act(caller), form',
+        (f"{WEB_GUARDS}::test_every_post_refuses_a_missing_or_forged_csrf_token",),
+        "every page POST carries its session's CSRF token",
+    ),
+    Mutation(
+        'console-api-csrf', WEB_API,
+        'check_csrf(c.auth, caller, request.headers.get(CSRF_HEADER))',
+        'None',
+        (f"{WEB_GUARDS}::test_every_post_refuses_a_missing_or_forged_csrf_token",),
+        "every API POST of a session carries X-CSRF-Token",
+    ),
+    Mutation(
+        'console-csrf-bound-to-session', WEB_AUTH,
+        '    auth.check_csrf(caller.session, submitted)',
+        '    return None if submitted else auth.check_csrf(caller.session, submitted)',
+        (f"{WEB_GUARDS}::test_every_post_refuses_a_missing_or_forged_csrf_token",),
+        "a CSRF token made for another session is refused",
+    ),
+    Mutation(
+        'console-login-csrf', WEB_PAGES,
+        '    check_login_csrf(c.auth, request, form.get(CSRF_FIELD), now)',
+        '    pass',
+        t(WEB_SIGN_IN, "test_the_sign_in_form_needs_its_own_token_and_next_stays_on_this_site"),
+        "the sign-in form carries a token bound to its pre-sign-in cookie",
+    ),
+    Mutation(
+        'console-role-in-one-place', WEB_AUTH,
+        'return require(Role.OPERATOR, caller.principal)',
+        'return caller.principal',
+        (f"{WEB_GUARDS}::test_a_viewer_can_see_but_not_act",
+         f"{WEB_GUARDS}::test_a_bearer_operator_acts_without_csrf_and_is_recorded_as_oidc_sub"),
+        "a viewer cannot act (pages and API)",
+    ),
+    Mutation(
+        'console-page-role', WEB_PAGES,
+        'return c, may_act(caller), form',
+        'return c, caller.principal, form',
+        (f"{WEB_GUARDS}::test_a_viewer_can_see_but_not_act",),
+        "a page POST checks the operator role",
+    ),
+    Mutation(
+        'console-api-role', WEB_API,
+        'who = may_act(caller)',
+        'who = caller.principal',
+        (f"{WEB_GUARDS}::test_a_viewer_can_see_but_not_act",),
+        "an API POST checks the operator role",
+    ),
+    Mutation(
+        'console-throttle-by-client-address', WEB_PAGES,
+        'client_address(request), now, throttle=c.settings.throttle',
+        '"?", now, throttle=c.settings.throttle',
+        t(WEB_SIGN_IN, "test_failed_sign_ins_are_throttled_per_name_and_client_even_with_the_right_password"),
+        "sign-in throttling is per client address",
+    ),
+    Mutation(
+        'console-secure-cookie', WEB_CONTEXT,
+        'return not self.settings.insecure_cookies',
+        'return False',
+        t(WEB_SIGN_IN, "test_signing_in_sets_an_httponly_strict_secure_session_cookie_and_opens_the_overview"),
+        "the session cookie is Secure unless explicitly allowed",
+    ),
+    Mutation(
+        'console-next-stays-on-site', WEB_PAGES,
+        'and not target.startswith("//")',
+        '',
+        t(WEB_SIGN_IN, "test_the_sign_in_form_needs_its_own_token_and_next_stays_on_this_site"),
+        "after sign-in, never redirect off the site",
     ),
 )

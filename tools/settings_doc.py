@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Where each component's settings are declared, and the document that lists them.
 DECLARED_IN: dict[str, tuple[str, ...]] = {
     "README.md": ("paycore_cli.common", "paycore.config", "paycore.account_settings", "paycore.operators",
-                  "paycore.console_auth"),
+                  "paycore.console_auth", "paycore_console.settings"),
     "docs/recovery.md": ("paycore_recovery.settings",),
     "services/sandbox/README.md": ("paycore_sandbox.settings",),
 }

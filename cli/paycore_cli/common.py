@@ -27,13 +27,16 @@ UP_SERVICES = {
     "webhooks": "the Cardco webhook intake, when a webhook secret is configured",
     "recovery": "the recovery worker",
     "dispatcher": "the outbox dispatcher to Kafka",
+    "console": "the operator console",
 }
-DEFAULT_PORTS = {"checkout": 8000, "sandbox": 8100, "webhooks": 8200, "recovery": 8300, "dispatcher": 8400}
+DEFAULT_PORTS = {"checkout": 8000, "sandbox": 8100, "webhooks": 8200, "recovery": 8300, "dispatcher": 8400,
+                 "console": 8500}
 # The services whose port serves only their metrics.
 WORKERS = frozenset({"recovery", "dispatcher"})
 
 JWT_SECRET_FILE = "jwt_secret"
 JWT_SECRET_LENGTH = 48
+CONSOLE_SECRET_FILE = "console_secret"  # signs the local console's sessions (paycore up)
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
@@ -102,7 +105,16 @@ def local_jwt_secret(home: Path, *, create: bool) -> str | None:
     With ``create``, a random 48-character secret is generated the first time,
     so tokens stay valid between runs.
     """
-    path = home / JWT_SECRET_FILE
+    return _local_secret(home, JWT_SECRET_FILE, "PAYCORE_JWT_SECRET", "JWT", create=create)
+
+
+def local_console_secret(home: Path, *, create: bool) -> str | None:
+    """The development console secret in ``<home>/console_secret`` (0600): sessions survive a restart."""
+    return _local_secret(home, CONSOLE_SECRET_FILE, "PAYCORE_CONSOLE_SECRET", "console", create=create)
+
+
+def _local_secret(home: Path, filename: str, variable: str, what: str, *, create: bool) -> str | None:
+    path = home / filename
     if create and not path.exists():
         home.mkdir(parents=True, exist_ok=True)
         secret = secrets.token_urlsafe(36)[:JWT_SECRET_LENGTH]
@@ -113,14 +125,13 @@ def local_jwt_secret(home: Path, *, create: bool) -> str | None:
         else:
             with os.fdopen(fd, "w") as f:
                 f.write(secret + "\n")
-            log.info("generated a local JWT secret in %s", path)
+            log.info("generated a local %s secret in %s", what, path)
     try:
         value = path.read_text().strip()
     except FileNotFoundError:
         return None
     if len(value) < 32:
-        raise ConfigError("PAYCORE_JWT_SECRET",
-                          f"{path} holds fewer than 32 characters; delete it to regenerate")
+        raise ConfigError(variable, f"{path} holds fewer than 32 characters; delete it to regenerate")
     return value
 
 

@@ -86,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("checkout", "the checkout API"),
         ("sandbox", "the Cardco provider sandbox (loopback only)"),
         ("webhooks", "the Cardco webhook intake"),
+        ("console", "the operator console (pages and its JSON API)"),
     ):
         sub = services.add_parser(name, help=text, description=f"Serve {text}.")
         sub.add_argument("--host", default=LOOPBACK, help="address to bind (default %(default)s)")

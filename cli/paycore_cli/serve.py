@@ -26,6 +26,7 @@ APP_FACTORIES = {
     "checkout": "paycore_checkout.app:create_app_from_env",
     "sandbox": "paycore_cli.sandbox:sandbox_app",
     "webhooks": "paycore_webhooks.app:create_app_from_env",
+    "console": "paycore_console.app:create_app_from_env",
 }
 
 
@@ -96,6 +97,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             preflight_accounts(settings.database_url, settings)
     elif name == "sandbox":
         sandbox_settings()
+    elif name == "console":
+        import os
+
+        try:
+            from paycore_console.settings import ConsoleSettings
+        except ModuleNotFoundError as exc:
+            raise CommandError("cannot import paycore_console: the service package is not installed") from exc
+        ConsoleSettings.from_env(os.environ)  # the secret, the database, the token settings: checked now
     factory = sandbox_app if name == "sandbox" else _load_factory(APP_FACTORIES[name])
 
     import uvicorn

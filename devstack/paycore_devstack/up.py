@@ -21,6 +21,7 @@ from paycore_cli.common import (
     UP_SERVICES,
     WORKERS,
     CommandError,
+    local_console_secret,
     local_jwt_secret,
     paycore_home,
     redact_dsn,
@@ -34,7 +35,8 @@ log = logging.getLogger("paycore.cli")
 READY_WITHIN_S = 60.0
 # What "ready" means for each service: the sandbox answers anything; the others /healthz.
 READINESS = {"sandbox": ("/", True), "checkout": ("/healthz", False), "webhooks": ("/healthz", False),
-             "recovery": ("/metrics", False), "dispatcher": ("/metrics", False)}
+             "recovery": ("/metrics", False), "dispatcher": ("/metrics", False),
+             "console": ("/healthz", False)}
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -57,6 +59,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     local = _use_local_sandbox(env, urls)
     if base.jwt_secret is None and base.jwks_url is None:
         env["PAYCORE_JWT_SECRET"] = local_jwt_secret(home, create=True) or ""
+    from paycore.console_auth import CONSOLE_SECRET
+    from paycore_console.settings import INSECURE_COOKIES
+
+    if CONSOLE_SECRET.get(env) is None:
+        env[CONSOLE_SECRET.name] = local_console_secret(home, create=True) or ""
+    if INSECURE_COOKIES.get(env) is None:
+        # The console is served on plain http on loopback here: a Secure cookie would never come back.
+        env[INSECURE_COOKIES.name] = "true"
     settings = load_settings(env)  # what the services will see: fail now, before starting anything
     services = list(UP_SERVICES)
     try:
@@ -106,6 +116,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             banner += [f"  webhooks  {urls['webhooks']}/webhooks/{name}" for name in names]
         banner.append(f"  recovery  worker; metrics {urls['recovery']}/metrics")
         banner.append(f"  dispatcher worker; metrics {urls['dispatcher']}/metrics")
+        banner.append(f"  console   {urls['console']}  (an account first: paycore operators add NAME "
+                      "--role operator --operator YOU)")
         banner += [
             f"  postgres  {redact_dsn(dsn)}  ({pg_note})",
             f"  kafka     {env['PAYCORE_KAFKA_BOOTSTRAP']}  ({kafka_note})",

@@ -662,3 +662,23 @@ def test_serve_webhooks_with_a_malformed_webhook_secret_is_a_configuration_error
     err = capsys.readouterr().err
     assert err.startswith("paycore: configuration error:") and "webhook secret" in err, err
     assert "REPLACE_ME" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("env", "named"), [
+    ({"PAYCORE_DATABASE_URL": "postgresql://127.0.0.1:9/x"}, "PAYCORE_CONSOLE_SECRET"),
+    ({"PAYCORE_DATABASE_URL": "postgresql://127.0.0.1:9/x", "PAYCORE_CONSOLE_SECRET": "short"},
+     "PAYCORE_CONSOLE_SECRET"),
+    ({"PAYCORE_CONSOLE_SECRET": "s" * 40}, "PAYCORE_DATABASE_URL"),
+], ids=["no-secret", "short-secret", "no-database"])
+def test_serve_console_checks_its_settings_before_starting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], env: dict[str, str], named: str,
+) -> None:
+    """``paycore serve console`` without its secret or database: exit 2 naming the variable, no traceback."""
+    for name in ("PAYCORE_DATABASE_URL", "PAYCORE_CONSOLE_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["serve", "console", "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"paycore: configuration error: {named}"), err
+    assert "short" not in err and "Traceback" not in err

@@ -1,0 +1,196 @@
+"""What the pages and the API show: the overview and its chart, listings with filters and cursors,
+the attempt page, viewers' pages without forms, errors, and nothing secret anywhere."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from paycore.clock import FakeClock
+from paycore.config import ProviderAccountConfig
+from paycore.notifications import record_notification
+from paycore.payment_methods import contains_card_number
+from paycore_console import api
+from paycore_console.openapi import document, openapi_path
+from tests.console.conftest import ConsoleRig
+from tests.console.test_actions import dead_end_episode
+from tests.matrix.helpers import seed_account
+from tests.operators.test_inspection import episode, queued, went_unknown
+
+HTMX_SHA256 = "e209dda5c8235479f3166defc7750e1dbcd5a5c1808b7792fc2e6733768fb447"
+UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+@pytest.fixture
+async def account(pool: asyncpg.Pool, clock: FakeClock) -> ProviderAccountConfig:
+    return await seed_account(pool, clock)
+
+
+async def test_the_overview_shows_states_escalations_outbox_and_a_server_drawn_chart(
+    rig: ConsoleRig, account: ProviderAccountConfig,
+) -> None:
+    attempt, _ = await dead_end_episode(rig.pool, rig.clock, account)
+    await went_unknown(rig.pool, attempt.attempt_id, rig.clock.now() - timedelta(hours=2))
+    await queued(rig.pool, rig.clock, "order-confirmation", dead=True)
+    browser = await rig.browser(role="viewer")
+    page = (await browser.client.get("/")).text
+    unknown_row = re.search(r'<tr id="state-Unknown">(.*?)</tr>', page, re.S)
+    assert unknown_row is not None and '<td class="total">1</td>' in unknown_row.group(1)
+    assert f'href="/attempts/{attempt.attempt_id}"' in page  # the oldest Unknown
+    assert 'href="/escalations?reason=deadline"' in page
+    assert re.search(r'<svg id="chart-svg"', page)
+    bars = re.findall(r'data-series="(\w+)" data-value="(\d+)"', page)
+    assert len(bars) == 48  # two series, 24 hours
+    assert ("unknown", "1") in bars and ("escalations", "1") in bars
+    assert "<script" not in page.split("</head>")[1]  # no script in the body: the chart is plain SVG
+    api_view = (await browser.client.get("/api/v1/overview")).json()
+    assert len(api_view["last_24h"]) == 24
+    assert api_view["oldest_unknown"]["attempt_id"] == str(attempt.attempt_id)
+
+
+async def test_escalations_are_paged_by_cursor_and_filtered_on_the_page_and_the_api(
+    rig: ConsoleRig, account: ProviderAccountConfig,
+) -> None:
+    now = rig.clock.now()
+    ids = [await episode(rig.pool, now - timedelta(minutes=10 - i), "deadline") for i in range(5)]
+    other = await episode(rig.pool, now, "unmatched-payment")
+    browser = await rig.browser()
+    await browser.flash_after(await browser.post_form(f"/escalations/{ids[1]}/ack"))
+    seen: list[int] = []
+    url: str | None = "/escalations?reason=deadline&limit=2"
+    while url is not None:
+        page = (await browser.client.get(url)).text
+        seen += [int(i) for i in re.findall(r'<tr id="escalation-(\d+)"', page)]
+        found = re.search(r'<a id="next-page" data-testid="next-page" href="([^"]+)"', page)
+        url = found.group(1).replace("&amp;", "&") if found else None
+        assert len(seen) <= 10
+    assert seen == ids  # oldest first, every one once, the other reason left out
+    acked = (await browser.client.get("/escalations?acknowledged=yes")).text
+    assert re.findall(r'<tr id="escalation-(\d+)"', acked) == [str(ids[1])]
+    items, cursor, everything = [], None, []
+    while True:
+        answer = (await browser.client.get("/api/v1/escalations", params={"limit": 4, **(
+            {"cursor": cursor} if cursor else {})})).json()
+        everything += [i["escalation_id"] for i in answer["items"]]
+        cursor = answer["next_cursor"]
+        if cursor is None:
+            break
+    assert everything == [*ids, other]
+    items = (await browser.client.get("/api/v1/escalations", params={"acknowledged": "false",
+                                                                     "reason": "deadline"})).json()["items"]
+    assert [i["escalation_id"] for i in items] == [i for i in ids if i != ids[1]]
+    bad = await browser.client.get("/api/v1/escalations", params={"cursor": "not-a-cursor"})
+    assert bad.status_code == 400 and bad.headers["content-type"] == "application/problem+json"
+    assert (await browser.client.get("/escalations?cursor=not-a-cursor")).status_code == 400
+
+
+async def test_a_viewer_sees_the_pages_without_any_action_form(
+    rig: ConsoleRig, account: ProviderAccountConfig,
+) -> None:
+    attempt, eid = await dead_end_episode(rig.pool, rig.clock, account)
+    await queued(rig.pool, rig.clock, "order-confirmation", dead=True)
+    viewer = await rig.browser("watcher", role="viewer")
+    operator = await rig.browser("ops-1")
+    for path in (f"/escalations/{eid}", f"/attempts/{attempt.attempt_id}", "/outbox"):
+        as_viewer = await viewer.client.get(path)
+        as_operator = await operator.client.get(path)
+        assert as_viewer.status_code == as_operator.status_code == 200
+        actions_of = re.compile(r'<form id="(?!logout-form|escalation-filters|dead-letter-filter)[^"]*"[^>]*'
+                                r'method="post"')
+        assert not actions_of.search(as_viewer.text), path
+        assert actions_of.search(as_operator.text), path
+
+
+async def test_the_attempt_page_shows_the_history_as_a_timeline_and_its_actions(
+    rig: ConsoleRig, account: ProviderAccountConfig,
+) -> None:
+    attempt, eid = await dead_end_episode(rig.pool, rig.clock, account)
+    browser = await rig.browser()
+    await browser.flash_after(await browser.post_form(f"/escalations/{eid}/ack", reason="on it"))
+    page = (await browser.client.get(f"/attempts/{attempt.attempt_id}")).text
+    assert "<title>Attempt " in page
+    assert len(re.findall(r'data-testid="history-event"', page)) >= 2
+    assert 'data-action="escalation-acknowledge"' in page and '<td class="operator">ops-1</td>' in page
+    assert f'href="/escalations/{eid}"' in page
+    assert 'id="close-form"' in page
+
+
+async def test_unknown_ids_are_an_html_page_on_pages_and_a_problem_on_the_api(rig: ConsoleRig) -> None:
+    browser = await rig.browser()
+    page = await browser.client.get(f"/attempts/{uuid.uuid4()}")
+    assert page.status_code == 404 and page.headers["content-type"].startswith("text/html")
+    assert 'id="error"' in page.text
+    assert (await browser.client.get("/no/such/page")).status_code == 404
+    answer = await browser.client.get(f"/api/v1/attempts/{uuid.uuid4()}")
+    assert answer.status_code == 404 and answer.headers["content-type"] == "application/problem+json"
+    assert (await browser.client.get("/api/v1/escalations/99999")).status_code == 404
+
+
+async def test_no_page_or_api_answer_holds_a_secret_or_card_number(
+    rig: ConsoleRig, account: ProviderAccountConfig,
+) -> None:
+    attempt, eid = await dead_end_episode(rig.pool, rig.clock, account)
+    card = "4242424242424242"
+    await rig.pool.execute("UPDATE payment_attempts SET request_body = $2 WHERE attempt_id = $1",
+                           attempt.attempt_id, f'{{"card": {{"number": "{card}"}}, "key": "sk_test_abc"}}')
+    async with rig.pool.acquire() as conn, conn.transaction():
+        stored = await record_notification(
+            conn, provider_account=account.provider_account, key="evt_x", attempt_id=None,
+            now=rig.clock.now(), detail={"type": "payment.succeeded", "provider_payment_id": "pay_x",
+                                         "event": {"secret": "whsec_leak", "card": card}})
+    mid = await queued(rig.pool, rig.clock, "order-confirmation", dead=True, error="refused by broker")
+    browser = await rig.browser()
+    session_token = browser.client.cookies.get("paycore_console_session")
+    assert session_token
+    paths = ["/", "/escalations", f"/escalations/{eid}", f"/attempts/{attempt.attempt_id}",
+             "/notifications/unmatched",
+             f"/notifications/{stored.event_id}/attach?attempt_id={attempt.attempt_id}",
+             "/outbox", "/api/v1/overview", "/api/v1/escalations", f"/api/v1/escalations/{eid}",
+             f"/api/v1/attempts/{attempt.attempt_id}", "/api/v1/notifications/unmatched",
+             "/api/v1/outbox/dead-letters"]
+    for path in paths:
+        answer = await browser.client.get(path)
+        assert answer.status_code == 200, path
+        text = UUID_RE.sub("", answer.text)  # ids are hex, not card numbers
+        assert "whsec_" not in text and "sk_" not in text, path
+        assert not contains_card_number(text), path
+        assert session_token not in text, path
+    assert f'id="dead-letter-{mid}"' in (await browser.client.get("/outbox")).text
+
+
+def test_every_api_route_is_in_the_openapi_document_and_nothing_else() -> None:
+    from starlette.routing import Route
+
+    from paycore_console.app import create_app
+    from paycore_console.settings import ConsoleSettings
+    from tests.console.conftest import SECRET
+
+    app = create_app(ConsoleSettings.from_env({"PAYCORE_DATABASE_URL": "postgresql://unused/x",
+                                               "PAYCORE_CONSOLE_SECRET": SECRET}))
+    served = {(m.lower(), openapi_path(r.path)) for r in app.routes if isinstance(r, Route)
+              and r.path.startswith("/api/") for m in (r.methods or ()) if m != "HEAD"}
+    described = {(m, p) for p, ops in document(api.ENDPOINTS)["paths"].items() for m in ops}
+    assert served == described
+    assert len(served) == 14
+
+
+async def test_the_openapi_document_is_served_and_says_3_1(rig: ConsoleRig) -> None:
+    doc = (await rig.client().get("/api/v1/openapi.json")).json()
+    assert doc["openapi"] == "3.1.0"
+    assert "/api/v1/escalations/{escalation_id}/resolve-conflict" in doc["paths"]
+
+
+async def test_htmx_is_served_from_the_console_itself_with_its_recorded_hash(rig: ConsoleRig) -> None:
+    served = await rig.client().get("/static/htmx.min.js")
+    assert served.status_code == 200
+    assert hashlib.sha256(served.content).hexdigest() == HTMX_SHA256
+    readme = Path(__file__).parents[2] / "services/console/paycore_console/static/README.md"
+    assert HTMX_SHA256 in readme.read_text()
+    page = (await rig.client().get("/login")).text
+    assert '<script src="/static/htmx.min.js" defer></script>' in page and "://" not in page.split("<body")[0]
