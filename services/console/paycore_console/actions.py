@@ -1,0 +1,135 @@
+"""The console's actions, each one call of a library function, shared by the pages and the API.
+
+Every action is done by the signed-in principal (their name, or ``oidc:<sub>``), which the
+library records in ``operator_actions`` with the reason, before and after. A refusal --
+the state changed underneath, or the action does not apply -- is :class:`ActionRefused` with
+the library's own words; nothing was changed or recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from paycore import conflicts, dead_ends, escalations, notifications, outbox_admin
+from paycore.console_auth import Principal
+from paycore.errors import NotFound
+from paycore.inspection import jsonable
+from paycore.operator_actions import InvalidOperatorAction, OperatorAction
+
+if TYPE_CHECKING:
+    from paycore_console.app import Console
+
+
+class ActionRefused(Exception):
+    """The library refused: ``kind`` is ``conflict`` (state), ``invalid`` (input) or ``not-found``."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Done:
+    """What an action did: a sentence for the page, and the record for the API."""
+
+    message: str
+    recorded: OperatorAction
+    result: dict[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"message": self.message, "operator_action": self.recorded.as_json(), **jsonable(self.result)}
+
+
+REFUSALS: tuple[type[Exception], ...] = (
+    escalations.EscalationActionRefused, conflicts.ConflictResolutionRefused, dead_ends.CloseRefused,
+    notifications.AttachRefused, outbox_admin.OutboxActionRefused,
+)
+
+
+async def _run(call: Any) -> Any:
+    try:
+        return await call
+    except NotFound as exc:
+        raise ActionRefused("not-found", str(exc)) from None
+    except REFUSALS as exc:
+        raise ActionRefused("conflict", str(exc)) from None
+    except InvalidOperatorAction as exc:
+        raise ActionRefused("invalid", str(exc)) from None
+
+
+def parse_attempt_id(text: str | None) -> UUID:
+    try:
+        return UUID((text or "").strip())
+    except ValueError:
+        raise ActionRefused("invalid", f"{text!r} is not an attempt id (a UUID)") from None
+
+
+async def acknowledge(c: Console, who: Principal, escalation_id: int, reason: str | None) -> Done:
+    recorded = await _run(escalations.acknowledge(
+        c.pool, escalation_id, operator=who.name, reason=reason or None, now=c.clock.now(),
+        reminder_interval=c.settings.reminder_ack_interval))
+    return Done(f"Escalation {escalation_id} acknowledged; reminders start again from now.", recorded,
+                {"escalation_id": escalation_id})
+
+
+async def resolve(c: Console, who: Principal, escalation_id: int, reason: str | None) -> Done:
+    recorded = await _run(escalations.resolve(c.pool, escalation_id, operator=who.name, reason=reason or "",
+                                              now=c.clock.now()))
+    return Done(f"Escalation {escalation_id} resolved. No attempt was changed.", recorded,
+                {"escalation_id": escalation_id})
+
+
+async def resolve_conflict(c: Console, who: Principal, escalation_id: int, owner: UUID | None,
+                           reason: str | None) -> Done:
+    done = await _run(conflicts.resolve_conflict(
+        c.pool, escalation_id=escalation_id, owner_attempt_id=owner, operator=who.name, reason=reason or "",
+        now=c.clock.now(), reminder_interval=c.settings.reminder_interval,
+        recheck_after_s=c.settings.recheck_after_s))
+    if done.owner is None:
+        message = (f"Escalation {escalation_id} resolved: neither attempt owns the payment; "
+                   "no attempt changed.")
+        state = None
+    else:
+        state = done.owner.state.value
+        message = (f"Escalation {escalation_id} resolved: attempt {done.owner.attempt_id} owns the payment "
+                   f"(now {state}).")
+    return Done(message, done.recorded, {"escalation_id": escalation_id,
+                                         "owner_attempt_id": owner, "owner_state": state})
+
+
+async def close_attempt(c: Console, who: Principal, attempt_id: UUID, reason: str | None, checked: str | None,
+                        expected_version: int | None) -> Done:
+    done = await _run(dead_ends.close_as_not_charged(
+        c.pool, attempt_id=attempt_id, operator=who.name, reason=reason or "",
+        checked_at_provider=checked or "", now=c.clock.now(), expected_version=expected_version))
+    return Done(f"Attempt {attempt_id} closed as not charged (now {done.attempt.state.value}); the order can "
+                f"be paid again.", done.recorded,
+                {"attempt_id": attempt_id, "state": done.attempt.state.value,
+                 "resolved_escalations": done.resolved_escalations})
+
+
+async def attach(c: Console, who: Principal, event_id: int, attempt_id: UUID, reason: str | None) -> Done:
+    done = await _run(notifications.attach_notification(
+        c.pool, event_id=event_id, attempt_id=attempt_id, operator=who.name, reason=reason or "",
+        now=c.clock.now(), reminder_interval=c.settings.reminder_interval,
+        recheck_after_s=c.settings.recheck_after_s))
+    return Done(f"Notification {event_id} attached to attempt {attempt_id} (now {done.attempt.state.value}).",
+                done.recorded, {"event_id": event_id, "attempt_id": attempt_id,
+                                "state": done.attempt.state.value})
+
+
+async def requeue(c: Console, who: Principal, message_id: int, reason: str | None) -> Done:
+    done = await _run(outbox_admin.requeue(c.pool, message_id, operator=who.name, reason=reason or "",
+                                           now=c.clock.now()))
+    return Done(f"Outbox message {message_id} requeued: the dispatcher sends it next.", done.recorded,
+                {"message_id": message_id, "resolved_escalations": done.resolved_escalations})
+
+
+async def skip(c: Console, who: Principal, message_id: int, reason: str | None) -> Done:
+    done = await _run(outbox_admin.skip(c.pool, message_id, operator=who.name, reason=reason or "",
+                                        now=c.clock.now()))
+    return Done(f"Outbox message {message_id} skipped: it will never be sent; the rows after it flow.",
+                done.recorded, {"message_id": message_id, "resolved_escalations": done.resolved_escalations})

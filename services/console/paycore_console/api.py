@@ -1,0 +1,266 @@
+"""The JSON API behind the pages: ``/api/v1/…``, the same reads and actions, for scripts.
+
+Authentication: ``Authorization: Bearer`` with an operator's identity-provider token (no CSRF
+token: a browser never sends one on its own), or the browser's session cookie with its CSRF
+token in ``X-CSRF-Token`` on every POST. Listings return ``{"items": [...], "next_cursor": ...}``;
+pass ``cursor`` back for the next page. Errors are RFC 9457 problem+json. The routes and their
+description come from one table, :data:`ENDPOINTS`, so the OpenAPI document cannot miss one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from paycore import inspection
+from paycore.console_auth import Principal
+from paycore_console import actions
+from paycore_console.actions import ActionRefused, Done
+from paycore_console.app import Console, console_of
+from paycore_console.auth import CSRF_HEADER, Caller, authenticate, check_csrf, may_act
+from paycore_console.errors import BadRequest
+from paycore_console.openapi import document
+
+BODY_MAX_BYTES = 64 * 1024
+
+
+def json_response(value: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(inspection.jsonable(value)), status_code=status,
+                    media_type="application/json")
+
+
+async def reading(request: Request) -> tuple[Console, Caller]:
+    c = console_of(request)
+    return c, await authenticate(request, c.auth, c.pool, c.clock.now(), bearer_allowed=True)
+
+
+async def acting(request: Request) -> tuple[Console, Principal, dict[str, Any]]:
+    """The checks of every API POST, in order: who (bearer or session), CSRF for a session, the role."""
+    c, caller = await reading(request)
+    check_csrf(c.auth, caller, request.headers.get(CSRF_HEADER))
+    who = may_act(caller)
+    body = await request.body()
+    if len(body) > BODY_MAX_BYTES:
+        raise BadRequest("the body is too large")
+    try:
+        parsed = orjson.loads(body) if body.strip() else {}
+    except orjson.JSONDecodeError:
+        raise BadRequest("the body is not JSON") from None
+    if not isinstance(parsed, dict):
+        raise BadRequest("the body must be a JSON object")
+    return c, who, parsed
+
+
+def _text(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise BadRequest(f"{name} must be a string")
+    return value
+
+
+def _limit(request: Request) -> int:
+    raw = request.query_params.get("limit", str(inspection.DEFAULT_PAGE))
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise BadRequest("limit must be a whole number") from None
+    if not 0 < limit <= inspection.MAX_PAGE:
+        raise BadRequest(f"limit must be between 1 and {inspection.MAX_PAGE}")
+    return limit
+
+
+def _flag(request: Request, name: str) -> bool | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    if raw in ("true", "false"):
+        return raw == "true"
+    raise BadRequest(f"{name} must be true or false")
+
+
+async def _done(action: Awaitable[Done]) -> Response:
+    return json_response((await action).as_json())
+
+
+# -- reads ----------------------------------------------------------------------------------
+
+
+async def get_overview(request: Request) -> Response:
+    c, _ = await reading(request)
+    return json_response(await inspection.overview(c.pool, c.clock.now()))
+
+
+async def get_escalations(request: Request) -> Response:
+    c, _ = await reading(request)
+    q = request.query_params
+    items, more = await inspection.list_escalations(
+        c.pool, reason=q.get("reason") or None, provider_account=q.get("account") or None,
+        acknowledged=_flag(request, "acknowledged"), open_only=not _flag(request, "include_resolved"),
+        limit=_limit(request), cursor=q.get("cursor") or None)
+    return json_response({"items": [{**inspection.jsonable(i), "status": i.status} for i in items],
+                          "next_cursor": more})
+
+
+async def get_escalation(request: Request) -> Response:
+    c, _ = await reading(request)
+    eid: int = request.path_params["escalation_id"]
+    found = await inspection.escalation_detail(c.pool, eid)
+    if found is None:
+        raise ActionRefused("not-found", f"escalation {eid} does not exist")
+    return json_response(found)
+
+
+async def get_attempt(request: Request) -> Response:
+    c, _ = await reading(request)
+    attempt_id: UUID = request.path_params["attempt_id"]
+    found = await inspection.attempt_detail(c.pool, attempt_id)
+    if found is None:
+        raise ActionRefused("not-found", f"no attempt {attempt_id}")
+    return json_response(found)
+
+
+async def get_unmatched(request: Request) -> Response:
+    c, _ = await reading(request)
+    items, more = await inspection.unmatched_notifications(c.pool, limit=_limit(request),
+                                                           cursor=request.query_params.get("cursor") or None)
+    return json_response({"items": items, "next_cursor": more})
+
+
+async def get_dead_letters(request: Request) -> Response:
+    c, _ = await reading(request)
+    items, more = await inspection.dead_letters(c.pool, kind=request.query_params.get("kind") or None,
+                                                limit=_limit(request),
+                                                cursor=request.query_params.get("cursor") or None)
+    return json_response({"items": items, "next_cursor": more})
+
+
+async def get_openapi(request: Request) -> Response:
+    return Response(orjson.dumps(document(ENDPOINTS)), media_type="application/json")
+
+
+# -- actions --------------------------------------------------------------------------------
+
+
+async def post_ack(request: Request) -> Response:
+    c, who, body = await acting(request)
+    eid = request.path_params["escalation_id"]
+    return await _done(actions.acknowledge(c, who, eid, _text(body, "reason")))
+
+
+async def post_resolve(request: Request) -> Response:
+    c, who, body = await acting(request)
+    return await _done(actions.resolve(c, who, request.path_params["escalation_id"], _text(body, "reason")))
+
+
+async def post_resolve_conflict(request: Request) -> Response:
+    c, who, body = await acting(request)
+    if "owner_attempt_id" not in body:
+        raise BadRequest("owner_attempt_id is required: an attempt id, or null for neither")
+    raw = _text(body, "owner_attempt_id")
+    owner = None if raw is None else actions.parse_attempt_id(raw)
+    return await _done(actions.resolve_conflict(c, who, request.path_params["escalation_id"], owner,
+                                                _text(body, "reason")))
+
+
+async def post_close(request: Request) -> Response:
+    c, who, body = await acting(request)
+    expected = body.get("expected_version")
+    if expected is not None and type(expected) is not int:
+        raise BadRequest("expected_version must be an integer")
+    return await _done(actions.close_attempt(c, who, request.path_params["attempt_id"], _text(body, "reason"),
+                                             _text(body, "checked_at_provider"), expected))
+
+
+async def post_attach(request: Request) -> Response:
+    c, who, body = await acting(request)
+    attempt_id = actions.parse_attempt_id(_text(body, "attempt_id"))
+    return await _done(actions.attach(c, who, request.path_params["event_id"], attempt_id,
+                                      _text(body, "reason")))
+
+
+async def post_requeue(request: Request) -> Response:
+    c, who, body = await acting(request)
+    return await _done(actions.requeue(c, who, request.path_params["message_id"], _text(body, "reason")))
+
+
+async def post_skip(request: Request) -> Response:
+    c, who, body = await acting(request)
+    return await _done(actions.skip(c, who, request.path_params["message_id"], _text(body, "reason")))
+
+
+# -- the table ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One API route and what the OpenAPI document says about it."""
+
+    method: str
+    path: str  # Starlette's, with converters: {id:int}
+    handler: Callable[[Request], Awaitable[Response]]
+    summary: str
+    query: tuple[tuple[str, str, str], ...] = ()  # (name, JSON type, description)
+    body: dict[str, tuple[str, str, bool]] = field(default_factory=dict)  # name -> (type, about, required)
+    public: bool = False
+
+
+PAGE = (("limit", "integer", f"page size, 1..{inspection.MAX_PAGE}"),
+        ("cursor", "string", "next_cursor of the previous page"))
+REASON_REQUIRED = {"reason": ("string", "why (recorded)", True)}
+
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint("GET", "/api/v1/openapi.json", get_openapi, "This document", public=True),
+    Endpoint("GET", "/api/v1/overview", get_overview,
+             "Attempts by state and age, oldest Unknown, escalations by reason and account, outbox, pauses, "
+             "the last 24 hours"),
+    Endpoint("GET", "/api/v1/escalations", get_escalations, "Escalations, open first then oldest first",
+             (("reason", "string", "only this reason"), ("account", "string", "only this provider account"),
+              ("acknowledged", "boolean", "only (un)acknowledged episodes"),
+              ("include_resolved", "boolean", "resolved episodes too, after the open ones"), *PAGE)),
+    Endpoint("GET", "/api/v1/escalations/{escalation_id:int}", get_escalation,
+             "One escalation: its detail (identifiers only) and every operator action on it"),
+    Endpoint("POST", "/api/v1/escalations/{escalation_id:int}/ack", post_ack,
+             "Acknowledge: a person has seen it; reminders start again from now",
+             body={"reason": ("string", "optional note (recorded)", False)}),
+    Endpoint("POST", "/api/v1/escalations/{escalation_id:int}/resolve", post_resolve,
+             "Resolve (close the alert; changes no attempt)", body=REASON_REQUIRED),
+    Endpoint("POST", "/api/v1/escalations/{escalation_id:int}/resolve-conflict", post_resolve_conflict,
+             "Resolve an identity or provider-id conflict: the owner attempt (its notification is applied "
+             "through the normal conditional path) or null for neither",
+             body={"owner_attempt_id": ("string", "an attempt the conflict names, or null", True),
+                   **REASON_REQUIRED}),
+    Endpoint("GET", "/api/v1/attempts/{attempt_id:uuid}", get_attempt,
+             "One attempt: order, amounts, deadlines, lease, history, notifications, outbox, escalations, "
+             "operator actions"),
+    Endpoint("POST", "/api/v1/attempts/{attempt_id:uuid}/close", post_close,
+             "Close an escalated Unknown attempt as not charged (refused while any evidence of a payment "
+             "exists)",
+             body={**REASON_REQUIRED,
+                   "checked_at_provider": ("string", "what was checked at the provider", True),
+                   "expected_version": ("integer", "the version you looked at; refused if it changed",
+                                        False)}),
+    Endpoint("GET", "/api/v1/notifications/unmatched", get_unmatched,
+             "Stored notifications no attempt matched and no operator attached, oldest first", PAGE),
+    Endpoint("POST", "/api/v1/notifications/{event_id:int}/attach", post_attach,
+             "Attach a stored unmatched notification to its attempt (the normal conditional transition)",
+             body={"attempt_id": ("string", "the attempt", True), **REASON_REQUIRED}),
+    Endpoint("GET", "/api/v1/outbox/dead-letters", get_dead_letters,
+             "Dead-lettered outbox rows, oldest first",
+             (("kind", "string", "only this kind"), *PAGE)),
+    Endpoint("POST", "/api/v1/outbox/{message_id:int}/requeue", post_requeue,
+             "Requeue a dead letter: pending again, due now, sent before the rows after it",
+             body=REASON_REQUIRED),
+    Endpoint("POST", "/api/v1/outbox/{message_id:int}/skip", post_skip,
+             "Skip a dead letter: never sent; the rows after it flow", body=REASON_REQUIRED),
+)
+
+
+def routes() -> list[Route]:
+    return [Route(e.path, e.handler, methods=[e.method]) for e in ENDPOINTS]

@@ -1,0 +1,129 @@
+"""Wiring: settings, pool, templates and routes into one Starlette app.
+
+``create_app_from_env()`` is what ``paycore serve console`` runs; tests call :func:`create_app`
+with a fake clock and their own database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import jinja2
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from paycore.clock import Clock, SystemClock
+from paycore.console_auth import ConsoleAuth
+from paycore.db import create_pool
+from paycore.http.problems import InternalErrorMiddleware
+from paycore_console import api, errors, pages
+from paycore_console.settings import ConsoleSettings
+
+log = logging.getLogger("paycore.console")
+HERE = Path(__file__).parent
+
+# Pages load only our own files; nothing may frame them (clickjacking an action form).
+SECURITY_HEADERS = {
+    b"content-security-policy": b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                                b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    b"x-frame-options": b"DENY",
+    b"x-content-type-options": b"nosniff",
+    b"referrer-policy": b"no-referrer",
+}
+
+
+@dataclass
+class Console:
+    """What every route needs; on ``app.state.console`` once the app has started."""
+
+    settings: ConsoleSettings
+    clock: Clock
+    pool: asyncpg.Pool
+    auth: ConsoleAuth
+    templates: jinja2.Environment
+
+    @property
+    def secure_cookies(self) -> bool:
+        return not self.settings.insecure_cookies
+
+
+def console_of(request: Request) -> Console:
+    console: Console = request.app.state.console
+    return console
+
+
+class SecurityHeaders:
+    """Adds :data:`SECURITY_HEADERS`, and ``no-store`` to everything but the static files."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        static = str(scope.get("path", "")).startswith("/static/")
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers += list(SECURITY_HEADERS.items())
+                if not static:
+                    headers.append((b"cache-control", b"no-store"))
+                message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def templates() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
+                             lstrip_blocks=True)
+    return env
+
+
+def create_app(settings: ConsoleSettings, *, clock: Clock | None = None,
+               pool: asyncpg.Pool | None = None) -> Starlette:
+    clock = clock or SystemClock()
+    auth = ConsoleAuth(settings.auth)
+    env = templates()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        own_pool = pool is None
+        if pool is None and settings.database_url is None:
+            raise RuntimeError("PAYCORE_DATABASE_URL is not set")
+        db = pool or await create_pool(settings.database_url or "", max_size=10)
+        app.state.console = Console(settings, clock, db, auth, env)
+        log.info("console ready")
+        try:
+            yield
+        finally:
+            if own_pool:
+                await db.close()
+
+    app = Starlette(
+        routes=[*pages.routes(), *api.routes(),
+                Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static")],
+        lifespan=lifespan,
+        exception_handlers={HTTPException: errors.http_exception, **errors.HANDLERS},
+    )
+    app.add_middleware(InternalErrorMiddleware, logger=log)
+    app.add_middleware(SecurityHeaders)
+    return app
+
+
+def create_app_from_env() -> Starlette:
+    return create_app(ConsoleSettings.from_env(os.environ))
+

@@ -1,0 +1,96 @@
+"""Refusals as answers: RFC 9457 problem+json under ``/api/``, an HTML page (or a redirect) elsewhere.
+
+A refusal is never a 500: not signed in (401, or the sign-in page), a CSRF token or a role that
+does not allow the action (403), what the library refused (409 when the state changed or the
+action does not apply, 422 for bad input, 404 for nothing by that id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from urllib.parse import quote
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from paycore.console_auth import (
+    AuthKeysUnavailable,
+    CsrfRefused,
+    Forbidden,
+    OperatorTokenRefused,
+    SessionRefused,
+)
+from paycore.http.problems import problem_response
+from paycore.inspection import InvalidCursor
+from paycore_console.actions import ActionRefused
+
+ACTION_STATUS = {"conflict": 409, "invalid": 422, "not-found": 404}
+
+
+class BadRequest(ValueError):
+    """A query or form value the console cannot use (a limit, an id that is not a number)."""
+
+
+def is_api(request: Request) -> bool:
+    return request.url.path.startswith("/api/")
+
+
+def _status_and_slug(exc: Exception) -> tuple[int, str, str]:
+    if isinstance(exc, SessionRefused | OperatorTokenRefused):
+        return 401, "unauthenticated", "Sign in first"
+    if isinstance(exc, CsrfRefused):
+        return 403, "csrf", "The CSRF token is missing or not valid for this session"
+    if isinstance(exc, Forbidden):
+        return 403, "forbidden", "Your role does not allow this"
+    if isinstance(exc, AuthKeysUnavailable):
+        return 503, "auth-unavailable", "The identity provider's keys could not be fetched; retry shortly"
+    if isinstance(exc, ActionRefused):
+        status = ACTION_STATUS[exc.kind]
+        titles = {409: "Refused: the state does not allow this (it may have changed underneath)",
+                  422: "The request is not valid", 404: "Not found"}
+        return status, {409: "refused", 422: "invalid", 404: "not-found"}[status], titles[status]
+    if isinstance(exc, InvalidCursor | BadRequest):
+        return 400, "bad-request", "Bad request"
+    return 500, "internal", "Internal error"
+
+
+def error_page(request: Request, status: int, title: str, detail: str | None) -> Response:
+    from paycore_console.app import console_of
+
+    page = console_of(request).templates.get_template("error.html").render(
+        title=title, detail=detail, status=status, caller=None, csrf=None, flash=None, nav=None)
+    return HTMLResponse(page, status_code=status)
+
+
+async def refused(request: Request, exc: Exception) -> Response:
+    status, slug, title = _status_and_slug(exc)
+    detail = exc.message if isinstance(exc, ActionRefused) else str(exc)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if is_api(request):
+        return problem_response(status, slug, title, detail, instance=request.url.path, headers=headers)
+    if status == 401:
+        # A page without a (valid) session: the sign-in page, then back here.
+        target = request.url.path if request.method == "GET" else "/"
+        return RedirectResponse(f"/login?next={quote(target, safe='/')}", status_code=303)
+    return error_page(request, status, title, detail)
+
+
+async def http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    try:
+        title = HTTPStatus(exc.status_code).phrase
+    except ValueError:
+        title = "HTTP error"
+    if is_api(request):
+        slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+        return problem_response(exc.status_code, slug, title, exc.detail if exc.detail != title else None,
+                                instance=request.url.path, headers=dict(exc.headers or {}))
+    return error_page(request, exc.status_code, title, exc.detail if exc.detail != title else None)
+
+
+HANDLERS: dict[type[Exception], Callable[[Request, Exception], Awaitable[Response]]] = {
+    cls: refused for cls in (SessionRefused, OperatorTokenRefused, CsrfRefused, Forbidden,
+                             AuthKeysUnavailable, ActionRefused, InvalidCursor, BadRequest)
+}

@@ -1,0 +1,77 @@
+"""The OpenAPI 3.1 document of the console's API, made from the same table as its routes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from paycore_console.api import Endpoint
+
+PARAM = re.compile(r"\{(\w+)(?::(\w+))?\}")
+CONVERTER_SCHEMA = {"int": {"type": "integer"}, "uuid": {"type": "string", "format": "uuid"},
+                    None: {"type": "string"}}
+PROBLEM = {"description": "RFC 9457 problem details",
+           "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+
+
+def openapi_path(path: str) -> str:
+    """``/a/{id:int}`` -> ``/a/{id}``."""
+    return PARAM.sub(lambda m: "{" + m.group(1) + "}", path)
+
+
+def _operation(e: Endpoint) -> dict[str, Any]:
+    params: list[dict[str, Any]] = [
+        {"name": m.group(1), "in": "path", "required": True, "schema": CONVERTER_SCHEMA[m.group(2)]}
+        for m in PARAM.finditer(e.path)]
+    params += [{"name": n, "in": "query", "required": False, "description": d, "schema": {"type": t}}
+               for n, t, d in e.query]
+    op: dict[str, Any] = {
+        "summary": e.summary,
+        "operationId": (e.method.lower() + "_" + re.sub(r"\W+", "_", openapi_path(e.path)[len("/api/v1/"):])
+                        ).strip("_"),
+        "responses": {"200": {"description": "OK",
+                              "content": {"application/json": {"schema": {"type": "object"}}}},
+                      "default": PROBLEM},
+    }
+    if params:
+        op["parameters"] = params
+    if e.public:
+        op["security"] = []
+    if e.method == "POST":
+        op["requestBody"] = {"required": bool(e.body), "content": {"application/json": {"schema": {
+            "type": "object",
+            "properties": {n: ({"type": [t, "null"]} if n == "owner_attempt_id" else {"type": t})
+                           | {"description": a} for n, (t, a, _) in e.body.items()},
+            "required": [n for n, (_, _, req) in e.body.items() if req]}}}}
+        op["responses"] |= {"403": PROBLEM, "409": PROBLEM, "422": PROBLEM}
+    return op
+
+
+def document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for e in endpoints:
+        paths.setdefault(openapi_path(e.path), {})[e.method.lower()] = _operation(e)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "paycore operator console API", "version": "1",
+                 "description": "The reads and actions of the operator console. Every action is recorded "
+                                "with the operator who took it. Browsers: the session cookie and its CSRF "
+                                "token in X-CSRF-Token on every POST; scripts: an operator's bearer token."},
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}, {"session": []}],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                           "description": "an identity-provider token for PAYCORE_CONSOLE_AUDIENCE with the "
+                                          "role claim (viewer or operator)"},
+                "session": {"type": "apiKey", "in": "cookie", "name": "paycore_console_session",
+                            "description": "the console's session; POSTs also need X-CSRF-Token"},
+            },
+            "schemas": {"Problem": {"type": "object", "properties": {
+                "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
+                "detail": {"type": "string"}, "instance": {"type": "string"}}}},
+        },
+    }

@@ -1,0 +1,447 @@
+"""The console's pages: server-rendered HTML, every one usable without JavaScript.
+
+A GET renders; a POST acts (through :mod:`paycore_console.actions`) and redirects back with a
+one-time message (a flash): what was done, or why the library refused. Action forms are shown
+only to operators; a viewer's POST is refused 403 however it was made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qsl, quote, unquote, urlencode
+from uuid import UUID
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from paycore import conflicts, inspection
+from paycore.conflicts import CONFLICT_REASONS
+from paycore.console_auth import Principal
+from paycore.dead_ends import DEAD_END_PREFIXES, DEAD_END_REASONS
+from paycore.operators import AuthenticationFailed, TooManyAttempts
+from paycore.operators import authenticate as sign_in
+from paycore_console import actions
+from paycore_console.actions import ActionRefused, Done
+from paycore_console.app import Console, console_of
+from paycore_console.auth import (
+    CSRF_FIELD,
+    FLASH_COOKIE,
+    LOGIN_COOKIE,
+    SESSION_COOKIE,
+    Caller,
+    authenticate,
+    check_csrf,
+    check_login_csrf,
+    clear_cookie,
+    client_address,
+    login_csrf_token,
+    may_act,
+    new_login_nonce,
+    set_cookie,
+)
+from paycore_console.chart import hourly_chart
+from paycore_console.errors import BadRequest
+
+FORM_MAX_BYTES = 64 * 1024
+PAGE_SIZE = 25
+LOGIN_FORM_TTL_S = 3600
+
+OUTBOX_POLICY = (
+    "A dead-lettered row keeps blocking the later rows of its attempt: the dispatcher waits for a "
+    "person. Requeue it when the cause is fixed (it is sent again, first); skip it, with a reason, "
+    "only when it must never be sent -- the rows after it then flow. Both are recorded.")
+
+
+# -- plumbing ---------------------------------------------------------------------------------
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """An urlencoded form (the only kind these pages send), last value of each name."""
+    body = await request.body()
+    if len(body) > FORM_MAX_BYTES:
+        raise BadRequest("the form is too large")
+    try:
+        return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
+    except UnicodeDecodeError:
+        raise BadRequest("the form is not UTF-8") from None
+
+
+def _flash_of(request: Request) -> dict[str, str] | None:
+    raw = request.cookies.get(FLASH_COOKIE)
+    if not raw:
+        return None
+    kind, _, message = unquote(raw).partition(":")
+    return {"kind": "error" if kind == "error" else "ok", "message": message}
+
+
+def render(request: Request, template: str, caller: Caller | None, *, status: int = 200,
+           title: str, nav: str | None = None, **context: Any) -> Response:
+    c = console_of(request)
+    flash = _flash_of(request)
+    csrf = c.auth.csrf_token(caller.session) if caller is not None and caller.session is not None else None
+    page = c.templates.get_template(template).render(
+        request_path=request.url.path, caller=caller, csrf=csrf, csrf_field=CSRF_FIELD, flash=flash,
+        title=title, nav=nav, **context)
+    response = HTMLResponse(page, status_code=status)
+    if flash is not None:
+        clear_cookie(response, FLASH_COOKIE, secure=c.secure_cookies)
+    return response
+
+
+def redirect(request: Request, to: str, *, flash: tuple[str, str] | None = None) -> Response:
+    response = RedirectResponse(to, status_code=303)
+    if flash is not None:
+        kind, message = flash
+        set_cookie(response, FLASH_COOKIE, quote(f"{kind}:{message}"[:1500]),
+                   secure=console_of(request).secure_cookies, max_age=60)
+    return response
+
+
+async def viewing(request: Request) -> tuple[Console, Caller]:
+    c = console_of(request)
+    return c, await authenticate(request, c.auth, c.pool, c.clock.now(), bearer_allowed=False)
+
+
+async def acting(request: Request) -> tuple[Console, Principal, dict[str, str]]:
+    """The checks of every action POST, in order: a session, its CSRF token, the operator role."""
+    c, caller = await viewing(request)
+    form = await read_form(request)
+    check_csrf(c.auth, caller, form.get(CSRF_FIELD))
+    return c, may_act(caller), form
+
+
+async def act(request: Request, back: str, action: Awaitable[Done]) -> Response:
+    """Do it and go back with what happened; a refusal is a message on the page, never an error."""
+    try:
+        done = await action
+    except ActionRefused as exc:
+        return redirect(request, back, flash=("error", f"Refused: {exc.message}"))
+    return redirect(request, back, flash=("ok", done.message))
+
+
+def int_query(request: Request, name: str, default: int | None = None) -> int | None:
+    raw = request.query_params.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be a whole number") from None
+
+
+def text_query(request: Request, name: str) -> str | None:
+    return request.query_params.get(name, "").strip() or None
+
+
+def bool_query(request: Request, name: str) -> bool | None:
+    raw = request.query_params.get(name, "").strip().lower()
+    if raw in ("", "any"):
+        return None
+    if raw in ("yes", "true", "1"):
+        return True
+    if raw in ("no", "false", "0"):
+        return False
+    raise BadRequest(f"{name} must be yes, no or any")
+
+
+def safe_next(target: str | None) -> str:
+    """Only a path of this site: never an absolute URL or a protocol-relative ``//host``."""
+    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/"
+
+
+# -- signing in and out ---------------------------------------------------------------------
+
+
+async def login_page(request: Request, *, status: int = 200, error: str | None = None,
+                     headers: dict[str, str] | None = None) -> Response:
+    c = console_of(request)
+    nonce = new_login_nonce()
+    page = c.templates.get_template("login.html").render(
+        title="Sign in", caller=None, csrf=None, csrf_field=CSRF_FIELD, flash=_flash_of(request), nav=None,
+        login_csrf=login_csrf_token(c.auth, nonce, c.clock.now()), error=error,
+        next=safe_next(request.query_params.get("next")), request_path="/login")
+    response = HTMLResponse(page, status_code=status, headers=headers)
+    set_cookie(response, LOGIN_COOKIE, nonce, secure=c.secure_cookies, max_age=LOGIN_FORM_TTL_S)
+    return response
+
+
+async def login_get(request: Request) -> Response:
+    return await login_page(request)
+
+
+async def login_post(request: Request) -> Response:
+    c = console_of(request)
+    form = await read_form(request)
+    now = c.clock.now()
+    check_login_csrf(c.auth, request, form.get(CSRF_FIELD), now)
+    try:
+        account = await sign_in(c.pool, form.get("name", ""), form.get("password", ""),
+                                client_address(request), now, throttle=c.settings.throttle)
+    except AuthenticationFailed:
+        return await login_page(request, status=401, error="Unknown operator or wrong password.")
+    except TooManyAttempts as exc:
+        return await login_page(request, status=429, headers={"Retry-After": str(exc.retry_after_s)},
+                                error=f"Too many failed sign-ins; try again in {exc.retry_after_s} s.")
+    token = c.auth.issue_session(account.name, account.role, now)
+    response = redirect(request, safe_next(form.get("next")))
+    set_cookie(response, SESSION_COOKIE, token, secure=c.secure_cookies,
+               max_age=int(c.settings.auth.session_ttl_s))
+    clear_cookie(response, LOGIN_COOKIE, secure=c.secure_cookies)
+    return response
+
+
+async def logout_post(request: Request) -> Response:
+    c, caller = await viewing(request)
+    form = await read_form(request)
+    check_csrf(c.auth, caller, form.get(CSRF_FIELD))
+    response = redirect(request, "/login", flash=("ok", "Signed out."))
+    clear_cookie(response, SESSION_COOKIE, secure=c.secure_cookies)
+    return response
+
+
+# -- overview -------------------------------------------------------------------------------
+
+
+async def overview_page(request: Request) -> Response:
+    c, caller = await viewing(request)
+    ov = await inspection.overview(c.pool, c.clock.now())
+    return render(request, "overview.html", caller, title="Overview", nav="overview", ov=ov,
+                  chart=hourly_chart(ov.last_24h))
+
+
+# -- escalations ----------------------------------------------------------------------------
+
+
+def escalation_filters(request: Request) -> dict[str, Any]:
+    return {"reason": text_query(request, "reason"), "provider_account": text_query(request, "account"),
+            "acknowledged": bool_query(request, "acknowledged"),
+            "open_only": request.query_params.get("resolved", "") not in ("yes", "include")}
+
+
+async def escalations_page(request: Request) -> Response:
+    c, caller = await viewing(request)
+    filters = escalation_filters(request)
+    items, more = await inspection.list_escalations(c.pool, **filters, limit=PAGE_SIZE,
+                                                    cursor=text_query(request, "cursor"))
+    kept = {k: v for k, v in request.query_params.items() if k != "cursor" and v}
+    next_url = f"/escalations?{urlencode({**kept, 'cursor': more})}" if more else None
+    return render(request, "escalations.html", caller, title="Escalations", nav="escalations", items=items,
+                  next_url=next_url, query=dict(request.query_params), now=c.clock.now())
+
+
+async def escalation_page(request: Request) -> Response:
+    c, caller = await viewing(request)
+    escalation_id: int = request.path_params["escalation_id"]
+    found = await inspection.escalation_detail(c.pool, escalation_id)
+    if found is None:
+        raise ActionRefused("not-found", f"escalation {escalation_id} does not exist")
+    named = conflicts.candidates({"detail": found.detail, "attempt_id": found.escalation.attempt_id})
+    return render(request, "escalation.html", caller, title=f"Escalation {escalation_id}", nav="escalations",
+                  d=found, e=found.escalation, is_conflict=found.escalation.reason in CONFLICT_REASONS,
+                  candidates=[str(a) for a in named], now=c.clock.now())
+
+
+async def escalation_ack(request: Request) -> Response:
+    c, who, form = await acting(request)
+    eid: int = request.path_params["escalation_id"]
+    return await act(request, f"/escalations/{eid}", actions.acknowledge(c, who, eid, form.get("reason")))
+
+
+async def escalation_resolve(request: Request) -> Response:
+    c, who, form = await acting(request)
+    eid: int = request.path_params["escalation_id"]
+    return await act(request, f"/escalations/{eid}", actions.resolve(c, who, eid, form.get("reason")))
+
+
+async def escalation_resolve_conflict(request: Request) -> Response:
+    c, who, form = await acting(request)
+    eid: int = request.path_params["escalation_id"]
+    choice = form.get("owner", "").strip()
+    try:
+        owner = None if choice == "neither" else actions.parse_attempt_id(choice)
+    except ActionRefused as exc:
+        return redirect(request, f"/escalations/{eid}", flash=("error", f"Refused: {exc.message}"))
+    return await act(request, f"/escalations/{eid}",
+                     actions.resolve_conflict(c, who, eid, owner, form.get("reason")))
+
+
+# -- attempts -------------------------------------------------------------------------------
+
+
+def closable(detail: inspection.AttemptDetail) -> bool:
+    """Show the close form only where the library could accept it: Unknown, with an open dead end."""
+    return detail.attempt.state == "Unknown" and any(
+        e.resolved_at is None and (e.reason in DEAD_END_REASONS or e.reason.startswith(DEAD_END_PREFIXES))
+        for e in detail.escalations)
+
+
+async def attempt_lookup(request: Request) -> Response:
+    _, caller = await viewing(request)
+    raw = text_query(request, "attempt_id")
+    if raw is None:
+        return render(request, "attempt_lookup.html", caller, title="Find an attempt", nav="attempts")
+    try:
+        attempt_id = UUID(raw)
+    except ValueError:
+        return redirect(request, "/attempts", flash=("error", f"{raw!r} is not an attempt id (a UUID)."))
+    return redirect(request, f"/attempts/{attempt_id}")
+
+
+async def attempt_page(request: Request) -> Response:
+    c, caller = await viewing(request)
+    attempt_id: UUID = request.path_params["attempt_id"]
+    found = await inspection.attempt_detail(c.pool, attempt_id)
+    if found is None:
+        raise ActionRefused("not-found", f"no attempt {attempt_id}")
+    return render(request, "attempt.html", caller, title=f"Attempt {attempt_id}", nav="attempts", d=found,
+                  a=found.attempt, closable=closable(found), now=c.clock.now())
+
+
+async def attempt_close(request: Request) -> Response:
+    c, who, form = await acting(request)
+    attempt_id: UUID = request.path_params["attempt_id"]
+    raw_version = form.get("expected_version", "").strip()
+    expected = int(raw_version) if raw_version.isdigit() else None
+    return await act(request, f"/attempts/{attempt_id}", actions.close_attempt(
+        c, who, attempt_id, form.get("reason"), form.get("checked_at_provider"), expected))
+
+
+# -- unmatched notifications -----------------------------------------------------------------
+
+
+async def unmatched_page(request: Request) -> Response:
+    c, caller = await viewing(request)
+    items, more = await inspection.unmatched_notifications(c.pool, limit=PAGE_SIZE,
+                                                           cursor=text_query(request, "cursor"))
+    return render(request, "unmatched.html", caller, title="Unmatched notifications", nav="notifications",
+                  items=items, next_url=f"/notifications/unmatched?cursor={quote(more)}" if more else None)
+
+
+SELECT_NOTIFICATION = """
+SELECT event_id, occurred_at, provider_account, notification_key, detail, attempt_id
+FROM payment_attempt_events WHERE kind = 'notification' AND event_id = $1
+"""
+
+
+async def stored_notification(c: Console, event_id: int) -> tuple[inspection.NotificationSummary, bool]:
+    """The notification's identifiers (as the inspection shows them) and whether it was matched on arrival."""
+    row = await c.pool.fetchrow(SELECT_NOTIFICATION, event_id)
+    if row is None:
+        raise ActionRefused("not-found", f"no stored notification {event_id}")
+    d = row["detail"]
+    summary = inspection.NotificationSummary(row["event_id"], row["occurred_at"], row["provider_account"],
+                                             row["notification_key"],
+                                             *(d.get(f) for f in inspection.NOTIFICATION_FIELDS))
+    return summary, row["attempt_id"] is not None
+
+
+def attach_checks(n: inspection.NotificationSummary, a: inspection.AttemptSummary) -> list[dict[str, Any]]:
+    """What the library will compare, shown before the operator confirms (it decides; this informs)."""
+    checks = [{"what": "provider account", "notification": n.provider_account, "attempt": a.provider_account,
+               "ok": n.provider_account == a.provider_account}]
+    if n.reference is not None:
+        checks.append({"what": "reference", "notification": n.reference, "attempt": a.client_reference,
+                       "ok": n.reference == a.client_reference})
+    if n.provider_payment_id is not None and a.provider_payment_id is not None:
+        checks.append({"what": "provider payment id", "notification": n.provider_payment_id,
+                       "attempt": a.provider_payment_id,
+                       "ok": n.provider_payment_id == a.provider_payment_id})
+    if n.amount_minor is not None:
+        checks.append({"what": "amount", "notification": f"{n.amount_minor} {n.currency or ''}".strip(),
+                       "attempt": f"{a.amount_minor} {a.currency}",
+                       "ok": n.amount_minor == a.amount_minor and (n.currency or a.currency) == a.currency})
+    return checks
+
+
+async def attach_preview(request: Request) -> Response:
+    c, caller = await viewing(request)
+    event_id: int = request.path_params["event_id"]
+    notification, matched = await stored_notification(c, event_id)
+    raw = text_query(request, "attempt_id")
+    detail = None
+    problem = None
+    if raw is not None:
+        try:
+            detail = await inspection.attempt_detail(c.pool, UUID(raw))
+            problem = None if detail is not None else f"no attempt {raw}"
+        except ValueError:
+            problem = f"{raw!r} is not an attempt id (a UUID)"
+    return render(request, "attach.html", caller, title=f"Attach notification {event_id}",
+                  nav="notifications",
+                  n=notification, matched=matched, d=detail, problem=problem, attempt_query=raw or "",
+                  checks=attach_checks(notification, detail.attempt) if detail is not None else [])
+
+
+async def attach_post(request: Request) -> Response:
+    c, who, form = await acting(request)
+    event_id: int = request.path_params["event_id"]
+    back = f"/notifications/{event_id}/attach"
+    try:
+        attempt_id = actions.parse_attempt_id(form.get("attempt_id"))
+    except ActionRefused as exc:
+        return redirect(request, back, flash=("error", f"Refused: {exc.message}"))
+    try:
+        done = await actions.attach(c, who, event_id, attempt_id, form.get("reason"))
+    except ActionRefused as exc:
+        return redirect(request, f"{back}?attempt_id={attempt_id}",
+                        flash=("error", f"Refused: {exc.message}"))
+    return redirect(request, f"/attempts/{attempt_id}", flash=("ok", done.message))
+
+
+# -- outbox ---------------------------------------------------------------------------------
+
+
+async def outbox_page(request: Request) -> Response:
+    c, caller = await viewing(request)
+    ov = await inspection.overview(c.pool, c.clock.now())
+    kind = text_query(request, "kind")
+    items, more = await inspection.dead_letters(c.pool, kind=kind, limit=PAGE_SIZE,
+                                                cursor=text_query(request, "cursor"))
+    kept = {"kind": kind} if kind else {}
+    next_url = f"/outbox?{urlencode({**kept, 'cursor': more})}" if more else None
+    return render(request, "outbox.html", caller, title="Outbox", nav="outbox", backlog=ov.outbox,
+                  items=items,
+                  next_url=next_url, kind=kind or "", policy=OUTBOX_POLICY)
+
+
+async def outbox_requeue(request: Request) -> Response:
+    c, who, form = await acting(request)
+    mid: int = request.path_params["message_id"]
+    return await act(request, "/outbox", actions.requeue(c, who, mid, form.get("reason")))
+
+
+async def outbox_skip(request: Request) -> Response:
+    c, who, form = await acting(request)
+    mid: int = request.path_params["message_id"]
+    return await act(request, "/outbox", actions.skip(c, who, mid, form.get("reason")))
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/login", login_get, methods=["GET"]),
+        Route("/login", login_post, methods=["POST"]),
+        Route("/logout", logout_post, methods=["POST"]),
+        Route("/", overview_page, methods=["GET"]),
+        Route("/escalations", escalations_page, methods=["GET"]),
+        Route("/escalations/{escalation_id:int}", escalation_page, methods=["GET"]),
+        Route("/escalations/{escalation_id:int}/ack", escalation_ack, methods=["POST"]),
+        Route("/escalations/{escalation_id:int}/resolve", escalation_resolve, methods=["POST"]),
+        Route("/escalations/{escalation_id:int}/resolve-conflict", escalation_resolve_conflict,
+              methods=["POST"]),
+        Route("/attempts", attempt_lookup, methods=["GET"]),
+        Route("/attempts/{attempt_id:uuid}", attempt_page, methods=["GET"]),
+        Route("/attempts/{attempt_id:uuid}/close", attempt_close, methods=["POST"]),
+        Route("/notifications/unmatched", unmatched_page, methods=["GET"]),
+        Route("/notifications/{event_id:int}/attach", attach_preview, methods=["GET"]),
+        Route("/notifications/{event_id:int}/attach", attach_post, methods=["POST"]),
+        Route("/outbox", outbox_page, methods=["GET"]),
+        Route("/outbox/{message_id:int}/requeue", outbox_requeue, methods=["POST"]),
+        Route("/outbox/{message_id:int}/skip", outbox_skip, methods=["POST"]),
+    ]

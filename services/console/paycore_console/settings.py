@@ -1,0 +1,44 @@
+"""The console service's own settings; sessions, tokens and sign-in throttling are declared by the
+library (:mod:`paycore.console_auth`, :mod:`paycore.operators`). Host and port are flags of
+``paycore serve console``, not settings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+from paycore.config import Settings, load_settings
+from paycore.console_auth import ConsoleAuthSettings
+from paycore.operators import LoginThrottle
+from paycore.settings_spec import ConfigError, Flag, Group
+
+CONSOLE_SERVICE = Group("console: the web console service (docs/operators.md)")
+INSECURE_COOKIES = CONSOLE_SERVICE.declare(
+    "PAYCORE_CONSOLE_INSECURE_COOKIES", Flag(), False,
+    "send the session cookie without `Secure`, for a console on plain http on loopback "
+    "(`paycore up` sets it); never in production")
+
+
+@dataclass(frozen=True)
+class ConsoleSettings:
+    """Everything the console reads from the environment, validated at start-up."""
+
+    auth: ConsoleAuthSettings
+    throttle: LoginThrottle
+    insecure_cookies: bool
+    database_url: str | None
+    reminder_interval: timedelta  # an attach or a conflict's owner schedules reminders like any writer
+    reminder_ack_interval: timedelta  # an acknowledgement pushes the next reminder this far
+    recheck_after_s: float
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ConsoleSettings:
+        core: Settings = load_settings(env, require_account=False)
+        if core.database_url is None:
+            raise ConfigError("PAYCORE_DATABASE_URL",
+                              "is required: the console reads and acts on the database")
+        return cls(auth=ConsoleAuthSettings.from_env(env), throttle=LoginThrottle.from_env(env),
+                   insecure_cookies=INSECURE_COOKIES.read(env), database_url=core.database_url,
+                   reminder_interval=core.reminder_interval, reminder_ack_interval=core.reminder_ack_interval,
+                   recheck_after_s=core.recheck_after_s)
