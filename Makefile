@@ -19,7 +19,7 @@ LOCKS := requirements/runtime.lock requirements/dev.lock
 # with executable_path (`playwright install` downloads browsers from hosts we cannot reach).
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: help venv run test test-fast lint typecheck check docs bench chaos mutate lock clean
+.PHONY: help venv run test test-fast lint typecheck check docs screenshots bench chaos mutate lock clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -66,6 +66,9 @@ typecheck: $(STAMP)  ## mypy --strict on libs/paycore, every service, cli/, devs
 
 docs: $(STAMP)  ## regenerate the configuration tables of the docs from the settings' declarations
 	$(BIN)/python -m tools.settings_doc --write
+
+screenshots: $(STAMP) $(CHROMIUM)  ## rewrite README's console screenshots (docs/images/) from the browser journey test
+	PAYCORE_WRITE_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/console_e2e/test_operator_journey.py
 
 bench: $(STAMP)  ## benchmarks with same-run baselines (prints ratios; not a test)
 	$(BIN)/python -m bench.checkout
