@@ -19,7 +19,7 @@ from paycore.inspection import jsonable
 from paycore.operator_actions import InvalidOperatorAction, OperatorAction
 
 if TYPE_CHECKING:
-    from paycore_console.app import Console
+    from paycore_console.context import Console
 
 
 class ActionRefused(Exception):

@@ -23,8 +23,8 @@ from paycore import inspection
 from paycore.console_auth import Principal
 from paycore_console import actions
 from paycore_console.actions import ActionRefused, Done
-from paycore_console.app import Console, console_of
 from paycore_console.auth import CSRF_HEADER, Caller, authenticate, check_csrf, may_act
+from paycore_console.context import Console, console_of
 from paycore_console.errors import BadRequest
 from paycore_console.openapi import document
 

@@ -10,14 +10,12 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
 import jinja2
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -27,6 +25,7 @@ from paycore.console_auth import ConsoleAuth
 from paycore.db import create_pool
 from paycore.http.problems import InternalErrorMiddleware
 from paycore_console import api, errors, pages
+from paycore_console.context import Console
 from paycore_console.settings import ConsoleSettings
 
 log = logging.getLogger("paycore.console")
@@ -40,26 +39,6 @@ SECURITY_HEADERS = {
     b"x-content-type-options": b"nosniff",
     b"referrer-policy": b"no-referrer",
 }
-
-
-@dataclass
-class Console:
-    """What every route needs; on ``app.state.console`` once the app has started."""
-
-    settings: ConsoleSettings
-    clock: Clock
-    pool: asyncpg.Pool
-    auth: ConsoleAuth
-    templates: jinja2.Environment
-
-    @property
-    def secure_cookies(self) -> bool:
-        return not self.settings.insecure_cookies
-
-
-def console_of(request: Request) -> Console:
-    console: Console = request.app.state.console
-    return console
 
 
 class SecurityHeaders:

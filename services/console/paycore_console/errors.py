@@ -25,6 +25,7 @@ from paycore.console_auth import (
 from paycore.http.problems import problem_response
 from paycore.inspection import InvalidCursor
 from paycore_console.actions import ActionRefused
+from paycore_console.context import console_of
 
 ACTION_STATUS = {"conflict": 409, "invalid": 422, "not-found": 404}
 
@@ -57,8 +58,6 @@ def _status_and_slug(exc: Exception) -> tuple[int, str, str]:
 
 
 def error_page(request: Request, status: int, title: str, detail: str | None) -> Response:
-    from paycore_console.app import console_of
-
     page = console_of(request).templates.get_template("error.html").render(
         title=title, detail=detail, status=status, caller=None, csrf=None, flash=None, nav=None)
     return HTMLResponse(page, status_code=status)

@@ -24,7 +24,6 @@ from paycore.operators import AuthenticationFailed, TooManyAttempts
 from paycore.operators import authenticate as sign_in
 from paycore_console import actions
 from paycore_console.actions import ActionRefused, Done
-from paycore_console.app import Console, console_of
 from paycore_console.auth import (
     CSRF_FIELD,
     FLASH_COOKIE,
@@ -42,6 +41,7 @@ from paycore_console.auth import (
     set_cookie,
 )
 from paycore_console.chart import hourly_chart
+from paycore_console.context import Console, console_of
 from paycore_console.errors import BadRequest
 
 FORM_MAX_BYTES = 64 * 1024
@@ -146,6 +146,14 @@ def bool_query(request: Request, name: str) -> bool | None:
     raise BadRequest(f"{name} must be yes, no or any")
 
 
+def page_size(request: Request) -> int:
+    size = int_query(request, "limit", PAGE_SIZE)
+    assert size is not None
+    if not 0 < size <= inspection.MAX_PAGE:
+        raise BadRequest(f"limit must be between 1 and {inspection.MAX_PAGE}")
+    return size
+
+
 def safe_next(target: str | None) -> str:
     """Only a path of this site: never an absolute URL or a protocol-relative ``//host``."""
     if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
@@ -225,7 +233,7 @@ def escalation_filters(request: Request) -> dict[str, Any]:
 async def escalations_page(request: Request) -> Response:
     c, caller = await viewing(request)
     filters = escalation_filters(request)
-    items, more = await inspection.list_escalations(c.pool, **filters, limit=PAGE_SIZE,
+    items, more = await inspection.list_escalations(c.pool, **filters, limit=page_size(request),
                                                     cursor=text_query(request, "cursor"))
     kept = {k: v for k, v in request.query_params.items() if k != "cursor" and v}
     next_url = f"/escalations?{urlencode({**kept, 'cursor': more})}" if more else None
@@ -315,7 +323,7 @@ async def attempt_close(request: Request) -> Response:
 
 async def unmatched_page(request: Request) -> Response:
     c, caller = await viewing(request)
-    items, more = await inspection.unmatched_notifications(c.pool, limit=PAGE_SIZE,
+    items, more = await inspection.unmatched_notifications(c.pool, limit=page_size(request),
                                                            cursor=text_query(request, "cursor"))
     return render(request, "unmatched.html", caller, title="Unmatched notifications", nav="notifications",
                   items=items, next_url=f"/notifications/unmatched?cursor={quote(more)}" if more else None)
@@ -399,7 +407,7 @@ async def outbox_page(request: Request) -> Response:
     c, caller = await viewing(request)
     ov = await inspection.overview(c.pool, c.clock.now())
     kind = text_query(request, "kind")
-    items, more = await inspection.dead_letters(c.pool, kind=kind, limit=PAGE_SIZE,
+    items, more = await inspection.dead_letters(c.pool, kind=kind, limit=page_size(request),
                                                 cursor=text_query(request, "cursor"))
     kept = {"kind": kind} if kind else {}
     next_url = f"/outbox?{urlencode({**kept, 'cursor': more})}" if more else None

@@ -1,0 +1,107 @@
+"""Signing in and out of the console: cookies, failures, throttling, expiry."""
+
+from __future__ import annotations
+
+from paycore.clock import FakeClock
+from tests.console.conftest import PASSWORD, ConsoleRig, MakeRig, hidden
+
+
+async def test_signing_in_sets_an_httponly_strict_secure_session_cookie_and_opens_the_overview(
+    rig: ConsoleRig,
+) -> None:
+    await rig.add("ops-1")
+    client = rig.client()
+    signed = await rig.sign_in(client, "ops-1")
+    assert signed.status_code == 303 and signed.headers["location"] == "/"
+    cookie = next(h for h in signed.headers.get_list("set-cookie") if h.startswith("paycore_console_session="))
+    attributes = {a.strip().lower() for a in cookie.split(";")}
+    assert {"httponly", "secure", "samesite=strict", "path=/"} <= attributes
+    home = await client.get("/")
+    assert home.status_code == 200
+    assert '<span id="operator-name">ops-1</span>' in home.text
+    assert "<title>Overview · paycore console</title>" in home.text
+
+
+async def test_insecure_cookies_are_only_by_setting_for_http_on_loopback(make_rig: MakeRig,
+                                                                        clock: FakeClock) -> None:
+    rig = await make_rig(clock, PAYCORE_CONSOLE_INSECURE_COOKIES="true")
+    await rig.add("ops-1")
+    client = rig.client(base_url="http://127.0.0.1:8500")
+    signed = await rig.sign_in(client, "ops-1")
+    cookie = next(h for h in signed.headers.get_list("set-cookie") if h.startswith("paycore_console_session="))
+    assert "secure" not in cookie.lower()
+    assert (await client.get("/")).status_code == 200
+
+
+async def test_a_wrong_password_or_unknown_name_is_refused_the_same_way(rig: ConsoleRig) -> None:
+    await rig.add("ops-1")
+    client = rig.client()
+    wrong = await rig.sign_in(client, "ops-1", "not the password at all")
+    nobody = await rig.sign_in(client, "nobody", PASSWORD)
+    for answer in (wrong, nobody):
+        assert answer.status_code == 401
+        assert "Unknown operator or wrong password." in answer.text
+        assert "paycore_console_session=" not in answer.headers.get("set-cookie", "")
+    assert (await client.get("/")).status_code == 303  # still not signed in
+
+
+async def test_failed_sign_ins_are_throttled_per_name_and_client_even_with_the_right_password(
+    make_rig: MakeRig, clock: FakeClock,
+) -> None:
+    rig = await make_rig(clock, PAYCORE_CONSOLE_LOGIN_MAX_FAILURES="2", PAYCORE_CONSOLE_LOGIN_WINDOW_S="60")
+    await rig.add("ops-1")
+    client = rig.client()
+    for _ in range(2):
+        assert (await rig.sign_in(client, "ops-1", "wrong password here")).status_code == 401
+    locked = await rig.sign_in(client, "ops-1")
+    assert locked.status_code == 429
+    assert int(locked.headers["retry-after"]) > 0
+    assert "Too many failed sign-ins" in locked.text
+    # Another client address is its own key: the throttle is by the caller's address.
+    elsewhere = rig.client(client_address=("198.51.100.4", 5000))
+    assert (await rig.sign_in(elsewhere, "ops-1")).status_code == 303
+    clock.advance(61)
+    assert (await rig.sign_in(client, "ops-1")).status_code == 303
+
+
+async def test_a_session_expires_after_its_ttl(make_rig: MakeRig, clock: FakeClock) -> None:
+    rig = await make_rig(clock, PAYCORE_CONSOLE_SESSION_TTL_S="600")
+    browser = await rig.browser()
+    clock.advance(599)
+    assert (await browser.client.get("/escalations")).status_code == 200
+    clock.advance(2)
+    page = await browser.client.get("/escalations")
+    assert page.status_code == 303 and page.headers["location"] == "/login?next=/escalations"
+    api = await browser.client.get("/api/v1/overview")
+    assert api.status_code == 401
+    assert api.headers["content-type"] == "application/problem+json"
+
+
+async def test_signing_out_forgets_the_session(rig: ConsoleRig) -> None:
+    browser = await rig.browser()
+    out = await browser.post_form("/logout")
+    assert out.status_code == 303 and out.headers["location"] == "/login"
+    assert (await browser.client.get("/")).status_code == 303
+
+
+async def test_the_sign_in_form_needs_its_own_token_and_next_stays_on_this_site(rig: ConsoleRig) -> None:
+    await rig.add("ops-1")
+    client = rig.client()
+    form = await client.get("/login")
+    token = hidden(form.text, "csrf_token")
+    forged = await client.post("/login", data={"csrf_token": token + "x", "name": "ops-1", "password": PASSWORD})
+    assert forged.status_code == 403
+    other = rig.client()  # a token made for another browser's sign-in form
+    assert (await other.post("/login", data={"csrf_token": token, "name": "ops-1",
+                                             "password": PASSWORD})).status_code == 403
+    offsite = await client.post("/login", data={"csrf_token": token, "name": "ops-1", "password": PASSWORD,
+                                                 "next": "//evil.example/"})
+    assert offsite.status_code == 303 and offsite.headers["location"] == "/"
+
+
+async def test_a_disabled_operators_session_stops_at_once(rig: ConsoleRig) -> None:
+    from paycore.operators import disable_operator
+
+    browser = await rig.browser()
+    await disable_operator(rig.pool, "ops-1", rig.clock.now(), operator="root", reason="left the team")
+    assert (await browser.client.get("/")).status_code == 303
