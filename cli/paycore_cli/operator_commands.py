@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -34,39 +35,52 @@ def _with_operator_pool(action: Callable[[Any, Any], Awaitable[T]]) -> tuple[Any
     return settings, asyncio.run(run())
 
 
+def _print_recorded(args: argparse.Namespace, recorded: Any, summary: str) -> None:
+    """What an operator action prints: the recorded action and a one-line summary, or with
+    ``--json`` the recorded action alone, as one JSON document for scripts."""
+    if getattr(args, "json", False):
+        print(json.dumps(recorded.as_json(), indent=2, ensure_ascii=False))
+        return
+    from paycore.operator_actions import describe
+
+    print("\n".join([*describe(recorded), summary]))
+
+
 def cmd_outbox(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
     from paycore import outbox_admin
     from paycore.clock import SystemClock
-    from paycore.operator_actions import InvalidOperatorAction, describe
+    from paycore.operator_actions import InvalidOperatorAction
 
-    async def act(settings: Any, pool: Any) -> str:
+    async def act(settings: Any, pool: Any) -> tuple[Any, str]:
         now = SystemClock().now()
         if args.outbox_command == "purge":
             older = args.older_than if args.older_than is not None else settings.outbox_retention_s
             r = await outbox_admin.purge_dispatched(pool, now=now, older_than=timedelta(seconds=older))
-            return f"deleted {r.deleted} dispatched rows; kept {r.archived} dedup keys"
+            return None, f"deleted {r.deleted} dispatched rows; kept {r.archived} dedup keys"
         action = outbox_admin.requeue if args.outbox_command == "requeue" else outbox_admin.skip
         done = await action(pool, args.message_id, operator=args.operator, reason=args.reason, now=now)
-        return "\n".join([*describe(done.recorded),
-                          f"outbox message {done.message_id}: {done.action} done; resolved escalations "
-                          f"{done.resolved_escalations or 'none'}"])
+        return done.recorded, (f"outbox message {done.message_id}: {done.action} done; resolved escalations "
+                               f"{done.resolved_escalations or 'none'}")
 
     try:
-        _, message = _with_operator_pool(act)
+        _, (recorded, message) = _with_operator_pool(act)
     except outbox_admin.OutboxActionRefused as exc:
         raise CommandError(str(exc), code=1) from None
     except InvalidOperatorAction as exc:
         raise CommandError(str(exc), code=2) from None
-    print(message)
+    if recorded is None:
+        print(message)
+    else:
+        _print_recorded(args, recorded, message)
     return 0
 
 
 def cmd_escalations(args: argparse.Namespace) -> int:
     from paycore import escalations
     from paycore.clock import SystemClock
-    from paycore.operator_actions import InvalidOperatorAction, OperatorAction, describe
+    from paycore.operator_actions import InvalidOperatorAction, OperatorAction
 
     async def act(settings: Any, pool: Any) -> OperatorAction:
         now = SystemClock().now()
@@ -83,8 +97,7 @@ def cmd_escalations(args: argparse.Namespace) -> int:
         raise CommandError(str(exc), code=1) from None
     except InvalidOperatorAction as exc:
         raise CommandError(str(exc), code=2) from None
-    print("\n".join(describe(recorded)))
-    print(f"escalation {args.escalation_id}: {args.escalation_command} done")
+    _print_recorded(args, recorded, f"escalation {args.escalation_id}: {args.escalation_command} done")
     return 0
 
 
@@ -93,7 +106,7 @@ def cmd_notifications_attach(args: argparse.Namespace) -> int:
 
     from paycore.clock import SystemClock
     from paycore.notifications import Attached, AttachRefused, attach_notification
-    from paycore.operator_actions import InvalidOperatorAction, describe
+    from paycore.operator_actions import InvalidOperatorAction
 
     try:
         attempt_id = uuid.UUID(args.attempt_id)
@@ -112,8 +125,8 @@ def cmd_notifications_attach(args: argparse.Namespace) -> int:
         raise CommandError(str(exc), code=1) from None
     except InvalidOperatorAction as exc:
         raise CommandError(str(exc), code=2) from None
-    print("\n".join(describe(done.recorded)))
-    print(f"attached notification {args.event_id} to attempt {attempt_id}: now {done.attempt.state.value}")
+    _print_recorded(args, done.recorded, f"attached notification {args.event_id} to attempt {attempt_id}: "
+                                         f"now {done.attempt.state.value}")
     return 0
 
 
@@ -200,7 +213,7 @@ def cmd_attempts_close(args: argparse.Namespace) -> int:
     from paycore.clock import SystemClock
     from paycore.dead_ends import Closed, CloseRefused, close_as_not_charged
     from paycore.errors import NotFound
-    from paycore.operator_actions import InvalidOperatorAction, describe
+    from paycore.operator_actions import InvalidOperatorAction
 
     attempt_id = _attempt_uuid(args.attempt_id)
 
@@ -215,9 +228,9 @@ def cmd_attempts_close(args: argparse.Namespace) -> int:
         raise CommandError(str(exc), code=1) from None
     except InvalidOperatorAction as exc:
         raise CommandError(str(exc), code=2) from None
-    print("\n".join(describe(done.recorded)))
-    print(f"attempt {attempt_id}: closed as not charged (now {done.attempt.state.value}); resolved "
-          f"escalations {done.resolved_escalations or 'none'}; the order can be paid again")
+    _print_recorded(args, done.recorded,
+                    f"attempt {attempt_id}: closed as not charged (now {done.attempt.state.value}); resolved "
+                    f"escalations {done.resolved_escalations or 'none'}; the order can be paid again")
     return 0
 
 
@@ -225,7 +238,7 @@ def cmd_escalations_resolve_conflict(args: argparse.Namespace) -> int:
     from paycore.clock import SystemClock
     from paycore.conflicts import ConflictResolutionRefused, ConflictResolved, resolve_conflict
     from paycore.errors import NotFound
-    from paycore.operator_actions import InvalidOperatorAction, describe
+    from paycore.operator_actions import InvalidOperatorAction
 
     owner = None if args.neither else _attempt_uuid(args.owner)
 
@@ -241,11 +254,11 @@ def cmd_escalations_resolve_conflict(args: argparse.Namespace) -> int:
         raise CommandError(str(exc), code=1) from None
     except InvalidOperatorAction as exc:
         raise CommandError(str(exc), code=2) from None
-    print("\n".join(describe(done.recorded)))
     if done.owner is None:
-        print(f"escalation {args.escalation_id}: resolved; neither attempt owns the payment "
-              f"(no attempt changed)")
+        summary = (f"escalation {args.escalation_id}: resolved; neither attempt owns the payment "
+                   "(no attempt changed)")
     else:
-        print(f"escalation {args.escalation_id}: resolved; attempt {done.owner.attempt_id} owns the payment "
-              f"(now {done.owner.state.value})")
+        summary = (f"escalation {args.escalation_id}: resolved; attempt {done.owner.attempt_id} owns the "
+                   f"payment (now {done.owner.state.value})")
+    _print_recorded(args, done.recorded, summary)
     return 0

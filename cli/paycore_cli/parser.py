@@ -197,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="who is acting: an operator handle (recorded in operator_actions)")
         sub.add_argument("--reason", required=action == "resolve", default=None, metavar="TEXT",
                          help="why (recorded)" + ("" if action == "resolve" else "; optional"))
+        sub.add_argument("--json", action="store_true", help="print the recorded action as JSON")
         sub.set_defaults(handler=cmd_escalations)
 
     box = commands.add_parser(
@@ -211,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--operator", required=True, type=operator_handle, metavar="NAME",
                          help="who is deciding: an operator handle (recorded in operator_actions)")
         sub.add_argument("--reason", required=True, metavar="TEXT", help="why (recorded)")
+        sub.add_argument("--json", action="store_true", help="print the recorded action as JSON")
         sub.set_defaults(handler=cmd_outbox)
     dead = box_cmds.add_parser(
         "dead-letters", help="rows the dispatcher gave up on, oldest first",
@@ -241,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "operator_actions)")
     attach.add_argument("--reason", required=True, metavar="TEXT",
                         help="why, e.g. the corrected reference (recorded)")
+    attach.add_argument("--json", action="store_true", help="print the recorded action as JSON")
     attach.set_defaults(handler=cmd_notifications_attach)
     unmatched = note_cmds.add_parser(
         "unmatched", help="stored notifications no attempt matched, oldest first",
@@ -333,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     conflict.add_argument("--operator", required=True, type=operator_handle, metavar="NAME",
                           help="who is deciding: an operator handle (recorded in operator_actions)")
     conflict.add_argument("--reason", required=True, metavar="TEXT", help="why (recorded)")
+    conflict.add_argument("--json", action="store_true", help="print the recorded action as JSON")
     conflict.set_defaults(handler=cmd_escalations_resolve_conflict)
 
     attempts = commands.add_parser(
@@ -361,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     close.add_argument("--reason", required=True, metavar="TEXT", help="why (recorded)")
     close.add_argument("--checked", required=True, metavar="TEXT",
                        help="what was checked at the provider, e.g. the dashboard search (recorded)")
+    close.add_argument("--json", action="store_true", help="print the recorded action as JSON")
     close.set_defaults(handler=cmd_attempts_close)
     # -- end of issue 13's attempt actions --
     # --- operator accounts (issue 13: paycore operators add|disable|list) -------------------------

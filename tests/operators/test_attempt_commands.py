@@ -118,3 +118,20 @@ def test_resolve_conflict_needs_owner_or_neither_and_reports_a_refusal(
     assert "escalation-resolve-conflict by ops-1" in out and "neither attempt owns the payment" in out
     assert main([*args, "--neither"]) == 1
     assert "is not open" in capsys.readouterr().err
+
+
+def test_an_action_with_json_prints_the_recorded_action_alone_for_scripts(
+    database: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--json`` on every operator action: one JSON document (the recorded action with its state
+    before and after), nothing else on stdout; a refusal still exits non-zero."""
+    import json
+
+    attempt_id = seed_dead_end(database)
+    assert main(["attempts", "close", str(attempt_id), *CLOSE, "--json"]) == 0
+    recorded = json.loads(capsys.readouterr().out)
+    assert (recorded["action"], recorded["operator"], recorded["attempt_id"]) == (
+        "attempt-close-not-charged", "ops-1", str(attempt_id))
+    assert (recorded["state_before"]["state"], recorded["state_after"]["state"]) == ("Unknown", "Failed")
+    assert main(["attempts", "close", str(attempt_id), *CLOSE, "--json"]) == 1
+    assert capsys.readouterr().out == ""
