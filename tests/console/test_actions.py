@@ -180,7 +180,10 @@ async def test_attaching_an_unmatched_notification_previews_then_applies_and_rec
                                        params={"attempt_id": str(attempt.attempt_id)})
     assert preview.status_code == 200
     assert 'id="attach-preview"' in preview.text and 'id="attach-form"' in preview.text
-    assert "DISAGREES" in preview.text  # the reference differs: the typo the operator is fixing
+    # The reference differs (the typo the operator is fixing): shown, and not announced as a
+    # refusal, because attaching asserts the attempt and the library accepts it.
+    assert "differs: attaching asserts this attempt anyway" in preview.text
+    assert "will be refused" not in preview.text
     # A preview changes nothing.
     assert (await get_attempt(rig.pool, attempt.attempt_id)).state.value == "Unknown"
     done = await browser.post_form(f"/notifications/{row['event_id']}/attach",

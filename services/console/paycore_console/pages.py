@@ -350,18 +350,21 @@ async def stored_notification(c: Console, event_id: int) -> tuple[inspection.Not
 def attach_checks(n: inspection.NotificationSummary, a: inspection.AttemptSummary) -> list[dict[str, Any]]:
     """What the library will compare, shown before the operator confirms (it decides; this informs)."""
     checks = [{"what": "provider account", "notification": n.provider_account, "attempt": a.provider_account,
-               "ok": n.provider_account == a.provider_account}]
+               "ok": n.provider_account == a.provider_account, "refuses": True}]
     if n.reference is not None:
+        # Not a refusal: attaching is the operator saying which attempt the payment is about (a
+        # mistyped reference is the usual case), so the library ignores the stated reference.
         checks.append({"what": "reference", "notification": n.reference, "attempt": a.client_reference,
-                       "ok": n.reference == a.client_reference})
+                       "ok": n.reference == a.client_reference, "refuses": False})
     if n.provider_payment_id is not None and a.provider_payment_id is not None:
         checks.append({"what": "provider payment id", "notification": n.provider_payment_id,
                        "attempt": a.provider_payment_id,
-                       "ok": n.provider_payment_id == a.provider_payment_id})
+                       "ok": n.provider_payment_id == a.provider_payment_id, "refuses": True})
     if n.amount_minor is not None:
         checks.append({"what": "amount", "notification": f"{n.amount_minor} {n.currency or ''}".strip(),
                        "attempt": f"{a.amount_minor} {a.currency}",
-                       "ok": n.amount_minor == a.amount_minor and (n.currency or a.currency) == a.currency})
+                       "ok": n.amount_minor == a.amount_minor and (n.currency or a.currency) == a.currency,
+                       "refuses": True})
     return checks
 
 
