@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from paycore_cli.common import CommandError
-from paycore_cli.operator_commands import _with_operator_pool
+from paycore_cli.operator_commands import attempt_uuid, with_operator_pool
 
 if TYPE_CHECKING:  # imported when a command runs: `paycore health` and the like stay light
     from paycore import inspection
@@ -61,7 +60,7 @@ def _listing(fetch: Any) -> Any:
     """A page, or exit 2 for a cursor the listing did not make (InvalidCursor) or a limit over the
     library's maximum page (both ValueErrors)."""
     try:
-        _, found = _with_operator_pool(fetch)
+        _, found = with_operator_pool(fetch)
     except ValueError as exc:
         raise CommandError(str(exc), code=2) from None
     return found
@@ -96,7 +95,7 @@ def cmd_escalations_show(args: argparse.Namespace) -> int:
     async def fetch(settings: Any, pool: Any) -> inspection.EscalationDetail | None:
         return await inspection.escalation_detail(pool, args.escalation_id)
 
-    _, found = _with_operator_pool(fetch)
+    _, found = with_operator_pool(fetch)
     if found is None:
         raise CommandError(f"no escalation {args.escalation_id}", code=1)
     if args.json:
@@ -165,15 +164,12 @@ def attempt_lines(d: inspection.AttemptDetail) -> list[str]:
 def cmd_attempts_show(args: argparse.Namespace) -> int:
     from paycore import inspection
 
-    try:
-        attempt_id = uuid.UUID(args.attempt_id)
-    except ValueError:
-        raise CommandError(f"{args.attempt_id!r} is not an attempt id (a UUID)", code=2) from None
+    attempt_id = attempt_uuid(args.attempt_id)
 
     async def fetch(settings: Any, pool: Any) -> inspection.AttemptDetail | None:
         return await inspection.attempt_detail(pool, attempt_id)
 
-    _, found = _with_operator_pool(fetch)
+    _, found = with_operator_pool(fetch)
     if found is None:
         raise CommandError(f"no attempt {attempt_id}", code=1)
     if args.json:

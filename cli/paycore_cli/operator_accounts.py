@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from paycore_cli.arguments import operator_handle
 from paycore_cli.common import CommandError
-from paycore_cli.operator_commands import _with_operator_pool
+from paycore_cli.operator_commands import run_action, with_operator_pool
 
 
 def add_operator_account_commands(commands: Any) -> None:
@@ -73,7 +73,7 @@ def cmd_operators(args: argparse.Namespace) -> int:
         async def listed(settings: Any, pool: Any) -> list[operators.Operator]:
             return await operators.list_operators(pool)
 
-        _, found = _with_operator_pool(listed)
+        _, found = with_operator_pool(listed)
         if args.json:
             print(json.dumps([o.as_json() for o in found], indent=2, ensure_ascii=False))
         elif not found:
@@ -92,12 +92,7 @@ def cmd_operators(args: argparse.Namespace) -> int:
         return await operators.disable_operator(pool, args.name, now, operator=args.operator,
                                                 reason=args.reason)
 
-    try:
-        _, account = _with_operator_pool(act)
-    except operators.OperatorAccountRefused as exc:
-        raise CommandError(str(exc), code=1) from None
-    except operators.OperatorNotFound as exc:
-        raise CommandError(str(exc), code=1) from None
+    account = run_action(act, operators.OperatorAccountRefused, operators.OperatorNotFound)
     done = "added" if args.operators_command == "add" else "disabled"
     print(f"operator {account.name} ({account.role.value}) {done} by {args.operator}")
     return 0

@@ -10,6 +10,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
+from uuid import UUID
 
 from paycore.config import ConfigError, load_settings
 from paycore_cli.common import CommandError
@@ -17,7 +18,7 @@ from paycore_cli.common import CommandError
 T = TypeVar("T")
 
 
-def _with_operator_pool(action: Callable[[Any, Any], Awaitable[T]]) -> tuple[Any, T]:
+def with_operator_pool(action: Callable[[Any, Any], Awaitable[T]]) -> tuple[Any, T]:
     """Run an operator ``action(settings, pool)`` on a small pool over PAYCORE_DATABASE_URL."""
     from paycore.db import create_pool
 
@@ -33,6 +34,27 @@ def _with_operator_pool(action: Callable[[Any, Any], Awaitable[T]]) -> tuple[Any
             await pool.close()
 
     return settings, asyncio.run(run())
+
+
+def run_action(action: Callable[[Any, Any], Awaitable[T]], *refusals: type[Exception]) -> T:
+    """An operator action on :func:`with_operator_pool`: the library refusing it (``refusals``)
+    exits 1 with its reason, an invalid operator handle or reason exits 2."""
+    from paycore.operator_actions import InvalidOperatorAction
+
+    try:
+        return with_operator_pool(action)[1]
+    except refusals as exc:
+        raise CommandError(str(exc), code=1) from None
+    except InvalidOperatorAction as exc:
+        raise CommandError(str(exc), code=2) from None
+
+
+def attempt_uuid(text: str) -> UUID:
+    """An attempt id given on the command line, or exit 2 naming what was given."""
+    try:
+        return UUID(text)
+    except ValueError:
+        raise CommandError(f"{text!r} is not an attempt id (a UUID)", code=2) from None
 
 
 def _print_recorded(args: argparse.Namespace, recorded: Any, summary: str) -> None:
@@ -51,7 +73,6 @@ def cmd_outbox(args: argparse.Namespace) -> int:
 
     from paycore import outbox_admin
     from paycore.clock import SystemClock
-    from paycore.operator_actions import InvalidOperatorAction
 
     async def act(settings: Any, pool: Any) -> tuple[Any, str]:
         now = SystemClock().now()
@@ -64,12 +85,7 @@ def cmd_outbox(args: argparse.Namespace) -> int:
         return done.recorded, (f"outbox message {done.message_id}: {done.action} done; resolved escalations "
                                f"{done.resolved_escalations or 'none'}")
 
-    try:
-        _, (recorded, message) = _with_operator_pool(act)
-    except outbox_admin.OutboxActionRefused as exc:
-        raise CommandError(str(exc), code=1) from None
-    except InvalidOperatorAction as exc:
-        raise CommandError(str(exc), code=2) from None
+    recorded, message = run_action(act, outbox_admin.OutboxActionRefused)
     if recorded is None:
         print(message)
     else:
@@ -80,7 +96,7 @@ def cmd_outbox(args: argparse.Namespace) -> int:
 def cmd_escalations(args: argparse.Namespace) -> int:
     from paycore import escalations
     from paycore.clock import SystemClock
-    from paycore.operator_actions import InvalidOperatorAction, OperatorAction
+    from paycore.operator_actions import OperatorAction
 
     async def act(settings: Any, pool: Any) -> OperatorAction:
         now = SystemClock().now()
@@ -91,27 +107,17 @@ def cmd_escalations(args: argparse.Namespace) -> int:
         return await escalations.resolve(pool, args.escalation_id, operator=args.operator,
                                          reason=args.reason, now=now)
 
-    try:
-        _, recorded = _with_operator_pool(act)
-    except escalations.EscalationActionRefused as exc:
-        raise CommandError(str(exc), code=1) from None
-    except InvalidOperatorAction as exc:
-        raise CommandError(str(exc), code=2) from None
+    recorded = run_action(act, escalations.EscalationActionRefused)
     _print_recorded(args, recorded, f"escalation {args.escalation_id}: {args.escalation_command} done")
     return 0
 
 
 def cmd_notifications_attach(args: argparse.Namespace) -> int:
-    import uuid
 
     from paycore.clock import SystemClock
     from paycore.notifications import Attached, AttachRefused, attach_notification
-    from paycore.operator_actions import InvalidOperatorAction
 
-    try:
-        attempt_id = uuid.UUID(args.attempt_id)
-    except ValueError:
-        raise CommandError(f"{args.attempt_id!r} is not an attempt id (a UUID)", code=2) from None
+    attempt_id = attempt_uuid(args.attempt_id)
 
     async def attach(settings: Any, pool: Any) -> Attached:
         return await attach_notification(pool, event_id=args.event_id, attempt_id=attempt_id,
@@ -119,12 +125,7 @@ def cmd_notifications_attach(args: argparse.Namespace) -> int:
                                          reminder_interval=settings.reminder_interval,
                                          recheck_after_s=settings.recheck_after_s)
 
-    try:
-        _, done = _with_operator_pool(attach)
-    except (AttachRefused, LookupError) as exc:
-        raise CommandError(str(exc), code=1) from None
-    except InvalidOperatorAction as exc:
-        raise CommandError(str(exc), code=2) from None
+    done = run_action(attach, AttachRefused, LookupError)
     _print_recorded(args, done.recorded, f"attached notification {args.event_id} to attempt {attempt_id}: "
                                          f"now {done.attempt.state.value}")
     return 0
@@ -132,22 +133,16 @@ def cmd_notifications_attach(args: argparse.Namespace) -> int:
 
 def cmd_actions(args: argparse.Namespace) -> int:
     import json
-    import uuid
 
     from paycore.operator_actions import OperatorAction, list_actions, table
 
-    attempt_id = None
-    if args.attempt is not None:
-        try:
-            attempt_id = uuid.UUID(args.attempt)
-        except ValueError:
-            raise CommandError(f"{args.attempt!r} is not an attempt id (a UUID)", code=2) from None
+    attempt_id = None if args.attempt is None else attempt_uuid(args.attempt)
 
     async def fetch(settings: Any, pool: Any) -> list[OperatorAction]:
         return await list_actions(pool, attempt_id=attempt_id, escalation_id=args.escalation,
                                   operator=args.operator, limit=args.limit)
 
-    _, found = _with_operator_pool(fetch)
+    _, found = with_operator_pool(fetch)
     if args.json:
         print(json.dumps([a.as_json() for a in found], indent=2, ensure_ascii=False))
     elif not found:
@@ -160,14 +155,14 @@ def cmd_actions(args: argparse.Namespace) -> int:
 def cmd_accounts(args: argparse.Namespace) -> int:
     from paycore import accounts
     from paycore.clock import SystemClock
-    from paycore.operator_actions import InvalidOperatorAction, OperatorAction, describe
+    from paycore.operator_actions import OperatorAction, describe
 
     if args.accounts_command == "list":
         async def registered(settings: Any, pool: Any) -> list[Any]:
             rows: list[Any] = await pool.fetch(accounts.SELECT_REGISTERED)
             return rows
 
-        _, rows = _with_operator_pool(registered)
+        _, rows = with_operator_pool(registered)
         for row in rows:
             print(f"{row['provider_account']}  {row['base_url']}  api {row['api_version']}  "
                   f"key retention {row['key_retention']}  margin {row['escalation_margin']}  "
@@ -186,10 +181,7 @@ def cmd_accounts(args: argparse.Namespace) -> int:
         return [await accounts.apply_configuration(pool, acct, operator=args.operator, reason=args.reason,
                                                    now=now) for acct in chosen]
 
-    try:
-        _, done = _with_operator_pool(apply)
-    except InvalidOperatorAction as exc:
-        raise CommandError(str(exc), code=2) from None
+    done = run_action(apply)
     for acct, recorded in zip(chosen, done, strict=True):
         if recorded is None:
             print(f"{acct.provider_account}: already registered with these settings; nothing recorded")
@@ -200,34 +192,19 @@ def cmd_accounts(args: argparse.Namespace) -> int:
 
 # -- issue 13: the operator actions that change attempts (paycore.dead_ends, paycore.conflicts) --------
 
-def _attempt_uuid(text: str) -> Any:
-    import uuid
-
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        raise CommandError(f"{text!r} is not an attempt id (a UUID)", code=2) from None
-
-
 def cmd_attempts_close(args: argparse.Namespace) -> int:
     from paycore.clock import SystemClock
     from paycore.dead_ends import Closed, CloseRefused, close_as_not_charged
     from paycore.errors import NotFound
-    from paycore.operator_actions import InvalidOperatorAction
 
-    attempt_id = _attempt_uuid(args.attempt_id)
+    attempt_id = attempt_uuid(args.attempt_id)
 
     async def close(settings: Any, pool: Any) -> Closed:
         return await close_as_not_charged(pool, attempt_id=attempt_id, operator=args.operator,
                                           reason=args.reason, checked_at_provider=args.checked,
                                           now=SystemClock().now())
 
-    try:
-        _, done = _with_operator_pool(close)
-    except (CloseRefused, NotFound) as exc:
-        raise CommandError(str(exc), code=1) from None
-    except InvalidOperatorAction as exc:
-        raise CommandError(str(exc), code=2) from None
+    done = run_action(close, CloseRefused, NotFound)
     _print_recorded(args, done.recorded,
                     f"attempt {attempt_id}: closed as not charged (now {done.attempt.state.value}); resolved "
                     f"escalations {done.resolved_escalations or 'none'}; the order can be paid again")
@@ -238,9 +215,8 @@ def cmd_escalations_resolve_conflict(args: argparse.Namespace) -> int:
     from paycore.clock import SystemClock
     from paycore.conflicts import ConflictResolutionRefused, ConflictResolved, resolve_conflict
     from paycore.errors import NotFound
-    from paycore.operator_actions import InvalidOperatorAction
 
-    owner = None if args.neither else _attempt_uuid(args.owner)
+    owner = None if args.neither else attempt_uuid(args.owner)
 
     async def decide(settings: Any, pool: Any) -> ConflictResolved:
         return await resolve_conflict(pool, escalation_id=args.escalation_id, owner_attempt_id=owner,
@@ -248,12 +224,7 @@ def cmd_escalations_resolve_conflict(args: argparse.Namespace) -> int:
                                       reminder_interval=settings.reminder_interval,
                                       recheck_after_s=settings.recheck_after_s)
 
-    try:
-        _, done = _with_operator_pool(decide)
-    except (ConflictResolutionRefused, NotFound) as exc:
-        raise CommandError(str(exc), code=1) from None
-    except InvalidOperatorAction as exc:
-        raise CommandError(str(exc), code=2) from None
+    done = run_action(decide, ConflictResolutionRefused, NotFound)
     if done.owner is None:
         summary = (f"escalation {args.escalation_id}: resolved; neither attempt owns the payment "
                    "(no attempt changed)")
