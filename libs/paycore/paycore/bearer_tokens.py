@@ -1,7 +1,7 @@
 """Verifying a bearer JWT: its signature, expiry, audience and issuer.
 
 One verifier for every service that takes tokens from the identity provider:
-checkout's customers (``paycore_checkout.auth``) and the console's operators
+the checkout service's customers and the operator console's operators
 (:mod:`paycore.console_auth`). HS256 with a shared secret, or RS256/ES256 keys
 from ``PAYCORE_JWKS_URL``. The key set is cached and refetched when a token
 names an unknown ``kid`` (at most once per cooldown), so the identity provider

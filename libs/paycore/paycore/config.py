@@ -5,8 +5,8 @@ component it governs; :func:`load_settings` reads them all into
 :class:`Settings`, then checks the rules that tie two of them together. A bad
 value stops the process with a :class:`ConfigError` that names the variable.
 Secrets (API keys, webhook and JWT secrets) are held in :class:`Secret` so that
-neither ``repr`` nor a log line can print them. Recovery's settings are declared
-in ``paycore_recovery.settings``, the sandbox's in ``paycore_sandbox.settings``.
+neither ``repr`` nor a log line can print them. Recovery's and the sandbox's own
+settings are declared in those services, beside the code they govern.
 """
 
 from __future__ import annotations

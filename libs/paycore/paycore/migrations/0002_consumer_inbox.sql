@@ -62,7 +62,7 @@ CREATE TABLE outbox_operator_actions (
 
 CREATE INDEX outbox_operator_actions_message ON outbox_operator_actions (message_id);
 
--- Alert delivery (paycore_dispatcher.alerts): one row per alert delivered to the
+-- Alert delivery (the dispatcher service's alert consumer): one row per alert delivered to the
 -- configured HTTP endpoint, written with the inbox row.
 CREATE TABLE alert_deliveries (
     dedup_key        text        PRIMARY KEY,
