@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from paycore import conflicts, dead_ends, escalations, notifications, outbox_admin
+from paycore import conflicts, dead_ends, escalations, inspection, notifications, outbox_admin
 from paycore.console_auth import Principal
 from paycore.errors import NotFound
 from paycore.inspection import jsonable
@@ -133,3 +133,19 @@ async def skip(c: Console, who: Principal, message_id: int, reason: str | None) 
                                         now=c.clock.now()))
     return Done(f"Outbox message {message_id} skipped: it will never be sent; the rows after it flow.",
                 done.recorded, {"message_id": message_id, "resolved_escalations": done.resolved_escalations})
+
+
+async def escalation_detail(pool: Any, escalation_id: int) -> inspection.EscalationDetail:
+    """One episode as the page and the API show it, or refused as not found."""
+    found = await inspection.escalation_detail(pool, escalation_id)
+    if found is None:
+        raise ActionRefused("not-found", f"escalation {escalation_id} does not exist")
+    return found
+
+
+async def attempt_detail(pool: Any, attempt_id: UUID) -> inspection.AttemptDetail:
+    """One attempt as the page and the API show it, or refused as not found."""
+    found = await inspection.attempt_detail(pool, attempt_id)
+    if found is None:
+        raise ActionRefused("not-found", f"no attempt {attempt_id}")
+    return found

@@ -22,7 +22,7 @@ from starlette.routing import Route
 from paycore import inspection
 from paycore.console_auth import Principal
 from paycore_console import actions
-from paycore_console.actions import ActionRefused, Done
+from paycore_console.actions import Done
 from paycore_console.auth import CSRF_HEADER, Caller, authenticate, check_csrf, may_act
 from paycore_console.context import Console, console_of
 from paycore_console.errors import BadRequest
@@ -111,19 +111,13 @@ async def get_escalations(request: Request) -> Response:
 async def get_escalation(request: Request) -> Response:
     c, _ = await reading(request)
     eid: int = request.path_params["escalation_id"]
-    found = await inspection.escalation_detail(c.pool, eid)
-    if found is None:
-        raise ActionRefused("not-found", f"escalation {eid} does not exist")
-    return json_response(found)
+    return json_response(await actions.escalation_detail(c.pool, eid))
 
 
 async def get_attempt(request: Request) -> Response:
     c, _ = await reading(request)
     attempt_id: UUID = request.path_params["attempt_id"]
-    found = await inspection.attempt_detail(c.pool, attempt_id)
-    if found is None:
-        raise ActionRefused("not-found", f"no attempt {attempt_id}")
-    return json_response(found)
+    return json_response(await actions.attempt_detail(c.pool, attempt_id))
 
 
 async def get_unmatched(request: Request) -> Response:

@@ -244,9 +244,7 @@ async def escalations_page(request: Request) -> Response:
 async def escalation_page(request: Request) -> Response:
     c, caller = await viewing(request)
     escalation_id: int = request.path_params["escalation_id"]
-    found = await inspection.escalation_detail(c.pool, escalation_id)
-    if found is None:
-        raise ActionRefused("not-found", f"escalation {escalation_id} does not exist")
+    found = await actions.escalation_detail(c.pool, escalation_id)
     named = conflicts.candidates({"detail": found.detail, "attempt_id": found.escalation.attempt_id})
     return render(request, "escalation.html", caller, title=f"Escalation {escalation_id}", nav="escalations",
                   d=found, e=found.escalation, is_conflict=found.escalation.reason in CONFLICT_REASONS,
@@ -302,9 +300,7 @@ async def attempt_lookup(request: Request) -> Response:
 async def attempt_page(request: Request) -> Response:
     c, caller = await viewing(request)
     attempt_id: UUID = request.path_params["attempt_id"]
-    found = await inspection.attempt_detail(c.pool, attempt_id)
-    if found is None:
-        raise ActionRefused("not-found", f"no attempt {attempt_id}")
+    found = await actions.attempt_detail(c.pool, attempt_id)
     return render(request, "attempt.html", caller, title=f"Attempt {attempt_id}", nav="attempts", d=found,
                   a=found.attempt, closable=closable(found), now=c.clock.now())
 
