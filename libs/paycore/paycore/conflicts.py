@@ -29,7 +29,7 @@ import orjson
 
 from paycore import escalations
 from paycore.attempt_row import Attempt, get_attempt
-from paycore.dead_ends import transaction_on
+from paycore.db import transaction_on
 from paycore.errors import PaycoreError
 from paycore.events import EventKind, append_event
 from paycore.evidence import Reason

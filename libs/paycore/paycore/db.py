@@ -8,7 +8,9 @@ file exactly once; re-running it is a no-op.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -92,3 +94,15 @@ async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asy
         dsn, min_size=min_size, max_size=max_size, init=_init_connection
     )
     return pool
+
+
+@contextlib.asynccontextmanager
+async def transaction_on(db: asyncpg.Pool | asyncpg.Connection) -> AsyncIterator[asyncpg.Connection]:
+    """One transaction on a pool's connection, or on the caller's connection (a savepoint inside
+    a transaction the caller already holds, so a refusal undoes only this action)."""
+    if isinstance(db, asyncpg.Pool):
+        async with db.acquire() as conn, conn.transaction():
+            yield conn
+    else:
+        async with db.transaction():
+            yield db

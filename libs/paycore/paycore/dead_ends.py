@@ -26,8 +26,6 @@ takes the ordinary contradiction path of :func:`paycore.attempts.apply_outcome`.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -37,6 +35,7 @@ import asyncpg
 
 from paycore import escalations
 from paycore.attempt_row import Attempt, get_attempt
+from paycore.db import transaction_on
 from paycore.domain import AttemptState, can_transition
 from paycore.errors import PaycoreError
 from paycore.events import EventKind, append_event
@@ -69,18 +68,6 @@ class Closed:
     attempt: Attempt
     resolved_escalations: list[int]
     recorded: OperatorAction
-
-
-@contextlib.asynccontextmanager
-async def transaction_on(db: asyncpg.Pool | asyncpg.Connection) -> AsyncIterator[asyncpg.Connection]:
-    """One transaction on a pool's connection, or on the caller's connection (a savepoint inside
-    a transaction the caller already holds, so a refusal undoes only this action)."""
-    if isinstance(db, asyncpg.Pool):
-        async with db.acquire() as conn, conn.transaction():
-            yield conn
-    else:
-        async with db.transaction():
-            yield db
 
 
 def validate_checked(text: str) -> str:

@@ -19,12 +19,11 @@ retrying; a successful one clears its key's failures.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import hashlib
 import math
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -33,6 +32,7 @@ import asyncpg
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
+from paycore.db import transaction_on
 from paycore.errors import NotFound, PaycoreError
 from paycore.operator_actions import ActionKind, InvalidOperatorAction, record_action, validate_operator
 from paycore.settings_spec import Count, Group, Number
@@ -163,16 +163,6 @@ def check_password_policy(name: str, password: str) -> None:
 # --------------------------------------------------------------------------- accounts
 
 
-@contextlib.asynccontextmanager
-async def _transaction(db: asyncpg.Pool | asyncpg.Connection) -> AsyncIterator[asyncpg.Connection]:
-    if isinstance(db, asyncpg.Pool):
-        async with db.acquire() as conn, conn.transaction():
-            yield conn
-    else:
-        async with db.transaction():
-            yield db
-
-
 INSERT_OPERATOR = """
 INSERT INTO operators (name, role, password_hash, created_at) VALUES ($1, $2, $3, $4)
 ON CONFLICT (name) DO NOTHING
@@ -188,7 +178,7 @@ async def add_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, passwor
     wanted = parse_role(role)
     check_password_policy(handle, password)
     password_hash = hasher.hash(password)  # before the transaction: it takes a while, on purpose
-    async with _transaction(db) as conn:
+    async with transaction_on(db) as conn:
         row = await conn.fetchrow(INSERT_OPERATOR, handle, wanted.value, password_hash, now)
         if row is None:
             raise OperatorAccountRefused(f"an operator named {handle!r} exists already")
@@ -212,7 +202,7 @@ async def disable_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, now
                            operator: str, reason: str) -> Operator:
     """Disable an account: it can no longer sign in, and its sessions stop working. Recorded."""
     handle = name.strip()
-    async with _transaction(db) as conn:
+    async with transaction_on(db) as conn:
         row = await conn.fetchrow(DISABLE_OPERATOR, handle, now)
         if row is None:
             current = await get_operator(conn, handle)  # raises OperatorNotFound
@@ -298,7 +288,7 @@ async def authenticate(db: asyncpg.Pool | asyncpg.Connection, name: str, passwor
     decoy = dummy_hash(hasher)  # made before anything is looked up: a process's first call is no faster
     window_start = now - timedelta(seconds=throttle.window_s)
     overlong = len(password) > PASSWORD_MAX_LENGTH  # never a valid password; not worth hashing whole
-    async with _transaction(db) as conn:
+    async with transaction_on(db) as conn:
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(key_name, key_client))
         failures = [r["failed_at"] for r in await conn.fetch(FAILURES_IN_WINDOW, key_name, key_client,
                                                              window_start)]
