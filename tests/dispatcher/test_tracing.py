@@ -16,17 +16,25 @@ test tracer provider. What is asserted exactly:
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import asyncpg
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
+from harness.servers import serve_asgi
 from paycore import tracing
 from paycore.clock import FakeClock, SystemClock
 from paycore.config import ConfigError
@@ -162,6 +170,8 @@ async def test_with_tracing_off_the_row_stores_no_traceparent_and_the_record_has
     pool: asyncpg.Pool, clock: FakeClock, ks: KafkaSettings
 ) -> None:
     assert tracing.configure_tracing("checkout", {}) is False
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)  # no SDK installed
+    assert tracing.current_traceparent() is None
     mid = await queue_bare(pool, clock, f"attempt:{uuid.uuid4()}", "fulfillment-request")
     assert (await outbox_row(pool, mid))["traceparent"] is None
     async with kafka_publisher(ks) as pub:
@@ -169,6 +179,35 @@ async def test_with_tracing_off_the_row_stores_no_traceparent_and_the_record_has
     [message] = await effects(ks, 1)
     assert message.message_id == mid
     assert "traceparent" not in message.headers
+
+
+# A process that turns tracing on from its environment, makes one span and exits (the SDK's
+# exit hook flushes the batch).
+ONE_SPAN = """
+from paycore import tracing
+assert tracing.configure_tracing("dispatcher")
+with tracing.producer_span("payments.effects", None, []):
+    pass
+"""
+
+
+async def test_with_an_otlp_endpoint_set_a_process_exports_its_spans_there_as_paycore_service() -> None:
+    received: list[bytes] = []
+
+    async def collect(request: Request) -> Response:
+        received.append(await request.body())
+        return Response(status_code=200)
+
+    collector = Starlette(routes=[Route("/v1/traces", collect, methods=["POST"])])
+    async with serve_asgi(collector) as url:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", ONE_SPAN, env={**env, "OTEL_EXPORTER_OTLP_ENDPOINT": url},
+            stderr=asyncio.subprocess.PIPE)
+        _, stderr = await asyncio.wait_for(process.communicate(), 30)
+        assert process.returncode == 0, stderr.decode()
+    body = b"".join(received)  # OTLP protobuf: the strings appear as they are
+    assert b"paycore-dispatcher" in body and b"send payments.effects" in body
 
 
 @pytest.mark.parametrize(("env", "expected"), [
