@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -31,8 +32,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Mount, Route
 
 from harness.servers import serve_asgi
 from paycore import tracing
@@ -164,6 +165,23 @@ async def test_one_trace_runs_from_the_payment_request_through_the_outbox_and_ka
 
     # A poll's queries (the relay's claims, the consumer's) start no trace of their own.
     assert not [q for q in finished if _is_query(q) and q.parent is None]
+
+
+async def test_server_spans_are_named_by_route_template_and_probes_are_not_traced(
+    spans: InMemorySpanExporter
+) -> None:
+    async def ok(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[Mount("/api", routes=[Route("/items/{item_id}", ok)]), Route("/healthz", ok)])
+    tracing.instrument_app(app)
+    async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url) as http:
+        assert (await http.get("/api/items/it_42")).status_code == 200
+        assert (await http.get("/healthz")).status_code == 200
+        assert (await http.get("/nowhere")).status_code == 404
+    served = [(s.name, (s.attributes or {}).get("http.route")) for s in spans.get_finished_spans()
+              if s.kind is SpanKind.SERVER]
+    assert served == [("GET /api/items/{item_id}", "/api/items/{item_id}"), ("GET", None)]
 
 
 async def test_with_tracing_off_the_row_stores_no_traceparent_and_the_record_has_no_header(
