@@ -15,9 +15,12 @@ from uuid import UUID
 
 import asyncpg
 
+from paycore import tracing
+
 ENQUEUE = """
-INSERT INTO outbox_messages (dedup_key, attempt_id, ordering_key, kind, payload, created_at, next_attempt_at)
-VALUES ($1, $2, $3, $4, $5, $6, $6)
+INSERT INTO outbox_messages (dedup_key, attempt_id, ordering_key, kind, payload, created_at, next_attempt_at,
+                             traceparent)
+VALUES ($1, $2, $3, $4, $5, $6, $6, $7)
 ON CONFLICT (dedup_key) DO NOTHING
 RETURNING message_id
 """
@@ -44,8 +47,9 @@ async def enqueue(
 ) -> int | None:
     """Queue one message unless its effect is already queued; returns the new id or None."""
     body = {"dedup_key": dedup_key, "kind": kind, **payload}
+    # The trace this row belongs to, for the relay to continue (None when tracing is off).
     message_id: int | None = await conn.fetchval(
-        ENQUEUE, dedup_key, attempt_id, ordering, kind, body, now
+        ENQUEUE, dedup_key, attempt_id, ordering, kind, body, now, tracing.current_traceparent()
     )
     return message_id
 
