@@ -4,6 +4,7 @@ dashboards may use."""
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,13 @@ def alert_rules() -> dict[str, dict[str, Any]]:
     return {r["alert"]: r for g in rule_groups() for r in g["rules"] if "alert" in r}
 
 
+@functools.cache
+def _known() -> tuple[set[str], set[str]]:
+    """(metric names the code defines, names the rules record): read once per session."""
+    return defined_metrics(), set(recording_rules())
+
+
 def unknown_names(expr: str) -> list[str]:
     """The paycore names in ``expr`` that neither the code defines nor a recording rule records."""
-    defined, recorded = defined_metrics(), set(recording_rules())
+    defined, recorded = _known()
     return [n for n in NAME.findall(expr) if n not in recorded and not is_defined(n, defined)]
