@@ -32,6 +32,7 @@ from paycore.http.problems import (
     http_exception_handler,
     problem_handler,
 )
+from paycore.http.request_id import RequestIdMiddleware
 from paycore.providers.base import PaymentCalls
 from paycore.providers.registry import for_accounts
 from paycore_checkout.auth import Authenticator
@@ -146,6 +147,7 @@ def create_app(
     app.add_middleware(DatabaseOutageMiddleware, outage=outage)
     app.add_middleware(InternalErrorMiddleware, logger=log)  # any other error: one 500, logged once
     app.add_middleware(RequestMetrics, counter=requests_total)  # outermost: counts the 503s too
+    app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries X-Request-Id
     return app
 
 

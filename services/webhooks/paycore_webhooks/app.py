@@ -51,6 +51,7 @@ from paycore.http.problems import (
     problem_handler,
     problem_response,
 )
+from paycore.http.request_id import RequestIdMiddleware
 from paycore.providers.base import (
     InvalidNotification,
     NotificationReceiver,
@@ -229,6 +230,7 @@ def create_app(
     )
     app.add_middleware(DatabaseOutageMiddleware, outage=outage)
     app.add_middleware(InternalErrorMiddleware, logger=log)  # any other error: one 500, logged once
+    app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries X-Request-Id
     return app
 
 
