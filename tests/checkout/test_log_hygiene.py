@@ -29,8 +29,8 @@ from tests.support.stack import eventually
 from tests.support.up import BANNER_END, running_up, up_env
 
 # The short timings the chaos run uses (docs/chaos.md), so recovery acts within seconds.
-FAST = {k: v for k, v in CHAOS_ENV.items() if k.startswith(("PAYCORE_RECOVERY", "PAYCORE_RECHECK",
-                                                             "PAYCORE_PROCESSING", "PAYCORE_SANDBOX_WEBHOOK"))}
+FAST_PREFIXES = ("PAYCORE_RECOVERY", "PAYCORE_RECHECK", "PAYCORE_PROCESSING", "PAYCORE_SANDBOX_WEBHOOK")
+FAST = {k: v for k, v in CHAOS_ENV.items() if k.startswith(FAST_PREFIXES)}
 PREFIXED = re.compile(r"^(?P<service>[a-z]+) +\| (?P<line>.*)$")
 # A run of 13-19 digits, alone or in groups joined by a space or dash, not part of a longer word.
 DIGITS = re.compile(r"(?<![0-9A-Za-z_])[0-9](?:[ -]?[0-9]){12,18}(?![0-9A-Za-z_])")
@@ -147,7 +147,8 @@ async def test_a_whole_scenario_logs_json_lines_without_secrets(tmp_path: Path, 
         await eventually(resolved, within_s=20, what="the Unknown payment resolved")
 
         # 3. Request ids: garbage is replaced, a missing one generated, errors carry one too.
-        garbage = await http.get(f"{checkout}/orders/{paid_order}", headers={**auth, "X-Request-Id": "a b\x01"})
+        garbage = await http.get(f"{checkout}/orders/{paid_order}",
+                                 headers={**auth, "X-Request-Id": "a b\x01"})
         assert re.fullmatch(r"[0-9a-f]{32}", garbage.headers["x-request-id"])
         refused = await http.get(f"{checkout}/orders/{paid_order}", headers={"Authorization": "Bearer nope"})
         assert refused.status_code == 401 and re.fullmatch(r"[0-9a-f]{32}", refused.headers["x-request-id"])
@@ -168,7 +169,8 @@ async def test_a_whole_scenario_logs_json_lines_without_secrets(tmp_path: Path, 
     about_unknown = {r["service"] for r in records if r.get("order_id") == unknown_order}
     assert {"checkout", "recovery"} <= about_unknown, about_unknown
 
-    [acct] = [a for a in SandboxSettings.default().accounts if a.account == "acct_store" and a.environment == "test"]
+    [acct] = [a for a in SandboxSettings.default().accounts
+              if a.account == "acct_store" and a.environment == "test"]
     secrets = {
         "the customer's JWT": token, "the JWT secret": jwt_secret,
         "the console secret": (home / "console_secret").read_text().strip(),
