@@ -137,3 +137,14 @@ def test_the_log_format_setting_and_each_process_service_name() -> None:
     assert service_name(parser.parse_args(["run", "recovery"])) == "recovery"
     assert service_name(parser.parse_args(["run", "consumer", "email"])) == "consumer-email"
     assert service_name(parser.parse_args(["migrate"])) == "paycore"
+
+
+def test_a_consumed_message_binds_its_attempt_and_order_only_when_well_formed() -> None:
+    from paycore.consumer import Message, correlation
+
+    def message(headers: dict[str, str], payload: dict[str, Any]) -> Message:
+        return Message("payments.effects", 0, 1, None, headers, payload)
+
+    good = message({"attempt_id": "12af8b67-93fe-45bb-9414-876fec6b2021"}, {"order_id": "ord_1"})
+    assert correlation(good) == {"attempt_id": "12af8b67-93fe-45bb-9414-876fec6b2021", "order_id": "ord_1"}
+    assert correlation(message({"attempt_id": "x\ny"}, {"order_id": 7})) == {}

@@ -43,7 +43,10 @@ _IGNORED_EXTRAS = frozenset({"color_message"})
 
 
 def bind(**fields: object) -> Token[Mapping[str, str]]:
-    """Add ``fields`` (``None`` values skipped) to the log context; undo with :func:`unbind`."""
+    """Add ``fields`` (``None`` values skipped) to the log context; undo with :func:`unbind`.
+
+    Inside a :func:`bind_log_context` block an id learnt part-way may be bound without
+    unbinding: the block's end restores the context as it was before the block."""
     merged = dict(_context.get())
     merged.update({k: str(v) for k, v in fields.items() if v is not None})
     return _context.set(merged)
