@@ -14,6 +14,8 @@ from typing import Literal, overload
 from urllib.parse import urlsplit, urlunsplit
 
 from paycore.config import ConfigError
+from paycore.logs import LOG_FORMATS, LogFormat
+from paycore.logs import configure_logging as install_log_handler
 from paycore.settings_spec import Choice, Count, FilePath, Group
 
 log = logging.getLogger("paycore.cli")
@@ -37,8 +39,6 @@ WORKERS = frozenset({"recovery", "dispatcher"})
 JWT_SECRET_FILE = "jwt_secret"
 JWT_SECRET_LENGTH = 48
 CONSOLE_SECRET_FILE = "console_secret"  # signs the local console's sessions (paycore up)
-LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
-
 
 COMMANDS = Group("every `paycore` command")
 HOME = COMMANDS.declare(
@@ -49,6 +49,11 @@ LOG_LEVEL = COMMANDS.declare(
     "PAYCORE_LOG_LEVEL",
     Choice(("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "WARN", "FATAL"), case="upper"), "INFO",
     "the log level of every process `paycore` starts")
+LOG_FORMAT = COMMANDS.declare(
+    "PAYCORE_LOG_FORMAT", Choice(LOG_FORMATS, case="lower"), "json",
+    "how every process `paycore` starts writes its log lines to stderr: `json`, one object per line "
+    "with UTC timestamps and the bound request/order/attempt ids (see docs/operations.md, Logs), or "
+    "`text` for people; `paycore up` (`make run`) makes it `text` unless set")
 HEALTH_PORT = COMMANDS.declare(
     "PAYCORE_HEALTH_PORT", Count(maximum=65_535), 8000,
     "the port `paycore health` probes on 127.0.0.1 (/healthz): the service's own, or a worker's "
@@ -139,10 +144,12 @@ def _log_level(env: Mapping[str, str]) -> int:
     return logging.getLevelNamesMapping()[LOG_LEVEL.read(env)]
 
 
-def configure_logging(env: Mapping[str, str] | None = None) -> int:
-    level = _log_level(os.environ if env is None else env)
-    logging.basicConfig(level=level, format=LOG_FORMAT, datefmt="%H:%M:%S")
-    logging.getLogger().setLevel(level)
+def configure_logging(env: Mapping[str, str] | None = None, *, service: str = "paycore") -> int:
+    """Log at PAYCORE_LOG_LEVEL in PAYCORE_LOG_FORMAT, every line stamped with ``service``."""
+    env = os.environ if env is None else env
+    level = _log_level(env)
+    fmt: LogFormat = "text" if LOG_FORMAT.read(env) == "text" else "json"
+    install_log_handler(service, level, fmt)
     return level
 
 

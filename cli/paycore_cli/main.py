@@ -12,11 +12,20 @@ from paycore_cli.development import is_embedded_error
 from paycore_cli.parser import build_parser
 
 
+def service_name(args: argparse.Namespace) -> str:
+    """What a process's log lines name as their service: ``checkout``, ``recovery``, ``consumer-email``."""
+    if args.command == "serve":
+        return str(args.service)
+    if args.command == "run":
+        return f"consumer-{args.consumer}" if args.worker == "consumer" else str(args.worker)
+    return "paycore"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
-        configure_logging()
+        configure_logging(service=service_name(args))
         return handler(args)
     except ConfigError as exc:
         print(f"paycore: configuration error: {exc}", file=sys.stderr)

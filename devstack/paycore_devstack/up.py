@@ -17,10 +17,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from paycore.account_settings import MARKERS
 from paycore.config import ConfigError, load_settings
 from paycore_cli.common import (
+    LOG_FORMAT,
     LOOPBACK,
     UP_SERVICES,
     WORKERS,
     CommandError,
+    configure_logging,
     local_console_secret,
     local_jwt_secret,
     paycore_home,
@@ -55,6 +57,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env["PAYCORE_HOME"] = str(home)
+    if LOG_FORMAT.get(env) is None:  # `make run` is read by people: text, unless asked for json
+        env[LOG_FORMAT.name] = "text"
+        configure_logging(env)
     urls = {name: f"http://{LOOPBACK}:{port}" for name, port in ports.items()}
     local = _use_local_sandbox(env, urls)
     if base.jwt_secret is None and base.jwks_url is None:

@@ -376,6 +376,9 @@ async def test_up_starts_everything_and_stops_on_ctrl_c(tmp_path: Path, fresh_da
         assert f"dispatcher worker; metrics {up.url('dispatcher')}/metrics" in output
         for name in UP_SERVICES:
             assert re.search(rf"^{name} +\| ", output, re.MULTILINE), f"no output prefixed {name}"
+        # `make run` is read by people: text lines with date, UTC time and zone (docs/operations.md, Logs).
+        assert re.search(r"^checkout +\| \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z INFO +checkout ", output,
+                         re.MULTILINE), output
         async with httpx.AsyncClient() as client:
             health = await client.get(f"{up.url('checkout')}/healthz")
             intake = await client.get(f"{up.url('webhooks')}/healthz")

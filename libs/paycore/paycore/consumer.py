@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,7 @@ from paycore import kafka, tracing
 from paycore.clock import Clock
 from paycore.kafka import KafkaSettings
 from paycore.liveness import SLACK_S, Liveness, beat
+from paycore.logs import bind_log_context
 
 log = logging.getLogger("paycore.consumer")
 
@@ -91,6 +93,16 @@ Hook = Callable[[Message], Awaitable[None]]
 
 class RetryLater(Exception):
     """Raised by a handler: roll back and retry this message after a backoff."""
+
+
+_SANE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def correlation(message: Message) -> dict[str, str]:
+    """The attempt and order a message is about, for the log context; only well-formed ids
+    (any producer may write to a topic: its bytes are not logged raw)."""
+    found = {"attempt_id": message.headers.get("attempt_id"), "order_id": message.payload.get("order_id")}
+    return {k: v for k, v in found.items() if isinstance(v, str) and _SANE_ID.fullmatch(v)}
 
 
 def decode(record: Any) -> Message:
@@ -205,6 +217,12 @@ class InboxConsumer:
         self, consumer: AIOKafkaConsumer, tp: TopicPartition, record: Any, stop: asyncio.Event
     ) -> bool:
         message = decode(record)
+        with bind_log_context(**correlation(message)):  # the handler's lines name the attempt
+            return await self._retrying(consumer, tp, message, stop)
+
+    async def _retrying(
+        self, consumer: AIOKafkaConsumer, tp: TopicPartition, message: Message, stop: asyncio.Event
+    ) -> bool:
         failures = 0
         while True:
             if tp not in consumer.assignment():

@@ -32,6 +32,7 @@ from paycore.http.problems import (
     http_exception_handler,
     problem_handler,
 )
+from paycore.http.request_id import RequestIdMiddleware
 from paycore.providers.base import PaymentCalls
 from paycore.providers.registry import for_accounts
 from paycore.tracing import instrument_app
@@ -147,7 +148,8 @@ def create_app(
     app.add_middleware(DatabaseOutageMiddleware, outage=outage)
     app.add_middleware(InternalErrorMiddleware, logger=log)  # any other error: one 500, logged once
     app.add_middleware(RequestMetrics, counter=requests_total)  # outermost: counts the 503s too
-    instrument_app(app)  # server spans around all of it (nothing when tracing is off)
+    app.add_middleware(RequestIdMiddleware)  # every answer carries X-Request-Id
+    instrument_app(app)  # outermost: server spans around all of it (nothing when tracing is off)
     return app
 
 

@@ -38,6 +38,7 @@ from paycore.config import ProviderAccountConfig, Settings
 from paycore.db import DATABASE_ERRORS
 from paycore.domain import AttemptState, ProviderOutcome
 from paycore.errors import InvalidPaymentMethod
+from paycore.logs import bind, bind_log_context
 from paycore.orders import OrderNotPayable, get_order, order_account
 from paycore.providers.base import PaymentCalls, PaymentMethod, StoredRequest
 
@@ -118,6 +119,10 @@ class CheckoutPayments:
 
     async def pay(self, order_id: str, customer_id: str, payment_method: PaymentMethod) -> PaymentStatus:
         """Pay for an order, at most once; returns the attempt's durable status."""
+        with bind_log_context(order_id=order_id):  # every line of this payment names the order ...
+            return await self._pay(order_id, customer_id, payment_method)
+
+    async def _pay(self, order_id: str, customer_id: str, payment_method: PaymentMethod) -> PaymentStatus:
         account = await self._account_of(order_id)
         budgets = self.settings.budgets
 
@@ -137,6 +142,7 @@ class CheckoutPayments:
             )
         except OrderNotPayable as exc:
             return await self._not_payable(order_id, customer_id, exc)
+        bind(attempt_id=attempt.attempt_id)  # ... and, from here, the attempt (until pay's block ends)
         if attempt.state is not AttemptState.NOT_STARTED:
             return self._status(attempt)  # someone already sent it: this click only reports
         if attempt.created_at == created_at:

@@ -46,6 +46,7 @@ from paycore import escalations, tracing
 from paycore.clock import Clock
 from paycore.db import DATABASE_ERRORS
 from paycore.liveness import SLACK_S, Liveness, beat
+from paycore.logs import bind_log_context
 from paycore.outbox_admin import dead_letter_escalation_key
 
 log = logging.getLogger("paycore.dispatcher")
@@ -243,7 +244,8 @@ class Relay:
                 result.published_by_kind[row.kind] = result.published_by_kind.get(row.kind, 0) + 1
             result.published = len(sent)
             for row, error in failures:
-                dead = await self._record_failure(conn, row, error, now)
+                with bind_log_context(attempt_id=row.attempt_id):
+                    dead = await self._record_failure(conn, row, error, now)
                 result.failed += 1
                 result.dead_lettered += int(dead)
         if self.on_pass is not None:
@@ -284,23 +286,24 @@ class Relay:
     async def _send_chain(self, chain: list[Row]) -> tuple[list[Row], tuple[Row, str] | None]:
         sent: list[Row] = []
         for row in chain:
-            try:
-                topic, key, value, headers = record_for(row, self.config)
-                # The budget runs on the application clock; the wall-clock backstop
-                # bounds a send even when that clock is a test's fake one. The span
-                # continues the row's trace and adds the traceparent header.
-                with tracing.producer_span(topic, row.traceparent, headers,
-                                           {"paycore.outbox.message_id": row.message_id}):
-                    async with self.clock.budget(self.config.send_timeout_s), \
-                            asyncio.timeout(self.config.send_timeout_s + SEND_BACKSTOP_S):
-                        await self.publisher.send(topic, key, value, headers)
-            except Exception as exc:  # every failure of one send is that row's failure
-                error = f"{type(exc).__name__}: {exc}"[:2000]
-                if isinstance(exc, TimeoutError):
-                    error = f"TimeoutError: no acknowledgement within {self.config.send_timeout_s} s"
-                return sent, (row, error)
-            finally:
-                beat(self.liveness)
+            with bind_log_context(attempt_id=row.attempt_id):  # the library's lines too
+                try:
+                    topic, key, value, headers = record_for(row, self.config)
+                    # The budget runs on the application clock; the wall-clock backstop
+                    # bounds a send even when that clock is a test's fake one. The span
+                    # continues the row's trace and adds the traceparent header.
+                    with tracing.producer_span(topic, row.traceparent, headers,
+                                               {"paycore.outbox.message_id": row.message_id}):
+                        async with self.clock.budget(self.config.send_timeout_s), \
+                                asyncio.timeout(self.config.send_timeout_s + SEND_BACKSTOP_S):
+                            await self.publisher.send(topic, key, value, headers)
+                except Exception as exc:  # every failure of one send is that row's failure
+                    error = f"{type(exc).__name__}: {exc}"[:2000]
+                    if isinstance(exc, TimeoutError):
+                        error = f"TimeoutError: no acknowledgement within {self.config.send_timeout_s} s"
+                    return sent, (row, error)
+                finally:
+                    beat(self.liveness)
             sent.append(row)
         return sent, None
 

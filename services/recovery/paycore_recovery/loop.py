@@ -32,6 +32,7 @@ from paycore.errors import MAY_HAVE_COMMITTED
 from paycore.events import EventKind, append_event
 from paycore.leases import Lease
 from paycore.liveness import SLACK_S, Liveness, beat
+from paycore.logs import bind_log_context
 from paycore.orders import find_order
 from paycore.providers.base import LookupResult, PaymentCalls, ReferenceLookup, StoredRequest
 from paycore_recovery.metrics import RecoveryMetrics
@@ -162,18 +163,20 @@ class RecoveryWorker:
         attempt = await leases.claim(self.pool, attempt_id, lease, self.clock.now(), self.recovery.lease_s)
         if attempt is None:
             return Pass.NOT_CLAIMED
-        return await self._recover_claimed(attempt, lease)
+        with bind_log_context(order_id=attempt.order_id, attempt_id=attempt.attempt_id):
+            return await self._recover_claimed(attempt, lease)
 
     async def _recover_guarded(self, attempt: Attempt, lease: Lease) -> Pass:
-        try:
-            return await self._recover_claimed(attempt, lease)
-        except Exception:
-            # One attempt's failure must not stop the sweep for the others. It is
-            # surfaced (log with traceback, metric), never turned into an outcome;
-            # the lease expires and a later pass retries from durable state.
-            log.exception("recovery pass over attempt %s failed", attempt.attempt_id)
-            self.metrics.failures.inc()
-            return Pass.FAILED
+        with bind_log_context(order_id=attempt.order_id, attempt_id=attempt.attempt_id):
+            try:
+                return await self._recover_claimed(attempt, lease)
+            except Exception:
+                # One attempt's failure must not stop the sweep for the others. It is
+                # surfaced (log with traceback, metric), never turned into an outcome;
+                # the lease expires and a later pass retries from durable state.
+                log.exception("recovery pass over attempt %s failed", attempt.attempt_id)
+                self.metrics.failures.inc()
+                return Pass.FAILED
 
     async def _recover_claimed(self, attempt: Attempt, lease: Lease) -> Pass:
         """The reference's pass over one claimed attempt, top to bottom."""

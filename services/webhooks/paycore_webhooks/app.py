@@ -51,6 +51,7 @@ from paycore.http.problems import (
     problem_handler,
     problem_response,
 )
+from paycore.http.request_id import RequestIdMiddleware
 from paycore.providers.base import (
     InvalidNotification,
     NotificationReceiver,
@@ -230,7 +231,8 @@ def create_app(
     )
     app.add_middleware(DatabaseOutageMiddleware, outage=outage)
     app.add_middleware(InternalErrorMiddleware, logger=log)  # any other error: one 500, logged once
-    instrument_app(app)  # server spans around all of it (nothing when tracing is off)
+    app.add_middleware(RequestIdMiddleware)  # every answer carries X-Request-Id
+    instrument_app(app)  # outermost: server spans around all of it (nothing when tracing is off)
     return app
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import enum
 import hashlib
+import logging
 from datetime import datetime, timedelta
 
 import asyncpg
@@ -34,11 +35,14 @@ from paycore import escalations
 from paycore.attempts import find_by_reference_and_payment_id
 from paycore.config import ProviderAccountConfig
 from paycore.evidence import Reason
+from paycore.logs import bind, bind_log_context
 from paycore.notifications import apply_notification, event_detail, is_recorded, record_notification
 from paycore.orders import lock_order
 from paycore.pgtext import MAX_INDEXED_CHARS, json_problem
 from paycore.providers.base import Notification
 from paycore.webhook_replays import SignedDelivery, first_sight
+
+log = logging.getLogger("paycore.webhooks")
 
 
 class DeliveryResult(enum.StrEnum):
@@ -63,11 +67,15 @@ async def handle_notification(
         # below remains the arbiter between concurrent deliveries.
         if key is not None and await is_recorded(conn, provider_account=provider_account, key=key):
             return DeliveryResult.DUPLICATE
-        async with conn.transaction():
-            if delivery is not None and not await first_sight(conn, provider_account, delivery, now):
-                return DeliveryResult.DUPLICATE  # a replay of a delivery already handled
-            return await _handle(conn, account=account, n=n, key=key, now=now,
-                                 reminder_interval=reminder_interval, recheck_after_s=recheck_after_s)
+        with bind_log_context():  # what _handle binds lasts for this delivery only
+            async with conn.transaction():
+                if delivery is not None and not await first_sight(conn, provider_account, delivery, now):
+                    return DeliveryResult.DUPLICATE  # a replay of a delivery already handled
+                result = await _handle(conn, account=account, n=n, key=key, now=now,
+                                       reminder_interval=reminder_interval, recheck_after_s=recheck_after_s)
+            # Committed: one line per handled notification, naming the order and attempt it matched.
+            log.info("%s notification %.64s: %s", provider_account, n.event_type, result.value)
+            return result
 
 
 async def _handle(
@@ -83,6 +91,7 @@ async def _handle(
     if attempt is not None:
         # The fixed lock order (order, then attempt, then event rows) holds here too.
         await lock_order(conn, attempt.order_id)
+        bind(order_id=attempt.order_id, attempt_id=attempt.attempt_id)
 
     recorded = await record_notification(
         conn, provider_account=provider_account, key=key,
