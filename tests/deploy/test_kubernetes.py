@@ -258,6 +258,11 @@ BREAKAGES: list[tuple[str, str, str, Mutation, str]] = [
     ("service-selects-nothing", "prod", "services",
      lambda m: named(m, "Service", "paycore-webhooks")["spec"]["selector"].update(
          {"app.kubernetes.io/component": "intake"}), "selects no Deployment"),
+    ("scrape-public-port", "dev", "metrics",
+     lambda m: workload(m, "paycore-checkout")["spec"]["template"]["metadata"]["annotations"].update(
+         {"prometheus.io/port": "8000"}), "is not its admin port 8001"),
+    ("metrics-port-undeclared", "prod", "metrics",
+     lambda m: container(m, "paycore-webhooks")["ports"].pop(), "declares no containerPort 8201"),
 ]
 
 

@@ -288,7 +288,7 @@ def _scrape_coverage(name: str, config: Path, services: dict[str, Service]) -> l
             targets.update((str(n), int(sd.get("port", 0))) for n in sd.get("names") or [])
     return [Problem(name, "monitoring", f"Prometheus does not scrape {s.name}:{port}/metrics")
             for s in services.values() if s.is_paycore and not s.runs("serve", "sandbox")
-            for port in s.listens if (s.name, port) not in targets]
+            for port in s.metrics if (s.name, port) not in targets]
 
 
 def _dashboard_metrics(name: str, dashboard: Path) -> list[Problem]:

@@ -26,6 +26,7 @@ from paycore.clock import Clock, SystemClock
 from paycore.console_auth import ConsoleAuth
 from paycore.db import create_pool
 from paycore.http.problems import InternalErrorMiddleware
+from paycore.http.request_metrics import instrument
 from paycore_console import api, errors, pages
 from paycore_console.context import Console
 from paycore_console.settings import ConsoleSettings
@@ -107,6 +108,7 @@ def create_app(settings: ConsoleSettings, *, clock: Clock | None = None,
     )
     app.add_middleware(InternalErrorMiddleware, logger=log)
     app.add_middleware(SecurityHeaders)
+    instrument(app, "console")  # request durations; /metrics is on the admin port
     return app
 
 
