@@ -64,7 +64,7 @@ OPTIONAL_WORKERS = frozenset({"alerts"})
 def _listens(target: Service) -> dict[int, str] | None:
     """Ports the target answers on (host bound), or None when this checker cannot tell."""
     if target.is_paycore:
-        return target.listens
+        return target.api
     image = target.image.split("/")[-1].split(":")[0]
     if image == "kafka":
         out: dict[int, str] = {}

@@ -45,9 +45,9 @@ def check_sandbox_webhooks(services: dict[str, Service]) -> list[Problem]:
         for intake in intakes:
             for provider in _providers_via(intake, sandbox.name):
                 route = f"/webhooks/{provider}"
-                if not any(d == provider and h == intake.name and p in intake.listens and path == route
+                if not any(d == provider and h == intake.name and p in intake.api and path == route
                            for d, h, p, path in targets):
-                    url = f"http://{intake.name}:{next(iter(intake.listens), 8200)}{route}"
+                    url = f"http://{intake.name}:{next(iter(intake.api), 8200)}{route}"
                     spec = url if provider == "cardco" else f"{provider}={url}"
                     problems.append(Problem(sandbox.name, "sandbox-webhooks",
                                             f"PAYCORE_SANDBOX_WEBHOOK_URLS does not deliver {provider}'s "
@@ -253,7 +253,7 @@ def check_proxies(services: dict[str, Service], root: Path) -> list[Problem]:
             text = source.read_text(encoding="utf-8") if source.is_file() else ""
             for host, port in PROXIED.findall(text):
                 target = services.get(host)
-                if target is None or (target.is_paycore and int(port) not in target.listens):
+                if target is None or (target.is_paycore and int(port) not in target.api):
                     problems.append(Problem(svc.name, "address", f"{source.name} sends to {host}:{port}, "
                                                                  "where no service of this file listens"))
     return problems

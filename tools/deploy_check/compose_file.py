@@ -68,6 +68,11 @@ class Service:
     def is_paycore(self) -> bool:
         return "build" in self.raw or self.image.split(":")[0] == PAYCORE_IMAGE
 
+    @property
+    def api(self) -> dict[int, str]:
+        """What it listens on apart from its admin port: where URLs, proxies and webhooks may point."""
+        return {port: host for port, host in self.listens.items() if port not in self.metrics}
+
     def runs(self, *words: str) -> bool:
         """The paycore command starts with these words, e.g. ``runs("serve", "sandbox")``."""
         return self.argv is not None and self.argv[: len(words)] == list(words)
