@@ -135,7 +135,7 @@ BREAKAGES: list[tuple[str, str, str, Mutation, str]] = [
      lambda m: container(m, "paycore-webhooks")["livenessProbe"]["httpGet"].update(port=8000),
      "the command binds 8200"),
     ("serves-on-another-port", "prod", "probes",
-     lambda m: container(m, "paycore-checkout")["args"].__setitem__(-1, "9000"), "the command binds 9000"),
+     lambda m: container(m, "paycore-checkout")["args"].__setitem__(5, "9000"), "the command binds 9000"),
     ("binds-loopback", "dev", "probes",
      lambda m: container(m, "paycore-checkout")["args"].__setitem__(3, "127.0.0.1"), "not loopback"),
     ("exec-probe", "dev", "probes",
