@@ -34,7 +34,8 @@ async def bench_database() -> AsyncIterator[str]:
 def service(name: str, port: int, env: dict[str, str]) -> contextlib.AbstractContextManager[
         subprocess.Popen[bytes]]:
     """``paycore serve NAME`` as a child process; terminated on exit."""
-    return paycore_process(["serve", name, "--host", "127.0.0.1", "--port", str(port)], env)
+    admin = [] if name == "sandbox" else ["--metrics-port", "0"]  # no admin port: benches run side by side
+    return paycore_process(["serve", name, "--host", "127.0.0.1", "--port", str(port), *admin], env)
 
 
 @contextlib.contextmanager

@@ -95,7 +95,8 @@ async def sweep(dsn: str, sandbox_url: str, instances: int) -> float:
     conn = await asyncpg.connect(dsn)
     with contextlib.ExitStack() as stack:
         started = time.perf_counter()
-        workers = [stack.enter_context(paycore_process(["run", "recovery", "--owner", f"bench-{i}"], env))
+        workers = [stack.enter_context(paycore_process(
+            ["run", "recovery", "--owner", f"bench-{i}", "--metrics-port", "0"], env))
                    for i in range(instances)]
         while await conn.fetchval("SELECT count(*) FROM payment_attempts WHERE state = 'Unknown'"):
             if all(w.poll() is not None for w in workers):  # e.g. a configuration error at start-up

@@ -15,6 +15,11 @@ def port_number(raw: str) -> int:
     return value
 
 
+def admin_port_number(raw: str) -> int:
+    """A port, or 0: serve no admin port."""
+    return 0 if raw.strip() == "0" else port_number(raw)
+
+
 def positive_int(raw: str) -> int:
     try:
         value = int(raw)

@@ -8,6 +8,7 @@ import os
 import secrets
 import signal
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Literal, overload
@@ -16,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 from paycore.config import ConfigError
 from paycore.logs import LOG_FORMATS, LogFormat
 from paycore.logs import configure_logging as install_log_handler
-from paycore.settings_spec import Choice, Count, FilePath, Group
+from paycore.settings_spec import Choice, Count, FilePath, Group, Invalid, Text
 
 log = logging.getLogger("paycore.cli")
 
@@ -35,6 +36,12 @@ DEFAULT_PORTS = {"checkout": 8000, "sandbox": 8100, "webhooks": 8200, "recovery"
                  "console": 8500}
 # The services whose port serves only their metrics.
 WORKERS = frozenset({"recovery", "dispatcher"})
+# The services `paycore up` starts with an admin port beside their public one.
+UP_ADMIN = ("checkout", "webhooks", "console")
+# Each process's admin port (/metrics, /healthz), apart from any public API, distinct so that
+# everything can run on one host; the workers' are the metrics ports they always had.
+ADMIN_PORTS = {"checkout": 8001, "webhooks": 8201, "recovery": 8300, "dispatcher": 8400, "console": 8501,
+               "consumer-fulfillment": 8600, "consumer-email": 8601, "alerts": 8602}
 
 JWT_SECRET_FILE = "jwt_secret"
 JWT_SECRET_LENGTH = 48
@@ -56,8 +63,48 @@ LOG_FORMAT = COMMANDS.declare(
     "`text` for people; `paycore up` (`make run`) makes it `text` unless set")
 HEALTH_PORT = COMMANDS.declare(
     "PAYCORE_HEALTH_PORT", Count(maximum=65_535), 8000,
-    "the port `paycore health` probes on 127.0.0.1 (/healthz): the service's own, or a worker's "
-    "`--metrics-port`")
+    "the port `paycore health` probes on 127.0.0.1 (/healthz): an HTTP service's public or admin "
+    "port, or a worker's metrics port")
+
+METRICS_HOST = COMMANDS.declare(
+    "PAYCORE_METRICS_HOST", Text(printable=True), LOOPBACK,
+    "the address of every service's and worker's admin port (/metrics, /healthz); `0.0.0.0` in a "
+    "container Prometheus scrapes; `--metrics-host` overrides it")
+
+
+@dataclass(frozen=True)
+class PortOrOff:
+    """A TCP port, or 0: no such server."""
+
+    def parse(self, raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise Invalid(f"must be a port number, got {raw!r}") from None
+        if not 0 <= value <= 65_535:
+            raise Invalid(f"must be between 0 and 65535, got {raw!r}")
+        return value
+
+    def accepts(self) -> str:
+        return "port 0–65535 (0: off)"
+
+
+METRICS_PORT = COMMANDS.declare(
+    "PAYCORE_METRICS_PORT", PortOrOff(), None,
+    "the admin port serving /metrics and /healthz, apart from the public API; 0 serves none; "
+    "`--metrics-port` overrides it",
+    shown_default="per process: " + ", ".join(f"{name} {port}" for name, port in ADMIN_PORTS.items()))
+
+
+def admin_port(process: str, flag: int | None, env: Mapping[str, str] | None = None) -> int | None:
+    """The admin port ``process`` serves: the flag, else PAYCORE_METRICS_PORT, else its own; None for 0."""
+    port = flag if flag is not None else METRICS_PORT.get(os.environ if env is None else env)
+    port = ADMIN_PORTS[process] if port is None else port
+    return port or None
+
+
+def admin_host(flag: str | None, env: Mapping[str, str] | None = None) -> str:
+    return flag if flag is not None else METRICS_HOST.read(os.environ if env is None else env)
 
 
 class CommandError(Exception):

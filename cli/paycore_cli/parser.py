@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from paycore_cli.arguments import duration, fraction, operator_handle, port_number, positive_int
-from paycore_cli.common import DEFAULT_PORTS, LOOPBACK, UP_SERVICES, WORKERS
+from paycore_cli.arguments import (
+    admin_port_number,
+    duration,
+    fraction,
+    operator_handle,
+    port_number,
+    positive_int,
+)
+from paycore_cli.common import ADMIN_PORTS, DEFAULT_PORTS, LOOPBACK, UP_ADMIN, UP_SERVICES, WORKERS
 from paycore_cli.development import cmd_chaos, cmd_up
 from paycore_cli.health import cmd_health
 from paycore_cli.inspect_commands import (
@@ -29,10 +36,12 @@ from paycore_cli.serve import cmd_migrate, cmd_run, cmd_serve
 from paycore_cli.tokens import cmd_token
 
 
-def _metrics_flags(worker: argparse.ArgumentParser) -> None:
-    worker.add_argument("--metrics-port", type=port_number, default=None,
-                        help="serve /metrics and /healthz (the loop's liveness) on --metrics-host:PORT")
-    worker.add_argument("--metrics-host", default=LOOPBACK, help="metrics address (default %(default)s)")
+def _metrics_flags(process: argparse.ArgumentParser, default: str) -> None:
+    process.add_argument("--metrics-port", type=admin_port_number, default=None,
+                         help="serve /metrics and /healthz on --metrics-host:PORT; 0 serves none (default "
+                              f"$PAYCORE_METRICS_PORT, else {default})")
+    process.add_argument("--metrics-host", default=None,
+                         help=f"metrics address (default $PAYCORE_METRICS_HOST, else {LOOPBACK})")
 
 
 def _page_flags(listing: argparse.ArgumentParser) -> None:
@@ -67,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
         what = "port" if name not in WORKERS else "metrics port"
         up.add_argument(f"--{name}-port", type=port_number, default=DEFAULT_PORTS[name],
                         help=f"the {what} of {name} on 127.0.0.1 (default %(default)s)")
+        if name in UP_ADMIN:
+            up.add_argument(f"--{name}-metrics-port", type=port_number, default=ADMIN_PORTS[name],
+                            help=f"the admin port (/metrics, /healthz) of {name} on 127.0.0.1 "
+                                 "(default %(default)s)")
     up.set_defaults(handler=cmd_up)
 
     mig = commands.add_parser(
@@ -92,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--host", default=LOOPBACK, help="address to bind (default %(default)s)")
         sub.add_argument("--port", type=port_number, default=None,
                          help=f"port to bind (default {DEFAULT_PORTS[name]})")
+        if name != "sandbox":  # the sandbox is a development fake: no admin port
+            _metrics_flags(sub, str(ADMIN_PORTS[name]))
         if name == "sandbox":
             # Development only: a container network where other services reach it by name.
             sub.add_argument("--allow-network", action="store_true",
@@ -108,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "window, escalations) and the reminder job. Any number may run at once. Timings "
                     "come from PAYCORE_RECOVERY_* variables.",
     )
-    _metrics_flags(rec)
+    _metrics_flags(rec, str(ADMIN_PORTS["recovery"]))
     rec.add_argument("--owner", default=None, help="this instance's name in leases (default host-pid-random)")
     rec.set_defaults(handler=cmd_run)
     disp = workers.add_parser(
@@ -118,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "PAYCORE_DATABASE_URL and PAYCORE_KAFKA_BOOTSTRAP; see docs/dispatcher.md.",
     )
     disp.add_argument("--relays", type=positive_int, default=1, help="relay loops in this process")
-    _metrics_flags(disp)
+    _metrics_flags(disp, str(ADMIN_PORTS["dispatcher"]))
     disp.add_argument("--retention-every", type=float, default=3600.0, metavar="SECONDS",
                       help="run the retention job this often (default %(default)s)")
     disp.add_argument("--no-retention", action="store_true", help="do not run the retention job")
@@ -131,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cons.add_argument("consumer", choices=["fulfillment", "email"])
     cons.add_argument("--instance-id", default=None, help="static group membership id (group.instance.id)")
-    _metrics_flags(cons)
+    _metrics_flags(cons, f'{ADMIN_PORTS["consumer-fulfillment"]} (fulfillment), '
+                         f'{ADMIN_PORTS["consumer-email"]} (email)')
     cons.set_defaults(handler=cmd_run)
     alerts = workers.add_parser(
         "alerts", help="deliver ops.alerts to PAYCORE_ALERT_WEBHOOK_URL",
@@ -139,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "(PAYCORE_ALERT_FORMAT=slack or pagerduty), retrying with backoff.",
     )
     alerts.add_argument("--instance-id", default=None, help="static group membership id (group.instance.id)")
-    _metrics_flags(alerts)
+    _metrics_flags(alerts, str(ADMIN_PORTS["alerts"]))
     alerts.set_defaults(handler=cmd_run)
 
     health = commands.add_parser(

@@ -16,7 +16,15 @@ from typing import Any
 
 from paycore.config import load_settings
 from paycore.tracing import configure_tracing
-from paycore_cli.common import DEFAULT_PORTS, CommandError, paycore_home, redact_dsn, sigterm_raises_interrupt
+from paycore_cli.common import (
+    DEFAULT_PORTS,
+    CommandError,
+    admin_host,
+    admin_port,
+    paycore_home,
+    redact_dsn,
+    sigterm_raises_interrupt,
+)
 from paycore_cli.database import migrate_database, preflight_accounts
 from paycore_cli.development import devstack
 from paycore_cli.sandbox import sandbox_app, sandbox_settings
@@ -52,6 +60,18 @@ def _load_factory(path: str) -> Callable[[], Any]:
     if not callable(factory):
         raise CommandError(f"{path} is not an application factory")
     return factory  # type: ignore[no-any-return]
+
+
+def _with_admin(factory: Callable[[], Any], name: str, args: argparse.Namespace) -> Callable[[], Any]:
+    """``factory``'s app with its admin port (/metrics, /healthz) served beside it."""
+    from paycore.http.health_server import with_admin_server
+
+    host, port = admin_host(args.metrics_host), admin_port(name, args.metrics_port)
+
+    def build() -> Any:
+        return with_admin_server(factory(), host, port, service=name)
+
+    return build
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -107,7 +127,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise CommandError("cannot import paycore_console: the service package is not installed") from exc
         ConsoleSettings.from_env(os.environ)  # the secret, the database, the token settings: checked now
     configure_tracing(name)  # before the app is built: its factory adds the server spans
-    factory = sandbox_app if name == "sandbox" else _load_factory(APP_FACTORIES[name])
+    factory = sandbox_app if name == "sandbox" else _with_admin(_load_factory(APP_FACTORIES[name]), name,
+                                                                 args)
 
     import uvicorn
 
@@ -126,25 +147,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     configure_tracing(args.worker)  # OTEL_* turns it on; off, nothing is set up
+    process = f"consumer-{args.consumer}" if args.worker == "consumer" else args.worker
+    metrics_host, metrics_port = admin_host(args.metrics_host), admin_port(process, args.metrics_port)
     if args.worker == "recovery":
         from paycore_recovery.main import run as run_recovery
 
-        return asyncio.run(run_recovery(metrics_host=args.metrics_host, metrics_port=args.metrics_port,
+        return asyncio.run(run_recovery(metrics_host=metrics_host, metrics_port=metrics_port,
                                         owner=args.owner))
     if args.worker == "dispatcher":
         from paycore_dispatcher.commands import run_dispatcher_command
 
-        return run_dispatcher_command(relays=args.relays, metrics_host=args.metrics_host,
-                                      metrics_port=args.metrics_port,
+        return run_dispatcher_command(relays=args.relays, metrics_host=metrics_host,
+                                      metrics_port=metrics_port,
                                       retention_every_s=None if args.no_retention else args.retention_every)
     if args.worker == "consumer":
         from paycore_dispatcher.commands import run_consumer_command
 
         return run_consumer_command(args.consumer, instance_id=args.instance_id,
-                                    metrics_host=args.metrics_host, metrics_port=args.metrics_port)
+                                    metrics_host=metrics_host, metrics_port=metrics_port)
     if args.worker == "alerts":
         from paycore_dispatcher.commands import run_alerts_command
 
-        return run_alerts_command(instance_id=args.instance_id, metrics_host=args.metrics_host,
-                                  metrics_port=args.metrics_port)
+        return run_alerts_command(instance_id=args.instance_id, metrics_host=metrics_host,
+                                  metrics_port=metrics_port)
     raise CommandError(f"unknown worker {args.worker!r}", code=2)  # argparse admits none

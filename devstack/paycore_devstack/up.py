@@ -19,6 +19,7 @@ from paycore.config import ConfigError, load_settings
 from paycore_cli.common import (
     LOG_FORMAT,
     LOOPBACK,
+    UP_ADMIN,
     UP_SERVICES,
     WORKERS,
     CommandError,
@@ -48,11 +49,15 @@ def cmd_up(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # readiness polls are not news
     home = paycore_home(create=True)
     ports: dict[str, int] = {name: getattr(args, f"{name}_port") for name in UP_SERVICES}
-    if len(set(ports.values())) != len(ports):
+    # The HTTP services' admin ports (/metrics, /healthz); a worker's --NAME-port already is its own.
+    admin: dict[str, int] = {name: getattr(args, f"{name}_metrics_port") for name in UP_ADMIN}
+    flags = {**{f"--{n}-port": p for n, p in ports.items()},
+             **{f"--{n}-metrics-port": p for n, p in admin.items()}}
+    if len(set(flags.values())) != len(flags):
         raise CommandError("the --*-port options must all differ", code=2)
-    for name, port in ports.items():
+    for flag, port in flags.items():
         if not port_is_free(LOOPBACK, port):
-            raise CommandError(f"{LOOPBACK}:{port} is already in use; pass --{name}-port to choose another")
+            raise CommandError(f"{LOOPBACK}:{port} is already in use; pass {flag} to choose another")
 
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
@@ -119,6 +124,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         if "webhooks" in services:
             names = dict.fromkeys(a.provider for a in settings.accounts)
             banner += [f"  webhooks  {urls['webhooks']}/webhooks/{name}" for name in names]
+        banner += [f"  {name:<9} metrics http://{LOOPBACK}:{port}/metrics" for name, port in admin.items()
+                   if name in services]
         banner.append(f"  recovery  worker; metrics {urls['recovery']}/metrics")
         banner.append(f"  dispatcher worker; metrics {urls['dispatcher']}/metrics")
         banner.append(f"  console   {urls['console']}  (an account first: paycore operators add NAME "
@@ -129,16 +136,17 @@ def cmd_up(args: argparse.Namespace) -> int:
             "  token     paycore token <customer-id>   then: Authorization: Bearer <token>",
             "",
         ]
-        code = asyncio.run(_supervise(env, services, ports, urls, banner))
+        code = asyncio.run(_supervise(env, services, ports, admin, urls, banner))
         # The event loop's handlers are gone; keep SIGTERM unwinding through the cleanup.
         stack.enter_context(sigterm_raises_interrupt())
     return code
 
 
-def _serve_argv(name: str, port: int) -> list[str]:
+def _serve_argv(name: str, port: int, admin: int | None) -> list[str]:
     if name in WORKERS:  # a worker: its port serves only its metrics
         return [sys.executable, "-m", "paycore_cli", "run", name, "--metrics-port", str(port)]
-    return [sys.executable, "-m", "paycore_cli", "serve", name, "--host", LOOPBACK, "--port", str(port)]
+    argv = [sys.executable, "-m", "paycore_cli", "serve", name, "--host", LOOPBACK, "--port", str(port)]
+    return argv if admin is None else [*argv, "--metrics-host", LOOPBACK, "--metrics-port", str(admin)]
 
 
 def _http_probe(url: str, *, any_status: bool) -> Callable[[], Awaitable[bool]]:
@@ -190,8 +198,8 @@ def _use_local_sandbox(env: dict[str, str], urls: Mapping[str, str]) -> list[str
 
 
 async def _supervise(
-    env: dict[str, str], services: list[str], ports: dict[str, int], urls: dict[str, str],
-    banner: list[str],
+    env: dict[str, str], services: list[str], ports: dict[str, int], admin: dict[str, int],
+    urls: dict[str, str], banner: list[str],
 ) -> int:
     from paycore_devstack.supervisor import ServiceSpec, StopRequested, Supervisor, SupervisorError
 
@@ -199,7 +207,7 @@ async def _supervise(
         try:
             for name in services:
                 path, any_status = READINESS[name]
-                await sup.start(ServiceSpec(name, _serve_argv(name, ports[name]), env))
+                await sup.start(ServiceSpec(name, _serve_argv(name, ports[name], admin.get(name)), env))
                 await sup.wait_ready(name, _http_probe(urls[name] + path, any_status=any_status),
                                      within=READY_WITHIN_S)
         except StopRequested:

@@ -186,7 +186,8 @@ async def test_health_readiness_and_metrics(stack: Stack) -> None:
     assert (await http.get("/readyz")).json() == {"status": "ready"}
     order = await stack.shop.create_order()
     await stack.shop.pay(order)
-    text = (await http.get("/metrics")).text
+    assert (await http.get("/metrics")).status_code == 404  # only on the admin port
+    text = stack.metrics_text()
     assert ('paycore_checkout_requests_total{method="POST",route="/orders/{order_id}/payment",'
             'status="200"} 1.0') in text
     assert "paycore_checkout_attempts_created_total 1.0" in text

@@ -135,7 +135,7 @@ BREAKAGES: list[tuple[str, str, str, Mutation, str]] = [
      lambda m: container(m, "paycore-webhooks")["livenessProbe"]["httpGet"].update(port=8000),
      "the command binds 8200"),
     ("serves-on-another-port", "prod", "probes",
-     lambda m: container(m, "paycore-checkout")["args"].__setitem__(-1, "9000"), "the command binds 9000"),
+     lambda m: container(m, "paycore-checkout")["args"].__setitem__(5, "9000"), "the command binds 9000"),
     ("binds-loopback", "dev", "probes",
      lambda m: container(m, "paycore-checkout")["args"].__setitem__(3, "127.0.0.1"), "not loopback"),
     ("exec-probe", "dev", "probes",
@@ -258,6 +258,11 @@ BREAKAGES: list[tuple[str, str, str, Mutation, str]] = [
     ("service-selects-nothing", "prod", "services",
      lambda m: named(m, "Service", "paycore-webhooks")["spec"]["selector"].update(
          {"app.kubernetes.io/component": "intake"}), "selects no Deployment"),
+    ("scrape-public-port", "dev", "metrics",
+     lambda m: workload(m, "paycore-checkout")["spec"]["template"]["metadata"]["annotations"].update(
+         {"prometheus.io/port": "8000"}), "is not its admin port 8001"),
+    ("metrics-port-undeclared", "prod", "metrics",
+     lambda m: container(m, "paycore-webhooks")["ports"].pop(), "declares no containerPort 8201"),
 ]
 
 

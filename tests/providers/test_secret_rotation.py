@@ -74,8 +74,8 @@ async def rotating(request: pytest.FixtureRequest, pool: asyncpg.Pool,
 
 
 async def previous_secret_count(flows: ProviderStack, provider_account: str) -> float:
-    """The intake's count of notifications an account's previous secret verified (``/metrics``)."""
-    text = (await flows.intake.get("/metrics")).text
+    """The intake's count of notifications an account's previous secret verified (admin ``/metrics``)."""
+    text = flows.intake_metrics_text()
     line = f'paycore_webhook_previous_secret_total{{provider_account="{provider_account}"}} '
     return sum(float(row.removeprefix(line)) for row in text.splitlines() if row.startswith(line))
 

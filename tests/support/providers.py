@@ -32,6 +32,7 @@ from uuid import UUID
 import asyncpg
 import httpx
 import orjson
+from prometheus_client import CollectorRegistry, generate_latest
 
 from harness.servers import serve_asgi
 from paycore.attempts import Attempt, get_attempt
@@ -251,6 +252,11 @@ class ProviderStack:
     signer: Signer
     recovery: RecoverySettings = field(default_factory=RecoverySettings)
     workers: list[RecoveryWorker] = field(default_factory=list)
+    intake_metrics: CollectorRegistry | None = None  # what the intake's admin port serves
+
+    def intake_metrics_text(self) -> str:
+        assert self.intake_metrics is not None
+        return generate_latest(self.intake_metrics).decode()
 
     # -- time: the fake clock and the sandbox's clock move together ------------------------------
 
@@ -325,8 +331,8 @@ class ProviderStack:
         return await self.sandbox.pending_deliveries() == 0
 
     async def delivered_count(self, result: str) -> float:
-        """The intake's own count of deliveries that ended ``result`` (``/metrics``)."""
-        text = (await self.intake.get("/metrics")).text
+        """The intake's own count of deliveries that ended ``result`` (its admin port's ``/metrics``)."""
+        text = self.intake_metrics_text()
         line = f'paycore_webhook_deliveries_total{{result="{result}"}} '
         return sum(float(row.removeprefix(line)) for row in text.splitlines() if row.startswith(line))
 
@@ -417,7 +423,8 @@ async def running_provider_stack(provider: str, pool: asyncpg.Pool, db_dsn: str,
             async with httpx.AsyncClient(base_url=checkout_url, timeout=30) as shop_http, \
                     httpx.AsyncClient(base_url=intake_url, timeout=30) as intake_http:
                 stack = ProviderStack(wire, sandbox, ProviderShop(shop_http, "cus_alice"), intake_http,
-                                      intake_url, clock, pool, settings, Signer(wire, credentials))
+                                      intake_url, clock, pool, settings, Signer(wire, credentials),
+                                      intake_metrics=intake_app.state.metrics_registry)
                 try:
                     yield stack
                 finally:

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import asyncpg
 import httpx
 import jwt
+from prometheus_client import CollectorRegistry, generate_latest
 
 from harness.servers import serve_asgi
 from paycore.clock import FakeClock
@@ -132,6 +133,11 @@ class Stack:
     pool: asyncpg.Pool
     checkout_url: str
     settings: Settings
+    checkout_metrics: CollectorRegistry | None = None  # what checkout's admin port serves
+
+    def metrics_text(self) -> str:
+        assert self.checkout_metrics is not None
+        return generate_latest(self.checkout_metrics).decode()
 
 
 async def running_stack(pool: asyncpg.Pool, db_dsn: str, *,
@@ -145,5 +151,6 @@ async def running_stack(pool: asyncpg.Pool, db_dsn: str, *,
         async with serve_asgi(app) as checkout_url:
             sandbox = Sandbox(sandbox_url)
             async with httpx.AsyncClient(base_url=checkout_url, timeout=30) as http:
-                yield Stack(sandbox, Shop(http, "cus_alice"), clock, pool, checkout_url, settings)
+                yield Stack(sandbox, Shop(http, "cus_alice"), clock, pool, checkout_url, settings,
+                            app.state.metrics_registry)
             await sandbox.aclose()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from paycore_cli.common import UP_SERVICES
+from paycore_cli.common import UP_ADMIN, UP_SERVICES
 from paycore_devstack._process import free_port
 
 BANNER_END = "paycore token"  # the banner's last line: everything is up
@@ -120,6 +120,8 @@ async def _start(cwd: Path, env: Mapping[str, str], stderr_path: Path) -> UpProc
     argv = [sys.executable, "-m", "paycore_cli", "up"]
     for name, port in ports.items():
         argv += [f"--{name}-port", str(port)]
+    for name in UP_ADMIN:  # their admin ports: free ones too, so tests run side by side
+        argv += [f"--{name}-metrics-port", str(free_port())]
     read_fd, write_fd = os.pipe()
     stderr_fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:

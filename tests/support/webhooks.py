@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 import httpx
 import orjson
+from prometheus_client import CollectorRegistry, generate_latest
 
 from harness.servers import serve_asgi
 from paycore.clock import FakeClock
@@ -88,6 +89,11 @@ class WebhookStack:
     clock: FakeClock
     pool: asyncpg.Pool
     settings: Settings
+    intake_metrics: CollectorRegistry | None = None  # what the intake's admin port serves
+
+    def intake_metrics_text(self) -> str:
+        assert self.intake_metrics is not None
+        return generate_latest(self.intake_metrics).decode()
 
     async def deliver(self, body: dict[str, Any] | bytes, *, account: str = TEST, msg_id: str | None = None,
                       timestamp: int | None = None, secret: str | None = None,
@@ -129,5 +135,5 @@ async def running_webhook_stack(pool: asyncpg.Pool, db_dsn: str) -> AsyncIterato
             async with httpx.AsyncClient(base_url=checkout_url, timeout=30) as shop_http, \
                     httpx.AsyncClient(base_url=intake_url, timeout=30) as intake_http:
                 yield WebhookStack(sandbox, Shop(shop_http, "cus_alice"), intake_http, intake_url, clock,
-                                   pool, settings)
+                                   pool, settings, intake_app.state.metrics_registry)
             await sandbox.aclose()

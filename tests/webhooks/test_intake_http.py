@@ -131,7 +131,8 @@ async def test_health_readiness_and_delivery_metrics(hooks: WebhookStack) -> Non
     await hooks.deliver(body)
     await hooks.deliver(body)
     await hooks.deliver(body, secret="whsec_" + base64.b64encode(b"0" * 24).decode())
-    text = (await hooks.intake.get("/metrics")).text
+    assert (await hooks.intake.get("/metrics")).status_code == 404  # only on the admin port
+    text = hooks.intake_metrics_text()
     assert 'paycore_webhook_deliveries_total{result="unmatched"} 1.0' in text
     assert 'paycore_webhook_deliveries_total{result="duplicate"} 1.0' in text
     assert 'paycore_webhook_deliveries_total{result="rejected-signature"} 1.0' in text

@@ -64,7 +64,7 @@ OPTIONAL_WORKERS = frozenset({"alerts"})
 def _listens(target: Service) -> dict[int, str] | None:
     """Ports the target answers on (host bound), or None when this checker cannot tell."""
     if target.is_paycore:
-        return target.listens
+        return target.api
     image = target.image.split("/")[-1].split(":")[0]
     if image == "kafka":
         out: dict[int, str] = {}
@@ -94,11 +94,11 @@ def check_commands(services: dict[str, Service]) -> list[Problem]:
             problems.append(Problem(svc.name, "command",
                                     f"`serve sandbox --host {svc.args.host}` is refused without "
                                     "--allow-network (exits 2)"))
-        if svc.runs("run") and not svc.one_shot:
-            if not svc.listens:
+        if (svc.runs("run") or (svc.runs("serve") and not svc.runs("serve", "sandbox"))) and not svc.one_shot:
+            if not svc.metrics:
                 problems.append(Problem(svc.name, "metrics",
-                                        "a worker without --metrics-port serves no /metrics or /healthz"))
-            elif all(is_loopback(h) for h in svc.listens.values()):
+                                        "--metrics-port 0: it serves no /metrics or /healthz"))
+            elif all(is_loopback(h) for h in svc.metrics.values()):
                 problems.append(Problem(svc.name, "metrics",
                                         "metrics bound to loopback: Prometheus in another container cannot "
                                         "scrape them (--metrics-host 0.0.0.0)"))

@@ -20,13 +20,6 @@ from tools.deploy_check.compose_file import ROOT, Problem, Service, addresses, c
 METRIC_DEFINITION = re.compile(r"(?:Counter|Gauge|Histogram|Summary)\(\s*\"(paycore_[a-z0-9_]+)\"")
 METRIC_USE = re.compile(r"\bpaycore_[a-z0-9_]+")
 METRIC_SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created")
-# Metrics the rules and dashboard already use whose definitions land with the metrics change of
-# issue 14 (HTTP latency, escalations, deadlines, paused scopes); delete once the code has them.
-COMING_METRICS = frozenset({
-    "paycore_http_request_duration_seconds", "paycore_escalations_open",
-    "paycore_escalations_unacknowledged_oldest_age_seconds", "paycore_attempts_past_escalation_deadline",
-    "paycore_provider_scopes_paused",
-})
 PROXIED = re.compile(r"https?://([A-Za-z0-9_-]+):(\d+)")  # in a proxy's configuration
 # The workers that create the Kafka topics when missing (paycore.kafka.ensure_topics).
 TOPIC_CREATORS = ("dispatcher", "consumer", "alerts")
@@ -52,9 +45,9 @@ def check_sandbox_webhooks(services: dict[str, Service]) -> list[Problem]:
         for intake in intakes:
             for provider in _providers_via(intake, sandbox.name):
                 route = f"/webhooks/{provider}"
-                if not any(d == provider and h == intake.name and p in intake.listens and path == route
+                if not any(d == provider and h == intake.name and p in intake.api and path == route
                            for d, h, p, path in targets):
-                    url = f"http://{intake.name}:{next(iter(intake.listens), 8200)}{route}"
+                    url = f"http://{intake.name}:{next(iter(intake.api), 8200)}{route}"
                     spec = url if provider == "cardco" else f"{provider}={url}"
                     problems.append(Problem(sandbox.name, "sandbox-webhooks",
                                             f"PAYCORE_SANDBOX_WEBHOOK_URLS does not deliver {provider}'s "
@@ -260,7 +253,7 @@ def check_proxies(services: dict[str, Service], root: Path) -> list[Problem]:
             text = source.read_text(encoding="utf-8") if source.is_file() else ""
             for host, port in PROXIED.findall(text):
                 target = services.get(host)
-                if target is None or (target.is_paycore and int(port) not in target.listens):
+                if target is None or (target.is_paycore and int(port) not in target.api):
                     problems.append(Problem(svc.name, "address", f"{source.name} sends to {host}:{port}, "
                                                                  "where no service of this file listens"))
     return problems
@@ -295,12 +288,12 @@ def _scrape_coverage(name: str, config: Path, services: dict[str, Service]) -> l
             targets.update((str(n), int(sd.get("port", 0))) for n in sd.get("names") or [])
     return [Problem(name, "monitoring", f"Prometheus does not scrape {s.name}:{port}/metrics")
             for s in services.values() if s.is_paycore and not s.runs("serve", "sandbox")
-            for port in s.listens if (s.name, port) not in targets]
+            for port in s.metrics if (s.name, port) not in targets]
 
 
 def defined_metrics() -> set[str]:
-    """The metric names this checkout's code registers (and those about to be)."""
-    defined = set(COMING_METRICS)
+    """The metric names this checkout's code registers."""
+    defined: set[str] = set()
     for source in [*ROOT.glob("services/*/paycore_*/**/*.py"), *ROOT.glob("libs/paycore/paycore/**/*.py")]:
         defined.update(METRIC_DEFINITION.findall(source.read_text(encoding="utf-8")))
     return defined

@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 # The one place the checker imports the CLI.
-from paycore_cli.common import DEFAULT_PORTS, HEALTH_PORT
+from paycore_cli.common import DEFAULT_PORTS, HEALTH_PORT, admin_host, admin_port
 from paycore_cli.parser import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,8 @@ class Service:
     argv: list[str] | None = None  # the paycore command line, for a paycore service
     args: argparse.Namespace | None = None  # argv parsed by the real CLI parser
     one_shot: bool = False
-    listens: dict[int, str] = field(default_factory=dict)  # port -> bound host
+    listens: dict[int, str] = field(default_factory=dict)  # port -> bound host (the public one first)
+    metrics: dict[int, str] = field(default_factory=dict)  # its admin port (/metrics) -> bound host
 
     @property
     def profiles(self) -> list[str]:
@@ -66,6 +67,11 @@ class Service:
     @property
     def is_paycore(self) -> bool:
         return "build" in self.raw or self.image.split(":")[0] == PAYCORE_IMAGE
+
+    @property
+    def api(self) -> dict[int, str]:
+        """What it listens on apart from its admin port: where URLs, proxies and webhooks may point."""
+        return {port: host for port, host in self.listens.items() if port not in self.metrics}
 
     def runs(self, *words: str) -> bool:
         """The paycore command starts with these words, e.g. ``runs("serve", "sandbox")``."""
@@ -165,7 +171,8 @@ def load_services(data: Mapping[str, Any], variables: Mapping[str, str],
         if svc.is_paycore:
             svc.argv = command_of(svc.raw) or []
             svc.args, _ = parse_command(svc.argv)
-            svc.listens = _paycore_listens(svc.args)
+            svc.metrics = _paycore_metrics(svc.args, svc.env)
+            svc.listens = {**_paycore_listens(svc.args), **svc.metrics}
     return services, problems
 
 
@@ -189,10 +196,17 @@ def _paycore_listens(args: argparse.Namespace | None) -> dict[int, str]:
         return {}
     if args.command == "serve":
         return {args.port if args.port is not None else DEFAULT_PORTS[args.service]: args.host}
-    if args.command == "run":
-        port = getattr(args, "metrics_port", None)
-        return {} if port is None else {port: getattr(args, "metrics_host", "127.0.0.1")}
     return {}
+
+
+def _paycore_metrics(args: argparse.Namespace | None, env: Mapping[str, str]) -> dict[int, str]:
+    """The admin port (/metrics, /healthz) a parsed command binds in ``env``, worked out as the CLI does."""
+    if args is None or args.command not in ("serve", "run") or not hasattr(args, "metrics_port"):
+        return {}  # a one-shot command, or the sandbox (no admin port)
+    process = args.service if args.command == "serve" else (
+        f"consumer-{args.consumer}" if args.worker == "consumer" else args.worker)
+    port = admin_port(process, args.metrics_port, env)
+    return {} if port is None else {port: admin_host(args.metrics_host, env)}
 
 
 def health_probe(argv: list[str], env: Mapping[str, str]) -> tuple[str, int | None] | None:

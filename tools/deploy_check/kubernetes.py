@@ -31,7 +31,9 @@ binary), then every check below runs on the rendered objects:
   in prod, checkout, webhooks and recovery run at least two pods under a minAvailable budget;
 - ``migration``: one Job, running ``paycore migrate`` from the same image as the code;
 - ``image``: one image for every container; in prod pinned by tag and digest;
-- ``services``: every Service selects a Deployment and targets the port its command binds.
+- ``services``: every Service selects a Deployment and targets the port its command binds;
+- ``metrics``: every Deployment's pod is annotated for Prometheus with the admin port its
+  command serves ``/metrics`` on (never a public API's port), which a container port declares.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from paycore.config import ConfigError, load_settings
 from paycore.kafka import kafka_settings
 
 # The CLI's one import here (tests/deploy reads the parser through this module too).
-from paycore_cli.common import DEFAULT_PORTS, LOOPBACK
+from paycore_cli.common import DEFAULT_PORTS, LOOPBACK, admin_port
 from paycore_cli.parser import build_parser as build_parser
 
 REPO = Path(__file__).resolve().parents[2]
@@ -705,6 +707,31 @@ def check_services(m: Manifests) -> list[Problem]:
     return problems
 
 
+def check_metrics(m: Manifests) -> list[Problem]:
+    problems = []
+    for w in deployments(m):
+        annotations = w.obj["spec"]["template"].get("metadata", {}).get("annotations", {})
+        for container, cmd in w.containers:
+            if cmd.namespace is None or cmd.role is None or not hasattr(cmd.namespace, "metrics_port"):
+                continue
+            name = f"{w.where} container {container.get('name')}"
+            try:
+                port = admin_port(cmd.role, cmd.namespace.metrics_port, environment(m, container).values)
+            except ConfigError:
+                continue  # settings reports it
+            if port is None:
+                problems.append(Problem("metrics", name, "--metrics-port 0: no /metrics to scrape"))
+                continue
+            if annotations.get("prometheus.io/scrape") != "true" or \
+                    annotations.get("prometheus.io/port") != str(port):
+                annotated = annotations.get("prometheus.io/port")
+                problems.append(Problem("metrics", name, f"prometheus.io/port {annotated} is not its admin "
+                                        f"port {port} (/metrics is served there only)"))
+            if port not in {p.get("containerPort") for p in container.get("ports", [])}:
+                problems.append(Problem("metrics", name, f"declares no containerPort {port} (its /metrics)"))
+    return problems
+
+
 CHECKS: dict[str, Callable[[Manifests], list[Problem]]] = {
     "schema": check_schema,
     "no-secrets": check_no_secrets,
@@ -720,6 +747,7 @@ CHECKS: dict[str, Callable[[Manifests], list[Problem]]] = {
     "migration": check_migration,
     "image": check_image,
     "services": check_services,
+    "metrics": check_metrics,
 }
 
 

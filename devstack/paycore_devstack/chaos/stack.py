@@ -261,7 +261,10 @@ class ChaosStack:
         def serve(name: str, what: str, url: str, *, kind: str, path: str = "/healthz",
                   any_status: bool = False) -> _Service:
             port = url.rsplit(":", 1)[1]
-            return self._service(name, kind, [*cli, "serve", what, "--host", LOOPBACK, "--port", port],
+            # Two checkouts share this host: no admin ports (0), the chaos run reads no metrics.
+            admin = [] if what == "sandbox" else ["--metrics-port", "0"]
+            return self._service(name, kind,
+                                 [*cli, "serve", what, "--host", LOOPBACK, "--port", port, *admin],
                                  url=url, ready_path=path, any_status=any_status)
 
         def recovery(name: str, url: str) -> _Service:
@@ -274,11 +277,12 @@ class ChaosStack:
                                  log_markers=(f"recovery worker {name} started",))
 
         def consumer(name: str) -> _Service:
-            # No port. Its "running" line comes once the topics exist and its pool
+            # No admin port (0). Its "running" line comes once the topics exist and its pool
             # connected; it consumes once the group gave it partitions (aiokafka's
             # line). After a kill that takes up to the session timeout (10 s): the
             # group waits for the dead member before it rebalances.
-            return self._service(f"consumer-{name}", "consumer", [*cli, "run", "consumer", name],
+            return self._service(f"consumer-{name}", "consumer",
+                                 [*cli, "run", "consumer", name, "--metrics-port", "0"],
                                  log_markers=(f"consumer {name} running",
                                               "Setting newly assigned partitions"))
 

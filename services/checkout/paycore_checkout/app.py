@@ -17,14 +17,12 @@ import asyncpg
 from prometheus_client import CollectorRegistry, Counter
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from paycore.accounts import register_provider_accounts
 from paycore.clock import Clock, SystemClock
 from paycore.config import Settings, load_settings
 from paycore.db import create_pool
-from paycore.http.metrics import metrics_endpoint
 from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware
 from paycore.http.problems import (
     InternalErrorMiddleware,
@@ -33,6 +31,7 @@ from paycore.http.problems import (
     problem_handler,
 )
 from paycore.http.request_id import RequestIdMiddleware
+from paycore.http.request_metrics import instrument
 from paycore.providers.base import PaymentCalls
 from paycore.providers.registry import for_accounts
 from paycore.tracing import instrument_app
@@ -141,13 +140,14 @@ def create_app(
                 await db.close()
 
     app = Starlette(
-        routes=[*routes(), Route("/metrics", metrics_endpoint(registry), methods=["GET"])],
+        routes=routes(),  # /metrics is on the admin port (paycore.http.health_server.with_admin_server)
         lifespan=lifespan,
         exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler},
     )
     app.add_middleware(DatabaseOutageMiddleware, outage=outage)
     app.add_middleware(InternalErrorMiddleware, logger=log)  # any other error: one 500, logged once
     app.add_middleware(RequestMetrics, counter=requests_total)  # outermost: counts the 503s too
+    instrument(app, "checkout", registry)  # request durations; the registry the admin port serves
     app.add_middleware(RequestIdMiddleware)  # every answer carries X-Request-Id
     instrument_app(app)  # outermost: server spans around all of it (nothing when tracing is off)
     return app

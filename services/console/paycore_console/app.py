@@ -27,6 +27,7 @@ from paycore.console_auth import ConsoleAuth
 from paycore.db import create_pool
 from paycore.http.problems import InternalErrorMiddleware
 from paycore.http.request_id import RequestIdMiddleware
+from paycore.http.request_metrics import instrument
 from paycore.tracing import instrument_app
 from paycore_console import api, errors, pages
 from paycore_console.context import Console
@@ -109,6 +110,7 @@ def create_app(settings: ConsoleSettings, *, clock: Clock | None = None,
     )
     app.add_middleware(InternalErrorMiddleware, logger=log)
     app.add_middleware(SecurityHeaders)
+    instrument(app, "console")  # request durations; /metrics is on the admin port
     app.add_middleware(RequestIdMiddleware)  # every answer carries X-Request-Id
     instrument_app(app)  # outermost: server spans around all of it (nothing when tracing is off)
     return app

@@ -496,9 +496,13 @@ class RecoveryWorker:
         await self.after_final_check(attempt)
 
         # The stored request, unchanged, under its own key and its own call budget.
-        self.metrics.resends.inc()
-        outcome = await self.client.create_payment(StoredRequest.from_attempt(attempt),
-                                                   budget_s=self.settings.budgets.call_s, first_send=False)
+        try:
+            outcome = await self.client.create_payment(
+                StoredRequest.from_attempt(attempt), budget_s=self.settings.budgets.call_s, first_send=False)
+        except BaseException:
+            self.metrics.resends.labels("error").inc()
+            raise
+        self.metrics.resends.labels("rejected" if outcome.request_rejected else outcome.kind.value).inc()
         # A resend refused before execution is escalated by the outcome write
         # (resend-rejected) and never repeated: only lookups go on, on the slow cadence.
         recheck = self.recovery.slow_cadence_s if outcome.request_rejected else backoff

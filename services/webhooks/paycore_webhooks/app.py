@@ -42,7 +42,6 @@ from paycore.clock import Clock, SystemClock
 from paycore.config import ConfigError, Settings, load_settings
 from paycore.db import create_pool
 from paycore.http.bodies import first_duplicate_key, read_limited
-from paycore.http.metrics import metrics_endpoint
 from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware, is_database_unavailable, not_ready
 from paycore.http.problems import (
     InternalErrorMiddleware,
@@ -52,6 +51,7 @@ from paycore.http.problems import (
     problem_response,
 )
 from paycore.http.request_id import RequestIdMiddleware
+from paycore.http.request_metrics import instrument
 from paycore.providers.base import (
     InvalidNotification,
     NotificationReceiver,
@@ -224,13 +224,13 @@ def create_app(
               for name, receiver in receivers.items()),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
-            Route("/metrics", metrics_endpoint(registry), methods=["GET"]),
         ],
         lifespan=lifespan,
         exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler},
     )
     app.add_middleware(DatabaseOutageMiddleware, outage=outage)
     app.add_middleware(InternalErrorMiddleware, logger=log)  # any other error: one 500, logged once
+    instrument(app, "webhooks", registry)  # request durations; /metrics is on the admin port
     app.add_middleware(RequestIdMiddleware)  # every answer carries X-Request-Id
     instrument_app(app)  # outermost: server spans around all of it (nothing when tracing is off)
     return app

@@ -1,10 +1,12 @@
-"""The workers' health and metrics server: ``/healthz`` from their loops' liveness, ``/metrics``.
+"""The admin server every paycore process runs beside its work: ``/healthz`` and ``/metrics``.
 
-Every worker process (recovery, dispatcher, consumers, alerts) serves this on
-``--metrics-host:--metrics-port`` so a container healthcheck or a Kubernetes
-liveness probe can restart a wedged worker. ``/healthz`` is 200 ``ok`` while
-every loop of the process beats within its bound, else 503 naming the stale
-loops. It says nothing about the database or the broker: see paycore.liveness.
+Workers (recovery, dispatcher, consumers, alerts) serve it on their metrics port
+so a container healthcheck or a Kubernetes liveness probe can restart a wedged
+worker; the HTTP services (checkout, webhooks, console) serve it on an admin port
+of their own (:func:`with_admin_server`), so metrics never share the public API's
+port. ``/healthz`` is 200 ``ok`` while every loop of the process beats within its
+bound (an HTTP service has no loops: the process answers), else 503 naming the
+stale loops. It says nothing about the database or the broker: see paycore.liveness.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
 
 import uvicorn
 from prometheus_client import CollectorRegistry
@@ -71,3 +74,24 @@ async def serve_health(
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError, TimeoutError):
             await asyncio.wait_for(task, STOP_WITHIN_S)
+
+
+def with_admin_server(app: Starlette, host: str, port: int | None, *, service: str) -> Starlette:
+    """``app``, serving its ``app.state.metrics_registry`` on ``host:port`` for as long as it runs.
+
+    The admin server starts before the app's own start-up (so a slow database
+    start still answers ``/healthz``) and stops after its shutdown; ``port`` None
+    leaves ``app`` alone. The registry is the one :func:`paycore.http.request_metrics.instrument` kept.
+    """
+    if port is None:
+        return app
+    registry: CollectorRegistry = app.state.metrics_registry
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(a: Starlette) -> AsyncIterator[Any]:
+        async with serve_health(registry, [], host, port, worker=service), inner(a) as state:
+            yield state
+
+    app.router.lifespan_context = lifespan
+    return app

@@ -1,0 +1,109 @@
+"""Every process's /metrics and /healthz on its admin port, apart from its public API.
+
+``paycore serve checkout`` and ``paycore run recovery`` as real processes, their
+admin port from ``PAYCORE_METRICS_PORT`` (no flag: the admin server is on by
+default); the request-duration histogram in process, labelled by route template.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import asyncpg
+import httpx
+
+from harness.servers import free_port, serve_asgi
+from paycore.clock import FakeClock
+from paycore.http.health_server import with_admin_server
+from paycore_checkout.app import create_app as create_checkout_app
+from paycore_sandbox.app import create_app as create_sandbox_app
+from paycore_sandbox.settings import SandboxSettings
+from tests.support.stack import JWT_SECRET, Shop, checkout_settings
+
+CARDCO = {"PAYCORE_CARDCO_ACCOUNT": "acct_store", "PAYCORE_CARDCO_ENVIRONMENT": "test",
+          "PAYCORE_CARDCO_API_KEY": "sk_test_acct_store_local"}
+
+
+@contextlib.asynccontextmanager
+async def paycore(*args: str, env: dict[str, str]) -> AsyncIterator[asyncio.subprocess.Process]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "paycore_cli", *args, env={**os.environ, "PAYCORE_LOG_LEVEL": "WARNING", **env},
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            async with asyncio.timeout(20):
+                await proc.wait()
+
+
+async def answered(http: httpx.AsyncClient, url: str, proc: asyncio.subprocess.Process,
+                   *, containing: str = "", within_s: float = 30.0) -> httpx.Response:
+    """Poll ``url`` until it answers 200 (with ``containing`` in its body) or the deadline passes."""
+    async with asyncio.timeout(within_s):
+        while True:
+            assert proc.returncode is None, f"the process exited {proc.returncode}"
+            with contextlib.suppress(httpx.TransportError):
+                r = await http.get(url)
+                if r.status_code == 200 and containing in r.text:
+                    return r
+            await asyncio.sleep(0.05)  # polling a starting process, bounded by the timeout
+
+
+async def test_checkout_serves_metrics_on_its_admin_port_only(db_dsn: str) -> None:
+    public, admin = free_port(), free_port()
+    env = {"PAYCORE_DATABASE_URL": db_dsn, "PAYCORE_JWT_SECRET": JWT_SECRET,
+           "PAYCORE_CARDCO_BASE_URL": "http://127.0.0.1:9", **CARDCO, "PAYCORE_METRICS_PORT": str(admin)}
+    async with paycore("serve", "checkout", "--port", str(public), env=env) as proc, \
+            httpx.AsyncClient(timeout=5) as http:
+        await answered(http, f"http://127.0.0.1:{public}/healthz", proc)
+        assert (await http.get(f"http://127.0.0.1:{public}/metrics")).status_code == 404
+        health = await answered(http, f"http://127.0.0.1:{admin}/healthz", proc)
+        assert health.text == "ok"
+        text = (await answered(http, f"http://127.0.0.1:{admin}/metrics", proc)).text
+        assert "paycore_checkout_attempts_created_total" in text
+        # The public /metrics that answered 404 was timed like any request no route matched.
+        assert ('paycore_http_request_duration_seconds_count{method="GET",route="<unmatched>",'
+                'service="checkout",status="404"} 1.0') in text
+
+
+async def test_a_worker_serves_healthz_and_its_database_gauges_without_a_flag(db_dsn: str) -> None:
+    admin = free_port()
+    env = {"PAYCORE_DATABASE_URL": db_dsn, "PAYCORE_CARDCO_BASE_URL": "http://127.0.0.1:9", **CARDCO,
+           "PAYCORE_METRICS_PORT": str(admin)}
+    async with paycore("run", "recovery", env=env) as proc, httpx.AsyncClient(timeout=5) as http:
+        text = (await answered(http, f"http://127.0.0.1:{admin}/metrics", proc,
+                               containing="paycore_provider_scopes_paused 0.0")).text
+        assert "paycore_attempts_past_escalation_deadline 0.0" in text
+        assert "paycore_escalations_unacknowledged_oldest_age_seconds 0.0" in text
+        assert (await answered(http, f"http://127.0.0.1:{admin}/healthz", proc)).text == "ok"
+
+
+async def test_request_durations_are_labelled_by_route_template_never_by_id(
+    pool: asyncpg.Pool, db_dsn: str
+) -> None:
+    clock = FakeClock(current=datetime.now(UTC))
+    admin = free_port()
+    async with serve_asgi(create_sandbox_app(SandboxSettings.default())) as sandbox_url:
+        app = create_checkout_app(checkout_settings(sandbox_url, db_dsn), clock=clock, pool=pool)
+        async with serve_asgi(with_admin_server(app, "127.0.0.1", admin, service="checkout")) as url, \
+                httpx.AsyncClient(base_url=url, timeout=30) as http:
+            shop = Shop(http, "cus_alice")
+            order = await shop.create_order()
+            assert (await shop.pay(order)).status_code == 200
+            assert (await shop.status(order)).status_code == 200
+            text = (await http.get(f"http://127.0.0.1:{admin}/metrics")).text
+    labelled = re.findall(r'^paycore_http_request_duration_seconds_count\{(.*)\} (\S+)$', text, re.M)
+    paid = 'method="POST",route="/orders/{order_id}/payment",service="checkout",status="200"'
+    assert (paid, "1.0") in labelled
+    assert ('method="GET",route="/orders/{order_id}/payment/status",service="checkout",status="200"',
+            "1.0") in labelled
+    assert order not in text  # no order id ever becomes a label value
+    assert 'le="0.005"' in text and 'le="+Inf"' in text
