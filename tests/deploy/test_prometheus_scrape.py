@@ -28,6 +28,7 @@ from paycore import outbox
 from paycore.attempts import record_outcome
 from paycore.clock import FakeClock
 from paycore.domain import ProviderOutcome
+from paycore.http.health_server import serve_health
 from paycore.kafka import KafkaSettings
 from tests.support.attempts import started_attempt
 from tests.support.stack import Stack
@@ -45,13 +46,12 @@ WHERE message_id = $1
 """
 
 
-def scrape_targets(recovery_port: int, dispatcher_port: int, checkout_url: str) -> dict[str, str]:
-    """Job -> the URL of its /metrics. The one place to change when a service's metrics move
-    (checkout's to an admin port, say)."""
+def scrape_targets(recovery_port: int, dispatcher_port: int, checkout_admin_port: int) -> dict[str, str]:
+    """Job -> the URL of its /metrics: every process's admin port."""
     return {
         "recovery": f"http://127.0.0.1:{recovery_port}/metrics",
         "dispatcher": f"http://127.0.0.1:{dispatcher_port}/metrics",
-        "checkout": f"{checkout_url}/metrics",
+        "checkout": f"http://127.0.0.1:{checkout_admin_port}/metrics",
     }
 
 
@@ -137,13 +137,17 @@ async def test_prometheus_scrapes_the_stack_and_evaluates_the_rules(
     await stack.sandbox.fault("not_processed_503")  # every lookup and resend fails: it stays Unknown
     await _dead_lettered_row(stack.pool)
     recovery_port, dispatcher_port, prometheus_port = free_port(), free_port(), free_port()
+    checkout_admin_port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump(prometheus_config(
-        scrape_targets(recovery_port, dispatcher_port, stack.checkout_url))), encoding="utf-8")
+        scrape_targets(recovery_port, dispatcher_port, checkout_admin_port))), encoding="utf-8")
     cli = (sys.executable, "-m", "paycore_cli", "run")
     env = worker_env(db_dsn, ks, stack.sandbox.url)
     api = f"http://127.0.0.1:{prometheus_port}/api/v1"
+    assert stack.checkout_metrics is not None
     async with (
+        # The in-process checkout's registry on its own admin server, as `paycore serve` runs it.
+        serve_health(stack.checkout_metrics, [], "127.0.0.1", checkout_admin_port, worker="checkout"),
         process(*cli, "recovery", "--metrics-host", "127.0.0.1", "--metrics-port", str(recovery_port),
                 log=tmp_path / "recovery.log", env=env),
         process(*cli, "dispatcher", "--metrics-host", "127.0.0.1", "--metrics-port", str(dispatcher_port),
