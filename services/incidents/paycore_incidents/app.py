@@ -69,7 +69,7 @@ def _ungrouped(value: dict[str, Any], key: str) -> grouping.Page:
 
 def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings) -> faust.App:
     """The faust app, agents and timer registered; run it with :func:`run` (or faust's worker)."""
-    session_ms = settings.session_timeout_s
+    session_s = settings.session_timeout_s
     app = faust.App(
         settings.app_id,
         broker=f"kafka://{ks.bootstrap}",
@@ -77,12 +77,12 @@ def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings) -> faus
         web_enabled=False,
         autodiscover=False,
         topic_partitions=topics.partitions,
-        topic_replication_factor=min(ks.replication_factor, 3),
+        topic_replication_factor=ks.replication_factor,
         table_standby_replicas=0,  # the changelog is the copy; a standby would double the timer's ticks
         consumer_auto_offset_reset="earliest",
-        broker_session_timeout=session_ms,
-        broker_heartbeat_interval=max(0.3, session_ms / 10),
-        broker_rebalance_timeout=max(session_ms, 10.0),
+        broker_session_timeout=session_s,
+        broker_heartbeat_interval=max(0.3, session_s / 10),
+        broker_rebalance_timeout=max(session_s, 10.0),
         broker_commit_interval=1.0,
         producer_acks=-1,
         table_cleanup_interval=3600.0,
