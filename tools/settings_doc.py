@@ -28,6 +28,7 @@ DECLARED_IN: dict[str, tuple[str, ...]] = {
     "README.md": ("paycore_cli.common", "paycore.config", "paycore.account_settings", "paycore.operators",
                   "paycore.console_auth", "paycore_console.settings"),
     "docs/recovery.md": ("paycore_recovery.settings",),
+    "docs/dispatcher.md": ("paycore_incidents.settings",),
     "services/sandbox/README.md": ("paycore_sandbox.settings",),
 }
 # JSON files whose keys are documented the same way: (document, block, module, attribute).

@@ -157,6 +157,17 @@ def build_parser() -> argparse.ArgumentParser:
     alerts.add_argument("--instance-id", default=None, help="static group membership id (group.instance.id)")
     _metrics_flags(alerts, str(ADMIN_PORTS["alerts"]))
     alerts.set_defaults(handler=cmd_run)
+    # -- incident grouping (issue 14) --
+    incidents = workers.add_parser(
+        "incidents", help="group bursts of ops.alerts into incidents on the pages topic",
+        description="Worker (faust): read ops.alerts and write PAYCORE_KAFKA_PAGES_TOPIC -- each alert "
+                    "passed through, except that PAYCORE_INCIDENTS_THRESHOLD alerts of one (provider "
+                    "account, reason) within PAYCORE_INCIDENTS_WINDOW_S open one incident page and fold "
+                    "the rest until PAYCORE_INCIDENTS_QUIET_S pass without one. `paycore run alerts` "
+                    "delivers the pages with PAYCORE_ALERT_INCIDENT_GROUPING=true.",
+    )
+    incidents.set_defaults(handler=cmd_run)
+    # -- end incident grouping --
 
     health = commands.add_parser(
         "health", help="probe this container's service: exit 0 when its /healthz answers 200",

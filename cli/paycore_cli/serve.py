@@ -170,4 +170,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         return run_alerts_command(instance_id=args.instance_id, metrics_host=metrics_host,
                                   metrics_port=metrics_port)
+    # -- incident grouping (issue 14): faust lives in its own package --
+    if args.worker == "incidents":
+        from paycore_incidents.commands import run_incidents_command
+
+        return run_incidents_command()
+    # -- end incident grouping --
     raise CommandError(f"unknown worker {args.worker!r}", code=2)  # argparse admits none

@@ -67,6 +67,7 @@ async def test_raising_the_same_escalation_twice_opens_one_episode_and_one_initi
         "dedup_key": f"escalation:{first}:initial", "kind": "operator-alert", "escalation_id": first,
         "escalation_key": episode["escalation_key"], "reason": "deadline",
         "attempt_id": str(attempt.attempt_id), "alert": "initial",
+        "provider_account": attempt.provider_account,  # for incident grouping by (account, reason)
     }
 
 

@@ -175,6 +175,15 @@ ALERT_FORMAT = ALERTS.declare(
 PAGERDUTY_ROUTING_KEY = ALERTS.declare(
     "PAYCORE_PAGERDUTY_ROUTING_KEY", SecretText(), None, "the PagerDuty integration key",
     shown_default="— (required with `pagerduty`)")
+# Incident grouping (issue 14): `paycore run incidents` reads ops.alerts and writes the pages
+# topic; with grouping on, `paycore run alerts` delivers that topic instead of ops.alerts.
+KAFKA_PAGES_TOPIC = ALERTS.declare(
+    "PAYCORE_KAFKA_PAGES_TOPIC", KafkaTopic(), "ops.pages",
+    "pages after incident grouping: per-attempt alerts passed through, and incident open/closed pages")
+ALERT_INCIDENT_GROUPING = ALERTS.declare(
+    "PAYCORE_ALERT_INCIDENT_GROUPING", Flag(), False,
+    "`paycore run alerts` delivers the pages topic (grouped by `paycore run incidents`) "
+    "instead of ops.alerts (docs/dispatcher.md, \"Incident grouping\")")
 
 # --------------------------------------------------------------------------- what they make
 
@@ -248,6 +257,8 @@ class Settings:
     alert_webhook_url: str | None = None
     alert_format: str = ALERT_FORMAT.default  # or "pagerduty"
     pagerduty_routing_key: Secret | None = None
+    kafka_pages_topic: str = KAFKA_PAGES_TOPIC.default
+    alert_incident_grouping: bool = ALERT_INCIDENT_GROUPING.default
 
     @property
     def reminder_interval(self) -> timedelta:
@@ -371,4 +382,6 @@ def _dispatcher_settings(env: Mapping[str, str]) -> dict[str, Any]:
         "alert_webhook_url": alert_url,
         "alert_format": alert_format,
         "pagerduty_routing_key": routing_key,
+        "kafka_pages_topic": KAFKA_PAGES_TOPIC.read(env),
+        "alert_incident_grouping": ALERT_INCIDENT_GROUPING.read(env),
     }

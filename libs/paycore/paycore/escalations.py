@@ -57,7 +57,11 @@ RAISE_ESCALATION = """
 INSERT INTO payment_escalations (escalation_key, attempt_id, reason, detail, raised_at, next_reminder_at)
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (escalation_key) WHERE resolved_at IS NULL DO NOTHING
-RETURNING escalation_id
+RETURNING escalation_id,
+    -- the account the alert is about, so pages group by (account, reason) (paycore run incidents):
+    -- the attempt's, else the one a notification's detail names
+    COALESCE((SELECT a.provider_account FROM payment_attempts a WHERE a.attempt_id = $2),
+             $4::jsonb ->> 'provider_account') AS provider_account
 """
 
 RESOLVE_FOR_ATTEMPT = """
@@ -86,11 +90,12 @@ async def raise_escalation(
     ``Settings.reminder_interval`` (``PAYCORE_REMINDER_INTERVAL_S``), whichever
     service raised the episode.
     """
-    escalation_id: int | None = await conn.fetchval(
+    row = await conn.fetchrow(
         RAISE_ESCALATION, key, attempt_id, reason, detail or {}, now, now + reminder_interval
     )
-    if escalation_id is None:
+    if row is None:
         return None
+    escalation_id: int = row["escalation_id"]
     await outbox.enqueue(
         conn,
         dedup_key=f"escalation:{escalation_id}:initial",
@@ -101,6 +106,7 @@ async def raise_escalation(
             "reason": reason,
             "attempt_id": str(attempt_id) if attempt_id else None,
             "alert": "initial",
+            "provider_account": row["provider_account"],
         },
         now=now,
         attempt_id=attempt_id,

@@ -38,7 +38,22 @@ ON CONFLICT (dedup_key) DO NOTHING
 """
 
 
+def _incident_summary(p: dict[str, Any]) -> str:
+    """An incident page (``paycore run incidents``): counts and the console link, no attempt ids."""
+    where = f"{p.get('reason', '?')} on {p.get('provider_account') or 'no account'}"
+    if p.get("alert") == "incident-closed":
+        text = (f"paycore incident closed: {where}: {p.get('count', '?')} alerts, "
+                f"{p.get('folded', '?')} folded into the incident")
+    else:
+        text = (f"paycore incident opened: {where}: {p.get('count', '?')} alerts within "
+                f"{p.get('window_s', '?')} s; further alerts of it are folded until "
+                f"{p.get('quiet_s', '?')} s pass without one")
+    return f"{text} {p['console_url']}" if p.get("console_url") else text
+
+
 def _summary(p: dict[str, Any]) -> str:
+    if p.get("kind") == "incident":
+        return _incident_summary(p)
     reason = p.get("reason") or p.get("kind") or "alert"
     parts = [f"paycore escalation {p.get('escalation_id', '?')}: {reason}"]
     if p.get("escalation_key"):
@@ -107,8 +122,12 @@ class AlertSender:
 
 
 def alert_consumer(
-    pool: asyncpg.Pool, ks: KafkaSettings, sender: AlertSender, clock: Clock, **options: Any
+    pool: asyncpg.Pool, ks: KafkaSettings, sender: AlertSender, clock: Clock, *, topic: str | None = None,
+    **options: Any,
 ) -> InboxConsumer:
-    return InboxConsumer(pool=pool, kafka_settings=ks, topics=(ks.alerts_topic,),
+    """Delivers ``topic``: ops.alerts, or the pages topic when incidents are grouped
+    (``PAYCORE_ALERT_INCIDENT_GROUPING``); the same inbox group either way, so switching
+    does not re-deliver what was delivered (per-attempt pages keep their alert's dedup key)."""
+    return InboxConsumer(pool=pool, kafka_settings=ks, topics=(topic or ks.alerts_topic,),
                          group_id=options.pop("group_id", ALERTS_GROUP), handler=sender, clock=clock,
                          **options)

@@ -85,8 +85,10 @@ def run_alerts_command(*, instance_id: str | None, metrics_host: str = "127.0.0.
                 key = settings.pagerduty_routing_key.reveal() if settings.pagerduty_routing_key else None
                 sender = AlertSender(http, settings.alert_webhook_url or "", SystemClock(),
                                      format=settings.alert_format, routing_key=key)
-                consumer = alert_consumer(pool, ks, sender, SystemClock(), instance_id=instance_id)
-                log.info("alert delivery running (%s format)", settings.alert_format)
+                topic = settings.kafka_pages_topic if settings.alert_incident_grouping else ks.alerts_topic
+                consumer = alert_consumer(pool, ks, sender, SystemClock(), topic=topic,
+                                          instance_id=instance_id)
+                log.info("alert delivery running (%s format) from %s", settings.alert_format, topic)
                 await run_with_health(consumer, stop, worker="alerts", metrics_host=metrics_host,
                                       metrics_port=metrics_port)
         finally:

@@ -18,10 +18,13 @@ from paycore.config import Settings
 log = logging.getLogger("paycore.recovery.reminders")
 
 DUE_REMINDERS = """
-SELECT escalation_id, escalation_key, attempt_id, reason, next_reminder_at, acknowledged_at
-FROM payment_escalations
-WHERE resolved_at IS NULL AND next_reminder_at <= $1
-ORDER BY next_reminder_at
+SELECT e.escalation_id, e.escalation_key, e.attempt_id, e.reason, e.next_reminder_at, e.acknowledged_at,
+       -- the account the alert is about (pages group by account and reason)
+       COALESCE((SELECT a.provider_account FROM payment_attempts a WHERE a.attempt_id = e.attempt_id),
+                e.detail ->> 'provider_account') AS provider_account
+FROM payment_escalations e
+WHERE e.resolved_at IS NULL AND e.next_reminder_at <= $1
+ORDER BY e.next_reminder_at
 LIMIT $2
 """
 
@@ -50,7 +53,8 @@ async def send_due_reminders(pool: asyncpg.Pool, clock: Clock, settings: Setting
                 conn, dedup_key=f"escalation:{row['escalation_id']}:reminder:{count}", kind="operator-alert",
                 payload={"escalation_id": row["escalation_id"], "escalation_key": row["escalation_key"],
                          "reason": row["reason"], "alert": "reminder", "reminder": count,
-                         "attempt_id": str(row["attempt_id"]) if row["attempt_id"] else None},
+                         "attempt_id": str(row["attempt_id"]) if row["attempt_id"] else None,
+                         "provider_account": row["provider_account"]},
                 now=now, attempt_id=row["attempt_id"], ordering=None,
             )
             sent += 1
