@@ -25,6 +25,7 @@ from paycore.clock import Clock, SystemClock
 from paycore.config import Settings, load_settings
 from paycore.db import create_pool
 from paycore.http.metrics import metrics_endpoint
+from paycore.http.openapi import openapi_route
 from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware
 from paycore.http.problems import (
     InternalErrorMiddleware,
@@ -35,6 +36,7 @@ from paycore.http.problems import (
 from paycore.providers.base import PaymentCalls
 from paycore.providers.registry import for_accounts
 from paycore_checkout.auth import Authenticator
+from paycore_checkout.openapi import document
 from paycore_checkout.payments import CheckoutMetrics, CheckoutPayments
 from paycore_checkout.routes import routes
 
@@ -139,7 +141,8 @@ def create_app(
                 await db.close()
 
     app = Starlette(
-        routes=[*routes(), Route("/metrics", metrics_endpoint(registry), methods=["GET"])],
+        routes=[*routes(), Route("/metrics", metrics_endpoint(registry), methods=["GET"]),
+                openapi_route(document())],
         lifespan=lifespan,
         exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler},
     )

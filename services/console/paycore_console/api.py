@@ -211,6 +211,8 @@ REASON_REQUIRED = {"reason": ("string", "why (recorded)", True)}
 
 ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", "/api/v1/openapi.json", get_openapi, "This document", public=True),
+    Endpoint("GET", "/openapi.json", get_openapi,
+             "This document (where every paycore service serves its own)", public=True),
     Endpoint("GET", "/api/v1/overview", get_overview,
              "Attempts by state and age, oldest Unknown, escalations by reason and account, outbox, pauses, "
              "the last 24 hours"),

@@ -21,6 +21,13 @@ def openapi_path(path: str) -> str:
     return PARAM.sub(lambda m: "{" + m.group(1) + "}", path)
 
 
+def _operation_id(method: str, path: str) -> str:
+    """``get_escalations_escalation_id``; a route outside /api/v1 (the root /openapi.json) says so."""
+    api = path.startswith("/api/v1/")
+    words = re.sub(r"\W+", "_", openapi_path(path).removeprefix("/api/v1/")).strip("_")
+    return f"{method.lower()}_{words}" if api else f"{method.lower()}_root_{words}"
+
+
 def _operation(e: Endpoint) -> dict[str, Any]:
     params: list[dict[str, Any]] = [
         {"name": m.group(1), "in": "path", "required": True, "schema": CONVERTER_SCHEMA[m.group(2)]}
@@ -29,8 +36,7 @@ def _operation(e: Endpoint) -> dict[str, Any]:
                for n, t, d in e.query]
     op: dict[str, Any] = {
         "summary": e.summary,
-        "operationId": (e.method.lower() + "_" + re.sub(r"\W+", "_", openapi_path(e.path)[len("/api/v1/"):])
-                        ).strip("_"),
+        "operationId": _operation_id(e.method, e.path),
         "responses": {"200": {"description": "OK",
                               "content": {"application/json": {"schema": {"type": "object"}}}},
                       "default": PROBLEM},

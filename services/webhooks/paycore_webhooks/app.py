@@ -43,6 +43,7 @@ from paycore.config import ConfigError, Settings, load_settings
 from paycore.db import create_pool
 from paycore.http.bodies import first_duplicate_key, read_limited
 from paycore.http.metrics import metrics_endpoint
+from paycore.http.openapi import openapi_route
 from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware, is_database_unavailable, not_ready
 from paycore.http.problems import (
     InternalErrorMiddleware,
@@ -60,6 +61,7 @@ from paycore.providers.base import (
 )
 from paycore.providers.registry import adapters_for
 from paycore_webhooks.handler import DeliveryResult, handle_notification, record_unparseable, storage_problem
+from paycore_webhooks.openapi import document
 
 log = logging.getLogger("paycore.webhooks")
 MAX_BODY = 256 * 1024
@@ -223,6 +225,7 @@ def create_app(
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/metrics", metrics_endpoint(registry), methods=["GET"]),
+            openapi_route(document(receivers)),
         ],
         lifespan=lifespan,
         exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler},
