@@ -12,7 +12,7 @@ from paycore import currencies
 from paycore.domain import AttemptState, OrderStatus
 from paycore.http.openapi import json_response, operation, operational_paths, problem, shared_components
 
-BEARER = [{"bearer": []}]
+BEARER: list[dict[str, list[str]]] = [{"bearer": []}]
 ORDER_ID = {"name": "order_id", "in": "path", "required": True, "description": "the order's id",
             "schema": {"type": "string"}}
 IDEMPOTENCY_KEY = {

@@ -6,12 +6,14 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from paycore_console.ids import MAX_ID
+
 if TYPE_CHECKING:
     from paycore_console.api import Endpoint
 
 PARAM = re.compile(r"\{(\w+)(?::(\w+))?\}")
-CONVERTER_SCHEMA = {"int": {"type": "integer"}, "uuid": {"type": "string", "format": "uuid"},
-                    None: {"type": "string"}}
+CONVERTER_SCHEMA = {"id": {"type": "integer", "minimum": 0, "maximum": MAX_ID},
+                    "uuid": {"type": "string", "format": "uuid"}, None: {"type": "string"}}
 PROBLEM = {"description": "RFC 9457 problem details",
            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
 
