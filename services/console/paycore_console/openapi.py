@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from paycore.http.openapi import json_response, problem, shared_components
 from paycore_console.ids import MAX_ID
 
 if TYPE_CHECKING:
@@ -14,8 +15,7 @@ if TYPE_CHECKING:
 PARAM = re.compile(r"\{(\w+)(?::(\w+))?\}")
 CONVERTER_SCHEMA = {"id": {"type": "integer", "minimum": 0, "maximum": MAX_ID},
                     "uuid": {"type": "string", "format": "uuid"}, None: {"type": "string"}}
-PROBLEM = {"description": "RFC 9457 problem details",
-           "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+PROBLEM = problem("RFC 9457 problem details")
 
 
 def openapi_path(path: str) -> str:
@@ -31,7 +31,8 @@ def _operation_id(method: str, path: str) -> str:
 
 
 def _operation(e: Endpoint) -> dict[str, Any]:
-    params: list[dict[str, Any]] = [
+    params: list[dict[str, Any]] = [{"$ref": "#/components/parameters/RequestId"}]
+    params += [
         {"name": m.group(1), "in": "path", "required": True, "schema": CONVERTER_SCHEMA[m.group(2)]}
         for m in PARAM.finditer(e.path)]
     params += [{"name": n, "in": "query", "required": False, "description": d, "schema": {"type": t}}
@@ -39,12 +40,9 @@ def _operation(e: Endpoint) -> dict[str, Any]:
     op: dict[str, Any] = {
         "summary": e.summary,
         "operationId": _operation_id(e.method, e.path),
-        "responses": {"200": {"description": "OK",
-                              "content": {"application/json": {"schema": {"type": "object"}}}},
-                      "default": PROBLEM},
+        "responses": {"200": json_response("OK", {"type": "object"}), "default": PROBLEM},
+        "parameters": params,
     }
-    if params:
-        op["parameters"] = params
     if e.public:
         op["security"] = []
     if e.method == "POST":
@@ -71,6 +69,7 @@ def document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
         "security": [{"bearer": []}, {"session": []}],
         "paths": paths,
         "components": {
+            **shared_components(),
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
                            "description": "an identity-provider token for PAYCORE_CONSOLE_AUDIENCE with the "
@@ -78,8 +77,5 @@ def document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
                 "session": {"type": "apiKey", "in": "cookie", "name": "paycore_console_session",
                             "description": "the console's session; POSTs also need X-CSRF-Token"},
             },
-            "schemas": {"Problem": {"type": "object", "properties": {
-                "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
-                "detail": {"type": "string"}, "instance": {"type": "string"}}}},
         },
     }
