@@ -63,6 +63,8 @@ DEV_TOOLS: tuple[tuple[str, str], ...] = (
     ("pyyaml", "tools/deploy_check reads docker-compose.yml and Prometheus' configuration"),
     ("types-PyYAML", "mypy reads tools/deploy_check's YAML loading"),
     ("playwright", "tests/console_e2e drive Debian's headless Chromium (never `playwright install`)"),
+    ("schemathesis", "tests/openapi fuzz the live services against their OpenAPI documents"),
+    ("openapi-spec-validator", "tests/openapi check each service's document is valid OpenAPI 3.1"),
     ("uv==0.13.8", "the lock tool: make lock runs `uv pip compile --generate-hashes`"),
 )
 

@@ -36,7 +36,7 @@ def post_routes() -> list[str]:
 
 def concrete(path: str) -> str:
     """A path to POST to: the checks come before anything looks the id up."""
-    path = re.sub(r"\{\w+:int\}", "1", path)
+    path = re.sub(r"\{\w+:id\}", "1", path)
     return re.sub(r"\{\w+:uuid\}", str(uuid.uuid4()), path)
 
 

@@ -23,6 +23,7 @@ from paycore.accounts import register_provider_accounts
 from paycore.clock import Clock, SystemClock
 from paycore.config import Settings, load_settings
 from paycore.db import create_pool
+from paycore.http.openapi import openapi_route
 from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware
 from paycore.http.problems import (
     InternalErrorMiddleware,
@@ -36,6 +37,7 @@ from paycore.providers.base import PaymentCalls
 from paycore.providers.registry import for_accounts
 from paycore.tracing import instrument_app
 from paycore_checkout.auth import Authenticator
+from paycore_checkout.openapi import document
 from paycore_checkout.payments import CheckoutMetrics, CheckoutPayments
 from paycore_checkout.routes import routes
 
@@ -140,7 +142,7 @@ def create_app(
                 await db.close()
 
     app = Starlette(
-        routes=routes(),  # /metrics is on the admin port (paycore.http.health_server.with_admin_server)
+        routes=[*routes(), openapi_route(document())],  # /metrics: the admin port (health_server)
         lifespan=lifespan,
         exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler},
     )

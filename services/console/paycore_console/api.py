@@ -21,7 +21,10 @@ from starlette.routing import Route
 
 from paycore import inspection
 from paycore.console_auth import Principal
-from paycore_console import actions
+from paycore_console import (
+    actions,
+    ids,  # noqa: F401  (registers the {name:id} route convertor)
+)
 from paycore_console.actions import Done
 from paycore_console.auth import CSRF_HEADER, Caller, authenticate, check_csrf, may_act
 from paycore_console.context import Console, console_of
@@ -197,7 +200,7 @@ class Endpoint:
     """One API route and what the OpenAPI document says about it."""
 
     method: str
-    path: str  # Starlette's, with converters: {id:int}
+    path: str  # Starlette's, with converters: {id:id}
     handler: Callable[[Request], Awaitable[Response]]
     summary: str
     query: tuple[tuple[str, str, str], ...] = ()  # (name, JSON type, description)
@@ -211,6 +214,8 @@ REASON_REQUIRED = {"reason": ("string", "why (recorded)", True)}
 
 ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", "/api/v1/openapi.json", get_openapi, "This document", public=True),
+    Endpoint("GET", "/openapi.json", get_openapi,
+             "This document (where every paycore service serves its own)", public=True),
     Endpoint("GET", "/api/v1/overview", get_overview,
              "Attempts by state and age, oldest Unknown, escalations by reason and account, outbox, pauses, "
              "the last 24 hours"),
@@ -218,14 +223,14 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              (("reason", "string", "only this reason"), ("account", "string", "only this provider account"),
               ("acknowledged", "boolean", "only (un)acknowledged episodes"),
               ("include_resolved", "boolean", "resolved episodes too, after the open ones"), *PAGE)),
-    Endpoint("GET", "/api/v1/escalations/{escalation_id:int}", get_escalation,
+    Endpoint("GET", "/api/v1/escalations/{escalation_id:id}", get_escalation,
              "One escalation: its detail (identifiers only) and every operator action on it"),
-    Endpoint("POST", "/api/v1/escalations/{escalation_id:int}/ack", post_ack,
+    Endpoint("POST", "/api/v1/escalations/{escalation_id:id}/ack", post_ack,
              "Acknowledge: a person has seen it; reminders start again from now",
              body={"reason": ("string", "optional note (recorded)", False)}),
-    Endpoint("POST", "/api/v1/escalations/{escalation_id:int}/resolve", post_resolve,
+    Endpoint("POST", "/api/v1/escalations/{escalation_id:id}/resolve", post_resolve,
              "Resolve (close the alert; changes no attempt)", body=REASON_REQUIRED),
-    Endpoint("POST", "/api/v1/escalations/{escalation_id:int}/resolve-conflict", post_resolve_conflict,
+    Endpoint("POST", "/api/v1/escalations/{escalation_id:id}/resolve-conflict", post_resolve_conflict,
              "Resolve an identity or provider-id conflict: the owner attempt (its notification is applied "
              "through the normal conditional path) or null for neither",
              body={"owner_attempt_id": ("string", "an attempt the conflict names, or null", True),
@@ -242,16 +247,16 @@ ENDPOINTS: tuple[Endpoint, ...] = (
                                         False)}),
     Endpoint("GET", "/api/v1/notifications/unmatched", get_unmatched,
              "Stored notifications no attempt matched and no operator attached, oldest first", PAGE),
-    Endpoint("POST", "/api/v1/notifications/{event_id:int}/attach", post_attach,
+    Endpoint("POST", "/api/v1/notifications/{event_id:id}/attach", post_attach,
              "Attach a stored unmatched notification to its attempt (the normal conditional transition)",
              body={"attempt_id": ("string", "the attempt", True), **REASON_REQUIRED}),
     Endpoint("GET", "/api/v1/outbox/dead-letters", get_dead_letters,
              "Dead-lettered outbox rows, oldest first",
              (("kind", "string", "only this kind"), *PAGE)),
-    Endpoint("POST", "/api/v1/outbox/{message_id:int}/requeue", post_requeue,
+    Endpoint("POST", "/api/v1/outbox/{message_id:id}/requeue", post_requeue,
              "Requeue a dead letter: pending again, due now, sent before the rows after it",
              body=REASON_REQUIRED),
-    Endpoint("POST", "/api/v1/outbox/{message_id:int}/skip", post_skip,
+    Endpoint("POST", "/api/v1/outbox/{message_id:id}/skip", post_skip,
              "Skip a dead letter: never sent; the rows after it flow", body=REASON_REQUIRED),
 )
 

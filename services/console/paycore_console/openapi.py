@@ -6,14 +6,16 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from paycore.http.openapi import json_response, problem, shared_components
+from paycore_console.ids import MAX_ID
+
 if TYPE_CHECKING:
     from paycore_console.api import Endpoint
 
 PARAM = re.compile(r"\{(\w+)(?::(\w+))?\}")
-CONVERTER_SCHEMA = {"int": {"type": "integer"}, "uuid": {"type": "string", "format": "uuid"},
-                    None: {"type": "string"}}
-PROBLEM = {"description": "RFC 9457 problem details",
-           "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+CONVERTER_SCHEMA = {"id": {"type": "integer", "minimum": 0, "maximum": MAX_ID},
+                    "uuid": {"type": "string", "format": "uuid"}, None: {"type": "string"}}
+PROBLEM = problem("RFC 9457 problem details")
 
 
 def openapi_path(path: str) -> str:
@@ -21,22 +23,26 @@ def openapi_path(path: str) -> str:
     return PARAM.sub(lambda m: "{" + m.group(1) + "}", path)
 
 
+def _operation_id(method: str, path: str) -> str:
+    """``get_escalations_escalation_id``; a route outside /api/v1 (the root /openapi.json) says so."""
+    api = path.startswith("/api/v1/")
+    words = re.sub(r"\W+", "_", openapi_path(path).removeprefix("/api/v1/")).strip("_")
+    return f"{method.lower()}_{words}" if api else f"{method.lower()}_root_{words}"
+
+
 def _operation(e: Endpoint) -> dict[str, Any]:
-    params: list[dict[str, Any]] = [
+    params: list[dict[str, Any]] = [{"$ref": "#/components/parameters/RequestId"}]
+    params += [
         {"name": m.group(1), "in": "path", "required": True, "schema": CONVERTER_SCHEMA[m.group(2)]}
         for m in PARAM.finditer(e.path)]
     params += [{"name": n, "in": "query", "required": False, "description": d, "schema": {"type": t}}
                for n, t, d in e.query]
     op: dict[str, Any] = {
         "summary": e.summary,
-        "operationId": (e.method.lower() + "_" + re.sub(r"\W+", "_", openapi_path(e.path)[len("/api/v1/"):])
-                        ).strip("_"),
-        "responses": {"200": {"description": "OK",
-                              "content": {"application/json": {"schema": {"type": "object"}}}},
-                      "default": PROBLEM},
+        "operationId": _operation_id(e.method, e.path),
+        "responses": {"200": json_response("OK", {"type": "object"}), "default": PROBLEM},
+        "parameters": params,
     }
-    if params:
-        op["parameters"] = params
     if e.public:
         op["security"] = []
     if e.method == "POST":
@@ -63,6 +69,7 @@ def document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
         "security": [{"bearer": []}, {"session": []}],
         "paths": paths,
         "components": {
+            **shared_components(),
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
                            "description": "an identity-provider token for PAYCORE_CONSOLE_AUDIENCE with the "
@@ -70,8 +77,5 @@ def document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
                 "session": {"type": "apiKey", "in": "cookie", "name": "paycore_console_session",
                             "description": "the console's session; POSTs also need X-CSRF-Token"},
             },
-            "schemas": {"Problem": {"type": "object", "properties": {
-                "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
-                "detail": {"type": "string"}, "instance": {"type": "string"}}}},
         },
     }

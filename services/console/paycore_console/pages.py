@@ -22,7 +22,10 @@ from paycore.console_auth import Principal
 from paycore.dead_ends import DEAD_END_PREFIXES, DEAD_END_REASONS
 from paycore.operators import AuthenticationFailed, TooManyAttempts
 from paycore.operators import authenticate as sign_in
-from paycore_console import actions
+from paycore_console import (
+    actions,
+    ids,  # noqa: F401  (registers the {name:id} route convertor)
+)
 from paycore_console.actions import ActionRefused, Done
 from paycore_console.auth import (
     CSRF_FIELD,
@@ -437,18 +440,18 @@ def routes() -> list[Route]:
         Route("/logout", logout_post, methods=["POST"]),
         Route("/", overview_page, methods=["GET"]),
         Route("/escalations", escalations_page, methods=["GET"]),
-        Route("/escalations/{escalation_id:int}", escalation_page, methods=["GET"]),
-        Route("/escalations/{escalation_id:int}/ack", escalation_ack, methods=["POST"]),
-        Route("/escalations/{escalation_id:int}/resolve", escalation_resolve, methods=["POST"]),
-        Route("/escalations/{escalation_id:int}/resolve-conflict", escalation_resolve_conflict,
+        Route("/escalations/{escalation_id:id}", escalation_page, methods=["GET"]),
+        Route("/escalations/{escalation_id:id}/ack", escalation_ack, methods=["POST"]),
+        Route("/escalations/{escalation_id:id}/resolve", escalation_resolve, methods=["POST"]),
+        Route("/escalations/{escalation_id:id}/resolve-conflict", escalation_resolve_conflict,
               methods=["POST"]),
         Route("/attempts", attempt_lookup, methods=["GET"]),
         Route("/attempts/{attempt_id:uuid}", attempt_page, methods=["GET"]),
         Route("/attempts/{attempt_id:uuid}/close", attempt_close, methods=["POST"]),
         Route("/notifications/unmatched", unmatched_page, methods=["GET"]),
-        Route("/notifications/{event_id:int}/attach", attach_preview, methods=["GET"]),
-        Route("/notifications/{event_id:int}/attach", attach_post, methods=["POST"]),
+        Route("/notifications/{event_id:id}/attach", attach_preview, methods=["GET"]),
+        Route("/notifications/{event_id:id}/attach", attach_post, methods=["POST"]),
         Route("/outbox", outbox_page, methods=["GET"]),
-        Route("/outbox/{message_id:int}/requeue", outbox_requeue, methods=["POST"]),
-        Route("/outbox/{message_id:int}/skip", outbox_skip, methods=["POST"]),
+        Route("/outbox/{message_id:id}/requeue", outbox_requeue, methods=["POST"]),
+        Route("/outbox/{message_id:id}/skip", outbox_skip, methods=["POST"]),
     ]

@@ -42,6 +42,7 @@ from paycore.clock import Clock, SystemClock
 from paycore.config import ConfigError, Settings, load_settings
 from paycore.db import create_pool
 from paycore.http.bodies import first_duplicate_key, read_limited
+from paycore.http.openapi import openapi_route
 from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware, is_database_unavailable, not_ready
 from paycore.http.problems import (
     InternalErrorMiddleware,
@@ -62,6 +63,7 @@ from paycore.providers.base import (
 from paycore.providers.registry import adapters_for
 from paycore.tracing import instrument_app
 from paycore_webhooks.handler import DeliveryResult, handle_notification, record_unparseable, storage_problem
+from paycore_webhooks.openapi import document
 
 log = logging.getLogger("paycore.webhooks")
 MAX_BODY = 256 * 1024
@@ -224,6 +226,7 @@ def create_app(
               for name, receiver in receivers.items()),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
+            openapi_route(document(receivers)),
         ],
         lifespan=lifespan,
         exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler},
