@@ -61,6 +61,7 @@ DEV_TOOLS: tuple[tuple[str, str], ...] = (
     ("kubernetes-validate", "tests/deploy validates the rendered manifests against Kubernetes' schema"),
     ("pyyaml", "tools/deploy_check reads docker-compose.yml and Prometheus' configuration"),
     ("types-PyYAML", "mypy reads tools/deploy_check's YAML loading"),
+    ("types-jsonschema", "mypy reads paycore.contracts' jsonschema validators"),
     ("playwright", "tests/console_e2e drive Debian's headless Chromium (never `playwright install`)"),
     ("uv==0.13.8", "the lock tool: make lock runs `uv pip compile --generate-hashes`"),
 )

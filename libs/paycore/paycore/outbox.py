@@ -15,6 +15,8 @@ from uuid import UUID
 
 import asyncpg
 
+from paycore.contracts import SCHEMA_VERSION
+
 ENQUEUE = """
 INSERT INTO outbox_messages (dedup_key, attempt_id, ordering_key, kind, payload, created_at, next_attempt_at)
 VALUES ($1, $2, $3, $4, $5, $6, $6)
@@ -43,7 +45,8 @@ async def enqueue(
     ordering: str | None = None,
 ) -> int | None:
     """Queue one message unless its effect is already queued; returns the new id or None."""
-    body = {"dedup_key": dedup_key, "kind": kind, **payload}
+    # Every payload names its contract (paycore.contracts); a caller may pass another version.
+    body = {"dedup_key": dedup_key, "kind": kind, "schema_version": SCHEMA_VERSION, **payload}
     message_id: int | None = await conn.fetchval(
         ENQUEUE, dedup_key, attempt_id, ordering, kind, body, now
     )
