@@ -19,6 +19,9 @@ LOCKS := requirements/runtime.lock requirements/dev.lock
 # Headless Chromium for the console's end-to-end tests: Debian's package, driven by Playwright
 # with executable_path (`playwright install` downloads browsers from hosts we cannot reach).
 CHROMIUM := /usr/bin/chromium
+# promtool and the Prometheus server for tests/deploy (the rules' unit tests, a real server
+# scraping a running stack): Debian's `prometheus` package ships both.
+PROMTOOL := /usr/bin/promtool
 
 .PHONY: help venv run test test-fast lint typecheck check docs screenshots bench chaos mutate lock clean
 
@@ -46,17 +49,26 @@ $(CHROMIUM):
 		     "Install it as root: apt-get install -y --no-install-recommends chromium" >&2; exit 1; fi
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
 
+# Debian's postinst starts the packaged daemon on :9090 where init scripts may run (not where
+# policy-rc.d denies it, as in most containers); the tests start their own on free ports, so stop it.
+$(PROMTOOL):
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "$(PROMTOOL) is missing: tests/deploy's Prometheus tests need it." \
+		     "Install it as root: apt-get install -y --no-install-recommends prometheus" >&2; exit 1; fi
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
+	-invoke-rc.d prometheus stop 2>/dev/null
+
 venv: $(STAMP)  ## create .venv and install the pinned workspace
 
 run: $(STAMP)  ## start the whole system on embedded defaults (Ctrl-C stops it)
 	$(BIN)/paycore up
 
-test: $(STAMP) $(KUSTOMIZE) $(CHROMIUM)  ## lint, type-check and run every test against real PostgreSQL and the sandbox
+test: $(STAMP) $(KUSTOMIZE) $(CHROMIUM) $(PROMTOOL)  ## lint, type-check and run every test against real PostgreSQL and the sandbox
 	$(BIN)/ruff check libs services cli devstack harness tests bench tools
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-test-fast: $(STAMP) $(KUSTOMIZE) $(CHROMIUM)  ## run the tests only
+test-fast: $(STAMP) $(KUSTOMIZE) $(CHROMIUM) $(PROMTOOL)  ## run the tests only
 	$(BIN)/python -m pytest -x -q $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff

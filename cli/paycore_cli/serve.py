@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from paycore.config import load_settings
+from paycore.tracing import configure_tracing
 from paycore_cli.common import DEFAULT_PORTS, CommandError, paycore_home, redact_dsn, sigterm_raises_interrupt
 from paycore_cli.database import migrate_database, preflight_accounts
 from paycore_cli.development import devstack
@@ -105,6 +106,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except ModuleNotFoundError as exc:
             raise CommandError("cannot import paycore_console: the service package is not installed") from exc
         ConsoleSettings.from_env(os.environ)  # the secret, the database, the token settings: checked now
+    configure_tracing(name)  # before the app is built: its factory adds the server spans
     factory = sandbox_app if name == "sandbox" else _load_factory(APP_FACTORIES[name])
 
     import uvicorn
@@ -123,6 +125,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    configure_tracing(args.worker)  # OTEL_* turns it on; off, nothing is set up
     if args.worker == "recovery":
         from paycore_recovery.main import run as run_recovery
 

@@ -189,11 +189,13 @@ def test_a_proxy_sending_where_nothing_listens_is_reported(tmp_path: Path) -> No
 
 def test_a_dashboard_charting_an_undefined_metric_is_reported(tmp_path: Path) -> None:
     _broken(tmp_path, [])
-    dashboard = tmp_path / "deploy/monitoring/grafana/dashboards/paycore-overview.json"
-    dashboard.write_text(dashboard.read_text(encoding="utf-8").replace(
-        "paycore_outbox_backlog", "paycore_outbox_backlog_rows"), encoding="utf-8")
+    dashboard = tmp_path / "deploy/grafana/dashboards/paycore.json"
+    text = dashboard.read_text(encoding="utf-8")
+    assert "paycore_webhook_deliveries_total" in text
+    dashboard.write_text(text.replace("paycore_webhook_deliveries_total", "paycore_webhook_delivered_total"),
+                         encoding="utf-8")
     problems = check_compose(tmp_path / "docker-compose.yml")
-    assert _has(problems, "grafana", "monitoring", "paycore_outbox_backlog_rows")
+    assert _has(problems, "grafana", "monitoring", "paycore_webhook_delivered_total")
 
 
 def test_the_sandbox_binds_a_container_network_only_when_told(monkeypatch: pytest.MonkeyPatch,

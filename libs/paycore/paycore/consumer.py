@@ -47,7 +47,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
-from paycore import contracts, escalations, kafka, pgtext
+from paycore import contracts, escalations, kafka, pgtext, tracing
 from paycore.clock import Clock
 from paycore.config import REMINDER_INTERVAL
 from paycore.kafka import KafkaSettings
@@ -219,7 +219,12 @@ class InboxConsumer:
                 return False
             beat(self.liveness)
             try:
-                await self._handle(message)
+                # Each try is a span, a child of the relay's send (the record's traceparent header).
+                with tracing.consumer_span(message.topic, message.headers, {
+                        "messaging.consumer.group.name": self.group_id,
+                        "messaging.destination.partition.id": str(message.partition),
+                        "messaging.kafka.offset": message.offset}):
+                    await self._handle(message)
             except Exception as exc:
                 failures += 1
                 self.stats.retries += 1

@@ -34,6 +34,7 @@ from paycore.http.problems import (
 )
 from paycore.providers.base import PaymentCalls
 from paycore.providers.registry import for_accounts
+from paycore.tracing import instrument_app
 from paycore_checkout.auth import Authenticator
 from paycore_checkout.payments import CheckoutMetrics, CheckoutPayments
 from paycore_checkout.routes import routes
@@ -146,6 +147,7 @@ def create_app(
     app.add_middleware(DatabaseOutageMiddleware, outage=outage)
     app.add_middleware(InternalErrorMiddleware, logger=log)  # any other error: one 500, logged once
     app.add_middleware(RequestMetrics, counter=requests_total)  # outermost: counts the 503s too
+    instrument_app(app)  # server spans around all of it (nothing when tracing is off)
     return app
 
 

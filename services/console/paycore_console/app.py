@@ -26,6 +26,7 @@ from paycore.clock import Clock, SystemClock
 from paycore.console_auth import ConsoleAuth
 from paycore.db import create_pool
 from paycore.http.problems import InternalErrorMiddleware
+from paycore.tracing import instrument_app
 from paycore_console import api, errors, pages
 from paycore_console.context import Console
 from paycore_console.settings import ConsoleSettings
@@ -107,6 +108,7 @@ def create_app(settings: ConsoleSettings, *, clock: Clock | None = None,
     )
     app.add_middleware(InternalErrorMiddleware, logger=log)
     app.add_middleware(SecurityHeaders)
+    instrument_app(app)  # server spans around all of it (nothing when tracing is off)
     return app
 
 

@@ -44,7 +44,7 @@ from uuid import UUID
 import asyncpg
 import orjson
 
-from paycore import contracts, escalations
+from paycore import contracts, escalations, tracing
 from paycore.clock import Clock
 from paycore.db import DATABASE_ERRORS
 from paycore.liveness import SLACK_S, Liveness, beat
@@ -54,7 +54,7 @@ log = logging.getLogger("paycore.dispatcher")
 
 SEND_BACKSTOP_S = 5.0
 IDLE_POLL_S = 0.5  # a relay with nothing to do looks again after this (wall time)
-COLUMNS = "message_id, dedup_key, attempt_id, ordering_key, kind, payload, delivery_attempts"
+COLUMNS = "message_id, dedup_key, attempt_id, ordering_key, kind, payload, delivery_attempts, traceparent"
 
 CLAIM_ALERTS = f"""
 SELECT {COLUMNS}
@@ -171,11 +171,12 @@ class Row:
     kind: str
     payload: Any
     delivery_attempts: int
+    traceparent: str | None = None  # the trace that queued the row (paycore.tracing)
 
     @classmethod
     def of(cls, r: asyncpg.Record) -> Row:
         return cls(r["message_id"], r["dedup_key"], r["attempt_id"], r["ordering_key"], r["kind"],
-                   r["payload"], r["delivery_attempts"])
+                   r["payload"], r["delivery_attempts"], r["traceparent"])
 
 
 def backoff(attempts: int, base_s: float, max_s: float, rng: random.Random | None = None) -> float:
@@ -291,10 +292,13 @@ class Relay:
             try:
                 topic, key, value, headers = record_for(row, self.config)
                 # The budget runs on the application clock; the wall-clock backstop
-                # bounds a send even when that clock is a test's fake one.
-                async with self.clock.budget(self.config.send_timeout_s), \
-                        asyncio.timeout(self.config.send_timeout_s + SEND_BACKSTOP_S):
-                    await self.publisher.send(topic, key, value, headers)
+                # bounds a send even when that clock is a test's fake one. The span
+                # continues the row's trace and adds the traceparent header.
+                with tracing.producer_span(topic, row.traceparent, headers,
+                                           {"paycore.outbox.message_id": row.message_id}):
+                    async with self.clock.budget(self.config.send_timeout_s), \
+                            asyncio.timeout(self.config.send_timeout_s + SEND_BACKSTOP_S):
+                        await self.publisher.send(topic, key, value, headers)
             except Exception as exc:  # every failure of one send is that row's failure
                 error = f"{type(exc).__name__}: {exc}"[:2000]
                 if isinstance(exc, TimeoutError):

@@ -59,6 +59,7 @@ from paycore.providers.base import (
     VerifiedDelivery,
 )
 from paycore.providers.registry import adapters_for
+from paycore.tracing import instrument_app
 from paycore_webhooks.handler import DeliveryResult, handle_notification, record_unparseable, storage_problem
 
 log = logging.getLogger("paycore.webhooks")
@@ -229,6 +230,7 @@ def create_app(
     )
     app.add_middleware(DatabaseOutageMiddleware, outage=outage)
     app.add_middleware(InternalErrorMiddleware, logger=log)  # any other error: one 500, logged once
+    instrument_app(app)  # server spans around all of it (nothing when tracing is off)
     return app
 
 
