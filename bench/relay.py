@@ -26,7 +26,7 @@ import asyncpg
 import orjson
 
 from bench.common import bench_database
-from paycore import kafka
+from paycore import contracts, kafka
 from paycore.clock import SystemClock
 from paycore.db import create_pool
 from paycore.kafka import KafkaSettings
@@ -35,7 +35,7 @@ from paycore_dispatcher.relay import KafkaPublisher, Relay, RelayConfig
 ROWS = int(os.environ.get("PAYCORE_BENCH_RELAY_ROWS", "100000"))
 ATTEMPTS = int(os.environ.get("PAYCORE_BENCH_RELAY_ATTEMPTS", "10000"))
 BATCH = int(os.environ.get("PAYCORE_BENCH_RELAY_BATCH", "1000"))
-KINDS = ["order-confirmation", "fulfillment-request", "email-receipt", "loyalty-points", "refund-request"]
+KINDS = ["order-confirmation", "fulfillment-request", "refund-request"]
 
 
 @contextlib.contextmanager
@@ -55,10 +55,11 @@ def workload() -> list[tuple[str, str, str, dict[str, object]]]:
     rows = []
     for i in range(ROWS):
         key = keys[i % ATTEMPTS]
-        kind = f"{KINDS[(i // ATTEMPTS) % len(KINDS)]}-{i // ATTEMPTS}"
-        dedup = f"{key}:{kind}"
-        rows.append((dedup, key, kind, {"dedup_key": dedup, "kind": kind, "amount_minor": 4999,
-                                        "currency": "EUR", "note": "x" * 80}))
+        kind = KINDS[(i // ATTEMPTS) % len(KINDS)]
+        dedup = f"{key}:{kind}-{i // ATTEMPTS}"
+        # Conforming payloads (the relay dead-letters any other): the kind's example, ~200 bytes.
+        payload = contracts.example(kind, dedup_key=dedup, attempt_id=key.removeprefix("attempt:"))
+        rows.append((dedup, key, kind, payload))
     return rows
 
 

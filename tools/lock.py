@@ -62,6 +62,7 @@ DEV_TOOLS: tuple[tuple[str, str], ...] = (
     ("kubernetes-validate", "tests/deploy validates the rendered manifests against Kubernetes' schema"),
     ("pyyaml", "tools/deploy_check reads docker-compose.yml and Prometheus' configuration"),
     ("types-PyYAML", "mypy reads tools/deploy_check's YAML loading"),
+    ("types-jsonschema", "mypy reads paycore.contracts' jsonschema validators"),
     ("playwright", "tests/console_e2e drive Debian's headless Chromium (never `playwright install`)"),
     ("schemathesis", "tests/openapi fuzz the live services against their OpenAPI documents"),
     ("openapi-spec-validator", "tests/openapi check each service's document is valid OpenAPI 3.1"),

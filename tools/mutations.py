@@ -38,6 +38,7 @@ LOOP = "services/recovery/paycore_recovery/loop.py"
 HANDLER = "services/webhooks/paycore_webhooks/handler.py"
 INTAKE = "services/webhooks/paycore_webhooks/app.py"
 RELAY = "services/dispatcher/paycore_dispatcher/relay.py"
+CONSUMER = "libs/paycore/paycore/consumer.py"
 ACCOUNTS = "libs/paycore/paycore/accounts.py"
 EVIDENCE_RULES = "libs/paycore/paycore/evidence.py"
 EVENTS = "libs/paycore/paycore/providers/cardco/events.py"
@@ -62,6 +63,7 @@ NOTE = "tests/matrix/test_notification_matrix.py"
 CLIENT = "tests/unit/test_cardco_client.py"
 CHECKOUT = "tests/matrix/test_checkout_matrix.py"
 OUTBOX = "tests/dispatcher/test_outbox_matrix.py"
+CONTRACTS = "tests/dispatcher/test_contracts.py"
 EVIDENCE = "tests/matrix/test_evidence_about_other_payments.py"
 ACCOUNTS_TESTS = "tests/matrix/test_provider_accounts.py"
 ADYEN_CLIENT = "tests/unit/test_adyen_client.py"
@@ -408,6 +410,27 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        AND p.dispatched_at IS NULL AND p.next_attempt_at <= $1)\n",
         t(OUTBOX, "test_a_confirmation_backing_off_still_blocks_its_refund_while_other_attempts_rows_are_delivered"),
         "a row backing off after a failed publish still blocks its successors",
+    ),
+    Mutation(
+        "relay-contract-check", RELAY,
+        "    contracts.check(payload)\n",
+        "",
+        t(CONTRACTS, "test_the_relay_dead_letters_a_row_that_breaks_its_contract_at_once_and_never_publishes_it"),
+        "a row whose payload breaks its contract is never published",
+    ),
+    Mutation(
+        "relay-contract-dead-letters-at-once", RELAY,
+        "        if attempts < self.config.max_delivery_attempts and not permanent:\n",
+        "        if attempts < self.config.max_delivery_attempts:\n",
+        t(CONTRACTS, "test_the_relay_dead_letters_a_row_that_breaks_its_contract_at_once_and_never_publishes_it"),
+        "a contract violation is dead-lettered and escalated at once, not retried",
+    ),
+    Mutation(
+        "consumer-contract-check", CONSUMER,
+        "        if dedup_key is None or problems:\n",
+        "        if dedup_key is None:\n",
+        t(CONTRACTS, "test_the_consumer_helper_escalates_and_skips_poison_and_handles_compatible_records"),
+        "a consumer never hands a record that breaks its contract to its handler",
     ),
     # -- Unknown classification --------------------------------------------------------------------
     Mutation(

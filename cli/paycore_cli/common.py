@@ -41,7 +41,7 @@ UP_ADMIN = ("checkout", "webhooks", "console")
 # Each process's admin port (/metrics, /healthz), apart from any public API, distinct so that
 # everything can run on one host; the workers' are the metrics ports they always had.
 ADMIN_PORTS = {"checkout": 8001, "webhooks": 8201, "recovery": 8300, "dispatcher": 8400, "console": 8501,
-               "consumer-fulfillment": 8600, "consumer-email": 8601, "alerts": 8602}
+               "consumer-fulfillment": 8600, "consumer-email": 8601, "alerts": 8602, "incidents": 8603}
 
 JWT_SECRET_FILE = "jwt_secret"
 JWT_SECRET_LENGTH = 48

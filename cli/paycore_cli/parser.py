@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "the rest until PAYCORE_INCIDENTS_QUIET_S pass without one. `paycore run alerts` "
                     "delivers the pages with PAYCORE_ALERT_INCIDENT_GROUPING=true.",
     )
+    _metrics_flags(incidents, str(ADMIN_PORTS["incidents"]))
     incidents.set_defaults(handler=cmd_run)
     # -- end incident grouping --
 

@@ -174,6 +174,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.worker == "incidents":
         from paycore_incidents.commands import run_incidents_command
 
-        return run_incidents_command()
+        return run_incidents_command(metrics_host=metrics_host, metrics_port=metrics_port)
     # -- end incident grouping --
     raise CommandError(f"unknown worker {args.worker!r}", code=2)  # argparse admits none

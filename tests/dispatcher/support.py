@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 from aiokafka import TopicPartition
 
-from paycore import kafka, outbox
+from paycore import contracts, kafka, outbox
 from paycore.clock import Clock
 from paycore.consumer import Message, decode
 from paycore.kafka import KafkaSettings
@@ -117,19 +117,30 @@ async def alerts(ks: KafkaSettings, expect: int, **kw: Any) -> list[Message]:
     return await read_topic(ks, ks.alerts_topic, ks.alerts_partitions, expect=expect, **kw)
 
 
+ENVELOPE = ("schema_version", "kind", "dedup_key", "attempt_id")
+
+
+def fields_of(effect: str, **payload: Any) -> dict[str, Any]:
+    """A conforming business payload of ``effect`` (its contract's example), ``payload`` on top."""
+    sample = {k: v for k, v in contracts.example(effect).items() if k not in ENVELOPE}
+    return {**sample, **payload}
+
+
 async def queue_effect(pool: asyncpg.Pool, clock: Clock, attempt_id: uuid.UUID, effect: str,
                        **payload: Any) -> int:
     async with pool.acquire() as conn, conn.transaction():
-        mid = await outbox.enqueue_effect(conn, attempt_id=attempt_id, effect=effect, payload=payload,
-                                          now=clock.now())
+        mid = await outbox.enqueue_effect(conn, attempt_id=attempt_id, effect=effect,
+                                          payload=fields_of(effect, **payload), now=clock.now())
     assert mid is not None
     return mid
 
 
 async def queue_bare(pool: asyncpg.Pool, clock: Clock, key: str, effect: str, **payload: Any) -> int:
     """A business row with an ordering key but no attempt row (bulk tests)."""
+    attempt_id = key.removeprefix("attempt:") if key.startswith("attempt:") else str(uuid.uuid4())
     async with pool.acquire() as conn:
-        mid = await outbox.enqueue(conn, dedup_key=f"{key}:{effect}", kind=effect, payload=payload,
+        mid = await outbox.enqueue(conn, dedup_key=f"{key}:{effect}", kind=effect,
+                                   payload=fields_of(effect, attempt_id=attempt_id, **payload),
                                    now=clock.now(), ordering=key)
     assert mid is not None
     return mid

@@ -16,7 +16,7 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
-from paycore import escalations, outbox_admin
+from paycore import contracts, escalations, outbox_admin
 from paycore.attempts import Attempt
 from paycore.clock import FakeClock
 from paycore.kafka import KafkaSettings
@@ -344,7 +344,8 @@ async def test_per_attempt_order_holds_across_three_relays_and_1000_attempts_wit
             "INSERT INTO outbox_messages"
             " (dedup_key, ordering_key, kind, payload, created_at, next_attempt_at)"
             " VALUES ($1, $2, $3, $4, $5, $5)",
-            [(f"{k}:{kind}", k, kind, {"dedup_key": f"{k}:{kind}", "kind": kind}, clock.now())
+            [(f"{k}:{kind}", k, kind, contracts.example(kind, dedup_key=f"{k}:{kind}",
+                                                        attempt_id=k.removeprefix("attempt:")), clock.now())
              for kind in kinds for k in keys])  # interleaved across attempts: ids are per kind round
     total = len(keys) * len(kinds)
     async with kafka_publisher(ks) as pub:

@@ -64,7 +64,8 @@ async def test_raising_the_same_escalation_twice_opens_one_episode_and_one_initi
     assert alert["ordering_key"] is None  # alerts never wait behind the attempt's business rows
     assert alert["attempt_id"] == attempt.attempt_id  # traceability only
     assert alert["payload"] == {
-        "dedup_key": f"escalation:{first}:initial", "kind": "operator-alert", "escalation_id": first,
+        "dedup_key": f"escalation:{first}:initial", "kind": "operator-alert", "schema_version": 1,
+        "escalation_id": first,
         "escalation_key": episode["escalation_key"], "reason": "deadline",
         "attempt_id": str(attempt.attempt_id), "alert": "initial",
         "provider_account": attempt.provider_account,  # for incident grouping by (account, reason)
@@ -135,7 +136,7 @@ async def test_enqueueing_the_same_dedup_key_twice_queues_one_row(
     assert row["message_id"] == first
     assert row["dedup_key"] == key == f"attempt:{attempt.attempt_id}:order-confirmation"
     assert row["ordering_key"] == f"attempt:{attempt.attempt_id}"
-    assert row["payload"] == {"dedup_key": key, "kind": "order-confirmation",
+    assert row["payload"] == {"dedup_key": key, "kind": "order-confirmation", "schema_version": 1,
                               "attempt_id": str(attempt.attempt_id), "order_id": attempt.order_id}
     assert row["created_at"] == clock.now() - timedelta(seconds=5)
     assert (row["delivery_attempts"], row["dispatched_at"], row["dead_lettered_at"]) == (0, None, None)

@@ -15,8 +15,13 @@ side effects live in PostgreSQL:
   redelivery into a no-op.
 - A handler failure rolls the transaction back and retries the same message
   after a backoff (on the application clock); later messages of that partition
-  wait, so per-key order holds. A message with no ``dedup_key`` cannot be
-  deduplicated: it is logged and skipped.
+  wait, so per-key order holds.
+- Poison: a message that breaks its contract (``paycore.contracts``: no schema
+  for its kind or version, a missing or mistyped field, no ``dedup_key``) is
+  never handed to the handler and never retried: it is logged, counted as
+  skipped, and recorded as an escalation ``consumer:<group>:poison:<topic>/<partition>@<offset>``
+  (one per record; a redelivery finds it open) in its own transaction, before its
+  offset moves on. Unknown extra fields are fine.
 - Static membership: pass ``instance_id`` (``group.instance.id``) so a quick
   restart keeps its partitions without a rebalance. Kafka allows the whole
   session timeout for that; the local Tansu broker holds a static join for
@@ -35,6 +40,7 @@ import random
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -42,8 +48,9 @@ import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
-from paycore import kafka, tracing
+from paycore import contracts, escalations, kafka, pgtext, tracing
 from paycore.clock import Clock
+from paycore.config import REMINDER_INTERVAL
 from paycore.kafka import KafkaSettings
 from paycore.liveness import SLACK_S, Liveness, beat
 from paycore.logs import bind_log_context
@@ -149,6 +156,7 @@ class InboxConsumer:
     retry_max_s: float = 30.0
     after_transaction: Hook | None = None
     liveness: Liveness | None = None  # beaten each poll and each try of a message
+    reminder_interval: timedelta = timedelta(seconds=REMINDER_INTERVAL.default)  # of poison escalations
     stats: ConsumerStats = field(default_factory=ConsumerStats)
     _consumer: AIOKafkaConsumer | None = field(default=None, init=False, repr=False)
     _processed: dict[TopicPartition, int] = field(default_factory=dict, init=False, repr=False)
@@ -255,10 +263,9 @@ class InboxConsumer:
 
     async def _handle(self, message: Message) -> None:
         dedup_key = message.dedup_key
-        if dedup_key is None:
-            self.stats.skipped += 1
-            log.error("%s: message %s/%d@%d has no dedup_key; skipped (it cannot be deduplicated)",
-                      self.group_id, message.topic, message.partition, message.offset)
+        problems = contracts.validate(contracts.with_version(message.payload))
+        if dedup_key is None or problems:
+            await self._poison(message, problems or ["$.dedup_key: missing; it cannot be deduplicated"])
             return
         async with self.pool.acquire() as conn, conn.transaction():
             fresh = await conn.fetchval(INBOX_INSERT, self.group_id, dedup_key, message.topic,
@@ -268,6 +275,24 @@ class InboxConsumer:
                 return
             await self.handler(conn, message)
         self.stats.handled += 1
+
+    async def _poison(self, message: Message, problems: list[str]) -> None:
+        """Record a message that can never be handled; a failure here retries, so none is lost."""
+        where = f"{message.topic}/{message.partition}@{message.offset}"
+        names = {"kind": message.kind, "dedup_key": message.dedup_key}
+        if pgtext.json_problem(names) is not None:  # text jsonb refuses would make this retry forever
+            names = {"kind": None, "dedup_key": None}
+        async with self.pool.acquire() as conn, conn.transaction():
+            await escalations.raise_escalation(
+                conn, key=f"consumer:{self.group_id}:poison:{where}", reason="consumer-poison-message",
+                now=self.clock.now(), reminder_interval=self.reminder_interval,
+                detail={"consumer_group": self.group_id, "topic": message.topic,
+                        "partition": message.partition, "offset": message.offset, **names,
+                        "message_id": message.message_id, "problems": problems},
+            )
+        self.stats.skipped += 1
+        log.error("%s: message %s (%s) breaks its contract; skipped and escalated: %s",
+                  self.group_id, where, message.kind, "; ".join(problems))
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -16,6 +16,7 @@ from uuid import UUID
 import asyncpg
 
 from paycore import tracing
+from paycore.contracts import SCHEMA_VERSION
 
 ENQUEUE = """
 INSERT INTO outbox_messages (dedup_key, attempt_id, ordering_key, kind, payload, created_at, next_attempt_at,
@@ -46,7 +47,8 @@ async def enqueue(
     ordering: str | None = None,
 ) -> int | None:
     """Queue one message unless its effect is already queued; returns the new id or None."""
-    body = {"dedup_key": dedup_key, "kind": kind, **payload}
+    # Every payload names its contract (paycore.contracts); a caller may pass another version.
+    body = {"dedup_key": dedup_key, "kind": kind, "schema_version": SCHEMA_VERSION, **payload}
     # The trace this row belongs to, for the relay to continue (None when tracing is off).
     message_id: int | None = await conn.fetchval(
         ENQUEUE, dedup_key, attempt_id, ordering, kind, body, now, tracing.current_traceparent()

@@ -58,7 +58,8 @@ def run_consumer_command(name: str, *, instance_id: str | None, metrics_host: st
         await kafka.ensure_topics(ks)
         pool = await create_pool(settings.database_url or "", max_size=2)
         try:
-            consumer = demo_consumer(name, pool, ks, SystemClock(), instance_id=instance_id)
+            consumer = demo_consumer(name, pool, ks, SystemClock(), instance_id=instance_id,
+                                     reminder_interval=settings.reminder_interval)
             log.info("consumer %s running (group %s)", name, consumer.group_id)
             await run_with_health(consumer, stop, worker=f"consumer {name}", metrics_host=metrics_host,
                                   metrics_port=metrics_port)
@@ -87,7 +88,8 @@ def run_alerts_command(*, instance_id: str | None, metrics_host: str = "127.0.0.
                                      format=settings.alert_format, routing_key=key)
                 topic = settings.kafka_pages_topic if settings.alert_incident_grouping else ks.alerts_topic
                 consumer = alert_consumer(pool, ks, sender, SystemClock(), topic=topic,
-                                          instance_id=instance_id)
+                                          instance_id=instance_id,
+                                          reminder_interval=settings.reminder_interval)
                 log.info("alert delivery running (%s format) from %s", settings.alert_format, topic)
                 await run_with_health(consumer, stop, worker="alerts", metrics_host=metrics_host,
                                       metrics_port=metrics_port)

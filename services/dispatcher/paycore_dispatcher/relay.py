@@ -22,7 +22,9 @@ One pass, in one transaction:
    row gets ``delivery_attempts + 1``, ``last_error`` and ``next_attempt_at`` with
    exponential backoff and jitter -- or, at the limit, ``dead_lettered_at`` and an
    escalation ``outbox:<message_id>:dead-letter`` whose alert is an ordinary
-   alert row. The rows after a failed one in its chain are not sent.
+   alert row. A row whose payload breaks its contract (``paycore.contracts``) is
+   never sent and dead-lettered at once. The rows after a failed one in its chain
+   are not sent.
 6. Commit, which releases the claims.
 
 Every timestamp is the application clock's, passed into SQL.
@@ -42,7 +44,7 @@ from uuid import UUID
 import asyncpg
 import orjson
 
-from paycore import escalations, tracing
+from paycore import contracts, escalations, tracing
 from paycore.clock import Clock
 from paycore.db import DATABASE_ERRORS
 from paycore.liveness import SLACK_S, Liveness, beat
@@ -186,12 +188,15 @@ def backoff(attempts: int, base_s: float, max_s: float, rng: random.Random | Non
 
 
 def record_for(row: Row, config: RelayConfig) -> tuple[str, bytes, bytes, list[tuple[str, bytes]]]:
-    """(topic, key, value, headers) for one outbox row."""
+    """(topic, key, value, headers) for one outbox row; raises ContractViolation if it breaks its schema."""
     payload = row.payload if isinstance(row.payload, dict) else {"value": row.payload}
     if payload.get("dedup_key") != row.dedup_key:
         payload = {**payload, "dedup_key": row.dedup_key}
+    payload = dict(contracts.with_version(payload))
+    contracts.check(payload)
     headers = [("kind", row.kind.encode()), ("dedup_key", row.dedup_key.encode()),
-               ("message_id", str(row.message_id).encode())]
+               ("message_id", str(row.message_id).encode()),
+               ("schema_version", str(payload["schema_version"]).encode())]
     if row.attempt_id is not None:
         headers.append(("attempt_id", str(row.attempt_id).encode()))
     if row.ordering_key is not None:
@@ -233,7 +238,7 @@ class Relay:
             outcomes = await asyncio.gather(*(self._send_chain([a]) for a in alerts),
                                             *(self._send_chain(c) for c in chains))
             sent: list[Row] = []
-            failures: list[tuple[Row, str]] = []
+            failures: list[tuple[Row, str, bool]] = []
             for ok_rows, failure in outcomes:
                 sent.extend(ok_rows)
                 if failure is not None:
@@ -243,9 +248,9 @@ class Relay:
             for row in sent:
                 result.published_by_kind[row.kind] = result.published_by_kind.get(row.kind, 0) + 1
             result.published = len(sent)
-            for row, error in failures:
+            for row, error, permanent in failures:
                 with bind_log_context(attempt_id=row.attempt_id):
-                    dead = await self._record_failure(conn, row, error, now)
+                    dead = await self._record_failure(conn, row, error, now, permanent=permanent)
                 result.failed += 1
                 result.dead_lettered += int(dead)
         if self.on_pass is not None:
@@ -283,7 +288,7 @@ class Relay:
                 chains[key].append(row)
         return list(chains.values())
 
-    async def _send_chain(self, chain: list[Row]) -> tuple[list[Row], tuple[Row, str] | None]:
+    async def _send_chain(self, chain: list[Row]) -> tuple[list[Row], tuple[Row, str, bool] | None]:
         sent: list[Row] = []
         for row in chain:
             with bind_log_context(attempt_id=row.attempt_id):  # the library's lines too
@@ -301,22 +306,24 @@ class Relay:
                     error = f"{type(exc).__name__}: {exc}"[:2000]
                     if isinstance(exc, TimeoutError):
                         error = f"TimeoutError: no acknowledgement within {self.config.send_timeout_s} s"
-                    return sent, (row, error)
+                    # A payload that breaks its contract never gets better: dead-letter it now.
+                    return sent, (row, error, isinstance(exc, contracts.ContractViolation))
                 finally:
                     beat(self.liveness)
             sent.append(row)
         return sent, None
 
-    async def _record_failure(self, conn: asyncpg.Connection, row: Row, error: str, now: datetime) -> bool:
+    async def _record_failure(self, conn: asyncpg.Connection, row: Row, error: str, now: datetime,
+                              *, permanent: bool = False) -> bool:
         attempts = row.delivery_attempts + 1
-        if attempts < self.config.max_delivery_attempts:
+        if attempts < self.config.max_delivery_attempts and not permanent:
             delay = backoff(attempts, self.config.backoff_base_s, self.config.backoff_max_s, self.rng)
             await conn.execute(MARK_FAILED, row.message_id, error, now + timedelta(seconds=delay))
             log.warning("%s: outbox message %d (%s) failed attempt %d: %s; retrying in %.1f s",
                         self.name, row.message_id, row.kind, attempts, error, delay)
             return False
         await conn.execute(MARK_DEAD, row.message_id, error, now)
-        log.error("%s: outbox message %d (%s, %s) dead-lettered after %d attempts: %s",
+        log.error("%s: outbox message %d (%s, %s) dead-lettered after attempt %d: %s",
                   self.name, row.message_id, row.kind, row.dedup_key, attempts, error)
         if row.ordering_key is None and str(_payload_get(row, "escalation_key")).startswith("outbox:"):
             # An alert about a dead letter that itself cannot be delivered: raising

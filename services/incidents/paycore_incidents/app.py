@@ -21,6 +21,7 @@ seen, which is what makes faust's at-least-once processing safe here
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -29,8 +30,11 @@ from typing import Any
 
 import faust
 import orjson
+from prometheus_client import CollectorRegistry, Counter
 
+from paycore.http.health_server import serve_health
 from paycore.kafka import KafkaSettings
+from paycore.liveness import SLACK_S, Liveness
 from paycore_incidents import grouping
 from paycore_incidents.settings import IncidentSettings
 
@@ -67,8 +71,13 @@ def _ungrouped(value: dict[str, Any], key: str) -> grouping.Page:
                          passthrough=True)
 
 
-def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings) -> faust.App:
-    """The faust app, agents and timer registered; run it with :func:`run` (or faust's worker)."""
+def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings, *,
+          admin_host: str = "127.0.0.1", admin_port: int | None = None) -> faust.App:
+    """The faust app, agents and timer registered; run it with :func:`run` (or faust's worker).
+
+    With ``admin_port``, ``/healthz`` (the timer beats) and ``/metrics`` (pages by what they
+    are) are served there, as for every other worker.
+    """
     session_s = settings.session_timeout_s
     app = faust.App(
         settings.app_id,
@@ -99,6 +108,15 @@ def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings) -> faus
     # JSON keys and values; every write happens in the ``group`` agent, so it goes to the
     # changelog partition of the event being processed.
     table = app.Table(TABLE, default=None, partitions=topics.partitions)
+    registry = CollectorRegistry()
+    pages_sent = Counter("paycore_incident_pages", "Records written to the pages topic, by what they are",
+                         ["page"], registry=registry)
+    liveness = Liveness("incident timer", bound_s=3 * settings.tick_s + SLACK_S)
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def admin_server() -> None:
+        async with serve_health(registry, [liveness], admin_host, admin_port, worker="incidents"):
+            await asyncio.Event().wait()  # until faust stops the worker (cancels its tasks)
 
     @app.agent(alerts, name="rekey")
     async def rekey(stream: Any) -> AsyncIterator[None]:
@@ -139,6 +157,7 @@ def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings) -> faus
             for page in out:
                 await pages.send(key=page.key.encode(), value=orjson.dumps(page.payload),
                                  headers=[(h, v.encode()) for h, v in page.headers])
+                pages_sent.labels("alert" if page.passthrough else page.payload["alert"]).inc()
                 if not page.passthrough:
                     log.warning("%s: %s (%d alerts, %d folded)", page.payload["alert"],
                                 page.payload["dedup_key"], page.payload["count"], page.payload["folded"])
@@ -153,6 +172,7 @@ def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings) -> faus
 
     @app.timer(interval=settings.tick_s)  # type: ignore[untyped-decorator]
     async def tick() -> None:
+        liveness.beat()
         now = time.time()
         first_tick[:] = first_tick or [now]
         if now - first_tick[0] < settings.quiet_s:

@@ -56,7 +56,8 @@ async def ensure_topics(ks: KafkaSettings, topics: Topics, app_id: str) -> None:
         await client.close()
 
 
-def run_incidents_command() -> int:
+def run_incidents_command(*, metrics_host: str = "127.0.0.1",
+                          metrics_port: int | None = None) -> int:
     settings = load_settings(require_account=False)
     if settings.kafka_bootstrap is None:
         raise ConfigError("PAYCORE_KAFKA_BOOTSTRAP", "is required (host:port of a Kafka broker)")
@@ -66,5 +67,6 @@ def run_incidents_command() -> int:
     asyncio.run(ensure_topics(ks, topics, chosen.app_id))
     log.info("incident grouping: %s -> %s, %d alerts in %.0f s open an incident, %.0f s quiet close it",
              topics.alerts, topics.pages, chosen.threshold, chosen.window_s, chosen.quiet_s)
-    run(build(ks, topics, chosen), loglevel=logging.getLevelName(logging.getLogger().level).lower())
+    app = build(ks, topics, chosen, admin_host=metrics_host, admin_port=metrics_port)
+    run(app, loglevel=logging.getLevelName(logging.getLogger().level).lower())
     return 0

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from paycore.contracts import SCHEMA_VERSION
+
 State = dict[str, Any]
 NO_ACCOUNT = "-"  # an alert that names no provider account is grouped by its reason alone
 
@@ -64,7 +66,8 @@ def console_link(policy: Policy, account: str, reason: str) -> str | None:
 def _incident_page(policy: Policy, account: str, reason: str, incident: dict[str, Any], event: str,
                    dedup_key: str) -> Page:
     payload: dict[str, Any] = {
-        "kind": "incident", "alert": event, "dedup_key": dedup_key, "reason": reason,
+        "schema_version": SCHEMA_VERSION, "kind": "incident", "alert": event, "dedup_key": dedup_key,
+        "reason": reason,
         "provider_account": None if account == NO_ACCOUNT else account,
         "incident_key": incident["dedup_key"], "opened_at": incident["opened_at"],
         "count": incident["count"], "folded": incident["folded"],
