@@ -16,8 +16,10 @@ One pass, in one transaction:
    backing off, dead-lettered or locked by someone else), so a key with many
    queued effects moves several per pass. Holding the head's lock makes them
    ours: every other relay's eligibility check sees the head unfinished.
-4. Publish: keys in parallel; within a key one row at a time, each awaited until
-   the broker acknowledges it (``acks=all``, with a send timeout) before the next.
+4. Publish in waves: wave ``n`` is the ``n``-th row of every chain, sent at once
+   (different keys), under one send timeout; the whole wave is acknowledged
+   (``acks=all``) before the next, so a key's row is sent only after its previous
+   one was acknowledged, whatever the producer's in-flight or idempotence settings.
 5. Mark: acknowledged rows get ``dispatched_at`` in a conditional update; a failed
    row gets ``delivery_attempts + 1``, ``last_error`` and ``next_attempt_at`` with
    exponential backoff and jitter -- or, at the limit, ``dead_lettered_at`` and an
