@@ -411,7 +411,7 @@ def liveness_bound_s(config: RelayConfig, idle_poll_s: float = IDLE_POLL_S) -> f
     """The longest a healthy relay goes between beats.
 
     It beats before every pass and after every send, so the longest gap is one
-    idle wait, or one send (its deadline plus the wall-clock backstop), plus the
+    idle wait, or one wave of sends (its deadline plus the wall-clock backstop), plus the
     pass's claim and mark statements, which ``SLACK_S`` covers. A pass that fails
     on the database still ends and beats.
     """
