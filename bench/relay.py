@@ -9,7 +9,8 @@ the same payloads with the same keys and ``acks=all``, all in flight at once
 (no per-key acknowledgement wait, no database).
 
 The broker is ``PAYCORE_BENCH_KAFKA_BOOTSTRAP`` (or ``PAYCORE_KAFKA_BOOTSTRAP``),
-else a local Tansu started for the run. Run: ``make bench``. Prints; asserts nothing.
+else a local Tansu started for the run. Run: ``make bench``. Prints the rates; after each
+relay run it reads the topic back and fails if a row is missing or a key is out of order.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from datetime import timedelta
 
 import asyncpg
 import orjson
+from aiokafka import TopicPartition
 
 from bench.common import bench_database
 from paycore import contracts, kafka
 from paycore.clock import SystemClock
 from paycore.db import create_pool
 from paycore.kafka import KafkaSettings
-from paycore_dispatcher.relay import KafkaPublisher, Relay, RelayConfig
+from paycore_dispatcher.relay import PRODUCER_OPTIONS, KafkaPublisher, Relay, RelayConfig
 
 ROWS = int(os.environ.get("PAYCORE_BENCH_RELAY_ROWS", "100000"))
 ATTEMPTS = int(os.environ.get("PAYCORE_BENCH_RELAY_ATTEMPTS", "10000"))
@@ -77,7 +79,7 @@ async def seed(dsn: str, rows: list[tuple[str, str, str, dict[str, object]]]) ->
 
 async def run_relays(ks: KafkaSettings, dsn: str, relays: int) -> float:
     pool = await create_pool(dsn, min_size=relays, max_size=relays + 1)
-    producers = [kafka.producer(ks) for _ in range(relays)]
+    producers = [kafka.producer(ks, **PRODUCER_OPTIONS) for _ in range(relays)]
     for p in producers:
         await p.start()
     try:
@@ -108,6 +110,36 @@ async def run_relays(ks: KafkaSettings, dsn: str, relays: int) -> float:
         for p in producers:
             await p.stop()
         await pool.close()
+
+
+async def check_order(ks: KafkaSettings, expect: int) -> str:
+    """Reads the topic back: every row there, and per key in ``message_id`` order.
+
+    Delivery is at least once, so a row may appear twice (a send that timed out but
+    landed, then its retry); the order that matters is that of first appearances."""
+    consumer = kafka.consumer(ks, group_id=None)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(ks.effects_topic, p) for p in range(ks.effects_partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        seen: dict[bytes, list[int]] = {}
+        total = 0
+        async with asyncio.timeout(120):
+            while total < expect:
+                for records in (await consumer.getmany(timeout_ms=500, max_records=10_000)).values():
+                    for r in records:
+                        total += 1
+                        seen.setdefault(r.key, []).append(int(dict(r.headers)["message_id"]))
+    finally:
+        await consumer.stop()
+    firsts = {k: list(dict.fromkeys(ids)) for k, ids in seen.items()}
+    out_of_order = [k for k, ids in firsts.items() if ids != sorted(ids)]
+    distinct = sum(len(ids) for ids in firsts.values())
+    if out_of_order or distinct != expect:
+        raise AssertionError(f"order check failed: {len(out_of_order)} keys out of order, "
+                             f"{distinct} of {expect} rows on the topic")
+    return f"order ok: {distinct} rows, {len(firsts)} keys in order, {total - distinct} duplicates"
 
 
 async def run_baseline(ks: KafkaSettings, rows: list[tuple[str, str, str, dict[str, object]]]) -> float:
@@ -142,7 +174,7 @@ async def main() -> None:
                 await seed(dsn, rows)
                 rate = ROWS / await run_relays(ks, dsn, relays)
             print(f"  {relays} relay{'s' if relays > 1 else ' '} : {rate:9.0f} rows/s published and marked"
-                  f"   ratio {rate / baseline:6.3f} of baseline")
+                  f"   ratio {rate / baseline:6.3f} of baseline   {await check_order(ks, ROWS)}")
 
 
 if __name__ == "__main__":

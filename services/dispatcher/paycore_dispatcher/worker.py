@@ -27,7 +27,14 @@ from paycore.http.health_server import serve_health
 from paycore.kafka import KafkaSettings
 from paycore.liveness import Liveness
 from paycore_dispatcher.metrics import DispatcherMetrics
-from paycore_dispatcher.relay import KafkaPublisher, PassResult, Relay, RelayConfig, liveness_bound_s
+from paycore_dispatcher.relay import (
+    PRODUCER_OPTIONS,
+    KafkaPublisher,
+    PassResult,
+    Relay,
+    RelayConfig,
+    liveness_bound_s,
+)
 
 log = logging.getLogger("paycore.dispatcher")
 
@@ -70,7 +77,7 @@ async def run_dispatcher(
             raise RuntimeError("PAYCORE_DATABASE_URL is required")
         pool = await create_pool(settings.database_url, min_size=1, max_size=relays + 2)
     metrics = DispatcherMetrics.create()
-    producer = kafka.producer(ks)
+    producer = kafka.producer(ks, **PRODUCER_OPTIONS)
     try:
         await kafka.ensure_topics(ks)
         await producer.start()
