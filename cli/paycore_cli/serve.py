@@ -37,9 +37,10 @@ APP_FACTORIES = {
     "webhooks": "paycore_webhooks.app:create_app_from_env",
     "console": "paycore_console.app:create_app_from_env",
 }
-# The C HTTP parser and event loop (both in the runtime lock): less CPU per request than
-# h11 and asyncio's loop, measured in bench/checkout.py (docs/operations.md, "Scale").
-SERVER_OPTIONS: dict[str, Any] = {"http": "httptools", "loop": "uvloop"}
+# libuv's event loop (in the runtime lock): less CPU per request than asyncio's (docs/operations.md,
+# "Scale"). HTTP stays h11: httptools refuses a control byte in a header with a bare 400 before the
+# app, so such a request would get no X-Request-Id and no problem+json.
+SERVER_OPTIONS: dict[str, Any] = {"http": "h11", "loop": "uvloop"}
 
 
 def _is_loopback(host: str) -> bool:

@@ -190,13 +190,25 @@ def serve_workers(service: str, workers: int, *, host: str, port: int, admin_hos
                   admin_port: int | None, uvicorn_options: dict[str, Any]) -> int:
     """Run ``service`` in ``workers`` processes until SIGTERM or Ctrl-C; the exit code."""
     import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
+    from uvicorn.supervisors import Multiprocess
 
     with multiprocess_metrics() as directory, admin_server(directory, workers, admin_host, admin_port,
                                                             service=service):
+        # uvicorn.run(workers=N) without its exit status: a worker that fails to start
+        # stops the supervisor, and that must not look like a clean stop.
+        config = uvicorn.Config(WORKER_FACTORIES[service], factory=True, host=host, port=port,
+                                workers=workers, **uvicorn_options)
         try:
-            uvicorn.run(WORKER_FACTORIES[service], factory=True, host=host, port=port, workers=workers,
-                        **uvicorn_options)
-        except SystemExit as exc:
+            sock = config.bind_socket()
+        except SystemExit as exc:  # uvicorn exits on a port in use
             code = exc.code
             return code if isinstance(code, int) else 1
+        supervisor = Multiprocess(config, sockets=[sock])
+        try:
+            supervisor.run()
+        finally:
+            sock.close()
+        if any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes):
+            return STARTUP_FAILURE
     return 0
