@@ -1,11 +1,12 @@
 """Checkout throughput against the sandbox, beside a same-run pgbench baseline.
 
 Workload: ``tok_visa`` payments, 4 concurrent clients for 30 s (``PAYCORE_BENCH_SECONDS``,
-``PAYCORE_BENCH_CLIENTS``), one checkout process and one sandbox process, on
-orders created beforehand. Baseline: pgbench running the SQL statements one
-checkout issues (create attempt, mark started, record outcome) at the same
-concurrency and duration on a separate fresh database. The ratio says how much
-of the database's capacity for this work the whole service path delivers.
+``PAYCORE_BENCH_CLIENTS``), one sandbox process, on orders created beforehand;
+checkout as one process, then as ``--workers 2`` (``PAYCORE_BENCH_WORKERS``, e.g.
+``1,2,4``). Baseline: pgbench running the SQL statements one checkout issues
+(create attempt, mark started, record outcome) at the same concurrency and duration
+on a separate fresh database. The ratio says how much of the database's capacity
+for this work the whole service path delivers.
 
 Run: ``make bench``. Prints; asserts nothing.
 """
@@ -33,6 +34,7 @@ from harness.servers import free_port, wait_http
 SECONDS = float(os.environ.get("PAYCORE_BENCH_SECONDS", "30"))
 CLIENTS = int(os.environ.get("PAYCORE_BENCH_CLIENTS", "4"))
 ORDERS = int(os.environ.get("PAYCORE_BENCH_ORDERS", "60000"))
+WORKERS = [int(n) for n in os.environ.get("PAYCORE_BENCH_WORKERS", "1,2").split(",")]
 JWT_SECRET = "bench-secret-bench-secret-bench-secret-0123"
 
 SEED_ORDERS = """
@@ -41,7 +43,7 @@ SELECT 'bench-' || n, $2, 4999, 'EUR', now() FROM generate_series(1, $1) AS n
 """
 
 
-async def run_checkout(dsn: str) -> tuple[int, float, Latencies, int]:
+async def run_checkout(dsn: str, workers: int) -> tuple[int, float, Latencies, int]:
     sandbox_port, checkout_port = free_port(), free_port()
     env = {
         "PAYCORE_DATABASE_URL": dsn,
@@ -60,7 +62,8 @@ async def run_checkout(dsn: str) -> tuple[int, float, Latencies, int]:
     samples: list[float] = []
     errors = 0
 
-    with service("sandbox", sandbox_port, env), service("checkout", checkout_port, env):
+    with service("sandbox", sandbox_port, env), \
+            service("checkout", checkout_port, env, workers=workers):
         base = f"http://127.0.0.1:{checkout_port}"
         await wait_http(f"http://127.0.0.1:{sandbox_port}/_sandbox/payments")
         await wait_http(f"{base}/healthz")
@@ -96,12 +99,15 @@ async def run_pgbench(dsn: str) -> tuple[float, float] | None:
 
 
 async def main() -> None:
-    print(f"checkout bench: {CLIENTS} clients x {SECONDS:.0f} s, tok_visa, one checkout process")
-    async with bench_database() as dsn:
-        count, elapsed, lat, errors = await run_checkout(dsn)
-    rate = count / elapsed
-    print(f"  checkout: {rate:8.1f} payments/s  p50 {lat.p50_ms:6.1f} ms  p99 {lat.p99_ms:6.1f} ms"
-          f"  ({count} payments, {errors} not Succeeded)")
+    print(f"checkout bench: {CLIENTS} clients x {SECONDS:.0f} s, tok_visa, checkout --workers "
+          f"{', '.join(map(str, WORKERS))}")
+    rates: dict[int, float] = {}
+    for workers in WORKERS:
+        async with bench_database() as dsn:
+            count, elapsed, lat, errors = await run_checkout(dsn, workers)
+        rates[workers] = count / elapsed
+        print(f"  checkout x{workers}: {rates[workers]:8.1f} payments/s  p50 {lat.p50_ms:6.1f} ms  "
+              f"p99 {lat.p99_ms:6.1f} ms  ({count} payments, {errors} not Succeeded)")
     async with bench_database() as dsn:
         baseline = await run_pgbench(dsn)
     if baseline is None:
@@ -109,7 +115,8 @@ async def main() -> None:
         return
     tps, avg_ms = baseline
     print(f"  baseline: {tps:8.1f} checkouts/s of SQL via pgbench (avg {avg_ms:.1f} ms), same clients")
-    print(f"  ratio   : {rate / tps:8.3f}  (checkout payments/s ÷ pgbench checkout-SQL/s)")
+    for workers, rate in rates.items():
+        print(f"  ratio x{workers}: {rate / tps:8.3f}  (checkout payments/s ÷ pgbench checkout-SQL/s)")
 
 
 if __name__ == "__main__":

@@ -31,11 +31,12 @@ async def bench_database() -> AsyncIterator[str]:
         yield dsn
 
 
-def service(name: str, port: int, env: dict[str, str]) -> contextlib.AbstractContextManager[
-        subprocess.Popen[bytes]]:
-    """``paycore serve NAME`` as a child process; terminated on exit."""
+def service(name: str, port: int, env: dict[str, str], *,
+            workers: int = 1) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+    """``paycore serve NAME [--workers N]`` as a child process; terminated on exit."""
     admin = [] if name == "sandbox" else ["--metrics-port", "0"]  # no admin port: benches run side by side
-    return paycore_process(["serve", name, "--host", "127.0.0.1", "--port", str(port), *admin], env)
+    more = ["--workers", str(workers)] if workers > 1 else []
+    return paycore_process(["serve", name, "--host", "127.0.0.1", "--port", str(port), *admin, *more], env)
 
 
 @contextlib.contextmanager

@@ -66,6 +66,7 @@ DEV_TOOLS: tuple[tuple[str, str], ...] = (
     ("playwright", "tests/console_e2e drive Debian's headless Chromium (never `playwright install`)"),
     ("schemathesis", "tests/openapi fuzz the live services against their OpenAPI documents"),
     ("openapi-spec-validator", "tests/openapi check each service's document is valid OpenAPI 3.1"),
+    ("py-spy", "profiling a running service (docs/operations.md, Scale)"),
     ("uv==0.13.8", "the lock tool: make lock runs `uv pip compile --generate-hashes`"),
 )
 

@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help=f"port to bind (default {DEFAULT_PORTS[name]})")
         if name != "sandbox":  # the sandbox is a development fake: no admin port
             _metrics_flags(sub, str(ADMIN_PORTS[name]))
+        if name in ("checkout", "webhooks"):
+            sub.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                             help="serve from N processes sharing the port; one admin port aggregates "
+                                  "their metrics (default %(default)s; see docs/operations.md, Scale)")
         if name == "sandbox":
             # Development only: a container network where other services reach it by name.
             sub.add_argument("--allow-network", action="store_true",

@@ -37,6 +37,10 @@ APP_FACTORIES = {
     "webhooks": "paycore_webhooks.app:create_app_from_env",
     "console": "paycore_console.app:create_app_from_env",
 }
+# libuv's event loop (in the runtime lock): less CPU per request than asyncio's (docs/operations.md,
+# "Scale"). HTTP stays h11: httptools refuses a control byte in a header with a bare 400 before the
+# app, so such a request would get no X-Request-Id and no problem+json.
+SERVER_OPTIONS: dict[str, Any] = {"http": "h11", "loop": "uvloop"}
 
 
 def _is_loopback(host: str) -> bool:
@@ -126,19 +130,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except ModuleNotFoundError as exc:
             raise CommandError("cannot import paycore_console: the service package is not installed") from exc
         ConsoleSettings.from_env(os.environ)  # the secret, the database, the token settings: checked now
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
+    options: dict[str, Any] = {"log_config": None, "log_level": level, "timeout_graceful_shutdown": 5,
+                               **SERVER_OPTIONS}
+    workers: int = getattr(args, "workers", 1)
+    if workers > 1:
+        from paycore_cli.workers import serve_workers
+
+        # Each worker sets up its own tracing and app; the supervisor serves the admin port.
+        log.info("serving %s on http://%s:%d with %d worker processes", name, host, port, workers)
+        return serve_workers(name, workers, host=host, port=port, admin_host=admin_host(args.metrics_host),
+                             admin_port=admin_port(name, args.metrics_port), uvicorn_options=options)
     configure_tracing(name)  # before the app is built: its factory adds the server spans
     factory = sandbox_app if name == "sandbox" else _with_admin(_load_factory(APP_FACTORIES[name]), name,
                                                                  args)
 
     import uvicorn
 
-    level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
     log.info("serving %s on http://%s:%d", name, host, port)
     try:
-        uvicorn.run(
-            factory, factory=True, host=host, port=port,
-            log_config=None, log_level=level, timeout_graceful_shutdown=5,
-        )
+        uvicorn.run(factory, factory=True, host=host, port=port, **options)
     except SystemExit as exc:  # uvicorn exits on start-up failures (e.g. port in use)
         code = exc.code
         return code if isinstance(code, int) else 1

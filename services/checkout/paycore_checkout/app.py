@@ -117,7 +117,9 @@ def create_app(
         own_pool = pool is None
         if settings.database_url is None and pool is None:
             raise RuntimeError("PAYCORE_DATABASE_URL is not set")
-        db = pool or await create_pool(settings.database_url or "", max_size=20)
+        # Checkout's statements keep no session state (transactions only): no reset round
+        # trip on each release, four fewer per payment (docs/operations.md, Scale).
+        db = pool or await create_pool(settings.database_url or "", max_size=20, session_free=True)
         own_client = client is None
         provider = client or for_accounts(settings.accounts, clock,
                                           max_call_duration_s=settings.budgets.max_call_duration_s)
