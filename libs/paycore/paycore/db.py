@@ -88,10 +88,21 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     )
 
 
-async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
-    """An asyncpg pool whose connections encode and decode ``jsonb`` with orjson."""
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """No reset query on release: asyncpg has already rolled back any open transaction."""
+
+
+async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10,
+                      session_reset: bool = True) -> asyncpg.Pool:
+    """An asyncpg pool whose connections encode and decode ``jsonb`` with orjson.
+
+    By default a released connection is reset (advisory locks, cursors, LISTEN, ``SET``):
+    one more round trip per use. ``session_reset=False`` skips it, for code that never
+    changes session state (only transaction-scoped locks and settings).
+    """
     pool: asyncpg.Pool = await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=_init_connection
+        dsn, min_size=min_size, max_size=max_size, init=_init_connection,
+        reset=None if session_reset else _keep_session,
     )
     return pool
 
