@@ -14,7 +14,6 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import asyncpg
 import orjson
 
 from bench.webhooks import event_body, seed
@@ -102,7 +101,7 @@ def _framing(query: str) -> str | None:
 
 
 async def test_the_baseline_runs_what_the_intake_sends_for_a_first_delivery_and_a_redelivery(
-    pool: asyncpg.Pool, db_dsn: str,
+    db_dsn: str,
 ) -> None:
     await seed(db_dsn, 1)  # the bench's seed: one order with a Started attempt
     sent: list[str] = []
