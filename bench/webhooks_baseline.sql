@@ -1,8 +1,93 @@
--- pgbench script: the raw notification insert the intake performs first, with half of
--- the keys repeating (the same 50 % duplicate mix the intake benchmark sends).
-\set k random(1, :keys)
+-- pgbench script: the SQL statements the webhook intake issues for one delivery of a signed
+-- payment.succeeded event about a seeded Started attempt, in the same order as the intake run
+-- (every event delivered twice, shuffled in blocks of 100 events: 50 % duplicates).
+--
+-- Each statement below is one the intake runs, in the order it runs them; the "-- from:" line
+-- names the code constant it comes from, and tests/webhooks/test_bench_baseline.py checks both
+-- (the text against the constant, the sequence against the statements a real handler sends to
+-- PostgreSQL). Parameters ($n in the code) are pgbench expressions here.
+-- Run with -M prepared (the intake's driver, asyncpg, prepares each statement once per connection).
+-- from: bench (which delivery this client sends next, in the intake run's order; not the intake's)
+SELECT n, extract(epoch FROM now())::bigint + seq AS ts FROM bench_delivery_order
+WHERE seq = (SELECT nextval('bench_delivery_seq')) \gset
+
+-- from: paycore.notifications.SELECT_NOTIFICATION_RECORDED
+SELECT EXISTS (SELECT 1 FROM payment_attempt_events WHERE provider_account = :account AND notification_key = 'evt_bench_' || :n::text) \gset
+\if :exists
+-- A redelivery of a committed notification: answered "duplicate" from that one read.
+\else
+BEGIN;
+-- from: paycore.webhook_replays.INSERT_SEEN
+INSERT INTO webhook_deliveries_seen (provider_account, webhook_id_sha256, webhook_timestamp, seen_at)
+VALUES (:account, encode(sha256(('evt_bench_' || :n::text)::bytea), 'hex'), :ts, now())
+ON CONFLICT ON CONSTRAINT pk_webhook_deliveries_seen DO NOTHING
+RETURNING 1;
+-- from: paycore.attempts.SELECT_BY_REFERENCE_OR_PAYMENT_ID
+SELECT * FROM payment_attempts
+WHERE provider_account = :account AND (client_reference = 'wh-' || :n::text || '-a1' OR provider_payment_id = 'pay_bench_' || :n::text) \gset
+-- from: paycore.orders.LOCK_ORDER
+SELECT * FROM orders WHERE order_id = 'wh-' || :n::text FOR UPDATE;
+-- from: paycore.notifications.INSERT_KEYED_NOTIFICATION
 INSERT INTO payment_attempt_events
     (attempt_id, occurred_at, kind, actor, provider_account, notification_key, detail)
-VALUES (NULL, now(), 'notification', 'notification-handler', 'cardco:acct_store:test',
-        'evt_bench_' || :k, '{"type": "payment.succeeded"}')
-ON CONFLICT (provider_account, notification_key) DO NOTHING;
+VALUES (:attempt_id, now(), 'notification', 'notification-handler', :account, 'evt_bench_' || :n::text, ('{"key_basis": "event-id", "canonical": {"type": "payment.succeeded", "amount": 4999, "status": "succeeded", "account": "acct_store", "currency": "EUR", "livemode": false, "reference": "wh-' || :n::text || '-a1", "payment_id": "pay_bench_' || :n::text || '"}, "event_id": "evt_bench_' || :n::text || '", "type": "payment.succeeded", "sequence": 2, "provider_payment_id": "pay_bench_' || :n::text || '", "reference": "wh-' || :n::text || '-a1", "status": "succeeded", "amount_minor": 4999, "currency": "EUR", "payload_account": "acct_store", "payload_livemode": false, "object_account": "acct_store", "object_livemode": false, "event": {"id": "evt_bench_' || :n::text || '", "data": {"object": {"id": "pay_bench_' || :n::text || '", "amount": 4999, "object": "payment", "status": "succeeded", "account": "acct_store", "created": 1795900000, "currency": "EUR", "livemode": false, "reference": "wh-' || :n::text || '-a1", "next_action": null, "decline_code": null, "amount_refunded": 0}}, "type": "payment.succeeded", "account": "acct_store", "created": 1795900000, "livemode": false, "sequence": 2}}')::jsonb)
+ON CONFLICT (provider_account, notification_key) DO NOTHING
+RETURNING event_id;
+-- apply_outcome's try runs in a savepoint.
+SAVEPOINT apply_outcome;
+-- from: paycore.orders.LOCK_ORDER_OF_ATTEMPT
+SELECT * FROM orders
+WHERE order_id = (SELECT order_id FROM payment_attempts WHERE attempt_id = :attempt_id)
+FOR UPDATE;
+-- from: paycore.attempt_row.SELECT_ATTEMPT
+SELECT * FROM payment_attempts WHERE attempt_id = :attempt_id;
+-- from: paycore.attempts.SELECT_PAYMENT_ID_OWNER
+SELECT attempt_id FROM payment_attempts
+WHERE provider_account = :account AND provider_payment_id = 'pay_bench_' || :n::text AND attempt_id <> :attempt_id;
+-- from: paycore.attempts.APPLY_OUTCOME
+UPDATE payment_attempts
+SET state = 'Succeeded',
+    provider_status = 'succeeded',
+    next_action = NULL,
+    next_action_expires_at = NULL,
+    outcome_reason = NULL,
+    provider_payment_id = COALESCE(provider_payment_id, 'pay_bench_' || :n::text),
+    next_check_at = now() + interval '60 seconds',
+    version = version + 1,
+    recovery_owner    = CASE WHEN recovery_owner = NULL AND lease_token = NULL
+                             THEN NULL ELSE recovery_owner END,
+    lease_acquired_at = CASE WHEN recovery_owner = NULL AND lease_token = NULL
+                             THEN NULL ELSE lease_acquired_at END,
+    lease_expires_at  = CASE WHEN recovery_owner = NULL AND lease_token = NULL
+                             THEN NULL ELSE lease_expires_at END,
+    lease_token       = CASE WHEN recovery_owner = NULL AND lease_token = NULL
+                             THEN NULL ELSE lease_token END
+WHERE attempt_id = :attempt_id AND version = 1 AND state = 'Started'
+RETURNING *;
+-- from: paycore.events.INSERT_EVENT
+INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
+VALUES (:attempt_id, now(), 'transition', 'notification-handler', '{"from": "Started", "to": "Succeeded", "reason": null, "provider_status": "succeeded"}')
+RETURNING event_id;
+-- from: paycore.escalations.RESOLVE_FOR_ATTEMPT
+UPDATE payment_escalations
+SET resolved_at = now(), next_reminder_at = NULL
+WHERE attempt_id = :attempt_id AND resolved_at IS NULL
+RETURNING escalation_id;
+-- from: paycore.orders.MARK_ORDER_PAID
+UPDATE orders SET status = 'Paid', version = version + 1
+WHERE order_id = 'wh-' || :n::text AND status = 'Open';
+-- from: paycore.outbox.ENQUEUE
+INSERT INTO outbox_messages (dedup_key, attempt_id, ordering_key, kind, payload, created_at, next_attempt_at,
+                             traceparent)
+VALUES ('attempt:' || :attempt_id::text || E'\x3aorder-confirmation', :attempt_id, 'attempt:' || :attempt_id::text, 'order-confirmation', '{"attempt_id": "x", "order_id": "wh", "amount_minor": 4999, "currency": "EUR", "provider_account": "cardco\u003aacct_store\u003atest", "provider_payment_id": "pay_bench"}', now(), now(), NULL)
+ON CONFLICT (dedup_key) DO NOTHING
+RETURNING message_id;
+-- from: paycore.outbox.ENQUEUE
+INSERT INTO outbox_messages (dedup_key, attempt_id, ordering_key, kind, payload, created_at, next_attempt_at,
+                             traceparent)
+VALUES ('attempt:' || :attempt_id::text || E'\x3afulfillment-request', :attempt_id, 'attempt:' || :attempt_id::text, 'fulfillment-request', '{"attempt_id": "x", "order_id": "wh", "amount_minor": 4999, "currency": "EUR", "provider_account": "cardco\u003aacct_store\u003atest", "provider_payment_id": "pay_bench"}', now(), now(), NULL)
+ON CONFLICT (dedup_key) DO NOTHING
+RETURNING message_id;
+RELEASE SAVEPOINT apply_outcome;
+COMMIT;
+\endif

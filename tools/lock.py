@@ -58,6 +58,7 @@ DEV_TOOLS: tuple[tuple[str, str], ...] = (
     ("adyen", "tests check HMACs with the Adyen SDK's own routine"),
     ("localstripe", "an independent Stripe fake the Stripe adapter is tested against"),
     ("standardwebhooks", "tests check our webhook signatures against the reference library"),
+    ("py-spy", "sampling profiler for the benchmarks' services (docs/operations.md, performance)"),
     ("psutil", "tests of the local stack look at its processes"),
     ("kubernetes-validate", "tests/deploy validates the rendered manifests against Kubernetes' schema"),
     ("pyyaml", "tools/deploy_check reads docker-compose.yml and Prometheus' configuration"),
