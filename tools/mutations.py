@@ -283,15 +283,17 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "resend-new-key", LOOP,
-        'outcome = await self.client.create_payment(StoredRequest.from_attempt(attempt),',
-        'outcome = await self.client.create_payment(StoredRequest.from_record(\n            {**StoredRequest.from_attempt(attempt).__dict__, "idempotency_key": str(attempt.attempt_id)}),',
+        'StoredRequest.from_attempt(attempt), budget_s=self.settings.budgets.call_s',
+        'StoredRequest.from_record(\n            {**StoredRequest.from_attempt(attempt).__dict__, "idempotency_key": str(attempt.attempt_id)}),'
+        ' budget_s=self.settings.budgets.call_s',
         t(REC, "test_a_recovery_resend_carries_the_first_sends_key_endpoint_headers_and_identical_bytes"),
         "a resend carries the attempt's own key",
     ),
     Mutation(
         "resend-body-reserialized", LOOP,
-        'outcome = await self.client.create_payment(StoredRequest.from_attempt(attempt),',
-        'outcome = await self.client.create_payment(StoredRequest.from_record(\n            {**StoredRequest.from_attempt(attempt).__dict__, "request_body": attempt.request_body.replace(",", ", ")}),',
+        'StoredRequest.from_attempt(attempt), budget_s=self.settings.budgets.call_s',
+        'StoredRequest.from_record(\n            {**StoredRequest.from_attempt(attempt).__dict__, "request_body": attempt.request_body.replace(",", ", ")}),'
+        ' budget_s=self.settings.budgets.call_s',
         t(REC, "test_a_recovery_resend_carries_the_first_sends_key_endpoint_headers_and_identical_bytes"),
         'a resend carries the stored bytes unchanged',
     ),
