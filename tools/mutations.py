@@ -55,6 +55,7 @@ REPO = "tests/matrix/test_live_attempt_repository.py"
 REC = "tests/matrix/test_recovery_matrix.py"
 REC_NOT_STARTED = "tests/matrix/test_recovery_not_started.py"
 REC_CLAIMS = "tests/matrix/test_recovery_claims.py"
+REC_BATCHED = "tests/matrix/test_recovery_batched_claims.py"
 REC_INTENTS = "tests/matrix/test_recovery_send_intents.py"
 REC_ESCALATIONS = "tests/matrix/test_recovery_escalations.py"
 REC_SEARCH_LAG = "tests/matrix/test_recovery_search_lag.py"
@@ -173,6 +174,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         t(REC_CLAIMS, "test_a_sweep_never_claims_a_resolved_attempt_even_when_its_next_check_time_has_passed"),
         'the next-due sub-select picks only live attempts',
     ),
+    Mutation(
+        "claim-due-own-token", LEASES,
+        "SET recovery_owner = $1, lease_token = due.token, lease_acquired_at = $3",
+        "SET recovery_owner = $1, lease_token = ($2::uuid[])[1], lease_acquired_at = $3",
+        t(REC_BATCHED, "test_one_claim_statement_gives_each_attempt_its_own_token_and_two_owners_never_share_one"),
+        'attempts claimed in one statement never share a lease token',
+    ),
     # -- lease, deadline and cancellation checks ---------------------------------------------------
     Mutation(
         "intent-order-not-payable", ATTEMPTS,
@@ -275,15 +283,17 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "resend-new-key", LOOP,
-        'outcome = await self.client.create_payment(StoredRequest.from_attempt(attempt),',
-        'outcome = await self.client.create_payment(StoredRequest.from_record(\n            {**StoredRequest.from_attempt(attempt).__dict__, "idempotency_key": str(attempt.attempt_id)}),',
+        'StoredRequest.from_attempt(attempt), budget_s=self.settings.budgets.call_s',
+        'StoredRequest.from_record(\n            {**StoredRequest.from_attempt(attempt).__dict__, "idempotency_key": str(attempt.attempt_id)}),'
+        ' budget_s=self.settings.budgets.call_s',
         t(REC, "test_a_recovery_resend_carries_the_first_sends_key_endpoint_headers_and_identical_bytes"),
         "a resend carries the attempt's own key",
     ),
     Mutation(
         "resend-body-reserialized", LOOP,
-        'outcome = await self.client.create_payment(StoredRequest.from_attempt(attempt),',
-        'outcome = await self.client.create_payment(StoredRequest.from_record(\n            {**StoredRequest.from_attempt(attempt).__dict__, "request_body": attempt.request_body.replace(",", ", ")}),',
+        'StoredRequest.from_attempt(attempt), budget_s=self.settings.budgets.call_s',
+        'StoredRequest.from_record(\n            {**StoredRequest.from_attempt(attempt).__dict__, "request_body": attempt.request_body.replace(",", ", ")}),'
+        ' budget_s=self.settings.budgets.call_s',
         t(REC, "test_a_recovery_resend_carries_the_first_sends_key_endpoint_headers_and_identical_bytes"),
         'a resend carries the stored bytes unchanged',
     ),

@@ -12,6 +12,7 @@ so a worker whose lease expired cannot clear the new owner's lease.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -52,21 +53,34 @@ WHERE attempt_id = $5 AND """ + CLAIMABLE + """
 RETURNING *
 """
 
-# The claim, applied to the next due attempt in the reference's order
-# (next_check_at, created_at, attempt_id). SKIP LOCKED hands concurrent claimers
-# (lanes, other instances) different attempts instead of making them queue on one
-# row and find it taken; the outer predicate repeats the claim's.
-CLAIM_NEXT_DUE = """
-UPDATE payment_attempts
-SET recovery_owner = $1, lease_token = $2, lease_acquired_at = $3, lease_expires_at = $4
-WHERE attempt_id = (
+# The claim, applied to the next due attempts in the reference's order
+# (next_check_at, created_at, attempt_id), one fresh token each: $2 holds the
+# tokens, and as many attempts are claimed as tokens are given. SKIP LOCKED hands
+# concurrent claimers (lanes, other instances) different attempts instead of
+# making them queue on one row and find it taken; the outer predicate repeats the
+# claim's. The CTEs are MATERIALIZED so each is evaluated exactly once: as a
+# sub-select joined in FROM, the planner may re-run the locking scan per target
+# row, handing every attempt the same token and ignoring the LIMIT (a test saw
+# both). One statement for several attempts: each claim walks the due index past
+# the entries of attempts resolved since the last vacuum, so a sweep pays that walk
+# once per batch, not once per attempt.
+CLAIM_DUE = """
+WITH next_due AS MATERIALIZED (
         SELECT attempt_id FROM payment_attempts
         WHERE """ + CLAIMABLE + """
         ORDER BY next_check_at, created_at, attempt_id
-        LIMIT 1
-        FOR NO KEY UPDATE SKIP LOCKED)
+        LIMIT cardinality($2::uuid[])
+        FOR NO KEY UPDATE SKIP LOCKED
+), due AS MATERIALIZED (
+    -- Which fresh token goes with which attempt does not matter, only that each has its own.
+    SELECT attempt_id, ($2::uuid[])[row_number() OVER ()] AS token FROM next_due
+)
+UPDATE payment_attempts
+SET recovery_owner = $1, lease_token = due.token, lease_acquired_at = $3, lease_expires_at = $4
+FROM due
+WHERE payment_attempts.attempt_id = due.attempt_id
   AND """ + CLAIMABLE + """
-RETURNING *
+RETURNING payment_attempts.*
 """  # noqa: S608 -- composed of this module's constants only
 
 OWNS = "SELECT EXISTS (SELECT 1 FROM payment_attempts WHERE attempt_id = $1 AND " + OWNED + ")"  # noqa: S608
@@ -92,11 +106,27 @@ async def claim(conn: asyncpg.Pool | asyncpg.Connection, attempt_id: UUID, lease
     return Attempt.from_record(row) if row is not None else None
 
 
+async def claim_due(conn: asyncpg.Pool | asyncpg.Connection, leases: Sequence[Lease], now: datetime,
+                    lease_s: float) -> list[tuple[Attempt, Lease]]:
+    """Claim up to ``len(leases)`` due, unresolved attempts whose lease is free or expired,
+    each under its own lease (one owner, a token each), in the reference's order."""
+    if not leases:
+        return []
+    owners = {lease.owner for lease in leases}
+    if len(owners) != 1:
+        raise ValueError("one claim statement claims for one owner")
+    by_token = {lease.token: lease for lease in leases}
+    rows = await conn.fetch(CLAIM_DUE, owners.pop(), list(by_token), now, now + timedelta(seconds=lease_s))
+    claimed = sorted((Attempt.from_record(row) for row in rows),
+                     key=lambda a: (a.next_check_at, a.created_at, a.attempt_id))
+    return [(a, by_token[a.lease_token]) for a in claimed if a.lease_token is not None]
+
+
 async def claim_next_due(conn: asyncpg.Pool | asyncpg.Connection, lease: Lease, now: datetime,
                          lease_s: float) -> Attempt | None:
     """Claim the next due, unresolved attempt whose lease is free or expired; ``None`` when none is."""
-    row = await conn.fetchrow(CLAIM_NEXT_DUE, lease.owner, lease.token, now, now + timedelta(seconds=lease_s))
-    return Attempt.from_record(row) if row is not None else None
+    claimed = await claim_due(conn, [lease], now, lease_s)
+    return claimed[0][0] if claimed else None
 
 
 async def owns(conn: asyncpg.Pool | asyncpg.Connection, attempt_id: UUID, lease: Lease,

@@ -35,6 +35,7 @@ from paycore.liveness import SLACK_S, Liveness, beat
 from paycore.logs import bind_log_context
 from paycore.orders import find_order
 from paycore.providers.base import LookupResult, PaymentCalls, ReferenceLookup, StoredRequest
+from paycore_recovery.facts import read_pass_facts
 from paycore_recovery.metrics import RecoveryMetrics
 from paycore_recovery.pacing import Pacer
 from paycore_recovery.settings import RecoverySettings
@@ -87,6 +88,56 @@ def default_owner() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
+class _Claims:
+    """Hands a sweep's lanes their attempts, claiming for every lane waiting at once.
+
+    A lane that needs work claims for itself and for every lane that is waiting
+    with it, in one statement; lanes arriving while that claim runs take what it
+    brought back. Only waiting lanes are claimed for, so no claimed attempt sits
+    unworked while its lease runs: each pass starts at its claim, as with a claim
+    per lane. When claims are cheap, lanes rarely wait together and each claims one;
+    when they are slow, lanes pile up behind one and the next claim takes them all.
+    """
+
+    def __init__(self, worker: RecoveryWorker, budget: int) -> None:
+        self._worker = worker
+        self._budget = budget  # attempts this sweep may still claim (``batch``)
+        self._waiting = 0
+        self._claimed: list[tuple[Attempt, Lease]] = []  # in the reference's order
+        self._lock = asyncio.Lock()
+        self._claims_made = 0
+        self._last_short = 0  # the number of the last claim that found fewer than it asked for
+
+    async def next(self) -> tuple[Attempt, Lease] | None:
+        """This lane's next claimed attempt; ``None`` when nothing is due or the batch is spent."""
+        self._waiting += 1
+        waiting_since = self._claims_made
+        try:
+            async with self._lock:
+                if self._claimed:
+                    return self._claimed.pop(0)
+                if self._last_short > waiting_since:
+                    # A claim made for this lane found nothing left for it: the lane ends its
+                    # sweep, as one whose own claim found nothing does. Lanes still working
+                    # claim again when they are done.
+                    return None
+                if self._budget > 0:
+                    await self._claim(min(self._waiting, self._budget))
+                return self._claimed.pop(0) if self._claimed else None
+        finally:
+            self._waiting -= 1
+
+    async def _claim(self, n: int) -> None:
+        worker = self._worker
+        self._budget -= n
+        self._claims_made += 1
+        fresh = [leases.new_lease(worker.owner) for _ in range(n)]
+        self._claimed = await leases.claim_due(worker.pool, fresh, worker.clock.now(),
+                                               worker.recovery.lease_s)
+        if len(self._claimed) < n:
+            self._last_short = self._claims_made
+
+
 class RecoveryWorker:
     def __init__(self, *, pool: asyncpg.Pool, client: PaymentCalls, clock: Clock, settings: Settings,
                  recovery: RecoverySettings, metrics: RecoveryMetrics, owner: str | None = None,
@@ -110,30 +161,27 @@ class RecoveryWorker:
     async def run_pass(self) -> list[Pass]:
         """One sweep over due attempts (and due reminders); returns how each pass ended.
 
-        ``concurrency`` lanes each claim the next due attempt in the reference's
+        ``concurrency`` lanes each take the next due attempt in the reference's
         order and work it, until nothing is due or ``batch`` attempts were claimed.
         """
         from paycore_recovery.reminders import send_due_reminders
 
         results: list[Pass] = []
-        remaining = self.recovery.batch
+        claims = _Claims(self, self.recovery.batch)
 
         async def lane() -> None:
-            nonlocal remaining
-            while remaining > 0:
-                remaining -= 1
+            while True:
                 beat(self.liveness)
-                lease = leases.new_lease(self.owner)
                 try:
-                    attempt = await leases.claim_next_due(self.pool, lease, self.clock.now(),
-                                                          self.recovery.lease_s)
+                    claimed = await claims.next()
                 except UNCONFIRMED:
-                    # Unknown whether the claim committed: its lease simply expires.
-                    log.exception("claiming the next due attempt failed; ending this lane's sweep")
+                    # Unknown whether the claim committed: its leases simply expire.
+                    log.exception("claiming the next due attempts failed; ending this lane's sweep")
                     self.metrics.failures.inc()
                     return
-                if attempt is None:
+                if claimed is None:
                     return
+                attempt, lease = claimed
                 results.append(await self._recover_guarded(attempt, lease))
 
         await asyncio.gather(*(lane() for _ in range(self.recovery.concurrency)))
@@ -263,10 +311,13 @@ class RecoveryWorker:
 
     async def _reconcile(self, attempt: Attempt, lease: Lease) -> Pass:
         attempt_id = attempt.attempt_id
+        scope = attempt.provider_account
+        # Send history, backoff step and the scope's pause, read in one round trip.
+        facts = await read_pass_facts(self.pool, attempt_id, scope, self.clock.now())
         # Send history first: an intent with neither result nor abandonment is an
         # ambiguous boundary. It is reconciled by the lookup below; no new intent is
         # appended unless every resend condition holds again.
-        if await events.latest_send_event(self.pool, attempt_id) is EventKind.SEND_INTENT:
+        if facts.latest_send is EventKind.SEND_INTENT:
             self.metrics.ambiguous_boundaries.inc()
             log.info("attempt %s has a send intent without a result: reconciling", attempt_id)
 
@@ -276,11 +327,9 @@ class RecoveryWorker:
                                  self.recovery.slow_cadence_s)
             return Pass.ESCALATED
 
-        step = await events.lookups_so_far(self.pool, attempt_id)
-        backoff = self.recovery.backoff(step)
-        scope = attempt.provider_account
+        backoff = self.recovery.backoff(facts.lookups_so_far)
         now = self.clock.now()
-        paused = await rate_limits.paused_until(self.pool, scope, now)
+        paused = facts.paused_until
         if paused is not None:
             await leases.finish(self.pool, attempt_id, lease, now, (paused - now).total_seconds())
             return Pass.PAUSED

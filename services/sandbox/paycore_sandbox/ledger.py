@@ -82,9 +82,15 @@ class Payment:
 class Ledger:
     def __init__(self) -> None:
         self._payments: dict[str, Payment] = {}  # insertion order == creation order
+        # Payments by reference, in creation order: a lookup by reference is an index
+        # read, as at a real provider, not a scan of every payment ever made (which
+        # made the sandbox, not the caller, the bound of any lookup-heavy benchmark).
+        # A payment's reference is set when it is created and never changes.
+        self._by_reference: dict[str, list[Payment]] = {}
 
     def add(self, payment: Payment) -> None:
         self._payments[payment.id] = payment
+        self._by_reference.setdefault(payment.reference, []).append(payment)
 
     def get(self, payment_id: str) -> Payment | None:
         return self._payments.get(payment_id)
@@ -97,7 +103,7 @@ class Ledger:
 
     def by_reference(self, account: SandboxAccount, reference: str,
                      dialect: str = "cardco") -> list[Payment]:
-        return [p for p in self._payments.values()
+        return [p for p in self._by_reference.get(reference, ())
                 if p.visible_to(account, dialect) and p.reference == reference]
 
     def visible(self, account: SandboxAccount, dialect: str) -> list[Payment]:
