@@ -544,8 +544,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "intake-every-batch-item", INTAKE,
-        "    for delivery in deliveries:\n",
-        "    for delivery in deliveries[:1]:\n",
+        "    for delivery in deliveries:\n        try:\n",
+        "    for delivery in deliveries[:1]:\n        try:\n",
         (INTAKE_ROUTES,),
         "every notification of a batch is recorded before [accepted]",
     ),
