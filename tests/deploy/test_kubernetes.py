@@ -118,7 +118,7 @@ BREAKAGES: list[tuple[str, str, str, Mutation, str]] = [
     ("secret-rendered", "dev", "no-secrets",
      lambda m: m.objects.append(copy.deepcopy(m.secret_example)), "a Secret is rendered"),
     ("unknown-flag", "dev", "cli-args",
-     lambda m: container(m, "paycore-checkout")["args"].extend(["--workers", "4"]), "unrecognized arguments"),
+     lambda m: container(m, "paycore-checkout")["args"].extend(["--threads", "4"]), "unrecognized arguments"),
     ("bad-port", "prod", "cli-args",
      lambda m: container(m, "paycore-webhooks").update(args=["serve", "webhooks", "--port", "http"]),
      "not a port number"),
