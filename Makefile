@@ -83,11 +83,8 @@ docs: $(STAMP)  ## regenerate the configuration tables of the docs from the sett
 screenshots: $(STAMP) $(CHROMIUM)  ## rewrite README's console screenshots (docs/images/) from the browser journey test
 	PAYCORE_WRITE_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/console_e2e/test_operator_journey.py
 
-bench: $(STAMP)  ## benchmarks with same-run baselines (prints ratios; not a test)
-	$(BIN)/python -m bench.checkout
-	$(BIN)/python -m bench.webhooks
-	$(BIN)/python -m bench.recovery
-	$(BIN)/python -m bench.relay
+bench: $(STAMP)  ## benchmarks with same-run baselines: prints ratios, writes bench/results/ (not a test)
+	$(BIN)/python -m bench
 
 chaos: $(STAMP)  ## the whole system under load, faults, kills and a DB crash; then the invariants (CHAOS_ARGS=...; not CI)
 	$(BIN)/paycore chaos $(CHAOS_ARGS)

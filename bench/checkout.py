@@ -29,6 +29,7 @@ from bench.common import (
     seed_provider_account,
     service,
 )
+from bench.results import Ratio, Stage
 from harness.servers import free_port, wait_http
 
 SECONDS = float(os.environ.get("PAYCORE_BENCH_SECONDS", "30"))
@@ -98,26 +99,40 @@ async def run_pgbench(dsn: str) -> tuple[float, float] | None:
                          seconds=SECONDS, extra=["-M", "simple"])
 
 
-async def main() -> None:
-    print(f"checkout bench: {CLIENTS} clients x {SECONDS:.0f} s, tok_visa, checkout --workers "
-          f"{', '.join(map(str, WORKERS))}")
+TARGET = 0.6  # issue 15: of the SQL baseline, with p99 under 50 ms at 4 clients
+
+
+async def run() -> Stage:
+    workload = (f"{CLIENTS} clients x {SECONDS:.0f} s, tok_visa, checkout --workers "
+                f"{', '.join(map(str, WORKERS))}")
+    print(f"checkout bench: {workload}")
+    stage = Stage("checkout", workload)
     rates: dict[int, float] = {}
     for workers in WORKERS:
         async with bench_database() as dsn:
             count, elapsed, lat, errors = await run_checkout(dsn, workers)
         rates[workers] = count / elapsed
+        stage.measures |= {f"x{workers} payments/s": rates[workers], f"x{workers} p50 ms": lat.p50_ms,
+                           f"x{workers} p99 ms": lat.p99_ms, f"x{workers} not Succeeded": errors}
         print(f"  checkout x{workers}: {rates[workers]:8.1f} payments/s  p50 {lat.p50_ms:6.1f} ms  "
               f"p99 {lat.p99_ms:6.1f} ms  ({count} payments, {errors} not Succeeded)")
     async with bench_database() as dsn:
         baseline = await run_pgbench(dsn)
     if baseline is None:
         print("  baseline: pgbench not found; no ratio")
-        return
+        return stage
     tps, avg_ms = baseline
+    stage.measures |= {"baseline checkout-SQL/s": tps, "baseline avg ms": avg_ms}
     print(f"  baseline: {tps:8.1f} checkouts/s of SQL via pgbench (avg {avg_ms:.1f} ms), same clients")
     for workers, rate in rates.items():
+        stage.ratios.append(Ratio(f"x{workers} worker(s) ÷ pgbench", rate / tps, TARGET))
         print(f"  ratio x{workers}: {rate / tps:8.3f}  (checkout payments/s ÷ pgbench checkout-SQL/s)")
+    return stage
+
+
+def main() -> Stage:
+    return asyncio.run(run())
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

@@ -26,6 +26,7 @@ import httpx
 import orjson
 
 from bench.common import bench_database, paycore_process, seed_provider_account, service
+from bench.results import Ratio, Stage
 from harness.servers import free_port, wait_http
 
 ATTEMPTS = int(os.environ.get("PAYCORE_BENCH_ATTEMPTS", "10000"))
@@ -128,8 +129,13 @@ async def baseline(http: httpx.AsyncClient) -> float:
     return ATTEMPTS / (time.perf_counter() - started)
 
 
-async def main() -> None:
-    print(f"recovery bench: {ATTEMPTS} due Unknown attempts whose payments exist, concurrency {CONCURRENCY}")
+TARGET_ONE, TARGET_SCALE = 0.5, 1.7  # issue 15: of bare lookups; two instances over one
+
+
+async def run() -> Stage:
+    workload = f"{ATTEMPTS} due Unknown attempts whose payments exist, concurrency {CONCURRENCY}"
+    print(f"recovery bench: {workload}")
+    stage = Stage("recovery", workload)
     port = free_port()
     with sandbox_config() as config:
         with service("sandbox", port, {"PAYCORE_SANDBOX_CONFIG": str(config)}):
@@ -144,12 +150,23 @@ async def main() -> None:
                 async with bench_database() as dsn:
                     elapsed = await sweep(dsn, url, instances)
                 rates[instances] = ATTEMPTS / elapsed
+                stage.measures[f"{instances} instance(s) resolved/s"] = rates[instances]
                 print(f"  {instances} instance(s): {rates[instances]:8.1f} attempts resolved/s"
                       f"  ({elapsed:.1f} s, process start-up included)")
+    stage.measures["baseline lookups/s"] = lookups_per_s
     print(f"  baseline : {lookups_per_s:8.1f} bare httpx reference lookups/s against the same sandbox")
     for instances, rate in rates.items():
+        stage.ratios.append(Ratio(f"{instances} instance(s) ÷ bare lookups", rate / lookups_per_s,
+                                  TARGET_ONE if instances == 1 else None))
         print(f"  ratio {instances}: {rate / lookups_per_s:8.3f}  (resolved/s ÷ bare lookups/s)")
+    stage.ratios.append(Ratio("2 instances ÷ 1", rates[2] / rates[1], TARGET_SCALE))
+    print(f"  scale-out: {rates[2] / rates[1]:8.3f}  (2 instances ÷ 1)")
+    return stage
+
+
+def main() -> Stage:
+    return asyncio.run(run())
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

@@ -28,6 +28,7 @@ import orjson
 from aiokafka import TopicPartition
 
 from bench.common import bench_database
+from bench.results import Ratio, Stage
 from paycore import contracts, kafka
 from paycore.clock import SystemClock
 from paycore.db import create_pool
@@ -52,7 +53,7 @@ def broker() -> Iterator[tuple[str, bool]]:
         yield b.bootstrap, True
 
 
-def workload() -> list[tuple[str, str, str, dict[str, object]]]:
+def workload_rows() -> list[tuple[str, str, str, dict[str, object]]]:
     keys = [f"attempt:{uuid.uuid4()}" for _ in range(ATTEMPTS)]
     rows = []
     for i in range(ROWS):
@@ -156,9 +157,14 @@ async def run_baseline(ks: KafkaSettings, rows: list[tuple[str, str, str, dict[s
         await producer.stop()
 
 
-async def main() -> None:
-    print(f"relay bench: {ROWS} rows over {ATTEMPTS} attempts, batch {BATCH}")
-    rows = workload()
+TARGET = 0.5  # issue 15: one relay, of the bare producer
+
+
+async def run() -> Stage:
+    workload = f"{ROWS} rows over {ATTEMPTS} attempts, batch {BATCH}"
+    print(f"relay bench: {workload}")
+    stage = Stage("relay", workload)
+    rows = workload_rows()
     with broker() as (bootstrap, local):
         base = KafkaSettings(bootstrap=bootstrap, idempotent=not local, effects_partitions=12,
                              alerts_partitions=3)
@@ -166,6 +172,7 @@ async def main() -> None:
         ks = base.with_topics(f"bench.baseline.{run_id}", f"bench.alerts.{run_id}")
         await kafka.ensure_topics(ks)
         baseline = ROWS / await run_baseline(ks, rows)
+        stage.measures["baseline records/s"] = baseline
         print(f"  baseline : {baseline:9.0f} records/s  bare aiokafka producer, acks=all, all in flight")
         for relays in (1, 3):
             ks = base.with_topics(f"bench.effects.{uuid.uuid4().hex[:6]}", ks.alerts_topic)
@@ -173,9 +180,19 @@ async def main() -> None:
             async with bench_database() as dsn:
                 await seed(dsn, rows)
                 rate = ROWS / await run_relays(ks, dsn, relays)
+            order = await check_order(ks, ROWS)
+            stage.measures[f"{relays} relay(s) rows/s"] = rate
+            stage.details[f"{relays} relay(s) order check"] = order
+            stage.ratios.append(Ratio(f"{relays} relay(s) ÷ bare producer", rate / baseline,
+                                      TARGET if relays == 1 else None))
             print(f"  {relays} relay{'s' if relays > 1 else ' '} : {rate:9.0f} rows/s published and marked"
-                  f"   ratio {rate / baseline:6.3f} of baseline   {await check_order(ks, ROWS)}")
+                  f"   ratio {rate / baseline:6.3f} of baseline   {order}")
+    return stage
+
+
+def main() -> Stage:
+    return asyncio.run(run())
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

@@ -33,6 +33,7 @@ from bench.common import (
     seed_provider_account,
     service,
 )
+from bench.results import Ratio, Stage
 from harness.servers import free_port, wait_http
 from paycore.webhook_signatures import signed_headers
 from paycore_sandbox.settings import SandboxSettings
@@ -172,23 +173,37 @@ async def run_pgbench(dsn: str) -> tuple[float, float] | None:
                          seconds=SECONDS, extra=["-M", "prepared", "-D", f"account={ACCOUNT}"])
 
 
-async def main() -> None:
-    print(f"webhook intake bench: {CLIENTS} senders x {SECONDS:.0f} s, 50 % duplicates, one intake process")
+TARGET = 0.5  # issue 15: of pgbench running the intake's own statements
+
+
+async def run() -> Stage:
+    workload = f"{CLIENTS} senders x {SECONDS:.0f} s, 50 % duplicates, one intake process"
+    print(f"webhook intake bench: {workload}")
+    stage = Stage("webhooks", workload)
     async with bench_database() as dsn:
         count, elapsed, lat, results = await run_intake(dsn)
     rate = count / elapsed
+    stage.measures |= {"intake deliveries/s": rate, "intake p50 ms": lat.p50_ms, "intake p99 ms": lat.p99_ms}
+    stage.details["results"] = results
     print(f"  intake  : {rate:8.1f} deliveries/s  p50 {lat.p50_ms:6.1f} ms  p99 {lat.p99_ms:6.1f} ms"
           f"  ({count} deliveries: {results})")
     async with bench_database() as dsn:
         baseline = await run_pgbench(dsn)
     if baseline is None:
         print("  baseline: pgbench not found; no ratio")
-        return
+        return stage
     tps, avg_ms = baseline
+    stage.measures |= {"baseline intake-SQL deliveries/s": tps, "baseline avg ms": avg_ms}
+    stage.ratios.append(Ratio("intake ÷ pgbench of its SQL", rate / tps, TARGET))
     print(f"  baseline: {tps:8.1f} deliveries/s of the intake's SQL via pgbench (avg {avg_ms:.2f} ms),"
           " same clients, same mix")
     print(f"  ratio   : {rate / tps:8.3f}  (intake deliveries/s ÷ pgbench intake-SQL deliveries/s)")
+    return stage
+
+
+def main() -> Stage:
+    return uvloop.run(run())  # the senders share the cores with the intake: the lighter loop
 
 
 if __name__ == "__main__":
-    uvloop.run(main())  # the senders share the cores with the intake: the lighter loop
+    main()
