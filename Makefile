@@ -23,7 +23,7 @@ CHROMIUM := /usr/bin/chromium
 # scraping a running stack): Debian's `prometheus` package ships both.
 PROMTOOL := /usr/bin/promtool
 
-.PHONY: help venv run test test-fast lint typecheck check docs screenshots bench chaos mutate lock clean
+.PHONY: help venv run test test-durations test-fast lint typecheck check docs screenshots bench chaos mutate lock clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -66,10 +66,14 @@ run: $(STAMP)  ## start the whole system on embedded defaults (Ctrl-C stops it)
 test: $(STAMP) $(KUSTOMIZE) $(CHROMIUM) $(PROMTOOL)  ## lint, type-check and run every test against real PostgreSQL and the sandbox
 	$(BIN)/ruff check libs services cli devstack harness tests bench tools
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-fast: $(STAMP) $(KUSTOMIZE) $(CHROMIUM) $(PROMTOOL)  ## run the tests only
 	$(BIN)/python -m pytest -x -q $(PYTEST_ARGS)
+
+test-durations: $(STAMP) $(KUSTOMIZE) $(CHROMIUM) $(PROMTOOL)  ## run the suite and rewrite tests/file_durations.json (make test runs the longest files first)
+	PAYCORE_TEST_DURATIONS_OUT=tests/file_durations.json \
+		$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff
 	$(BIN)/ruff check libs services cli devstack harness tests bench tools

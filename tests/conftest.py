@@ -19,10 +19,19 @@ from harness import postgres
 from harness.servers import free_port
 from paycore.clock import FakeClock
 from paycore.db import create_pool
+from tests.support import scheduling
 from tests.support.recovery import RecoveryStack, running_recovery_stack
 from tests.support.stack import Stack, running_stack
 from tests.support.up import postmaster_pid
 from tests.support.webhooks import WebhookStack, running_webhook_stack
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    scheduling.configure(config)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    scheduling.longest_first(items)
 
 
 @pytest.fixture
