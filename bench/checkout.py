@@ -18,11 +18,13 @@ import os
 import time
 
 import asyncpg
-import httpx
 import jwt
+import orjson
+import uvloop
 
 from bench.common import (
     Latencies,
+    RawHTTP,
     bench_database,
     pgbench,
     repo_root,
@@ -58,34 +60,67 @@ async def run_checkout(dsn: str, workers: int) -> tuple[int, float, Latencies, i
     await conn.execute(SEED_ORDERS, ORDERS, "cus_bench")
     await conn.close()
     token = jwt.encode({"sub": "cus_bench", "exp": int(time.time()) + 3600}, JWT_SECRET, algorithm="HS256")
-    headers = {"Authorization": f"Bearer {token}"}
+    headers = {"Authorization": f"Bearer {token}", "content-type": "application/json"}
     next_order = iter(range(1, ORDERS + 1))
     samples: list[float] = []
     errors = 0
 
     with service("sandbox", sandbox_port, env), \
             service("checkout", checkout_port, env, workers=workers):
-        base = f"http://127.0.0.1:{checkout_port}"
         await wait_http(f"http://127.0.0.1:{sandbox_port}/_sandbox/payments")
-        await wait_http(f"{base}/healthz")
-        limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
-        async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=60) as http:
-            stop_at = time.perf_counter() + SECONDS
+        await wait_http(f"http://127.0.0.1:{checkout_port}/healthz")
+        stop_at = time.perf_counter() + SECONDS
+        body = orjson.dumps({"payment_method": "tok_visa"})
 
-            async def client() -> None:
-                nonlocal errors
+        async def client() -> None:
+            nonlocal errors
+            async with RawHTTP(checkout_port, headers) as connection:
                 while time.perf_counter() < stop_at:
                     order = f"bench-{next(next_order)}"
                     t0 = time.perf_counter()
-                    r = await http.post(f"/orders/{order}/payment", json={"payment_method": "tok_visa"})
+                    status, answer = await connection.request("POST", f"/orders/{order}/payment", body)
                     samples.append(time.perf_counter() - t0)
-                    if r.status_code != 200 or r.json()["state"] != "Succeeded":
+                    if status != 200 or orjson.loads(answer)["state"] != "Succeeded":
                         errors += 1
 
-            started = time.perf_counter()
-            await asyncio.gather(*(client() for _ in range(CLIENTS)))
-            elapsed = time.perf_counter() - started
+        started = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(CLIENTS)))
+        elapsed = time.perf_counter() - started
     return len(samples), elapsed, Latencies(samples), errors
+
+
+async def run_sandbox_alone() -> tuple[float, Latencies]:
+    """The provider side's own ceiling: the same payments sent straight to one sandbox process.
+
+    Every checkout payment is one of these plus paycore's work, on the same cores, so
+    checkout can never pass this rate; read the pgbench ratio beside it.
+    """
+    port = free_port()
+    headers = {"Authorization": "Bearer sk_test_acct_store_local", "Cardco-Account": "acct_store",
+               "Cardco-Version": "2026-11-01", "content-type": "application/json"}
+    samples: list[float] = []
+    with service("sandbox", port, {}):
+        await wait_http(f"http://127.0.0.1:{port}/_sandbox/payments")
+        stop_at = time.perf_counter() + SECONDS / 3
+        counter = iter(range(10**9))
+
+        async def client() -> None:
+            async with RawHTTP(port, headers) as connection:
+                while time.perf_counter() < stop_at:
+                    n = next(counter)
+                    body = orjson.dumps({"amount": 4999, "currency": "EUR", "payment_method": "tok_visa",
+                                         "reference": f"alone-{n}"})
+                    t0 = time.perf_counter()
+                    status, _ = await connection.request("POST", "/v1/payments", body,
+                                                         {"Idempotency-Key": f'"alone-{n}"'})
+                    samples.append(time.perf_counter() - t0)
+                    if status not in (200, 201):
+                        raise RuntimeError(f"the sandbox answered {status}")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(CLIENTS)))
+        elapsed = time.perf_counter() - started
+    return len(samples) / elapsed, Latencies(samples)
 
 
 async def run_pgbench(dsn: str) -> tuple[float, float] | None:
@@ -116,6 +151,10 @@ async def run() -> Stage:
                            f"x{workers} p99 ms": lat.p99_ms, f"x{workers} not Succeeded": errors}
         print(f"  checkout x{workers}: {rates[workers]:8.1f} payments/s  p50 {lat.p50_ms:6.1f} ms  "
               f"p99 {lat.p99_ms:6.1f} ms  ({count} payments, {errors} not Succeeded)")
+    alone, alone_lat = await run_sandbox_alone()
+    stage.measures |= {"sandbox alone payments/s": alone, "sandbox alone p50 ms": alone_lat.p50_ms}
+    print(f"  sandbox alone: {alone:8.1f} payments/s  p50 {alone_lat.p50_ms:6.1f} ms  (the provider's own "
+          f"ceiling on these cores; checkout ÷ it: x1 {rates[WORKERS[0]] / alone:.2f})")
     async with bench_database() as dsn:
         baseline = await run_pgbench(dsn)
     if baseline is None:
@@ -131,7 +170,7 @@ async def run() -> Stage:
 
 
 def main() -> Stage:
-    return asyncio.run(run())
+    return uvloop.run(run())  # the clients share the cores with checkout: the lighter loop
 
 
 if __name__ == "__main__":

@@ -57,6 +57,53 @@ def paycore_process(args: list[str], env: dict[str, str]) -> Iterator[subprocess
             proc.kill()
 
 
+class RawHTTP:
+    """One keep-alive HTTP/1.1 connection, requests written by hand.
+
+    The load generator shares the cores with what it measures, and a general client
+    (httpx) costs about as much CPU per request as the service's own provider call; the
+    baselines (pgbench) are C. This is the least a client can do: write the request,
+    read the status line, headers and a Content-Length body (all paycore's services send).
+    """
+
+    def __init__(self, port: int, headers: Mapping[str, str] | None = None) -> None:
+        self.port = port
+        self.head = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def __aenter__(self) -> RawHTTP:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+    async def request(self, method: str, path: str, body: bytes = b"",
+                      headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
+        assert self.reader is not None and self.writer is not None, "use as an async context manager"
+        self.writer.write(request_bytes(self.port, method, path, body, self.head, headers))
+        return await read_response(self.reader)
+
+
+def request_bytes(port: int, method: str, path: str, body: bytes, head: str = "",
+                  headers: Mapping[str, str] | None = None) -> bytes:
+    more = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+    return (f"{method} {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
+            f"content-length: {len(body)}\r\n{head}{more}\r\n").encode() + body
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """(status, body) of one HTTP/1.1 response with a Content-Length."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    length = next(int(line.split(":", 1)[1]) for line in lines[1:]
+                  if line.lower().startswith("content-length:"))
+    return status, await reader.readexactly(length)
+
+
 @dataclass(frozen=True)
 class Latencies:
     samples: list[float]

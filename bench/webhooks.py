@@ -27,6 +27,7 @@ import uvloop
 
 from bench.common import (
     Latencies,
+    RawHTTP,
     bench_database,
     pgbench,
     repo_root,
@@ -93,22 +94,6 @@ def delivery_order(events: int) -> list[int]:
     return order
 
 
-def request_bytes(port: int, body: bytes, headers: dict[str, str]) -> bytes:
-    head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
-    return (f"POST /webhooks/cardco HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
-            f"content-length: {len(body)}\r\n{head}\r\n").encode() + body
-
-
-async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    """(status, body) of one HTTP/1.1 response with a Content-Length (all the intake sends)."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    length = next(int(line.split(":", 1)[1]) for line in lines[1:]
-                  if line.lower().startswith("content-length:"))
-    return status, await reader.readexactly(length)
-
-
 async def run_intake(dsn: str) -> tuple[int, float, Latencies, dict[str, int]]:
     await seed(dsn, EVENTS)
     port = free_port()
@@ -134,8 +119,7 @@ async def run_intake(dsn: str) -> tuple[int, float, Latencies, dict[str, int]]:
         async def sender() -> None:
             # One keep-alive connection per sender, HTTP/1.1 written by hand: a general client
             # (httpx) costs more CPU per request than the intake, on the same cores.
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            try:
+            async with RawHTTP(port) as connection:
                 while time.perf_counter() < stop_at:
                     n = next(queue, None)
                     if n is None:
@@ -145,13 +129,10 @@ async def run_intake(dsn: str) -> tuple[int, float, Latencies, dict[str, int]]:
                     body = event_body(n)
                     headers = signed_headers(secret, f"evt_bench_{n}", int(time.time()) + copy, body)
                     t0 = time.perf_counter()
-                    writer.write(request_bytes(port, body, headers))
-                    status, answer = await read_response(reader)
+                    status, answer = await connection.request("POST", "/webhooks/cardco", body, headers)
                     samples.append(time.perf_counter() - t0)
                     label = str(orjson.loads(answer).get("result", status)) if status == 200 else str(status)
                     results[label] = results.get(label, 0) + 1
-            finally:
-                writer.close()
 
         started = time.perf_counter()
         await asyncio.gather(*(sender() for _ in range(CLIENTS)))
