@@ -39,11 +39,12 @@ def test_a_run_writes_its_dated_json_and_both_charts(tmp_path: Path) -> None:
         assert data.startswith(PNG) and len(data) > 10_000  # a drawn picture, not an empty canvas
 
 
-def test_no_growth_stage_means_no_growth_chart_and_a_second_run_replaces_the_days_file(tmp_path: Path) -> None:
+def test_without_growth_no_growth_chart_and_a_second_run_replaces_the_days_file(tmp_path: Path) -> None:
     when = datetime(2026, 12, 1, 19, 0, tzinfo=UTC)
     results.write(stages()[:1], directory=tmp_path, now=when)
     results.write(stages()[1:2], directory=tmp_path, now=when.replace(hour=20))
 
     assert not (tmp_path / "growth.png").exists()
     assert [p.name for p in tmp_path.glob("*.json")] == ["2026-12-01.json"]
-    assert [s["name"] for s in orjson.loads((tmp_path / "2026-12-01.json").read_bytes())["stages"]] == ["relay"]
+    document = orjson.loads((tmp_path / "2026-12-01.json").read_bytes())
+    assert [s["name"] for s in document["stages"]] == ["relay"]
