@@ -82,7 +82,7 @@ test-durations: $(STAMP) $(KUSTOMIZE) $(CHROMIUM) $(PROMTOOL)  ## run the suite 
 lint: $(STAMP)  ## ruff
 	$(BIN)/ruff check libs services cli devstack harness tests bench tools
 
-typecheck: $(STAMP)  ## mypy --strict on libs/paycore, every service, cli/, devstack/ and harness/
+typecheck: $(STAMP)  ## mypy --strict on libs/paycore, every service, cli/, devstack/, harness/, tools/ and bench/
 	$(BIN)/mypy
 
 docs: $(STAMP)  ## regenerate the configuration tables of the docs from the settings' declarations
