@@ -131,6 +131,7 @@ class ConsumerStats:
     skipped: int = 0
     retries: int = 0
     commits: int = 0
+    commit_failures: int = 0  # refused by a rebalance; see InboxConsumer._commit_or_carry_on
 
 
 @dataclass
@@ -199,7 +200,7 @@ class InboxConsumer:
                             break
                         if not await self._handle_with_retry(consumer, tp, record, stop):
                             break  # stopping, or the partition was revoked meanwhile
-                await self.commit()
+                await self._commit_or_carry_on()
             # A clean stop hands over what was processed; a crash (an exception
             # out of this loop) commits nothing more, like a killed process.
             with contextlib.suppress(KafkaError, CommitFailedError):
@@ -220,6 +221,22 @@ class InboxConsumer:
         await consumer.commit(offsets)
         self._committed.update(offsets)
         self.stats.commits += 1
+
+    async def _commit_or_carry_on(self) -> None:
+        """Commit after a batch; a commit refused by a rebalance in progress is not fatal.
+
+        The group coordinator refuses a commit while the group rebalances or after it has
+        dropped this member (a missed session on a loaded host: ``UnknownMemberIdError``,
+        surfaced as ``CommitFailedError``). The offsets stay uncommitted here and go with the
+        next commit, or, if the partition moves, its next owner redelivers them and the inbox
+        deduplicates; the loop rejoins on its next poll instead of the worker crashing.
+        """
+        try:
+            await self.commit()
+        except (KafkaError, CommitFailedError) as exc:
+            self.stats.commit_failures += 1
+            log.warning("%s: commit refused (%s: %s); rejoining, the offsets go with a later commit "
+                        "or are redelivered and deduplicated", self.group_id, type(exc).__name__, exc)
 
     async def _handle_with_retry(
         self, consumer: AIOKafkaConsumer, tp: TopicPartition, record: Any, stop: asyncio.Event
