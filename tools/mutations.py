@@ -39,6 +39,7 @@ HANDLER = "services/webhooks/paycore_webhooks/handler.py"
 INTAKE = "services/webhooks/paycore_webhooks/app.py"
 RELAY = "services/dispatcher/paycore_dispatcher/relay.py"
 CONSUMER = "libs/paycore/paycore/consumer.py"
+CONFIG = "libs/paycore/paycore/config.py"
 ACCOUNTS = "libs/paycore/paycore/accounts.py"
 EVIDENCE_RULES = "libs/paycore/paycore/evidence.py"
 EVENTS = "libs/paycore/paycore/providers/cardco/events.py"
@@ -61,6 +62,7 @@ REC_ESCALATIONS = "tests/matrix/test_recovery_escalations.py"
 REC_SEARCH_LAG = "tests/matrix/test_recovery_search_lag.py"
 INTENT = "tests/matrix/test_send_intent.py"
 NOTE = "tests/matrix/test_notification_matrix.py"
+INBOX_RETENTION = "tests/dispatcher/test_inbox_retention.py"
 CLIENT = "tests/unit/test_cardco_client.py"
 CHECKOUT = "tests/matrix/test_checkout_matrix.py"
 OUTBOX = "tests/dispatcher/test_outbox_matrix.py"
@@ -925,5 +927,19 @@ MUTATIONS: tuple[Mutation, ...] = (
         '',
         t(WEB_SIGN_IN, "test_the_sign_in_form_needs_its_own_token_and_next_stays_on_this_site"),
         "after sign-in, never redirect off the site",
+    ),
+    Mutation(
+        'inbox-outlives-the-topic', CONFIG,
+        "    if inbox_retention <= kafka_retention:",
+        "    if inbox_retention < kafka_retention:",
+        t(INBOX_RETENTION, "test_a_horizon_not_above_the_topics_retention_is_refused"),
+        "an inbox row outlives every record that could still be redelivered",
+    ),
+    Mutation(
+        'inbox-purge-horizon', CONSUMER,
+        "    cutoff = now - older_than\n    deleted = 0\n",
+        "    cutoff = now\n    deleted = 0\n",
+        t(INBOX_RETENTION, "test_rows_past_the_horizon_go_in_batches_and_recent_ones_stay"),
+        "inbox retention deletes only rows past the horizon",
     ),
 )

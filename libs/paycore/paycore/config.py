@@ -164,6 +164,10 @@ OUTBOX_BACKOFF_MAX = DISPATCHER.declare(
 OUTBOX_RETENTION = DISPATCHER.declare(
     "PAYCORE_OUTBOX_RETENTION_S", Number("seconds", maximum=None), 30 * 86_400.0,
     "`paycore outbox purge` deletes rows dispatched longer ago (the replay horizon)")
+CONSUMER_INBOX_RETENTION = DISPATCHER.declare(
+    "PAYCORE_CONSUMER_INBOX_RETENTION_S", Number("seconds", maximum=None), 14 * 86_400.0,
+    "the dispatcher's hourly retention deletes consumer inbox rows processed longer ago; "
+    "above PAYCORE_KAFKA_RETENTION_S, since a record still in its topic can be redelivered")
 
 ALERTS = Group("`paycore run alerts`: operator-alert delivery (docs/dispatcher.md)")
 ALERT_WEBHOOK_URL = ALERTS.declare(
@@ -254,6 +258,7 @@ class Settings:
     outbox_backoff_base_s: float = OUTBOX_BACKOFF_BASE.default
     outbox_backoff_max_s: float = OUTBOX_BACKOFF_MAX.default
     outbox_retention_s: float = OUTBOX_RETENTION.default  # the replay horizon for dispatched rows
+    consumer_inbox_retention_s: float = CONSUMER_INBOX_RETENTION.default  # outlives the topics' retention
     alert_webhook_url: str | None = None
     alert_format: str = ALERT_FORMAT.default  # or "pagerduty"
     pagerduty_routing_key: Secret | None = None
@@ -363,6 +368,13 @@ def _dispatcher_settings(env: Mapping[str, str]) -> dict[str, Any]:
     ceiling = OUTBOX_BACKOFF_MAX.read(env)
     if ceiling < base:
         raise ConfigError(OUTBOX_BACKOFF_MAX.name, "must not be below PAYCORE_OUTBOX_BACKOFF_BASE_S")
+    kafka_retention = KAFKA_RETENTION.read(env)
+    inbox_retention = CONSUMER_INBOX_RETENTION.read(env)
+    if inbox_retention <= kafka_retention:  # a redelivered record would find no inbox row: a repeated effect
+        raise ConfigError(CONSUMER_INBOX_RETENTION.name,
+                          f"is {inbox_retention:.0f} s, not above PAYCORE_KAFKA_RETENTION_S "
+                          f"({kafka_retention:.0f} s): a record still in its topic could be redelivered "
+                          "after its inbox row is gone and its effect repeated")
     return {
         "kafka_idempotent": KAFKA_IDEMPOTENT.get(env),
         "kafka_effects_topic": KAFKA_EFFECTS_TOPIC.read(env),
@@ -372,13 +384,14 @@ def _dispatcher_settings(env: Mapping[str, str]) -> dict[str, Any]:
         "kafka_max_request_size": KAFKA_MAX_REQUEST_SIZE.read(env),
         "kafka_replication_factor": replication,
         "kafka_min_insync_replicas": min_insync,
-        "kafka_retention_s": KAFKA_RETENTION.read(env),
+        "kafka_retention_s": kafka_retention,
         "outbox_batch_size": OUTBOX_BATCH_SIZE.read(env),
         "outbox_max_delivery_attempts": OUTBOX_MAX_DELIVERY_ATTEMPTS.read(env),
         "outbox_send_timeout_s": OUTBOX_SEND_TIMEOUT.read(env),
         "outbox_backoff_base_s": base,
         "outbox_backoff_max_s": ceiling,
         "outbox_retention_s": OUTBOX_RETENTION.read(env),
+        "consumer_inbox_retention_s": inbox_retention,
         "alert_webhook_url": alert_url,
         "alert_format": alert_format,
         "pagerduty_routing_key": routing_key,

@@ -40,7 +40,7 @@ import random
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -310,6 +310,40 @@ class InboxConsumer:
         self.stats.skipped += 1
         log.error("%s: message %s (%s) breaks its contract; skipped and escalated: %s",
                   self.group_id, where, message.kind, "; ".join(problems))
+
+
+# Rows locked by a consumer's transaction in flight are left for the next run (SKIP LOCKED).
+PURGE_INBOX = """
+WITH doomed AS (
+    SELECT consumer_group, dedup_key FROM consumer_inbox
+    WHERE processed_at < $1
+    ORDER BY processed_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM consumer_inbox i USING doomed d
+WHERE i.consumer_group = d.consumer_group AND i.dedup_key = d.dedup_key
+"""
+
+
+async def purge_inbox(pool: asyncpg.Pool, *, now: datetime, older_than: timedelta,
+                      batch_size: int = 5_000) -> int:
+    """Delete inbox rows processed before ``now - older_than``, in batches; the number deleted.
+
+    An inbox row only has to outlive the chance of its record being delivered again, which
+    ends with the topic's retention (``PAYCORE_KAFKA_RETENTION_S``); the settings refuse a
+    horizon that is not longer. An outbox replay re-publishes under the same ``dedup_key``
+    only while the outbox row exists (``PAYCORE_OUTBOX_RETENTION_S``), so keep the horizon
+    above that too when replays are used.
+    """
+    cutoff = now - older_than
+    deleted = 0
+    while True:
+        status = await pool.execute(PURGE_INBOX, cutoff, batch_size)
+        count = int(status.split()[-1])
+        deleted += count
+        if count < batch_size:
+            return deleted
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]

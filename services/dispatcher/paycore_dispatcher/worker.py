@@ -19,7 +19,7 @@ from datetime import timedelta
 
 import asyncpg
 
-from paycore import kafka, outbox_admin
+from paycore import consumer, kafka, outbox_admin
 from paycore.clock import Clock, SystemClock
 from paycore.config import Settings
 from paycore.db import DATABASE_ERRORS, create_pool
@@ -107,6 +107,11 @@ async def run_dispatcher(
                     if r.deleted:
                         log.info("retention: deleted %d dispatched rows, kept %d dedup keys",
                                  r.deleted, r.archived)
+                    inbox = await consumer.purge_inbox(
+                        p, now=clock.now(), older_than=timedelta(seconds=settings.consumer_inbox_retention_s))
+                    if inbox:
+                        log.info("retention: deleted %d consumer inbox rows processed before the horizon",
+                                 inbox)
 
                 tasks.append(asyncio.create_task(_every(retention_every_s, stop, "retention", purge)))
             log.info("dispatcher running: %d relay(s), topics %s and %s, idempotent producer %s",
