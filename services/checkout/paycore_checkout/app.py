@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from paycore.accounts import register_provider_accounts
 from paycore.clock import Clock, SystemClock
 from paycore.config import Settings, load_settings
-from paycore.db import create_pool
+from paycore.db import DATABASE_ERRORS, create_pool
 from paycore.http.openapi import openapi_route
 from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware
 from paycore.http.problems import (
@@ -36,6 +36,7 @@ from paycore.http.request_metrics import instrument
 from paycore.providers.base import PaymentCalls
 from paycore.providers.registry import for_accounts
 from paycore.tracing import instrument_app
+from paycore_checkout import inbound_idempotency
 from paycore_checkout.auth import Authenticator
 from paycore_checkout.openapi import document
 from paycore_checkout.payments import CheckoutMetrics, CheckoutPayments
@@ -95,13 +96,32 @@ class RequestMetrics:
             self.counter.labels(scope["method"], path, str(status)).inc()
 
 
+SWEEP_EVERY_S = 3600.0
+
+
+async def _sweep_idempotency_records(pool: asyncpg.Pool, clock: Clock, every_s: float,
+                                     stop: asyncio.Event) -> None:
+    """Every instance sweeps (SKIP LOCKED keeps them apart); a failed sweep waits for the next."""
+    while not stop.is_set():
+        try:
+            deleted = await inbound_idempotency.sweep_expired(pool, now=clock.now())
+            if deleted:
+                log.info("deleted %d expired Idempotency-Key records", deleted)
+        except DATABASE_ERRORS as exc:
+            log.warning("Idempotency-Key sweep failed: %s; trying again in %.0f s", exc, every_s)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every_s)
+
+
 def create_app(
     settings: Settings,
     *,
     clock: Clock | None = None,
     pool: asyncpg.Pool | None = None,
     client: PaymentCalls | None = None,
+    sweep_every_s: float | None = SWEEP_EVERY_S,
 ) -> Starlette:
+    """``sweep_every_s``: how often expired ``Idempotency-Key`` records are deleted (None: never)."""
     clock = clock or SystemClock()
     registry = CollectorRegistry()
     requests_total = Counter("paycore_checkout_requests", "HTTP requests by route and status",
@@ -132,10 +152,16 @@ def create_app(
         )
         outage.start(db)
         app.state.services = services
+        stop_sweeping = asyncio.Event()
+        sweeping = (asyncio.create_task(_sweep_idempotency_records(db, clock, sweep_every_s, stop_sweeping))
+                    if sweep_every_s is not None else None)
         log.info("checkout ready: provider account %s", settings.default_account.provider_account)
         try:
             yield
         finally:
+            stop_sweeping.set()
+            if sweeping is not None:
+                await sweeping
             await services.drain(settings.budgets.call_s + settings.budgets.record_s)
             await outage.aclose()
             if own_client:

@@ -125,3 +125,29 @@ async def complete(pool: asyncpg.Pool, scope: KeyScope, response: StoredResponse
 async def release(pool: asyncpg.Pool, scope: KeyScope, *, claimed_at: datetime) -> None:
     """Forget this request's claim (made at ``claimed_at``): it ended without a storable answer."""
     await pool.execute(RELEASE, scope.key, scope.endpoint, scope.customer_id, claimed_at)
+
+
+# A record past its expiry answers nobody any more (``claim`` would delete it on the key's next
+# request); the sweep removes the rest, a batch at a time, skipping rows a request holds.
+SWEEP_EXPIRED = """
+WITH expired AS (
+    SELECT idempotency_key, endpoint, customer_id FROM idempotency_records
+    WHERE expires_at <= $1
+    ORDER BY expires_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM idempotency_records r USING expired e
+WHERE r.idempotency_key = e.idempotency_key AND r.endpoint = e.endpoint AND r.customer_id = e.customer_id
+"""
+
+
+async def sweep_expired(pool: asyncpg.Pool, *, now: datetime, batch_size: int = 5_000) -> int:
+    """Delete every record expired at ``now``, in batches; the number deleted."""
+    deleted = 0
+    while True:
+        status = await pool.execute(SWEEP_EXPIRED, now, batch_size)
+        count = int(status.split()[-1])
+        deleted += count
+        if count < batch_size:
+            return deleted
