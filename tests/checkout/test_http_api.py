@@ -188,8 +188,9 @@ async def test_health_readiness_and_metrics(stack: Stack) -> None:
     await stack.shop.pay(order)
     assert (await http.get("/metrics")).status_code == 404  # only on the admin port
     text = stack.metrics_text()
-    assert ('paycore_checkout_requests_total{method="POST",route="/orders/{order_id}/payment",'
-            'status="200"} 1.0') in text
+    assert ('paycore_http_request_duration_seconds_count{method="POST",route="/orders/{order_id}/payment",'
+            'service="checkout",status="200"} 1.0') in text
+    assert "paycore_checkout_requests_total" not in text  # folded into the histogram's _count
     assert "paycore_checkout_attempts_created_total 1.0" in text
     assert 'paycore_checkout_outcomes_total{reason="",state="Succeeded"} 1.0' in text
     assert "paycore_checkout_provider_call_seconds_bucket" in text

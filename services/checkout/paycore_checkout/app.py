@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import asyncpg
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from paycore.accounts import register_provider_accounts
 from paycore.clock import Clock, SystemClock
@@ -69,33 +68,6 @@ class Services:
             await asyncio.wait(self._tasks, timeout=timeout_s)
 
 
-class RequestMetrics:
-    """Counts requests by route template and status (pure ASGI, no body buffering)."""
-
-    def __init__(self, app: ASGIApp, counter: Counter) -> None:
-        self.app = app
-        self.counter = counter
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 500
-
-        async def capture(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, capture)
-        finally:
-            route = scope.get("route")
-            path = getattr(route, "path", "unmatched")
-            self.counter.labels(scope["method"], path, str(status)).inc()
-
-
 SWEEP_EVERY_S = 3600.0
 
 
@@ -124,8 +96,6 @@ def create_app(
     """``sweep_every_s``: how often expired ``Idempotency-Key`` records are deleted (None: never)."""
     clock = clock or SystemClock()
     registry = CollectorRegistry()
-    requests_total = Counter("paycore_checkout_requests", "HTTP requests by route and status",
-                             ["method", "route", "status"], registry=registry)
     metrics = CheckoutMetrics(registry)
     auth = Authenticator(secret=settings.jwt_secret, jwks_url=settings.jwks_url,
                          jwks_refetch_cooldown_s=settings.jwks_refetch_cooldown_s,
@@ -176,7 +146,7 @@ def create_app(
     )
     app.add_middleware(DatabaseOutageMiddleware, outage=outage)
     app.add_middleware(InternalErrorMiddleware, logger=log)  # any other error: one 500, logged once
-    app.add_middleware(RequestMetrics, counter=requests_total)  # outermost: counts the 503s too
+    # Outside the outage and error layers, so their 503s and 500s are counted (the 5xx alert).
     instrument(app, "checkout", registry)  # request durations; the registry the admin port serves
     app.add_middleware(RequestIdMiddleware)  # every answer carries X-Request-Id
     instrument_app(app)  # outermost: server spans around all of it (nothing when tracing is off)
