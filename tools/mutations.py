@@ -937,8 +937,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         'inbox-purge-horizon', CONSUMER,
-        "    cutoff = now - older_than\n    deleted = 0\n",
-        "    cutoff = now\n    deleted = 0\n",
+        "    cutoff = now - older_than\n    return await delete_in_batches(",
+        "    cutoff = now\n    return await delete_in_batches(",
         t(INBOX_RETENTION, "test_rows_past_the_horizon_go_in_batches_and_recent_ones_stay"),
         "inbox retention deletes only rows past the horizon",
     ),

@@ -51,6 +51,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from paycore import contracts, escalations, kafka, pgtext, tracing
 from paycore.clock import Clock
 from paycore.config import REMINDER_INTERVAL
+from paycore.db import delete_in_batches
 from paycore.kafka import KafkaSettings
 from paycore.liveness import SLACK_S, Liveness, beat
 from paycore.logs import bind_log_context
@@ -337,13 +338,7 @@ async def purge_inbox(pool: asyncpg.Pool, *, now: datetime, older_than: timedelt
     above that too when replays are used.
     """
     cutoff = now - older_than
-    deleted = 0
-    while True:
-        status = await pool.execute(PURGE_INBOX, cutoff, batch_size)
-        count = int(status.split()[-1])
-        deleted += count
-        if count < batch_size:
-            return deleted
+    return await delete_in_batches(pool, PURGE_INBOX, cutoff, batch_size=batch_size)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -119,3 +119,18 @@ async def transaction_on(db: asyncpg.Pool | asyncpg.Connection) -> AsyncIterator
     else:
         async with db.transaction():
             yield db
+
+
+async def delete_in_batches(pool: asyncpg.Pool, statement: str, *args: object, batch_size: int) -> int:
+    """Run a retention ``DELETE`` until it deletes fewer than ``batch_size`` rows; the total.
+
+    ``statement`` takes ``args`` and then the batch size as its last parameter (its ``LIMIT``),
+    so each run is one short transaction that never holds a whole table's worth of locks.
+    """
+    deleted = 0
+    while True:
+        status = await pool.execute(statement, *args, batch_size)
+        count = int(status.split()[-1])
+        deleted += count
+        if count < batch_size:
+            return deleted

@@ -24,6 +24,8 @@ from typing import Any
 import asyncpg
 import orjson
 
+from paycore.db import delete_in_batches
+
 DELETE_EXPIRED = """
 DELETE FROM idempotency_records
 WHERE idempotency_key = $1 AND endpoint = $2 AND customer_id = $3
@@ -144,10 +146,4 @@ WHERE r.idempotency_key = e.idempotency_key AND r.endpoint = e.endpoint AND r.cu
 
 async def sweep_expired(pool: asyncpg.Pool, *, now: datetime, batch_size: int = 5_000) -> int:
     """Delete every record expired at ``now``, in batches; the number deleted."""
-    deleted = 0
-    while True:
-        status = await pool.execute(SWEEP_EXPIRED, now, batch_size)
-        count = int(status.split()[-1])
-        deleted += count
-        if count < batch_size:
-            return deleted
+    return await delete_in_batches(pool, SWEEP_EXPIRED, now, batch_size=batch_size)
