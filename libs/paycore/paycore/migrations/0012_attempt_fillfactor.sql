@@ -1,0 +1,17 @@
+-- Issue 15: room on each page of payment_attempts for a claim to be a HOT update.
+--
+-- Recovery's claim (paycore.leases.CLAIM_DUE) writes only the lease columns (recovery_owner,
+-- lease_token, lease_acquired_at, lease_expires_at): none is indexed or named in an index's
+-- predicate, so PostgreSQL can write the new row version as a HOT update -- on the same page,
+-- with no new entry in any of the table's eight indexes -- but only if that page has room.
+-- At the default fillfactor (100) inserts fill every page, so each claimed attempt cost a new
+-- entry in every index, most of them keyed by random values (attempt_id, idempotency_key,
+-- client_reference) whose leaf pages a large table no longer keeps in memory: the growth
+-- bench (bench/growth.py, docs/performance-growth.md) measured the claim's cost climbing with
+-- the table. The other writes of an attempt (mark started, outcome, finish) change indexed
+-- columns and are never HOT; the room also lets their new versions stay on the same page.
+--
+-- A storage parameter only (SHARE UPDATE EXCLUSIVE lock, no rewrite): pages written from now
+-- on keep the room; existing pages keep their density until rewritten (VACUUM FULL or
+-- pg_repack, at an operator's choosing).
+ALTER TABLE payment_attempts SET (fillfactor = 80);
