@@ -6,8 +6,6 @@ grows), on a real migrated database with every constraint in force.
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from datetime import timedelta
 
@@ -126,42 +124,3 @@ async def test_the_invariant_checks_see_broken_data(db_dsn: str) -> None:
         assert broken["every Succeeded attempt has its order confirmation and fulfillment queued"] == 1
     finally:
         await conn.close()
-
-
-async def test_a_claim_writes_no_index_entry(db_dsn: str) -> None:
-    """Migration 0012: attempts' pages keep room, so a claim (lease columns only) is a HOT update.
-
-    At fillfactor 100 the seeded pages are full and every claimed attempt would get a new
-    entry in each of the table's indexes (measured by bench/growth.py; see 0012's comment).
-    """
-    conn, _ = await seeded(db_dsn, 2000)
-    try:
-        due = [r["attempt_id"] for r in await conn.fetch(
-            "SELECT attempt_id FROM payment_attempts WHERE state = 'Unknown' ORDER BY attempt_id LIMIT 12")]
-        now = SystemClock().now()
-        await conn.execute("UPDATE payment_attempts SET next_check_at = $2 WHERE attempt_id = ANY($1)",
-                           due, now - timedelta(seconds=1))
-        await conn.execute("VACUUM payment_attempts")  # that update's old versions gone, as autovacuum would
-        before = await update_counts(conn)
-        claimed = await leases.claim_due(conn, [leases.new_lease("t") for _ in range(50)], now, 90)
-        assert len(claimed) == len(due)
-        updates, hot = await update_counts(conn, before)
-        assert (updates, hot) == (len(due), len(due))
-    finally:
-        await conn.close()
-
-
-UPDATE_COUNTS = "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'payment_attempts'"
-
-
-async def update_counts(conn: asyncpg.Connection, since: tuple[int, int] = (0, 0)) -> tuple[int, int]:
-    """(row updates, HOT updates) of payment_attempts since ``since``, this session's counts flushed."""
-    await conn.execute("SELECT pg_stat_force_next_flush()")
-    deadline = time.monotonic() + 5
-    while True:
-        await conn.execute("SELECT pg_stat_clear_snapshot()")
-        row = await conn.fetchrow(UPDATE_COUNTS)
-        got = (row["n_tup_upd"] - since[0], row["n_tup_hot_upd"] - since[1])
-        if since == (0, 0) or got[0] > 0 or time.monotonic() > deadline:
-            return got if since != (0, 0) else (row["n_tup_upd"], row["n_tup_hot_upd"])
-        await asyncio.sleep(0.05)  # the statistics are flushed asynchronously: poll, with a deadline
