@@ -18,7 +18,8 @@ At each size, for ``PAYCORE_BENCH_GROWTH_SECONDS`` (default 10) each:
 
 And EXPLAIN (ANALYZE, BUFFERS) of the hot statements (:mod:`bench.growth_plans`), bound and
 generic; a Seq Scan on a growing table is reported. ``run()`` returns the structured result;
-``python -m bench.growth`` prints it as a table. The data's invariants are checked after each
+``main()`` (``python -m bench.growth``, or the ``growth`` stage of ``python -m bench``) prints it
+as a table and returns it as a :class:`bench.results.Stage`. The data's invariants are checked after each
 size is seeded (``PAYCORE_BENCH_GROWTH_CHECK=0`` skips that).
 """
 
@@ -40,9 +41,10 @@ import orjson
 
 from bench import growth_plans, growth_seed
 from bench.checkout import JWT_SECRET
-from bench.common import Latencies, bench_database, seed_provider_account, service
+from bench.common import Latencies, RawHTTP, bench_database, seed_provider_account, service
 from bench.relay import broker
-from bench.webhooks import delivery_order, read_response, request_bytes, webhook_secret
+from bench.results import Ratio, Stage
+from bench.webhooks import delivery_order, webhook_secret
 from harness.servers import free_port, wait_http
 from paycore import contracts, kafka, leases
 from paycore.clock import SystemClock
@@ -232,23 +234,19 @@ async def measure_intake(conn: asyncpg.Connection, env: dict[str, str], size: in
         stop_at = time.perf_counter() + SECONDS
 
         async def sender() -> None:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            try:
+            async with RawHTTP(port) as connection:  # keep-alive, HTTP/1.1 by hand (as bench/webhooks.py)
                 while time.perf_counter() < stop_at:
                     n = next(queue, None)
                     if n is None:
                         return
-                    copy = copies[n] = copies.get(n, -1) + 1
+                    copy = copies[n] = copies.get(n, -1) + 1  # a redelivery is signed afresh
                     body = event_body(prefix, n)
                     headers = signed_headers(secret, f"evt_{prefix}{n}", int(time.time()) + copy, body)
                     t0 = time.perf_counter()
-                    writer.write(request_bytes(port, body, headers))
-                    status, answer = await read_response(reader)
+                    status, answer = await connection.request("POST", "/webhooks/cardco", body, headers)
                     samples.append(time.perf_counter() - t0)
                     label = str(orjson.loads(answer).get("result", status)) if status == 200 else str(status)
                     results[label] = results.get(label, 0) + 1
-            finally:
-                writer.close()
 
         started = time.perf_counter()
         await asyncio.gather(*(sender() for _ in range(CLIENTS)))
@@ -470,12 +468,41 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-async def main() -> None:
+# The per-size measures the runner charts (bench.charts.growth): "/s" rates, "ms" latencies.
+CHARTED = {"checkout_per_s": "checkout payments/s", "intake_per_s": "intake deliveries/s",
+           "relay_per_s": "relay rows/s", "checkout_p99_ms": "checkout p99 ms",
+           "intake_p99_ms": "intake p99 ms", "claim_p50_ms": "claim p50 ms", "claim_p99_ms": "claim p99 ms"}
+
+
+def stage(result: dict[str, Any]) -> Stage:
+    """The run as the runner's :class:`bench.results.Stage`: charted measures per size, all in details."""
+    sizes = result["sizes"]
+    per_size = {str(size): {label: float(result["per_size"][size][key]) for key, label in CHARTED.items()}
+                for size in sizes}
+    largest, smallest = str(sizes[-1]), str(sizes[0])
+    ratios = [Ratio(f"{label} at {int(largest):,} ÷ at {int(smallest):,}",
+                    per_size[largest][label] / per_size[smallest][label])
+              for label in ("checkout payments/s", "intake deliveries/s", "relay rows/s")
+              if per_size[smallest][label]]
+    return Stage(
+        name="growth",
+        workload=(f"one database grown to {', '.join(f'{s:,}' for s in sizes)} attempts"
+                  f" (~10 history rows each), {SECONDS:.0f} s per measure, {CLIENTS} clients"),
+        measures={f"{label} at {int(largest):,}": value for label, value in per_size[largest].items()},
+        ratios=ratios,
+        details={"per_size": per_size, "measured": {str(k): v for k, v in result["per_size"].items()},
+                 "plans": result["plans"], "plan_details": result["plan_details"],
+                 "seq_scans": result["seq_scans"]},
+    )
+
+
+def main() -> Stage:
     print(f"growth bench: sizes {', '.join(f'{s:,}' for s in SIZES)} attempts, {SECONDS:.0f} s per measure,"
           f" {CLIENTS} clients")
-    result = await run()
+    result = asyncio.run(run())
     print(table(result))
+    return stage(result)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
