@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import asyncpg
 
 from paycore.clock import FakeClock
 from paycore.kafka import KafkaSettings
-from paycore_dispatcher.relay import Publisher
+from paycore_dispatcher.relay import Publisher, Record
 
 from .support import (
     DEADLINE_S,
@@ -78,7 +80,7 @@ async def test_a_failed_send_in_the_middle_of_a_wave_stops_only_its_own_key(
 
 @dataclass
 class HoldOne:
-    """Holds every send of one dedup key until cancelled; ``others_acked`` is set once
+    """Never acknowledges (nor produces) one dedup key; ``others_acked`` is set once
     ``others`` other sends were acknowledged."""
 
     inner: Publisher
@@ -87,11 +89,16 @@ class HoldOne:
     acked: list[str] = field(default_factory=list)
     others_acked: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def send(self, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> None:
-        dedup_key = dict(headers)["dedup_key"].decode()
-        if dedup_key == self.held:
-            await asyncio.Event().wait()  # no acknowledgement, ever
-        await self.inner.send(topic, key, value, headers)
+    async def publish(self, records: Sequence[Record], acks: list[asyncio.Future[Any]]) -> None:
+        for record in records:
+            dedup_key = dict(record[3])["dedup_key"].decode()
+            if dedup_key == self.held:
+                acks.append(asyncio.get_running_loop().create_future())  # no acknowledgement, ever
+                continue
+            await self.inner.publish([record], acks)
+            acks[-1].add_done_callback(lambda ack, d=dedup_key: self._acked(d))
+
+    def _acked(self, dedup_key: str) -> None:
         self.acked.append(dedup_key)
         if len(self.acked) >= self.others:
             self.others_acked.set()
