@@ -129,3 +129,29 @@ async def test_a_late_acknowledgement_times_out_only_its_row_and_the_acknowledge
     others = [mid for k in rows if k != stuck for mid, _ in rows[k]]
     marked = await pool.fetch("SELECT dispatched_at FROM outbox_messages WHERE message_id = ANY($1)", others)
     assert [m["dispatched_at"] for m in marked] == [started] * 9
+
+
+async def test_a_malformed_row_behind_a_failed_send_is_not_dead_lettered_in_that_pass(
+    pool: asyncpg.Pool, clock: FakeClock, ks: KafkaSettings
+) -> None:
+    # The relay builds a wave's next rows while the wave is in flight; a row built ahead
+    # behind a failed send is not reached this pass, so its contract failure must not count.
+    key, other = f"attempt:{uuid.uuid4()}", f"attempt:{uuid.uuid4()}"
+    failing = await queue_bare(pool, clock, key, "fulfillment-request")
+    malformed = await queue_bare(pool, clock, key, "order-confirmation", amount_minor="not a number")
+    await queue_bare(pool, clock, other, "order-confirmation")
+    await queue_bare(pool, clock, other, "refund-request")
+    async with kafka_publisher(ks) as pub:
+        faulty = FaultyPublisher(pub, fail_keys={f"{key}:fulfillment-request"})
+        result = await relay(pool, faulty, clock, ks, max_delivery_attempts=5).run_once()
+        assert (result.published, result.failed, result.dead_lettered) == (2, 1, 0)
+        assert (await outbox_row(pool, failing))["delivery_attempts"] == 1
+        behind = await outbox_row(pool, malformed)
+        assert behind["delivery_attempts"] == 0 and behind["dead_lettered_at"] is None
+        assert f"{key}:order-confirmation" not in faulty.attempts
+        # Once its predecessor is through, the malformed row is reached and dead-lettered at once.
+        faulty.fail_keys.clear()
+        clock.advance(10)
+        again = await relay(pool, faulty, clock, ks, max_delivery_attempts=5).run_once()
+        assert (again.published, again.dead_lettered) == (1, 1)
+        assert (await outbox_row(pool, malformed))["dead_lettered_at"] is not None
