@@ -176,6 +176,10 @@ def test_validators_are_compiled_once_per_kind_and_version() -> None:
 
 ODD_VALUES: list[Any] = [None, True, False, 0, -1, 1, 1.0, 1.5, 2**70, "", "x", "EUR", "eur", "EURO",
                          "5f0c3c1e-8b7a-4f7e-9d2a-1c2b3d4e5f60", "5f0c3c1e8b7a4f7e9d2a1c2b3d4e5f60",
+                         "5F0C3C1E-8B7A-4F7E-9D2A-1C2B3D4E5F60", "5f0c3c1e-8b7a-4f7e-9d2a-1c2b3d4e5f60\n",
+                         "{5f0c3c1e-8b7a-4f7e-9d2a-1c2b3d4e5f60}",
+                         "urn:uuid:5f0c3c1e-8b7a-4f7e-9d2a-1c2b3d4e5f60",
+                         "5f0c3c1e-8b7a-4f7e-9d2a-1c2b3d4e5f6g", "5f0c3c1e-8b7a4f7e-9d2a-1c2b3d4e-5f60",
                          "initial", "reminder", "order-confirmation", [], {}, {"a": 1}]
 
 

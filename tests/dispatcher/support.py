@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import random
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -18,7 +18,7 @@ from paycore import contracts, kafka, outbox
 from paycore.clock import Clock
 from paycore.consumer import Message, decode
 from paycore.kafka import KafkaSettings
-from paycore_dispatcher.relay import KafkaPublisher, Publisher, Relay, RelayConfig
+from paycore_dispatcher.relay import KafkaPublisher, Publisher, Record, Relay, RelayConfig, failed
 
 DEADLINE_S = 20.0
 
@@ -60,18 +60,26 @@ class FaultyPublisher:
     attempts: list[str] = field(default_factory=list)
     acked: list[str] = field(default_factory=list)
 
-    async def send(self, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> None:
-        dedup_key = dict(headers)["dedup_key"].decode()
-        self.attempts.append(dedup_key)
-        if self.gate is not None and not self.gate.is_set():
-            self.waiting.set()
-            await self.gate.wait()
-        if dedup_key in self.fail_keys:
-            raise ConnectionError(f"injected failure for {dedup_key}")
-        if self.fail_rate and self.rng.random() < self.fail_rate:
-            raise ConnectionError("injected random failure")
-        await self.inner.send(topic, key, value, headers)
-        self.acked.append(dedup_key)
+    async def publish(self, records: Sequence[Record], acks: list[asyncio.Future[Any]]) -> None:
+        for record in records:
+            dedup_key = dict(record[3])["dedup_key"].decode()
+            self.attempts.append(dedup_key)
+            if self.gate is not None and not self.gate.is_set():
+                self.waiting.set()
+                await self.gate.wait()
+            if dedup_key in self.fail_keys:
+                acks.append(failed(ConnectionError(f"injected failure for {dedup_key}")))
+            elif self.fail_rate and self.rng.random() < self.fail_rate:
+                acks.append(failed(ConnectionError("injected random failure")))
+            else:
+                await self.inner.publish([record], acks)
+                acks[-1].add_done_callback(self._acked(dedup_key))
+
+    def _acked(self, dedup_key: str) -> Callable[[asyncio.Future[Any]], None]:
+        def done(ack: asyncio.Future[Any]) -> None:
+            if not ack.cancelled() and ack.exception() is None:
+                self.acked.append(dedup_key)
+        return done
 
 
 async def read_topic(

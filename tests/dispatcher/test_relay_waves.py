@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import asyncpg
 
 from paycore.clock import FakeClock
 from paycore.kafka import KafkaSettings
-from paycore_dispatcher.relay import Publisher
+from paycore_dispatcher.relay import Publisher, Record
 
 from .support import (
     DEADLINE_S,
@@ -78,7 +80,7 @@ async def test_a_failed_send_in_the_middle_of_a_wave_stops_only_its_own_key(
 
 @dataclass
 class HoldOne:
-    """Holds every send of one dedup key until cancelled; ``others_acked`` is set once
+    """Never acknowledges (nor produces) one dedup key; ``others_acked`` is set once
     ``others`` other sends were acknowledged."""
 
     inner: Publisher
@@ -87,11 +89,16 @@ class HoldOne:
     acked: list[str] = field(default_factory=list)
     others_acked: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def send(self, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> None:
-        dedup_key = dict(headers)["dedup_key"].decode()
-        if dedup_key == self.held:
-            await asyncio.Event().wait()  # no acknowledgement, ever
-        await self.inner.send(topic, key, value, headers)
+    async def publish(self, records: Sequence[Record], acks: list[asyncio.Future[Any]]) -> None:
+        for record in records:
+            dedup_key = dict(record[3])["dedup_key"].decode()
+            if dedup_key == self.held:
+                acks.append(asyncio.get_running_loop().create_future())  # no acknowledgement, ever
+                continue
+            await self.inner.publish([record], acks)
+            acks[-1].add_done_callback(lambda ack, d=dedup_key: self._acked(d))
+
+    def _acked(self, dedup_key: str) -> None:
         self.acked.append(dedup_key)
         if len(self.acked) >= self.others:
             self.others_acked.set()
@@ -122,3 +129,29 @@ async def test_a_late_acknowledgement_times_out_only_its_row_and_the_acknowledge
     others = [mid for k in rows if k != stuck for mid, _ in rows[k]]
     marked = await pool.fetch("SELECT dispatched_at FROM outbox_messages WHERE message_id = ANY($1)", others)
     assert [m["dispatched_at"] for m in marked] == [started] * 9
+
+
+async def test_a_malformed_row_behind_a_failed_send_is_not_dead_lettered_in_that_pass(
+    pool: asyncpg.Pool, clock: FakeClock, ks: KafkaSettings
+) -> None:
+    # The relay builds a wave's next rows while the wave is in flight; a row built ahead
+    # behind a failed send is not reached this pass, so its contract failure must not count.
+    key, other = f"attempt:{uuid.uuid4()}", f"attempt:{uuid.uuid4()}"
+    failing = await queue_bare(pool, clock, key, "fulfillment-request")
+    malformed = await queue_bare(pool, clock, key, "order-confirmation", amount_minor="not a number")
+    await queue_bare(pool, clock, other, "order-confirmation")
+    await queue_bare(pool, clock, other, "refund-request")
+    async with kafka_publisher(ks) as pub:
+        faulty = FaultyPublisher(pub, fail_keys={f"{key}:fulfillment-request"})
+        result = await relay(pool, faulty, clock, ks, max_delivery_attempts=5).run_once()
+        assert (result.published, result.failed, result.dead_lettered) == (2, 1, 0)
+        assert (await outbox_row(pool, failing))["delivery_attempts"] == 1
+        behind = await outbox_row(pool, malformed)
+        assert behind["delivery_attempts"] == 0 and behind["dead_lettered_at"] is None
+        assert f"{key}:order-confirmation" not in faulty.attempts
+        # Once its predecessor is through, the malformed row is reached and dead-lettered at once.
+        faulty.fail_keys.clear()
+        clock.advance(10)
+        again = await relay(pool, faulty, clock, ks, max_delivery_attempts=5).run_once()
+        assert (again.published, again.dead_lettered) == (1, 1)
+        assert (await outbox_row(pool, malformed))["dead_lettered_at"] is not None

@@ -268,6 +268,34 @@ def producer_span(topic: str, traceparent: str | None, headers: MutableSequence[
         yield span
 
 
+def start_producer_span(topic: str, traceparent: str | None, headers: MutableSequence[tuple[str, bytes]],
+                        attributes: Mapping[str, str | int] | None = None) -> Span:
+    """:func:`producer_span` for a send whose acknowledgement comes later: started, *not* made
+    current, the ``traceparent`` header added; the caller ends it (and marks a failure).
+
+    The relay hands a whole wave of records to the producer at once and ends each span when
+    that record's acknowledgement arrives, so no span can be the current one. With tracing off
+    it is one ``append`` (the stored traceparent passes through) and the shared no-op span.
+    """
+    if _state["provider"] is None:  # off: no span to make, no context to build (hot path)
+        if traceparent:
+            headers.append((TRACEPARENT, traceparent.encode()))
+        return trace.INVALID_SPAN
+    parent = _PROPAGATOR.extract({TRACEPARENT: traceparent}) if traceparent else None
+    span = _tracer().start_span(
+        f"send {topic}", context=parent, kind=SpanKind.PRODUCER,
+        attributes={"messaging.system": "kafka", "messaging.operation.type": "send",
+                    "messaging.destination.name": topic, **(attributes or {})},
+    )
+    carrier: dict[str, str] = {}
+    if span.get_span_context().is_valid:
+        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+    sent = carrier.get(TRACEPARENT) or traceparent
+    if sent:
+        headers.append((TRACEPARENT, sent.encode()))
+    return span
+
+
 @contextmanager
 def consumer_span(topic: str, headers: Mapping[str, str], attributes: Mapping[str, str | int] | None = None
                   ) -> Iterator[Span]:
