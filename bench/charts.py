@@ -3,7 +3,8 @@
 - ``ratios.png``: one bar per ratio (paycore over its same-run baseline), the target as a
   tick on the bar's row, green where the target is met.
 - ``growth.png``: each growth measure against the number of attempts in the tables (log
-  scale): rates on the left, latencies on the right. Flat lines are the goal.
+  scale): rates on the left, each over its own value at the smallest size, latencies on the
+  right. Flat lines are the goal.
 """
 
 from __future__ import annotations
@@ -60,11 +61,16 @@ def growth(stage: Stage, path: Path, when: datetime) -> None:
     for name in names:
         points = [(int(s), per_size[s][name]) for s in sizes if name in per_size[s]]
         xs, ys = [x for x, _ in points], [y for _, y in points]
-        if name.endswith("/s"):
-            rates.plot(xs, ys, marker="o", label=name)
+        if name.endswith("/s") and ys and ys[0]:
+            # Each rate over its own value at the smallest size: one scale for rates that differ
+            # a hundredfold, and a flat line at 1 is the goal.
+            rates.plot(xs, [y / ys[0] for y in ys], marker="o", label=f"{name} (at smallest: {ys[0]:,.0f})")
         elif name.endswith("ms"):
             latencies.plot(xs, ys, marker="o", label=name)
-    for ax, title in ((rates, "throughput"), (latencies, "latency")):
+    rates.axhline(1.0, color="black", linewidth=0.8, alpha=0.5)
+    rates.set_ylabel("rate ÷ rate at the smallest size")
+    latencies.set_ylabel("ms")
+    for ax, title in ((rates, "throughput, relative"), (latencies, "latency")):
         ax.set_xscale("log")
         ax.set_xlabel("attempts in the tables (each with ~10 history rows)")
         ax.set_title(title)
