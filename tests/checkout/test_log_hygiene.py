@@ -169,7 +169,8 @@ async def test_a_whole_scenario_logs_json_lines_without_secrets(tmp_path: Path, 
     about_unknown = {r["service"] for r in records if r.get("order_id") == unknown_order}
     assert {"checkout", "recovery"} <= about_unknown, about_unknown
     assert any(r["service"] == "webhooks" and r.get("order_id") == paid_order for r in records)
-    assert any(r["service"] == "dispatcher" and "attempt_id" in r for r in records)  # the relay's sends
+    # The relay names an attempt on the lines it writes about one (a failed or dead-lettered send:
+    # tests/dispatcher/test_outbox_matrix.py); a healthy relay writes no line per row.
 
     [acct] = [a for a in SandboxSettings.default().accounts
               if a.account == "acct_store" and a.environment == "test"]

@@ -8,18 +8,22 @@ come from real limits (a record above the producer's ``max_request_size``).
 from __future__ import annotations
 
 import asyncio
+import io
+import logging
 import random
 import uuid
 from collections import defaultdict
 from datetime import timedelta
 
 import asyncpg
+import orjson
 import pytest
 
 from paycore import contracts, escalations, outbox_admin
 from paycore.attempts import Attempt
 from paycore.clock import FakeClock
 from paycore.kafka import KafkaSettings
+from paycore.logs import JsonFormatter
 from tests.matrix.helpers import seed_account, started_attempt
 from tests.support.timings import REMINDER_INTERVAL
 
@@ -381,3 +385,28 @@ async def test_per_attempt_order_holds_across_three_relays_and_1000_attempts_wit
     for key, ids in by_key.items():
         assert ids == sorted(ids), key
         assert len(ids) == 3
+
+
+async def test_a_failed_and_a_dead_lettered_send_log_json_lines_that_name_their_attempt(
+    pool: asyncpg.Pool, clock: FakeClock, ks: KafkaSettings, attempts: list[Attempt]
+) -> None:
+    """The relay's correlation: what an on-call engineer greps for when an effect is late."""
+    a = attempts[0]
+    await queue_effect(pool, clock, a.attempt_id, "order-confirmation")
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter("dispatcher"))
+    relay_log = logging.getLogger("paycore.dispatcher")
+    relay_log.addHandler(handler)
+    try:
+        async with kafka_publisher(ks) as pub:
+            r = relay(pool, FaultyPublisher(pub, fail_keys={conf(a)}), clock, ks, max_delivery_attempts=2)
+            await r.run_once()
+            clock.advance(10)
+            assert (await r.run_once()).dead_lettered == 1
+    finally:
+        relay_log.removeHandler(handler)
+    lines = [orjson.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(line["level"], line.get("attempt_id")) for line in lines] == [
+        ("WARNING", str(a.attempt_id)), ("ERROR", str(a.attempt_id))]
+    assert all(line["service"] == "dispatcher" for line in lines)
