@@ -78,10 +78,13 @@ async def test_a_lease_lost_by_one_attempt_of_a_batch_stops_its_resend_and_no_ot
     async def another_worker_takes_the_victim(a: Attempt) -> None:
         if a.attempt_id != victim.attempt_id:
             return
-        # Its lease alone lapses (as if w1 stalled on it) and another worker claims it.
-        await rec.pool.execute("UPDATE payment_attempts SET lease_expires_at = $2 WHERE attempt_id = $1",
+        # Its lease alone lapses (as if w1 stalled on it) and another worker claims it -- in one
+        # transaction, so a lane of w1 looking for more work cannot claim the lapsed lease between
+        # the two (its claim skips the locked row; seen once in CI before this).
+        async with rec.pool.acquire() as conn, conn.transaction():
+            await conn.execute("UPDATE payment_attempts SET lease_expires_at = $2 WHERE attempt_id = $1",
                                a.attempt_id, rec.clock.now())
-        assert await leases.claim(rec.pool, a.attempt_id, taken, rec.clock.now(), rec.recovery.lease_s)
+            assert await leases.claim(conn, a.attempt_id, taken, rec.clock.now(), rec.recovery.lease_s)
 
     worker.before_final_check = another_worker_takes_the_victim
     assert sorted(await worker.run_pass()) == sorted([Pass.RESENT, Pass.RESENT, Pass.ABANDONED])
