@@ -4,20 +4,60 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import signal
 import socket
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
+_random = random.SystemRandom()  # each process its own sequence, whatever a test seeds
+
+
+# Ports below the kernel's ephemeral range: between choosing a port and binding it (seconds, for
+# a service `paycore up` starts last) an outgoing connection can take an ephemeral port as its
+# source port, and the bind fails (seen in CI, twice in a row, on a busy suite).
+LOWEST_PORT = 15_000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32_768, 60_999  # Linux's default
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free on ``host`` a moment ago (the caller binds it next)."""
+    """A TCP port that was free on ``host`` a moment ago (the caller binds it next).
+
+    Chosen at random below the ephemeral range, so no outgoing connection takes it before the
+    caller binds it, and never the same one twice in a process; the kernel's pick (an
+    ephemeral port) only when that range has no free port.
+    """
+    low, _ = _ephemeral_range()
+    candidates = range(LOWEST_PORT, low)
+    for _ in range(200 if len(candidates) > 1000 else 0):
+        port = _random.choice(candidates)
+        if port not in _handed_out and _bindable(host, port):
+            _handed_out.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def _bindable(host: str, port: int) -> bool:
+    """Bindable without SO_REUSEADDR: not listened on, and no connection lingering on it either."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def port_is_free(host: str, port: int) -> bool:
