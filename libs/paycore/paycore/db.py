@@ -8,9 +8,10 @@ file exactly once; re-running it is a no-op.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -134,3 +135,16 @@ async def delete_in_batches(pool: asyncpg.Pool, statement: str, *args: object, b
         deleted += count
         if count < batch_size:
             return deleted
+
+
+async def run_every(seconds: float, stop: asyncio.Event, job: str, step: Callable[[], Awaitable[None]],
+                    logger: logging.Logger = log) -> None:
+    """Run ``step`` now and then every ``seconds`` until ``stop``; a database error is logged on
+    ``logger`` and waits for the next round (a periodic job never ends its process)."""
+    while not stop.is_set():
+        try:
+            await step()
+        except DATABASE_ERRORS as exc:
+            logger.warning("%s failed: %s", job, exc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), seconds)

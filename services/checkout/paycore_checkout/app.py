@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 from paycore.accounts import register_provider_accounts
 from paycore.clock import Clock, SystemClock
 from paycore.config import Settings, load_settings
-from paycore.db import DATABASE_ERRORS, create_pool
+from paycore.db import create_pool, run_every
 from paycore.http.openapi import openapi_route
 from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware
 from paycore.http.problems import (
@@ -71,18 +71,11 @@ class Services:
 SWEEP_EVERY_S = 3600.0
 
 
-async def _sweep_idempotency_records(pool: asyncpg.Pool, clock: Clock, every_s: float,
-                                     stop: asyncio.Event) -> None:
-    """Every instance sweeps (SKIP LOCKED keeps them apart); a failed sweep waits for the next."""
-    while not stop.is_set():
-        try:
-            deleted = await inbound_idempotency.sweep_expired(pool, now=clock.now())
-            if deleted:
-                log.info("deleted %d expired Idempotency-Key records", deleted)
-        except DATABASE_ERRORS as exc:
-            log.warning("Idempotency-Key sweep failed: %s; trying again in %.0f s", exc, every_s)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every_s)
+async def _sweep_idempotency_records(pool: asyncpg.Pool, clock: Clock) -> None:
+    """Every instance sweeps (SKIP LOCKED keeps them apart)."""
+    deleted = await inbound_idempotency.sweep_expired(pool, now=clock.now())
+    if deleted:
+        log.info("deleted %d expired Idempotency-Key records", deleted)
 
 
 def create_app(
@@ -123,7 +116,8 @@ def create_app(
         outage.start(db)
         app.state.services = services
         stop_sweeping = asyncio.Event()
-        sweeping = (asyncio.create_task(_sweep_idempotency_records(db, clock, sweep_every_s, stop_sweeping))
+        sweeping = (asyncio.create_task(run_every(sweep_every_s, stop_sweeping, "Idempotency-Key sweep",
+                                                  lambda: _sweep_idempotency_records(db, clock), log))
                     if sweep_every_s is not None else None)
         log.info("checkout ready: provider account %s", settings.default_account.provider_account)
         try:

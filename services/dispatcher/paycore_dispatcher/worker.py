@@ -10,11 +10,10 @@ SIGTERM or Ctrl-C after the current pass commits.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import timedelta
 
 import asyncpg
@@ -22,7 +21,7 @@ import asyncpg
 from paycore import consumer, kafka, outbox_admin
 from paycore.clock import Clock, SystemClock
 from paycore.config import Settings
-from paycore.db import DATABASE_ERRORS, create_pool
+from paycore.db import create_pool, run_every
 from paycore.http.health_server import serve_health
 from paycore.kafka import KafkaSettings
 from paycore.liveness import Liveness
@@ -51,16 +50,6 @@ def relay_config(settings: Settings, ks: KafkaSettings) -> RelayConfig:
         backoff_base_s=settings.outbox_backoff_base_s,
         backoff_max_s=settings.outbox_backoff_max_s,
     )
-
-
-async def _every(seconds: float, stop: asyncio.Event, job: str, step: Callable[[], Awaitable[None]]) -> None:
-    while not stop.is_set():
-        try:
-            await step()
-        except DATABASE_ERRORS as exc:
-            log.warning("%s failed: %s", job, exc)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), seconds)
 
 
 async def run_dispatcher(
@@ -99,7 +88,8 @@ async def run_dispatcher(
             async def refresh() -> None:
                 await metrics.refresh(p, clock)
 
-            tasks.append(asyncio.create_task(_every(METRICS_REFRESH_S, stop, "metrics refresh", refresh)))
+            tasks.append(asyncio.create_task(
+                run_every(METRICS_REFRESH_S, stop, "metrics refresh", refresh, log)))
             if retention_every_s is not None:
                 async def purge() -> None:
                     r = await outbox_admin.purge_dispatched(
@@ -113,7 +103,7 @@ async def run_dispatcher(
                         log.info("retention: deleted %d consumer inbox rows processed before the horizon",
                                  inbox)
 
-                tasks.append(asyncio.create_task(_every(retention_every_s, stop, "retention", purge)))
+                tasks.append(asyncio.create_task(run_every(retention_every_s, stop, "retention", purge, log)))
             log.info("dispatcher running: %d relay(s), topics %s and %s, idempotent producer %s",
                      relays, ks.effects_topic, ks.alerts_topic, "on" if ks.idempotent else "off")
             await asyncio.gather(*tasks)
