@@ -13,7 +13,6 @@ Run: ``make bench``. Prints; asserts nothing.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 
@@ -24,8 +23,9 @@ import uvloop
 
 from bench.common import (
     Latencies,
-    RawHTTP,
+    Request,
     bench_database,
+    closed_loop,
     pgbench,
     repo_root,
     seed_provider_account,
@@ -46,6 +46,28 @@ SELECT 'bench-' || n, $2, 4999, 'EUR', now() FROM generate_series(1, $1) AS n
 """
 
 
+async def pay_orders(port: int, token: str, prefix: str, orders: int, *, clients: int = CLIENTS,
+                     seconds: float = SECONDS) -> tuple[Latencies, float, int]:
+    """``clients`` storefronts paying orders ``<prefix>1..orders`` with ``tok_visa`` for ``seconds``;
+    the latencies, the elapsed seconds and how many payments did not end Succeeded."""
+    todo = iter(range(1, orders + 1))
+    body = orjson.dumps({"payment_method": "tok_visa"})
+    errors = 0
+
+    def next_payment() -> Request | None:
+        n = next(todo, None)
+        return None if n is None else ("POST", f"/orders/{prefix}{n}/payment", body, None)
+
+    def check(status: int, answer: bytes) -> None:
+        nonlocal errors
+        if status != 200 or orjson.loads(answer)["state"] != "Succeeded":
+            errors += 1
+
+    headers = {"Authorization": f"Bearer {token}", "content-type": "application/json"}
+    lat, elapsed = await closed_loop(port, clients, seconds, next_payment, check, headers)
+    return lat, elapsed, errors
+
+
 async def run_checkout(dsn: str, workers: int) -> tuple[int, float, Latencies, int]:
     sandbox_port, checkout_port = free_port(), free_port()
     env = {
@@ -60,33 +82,12 @@ async def run_checkout(dsn: str, workers: int) -> tuple[int, float, Latencies, i
     await conn.execute(SEED_ORDERS, ORDERS, "cus_bench")
     await conn.close()
     token = jwt.encode({"sub": "cus_bench", "exp": int(time.time()) + 3600}, JWT_SECRET, algorithm="HS256")
-    headers = {"Authorization": f"Bearer {token}", "content-type": "application/json"}
-    next_order = iter(range(1, ORDERS + 1))
-    samples: list[float] = []
-    errors = 0
-
     with service("sandbox", sandbox_port, env), \
             service("checkout", checkout_port, env, workers=workers):
         await wait_http(f"http://127.0.0.1:{sandbox_port}/_sandbox/payments")
         await wait_http(f"http://127.0.0.1:{checkout_port}/healthz")
-        stop_at = time.perf_counter() + SECONDS
-        body = orjson.dumps({"payment_method": "tok_visa"})
-
-        async def client() -> None:
-            nonlocal errors
-            async with RawHTTP(checkout_port, headers) as connection:
-                while time.perf_counter() < stop_at:
-                    order = f"bench-{next(next_order)}"
-                    t0 = time.perf_counter()
-                    status, answer = await connection.request("POST", f"/orders/{order}/payment", body)
-                    samples.append(time.perf_counter() - t0)
-                    if status != 200 or orjson.loads(answer)["state"] != "Succeeded":
-                        errors += 1
-
-        started = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(CLIENTS)))
-        elapsed = time.perf_counter() - started
-    return len(samples), elapsed, Latencies(samples), errors
+        lat, elapsed, errors = await pay_orders(checkout_port, token, "bench-", ORDERS)
+    return len(lat.samples), elapsed, lat, errors
 
 
 async def run_sandbox_alone() -> tuple[float, Latencies]:
@@ -98,29 +99,22 @@ async def run_sandbox_alone() -> tuple[float, Latencies]:
     port = free_port()
     headers = {"Authorization": "Bearer sk_test_acct_store_local", "Cardco-Account": "acct_store",
                "Cardco-Version": "2026-11-01", "content-type": "application/json"}
-    samples: list[float] = []
+    counter = iter(range(10**9))
+
+    def next_payment() -> Request:
+        n = next(counter)
+        body = orjson.dumps({"amount": 4999, "currency": "EUR", "payment_method": "tok_visa",
+                             "reference": f"alone-{n}"})
+        return "POST", "/v1/payments", body, {"Idempotency-Key": f'"alone-{n}"'}
+
+    def check(status: int, _: bytes) -> None:
+        if status not in (200, 201):
+            raise RuntimeError(f"the sandbox answered {status}")
+
     with service("sandbox", port, {}):
         await wait_http(f"http://127.0.0.1:{port}/_sandbox/payments")
-        stop_at = time.perf_counter() + SECONDS / 3
-        counter = iter(range(10**9))
-
-        async def client() -> None:
-            async with RawHTTP(port, headers) as connection:
-                while time.perf_counter() < stop_at:
-                    n = next(counter)
-                    body = orjson.dumps({"amount": 4999, "currency": "EUR", "payment_method": "tok_visa",
-                                         "reference": f"alone-{n}"})
-                    t0 = time.perf_counter()
-                    status, _ = await connection.request("POST", "/v1/payments", body,
-                                                         {"Idempotency-Key": f'"alone-{n}"'})
-                    samples.append(time.perf_counter() - t0)
-                    if status not in (200, 201):
-                        raise RuntimeError(f"the sandbox answered {status}")
-
-        started = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(CLIENTS)))
-        elapsed = time.perf_counter() - started
-    return len(samples) / elapsed, Latencies(samples)
+        lat, elapsed = await closed_loop(port, CLIENTS, SECONDS / 3, next_payment, check, headers)
+    return len(lat.samples) / elapsed, lat
 
 
 async def run_pgbench(dsn: str) -> tuple[float, float] | None:

@@ -10,7 +10,8 @@ import shutil
 import statistics
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -85,6 +86,36 @@ class RawHTTP:
         assert self.reader is not None and self.writer is not None, "use as an async context manager"
         self.writer.write(request_bytes(self.port, method, path, body, self.head, headers))
         return await read_response(self.reader)
+
+
+Request = tuple[str, str, bytes, Mapping[str, str] | None]  # method, path, body, more headers
+
+
+async def closed_loop(port: int, clients: int, seconds: float, next_request: Callable[[], Request | None],
+                      on_answer: Callable[[int, bytes], None],
+                      headers: Mapping[str, str] | None = None) -> tuple[Latencies, float]:
+    """``clients`` keep-alive connections, each sending its next request when the last is answered.
+
+    Stops after ``seconds`` or when ``next_request`` has none left; each answer goes to
+    ``on_answer(status, body)``. Returns the requests' latencies and the elapsed seconds.
+    """
+    samples: list[float] = []
+    stop_at = time.perf_counter() + seconds
+
+    async def client() -> None:
+        async with RawHTTP(port, headers) as connection:
+            while time.perf_counter() < stop_at:
+                request = next_request()
+                if request is None:
+                    return
+                t0 = time.perf_counter()
+                status, answer = await connection.request(*request)
+                samples.append(time.perf_counter() - t0)
+                on_answer(status, answer)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return Latencies(samples), time.perf_counter() - started
 
 
 def request_bytes(port: int, method: str, path: str, body: bytes, head: str = "",

@@ -30,7 +30,7 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -39,17 +39,16 @@ import jwt
 import orjson
 
 from bench import growth_plans, growth_seed
-from bench.checkout import JWT_SECRET
-from bench.common import Latencies, RawHTTP, bench_database, seed_provider_account, service
+from bench.checkout import JWT_SECRET, pay_orders
+from bench.common import Latencies, bench_database, closed_loop, seed_provider_account, service
 from bench.relay import broker
 from bench.results import Ratio, Stage
-from bench.webhooks import delivery_order, webhook_secret
+from bench.webhooks import delivery_order, signed_deliveries, tally, webhook_secret
 from harness.servers import free_port, wait_http
 from paycore import contracts, kafka, leases
 from paycore.clock import SystemClock
 from paycore.db import create_pool
 from paycore.kafka import KafkaSettings
-from paycore.webhook_signatures import signed_headers
 from paycore_dispatcher.relay import PRODUCER_OPTIONS, KafkaPublisher, Relay, RelayConfig
 
 SIZES = [int(n) for n in os.environ.get("PAYCORE_BENCH_GROWTH_SIZES", "10000,100000,1000000").split(",")]
@@ -224,35 +223,16 @@ async def measure_intake(conn: asyncpg.Connection, env: dict[str, str], size: in
     await conn.execute(SEED_STARTED, prefix, WEBHOOK_EVENTS, ACCOUNT)
     secret = env["PAYCORE_CARDCO_WEBHOOK_SECRET"]
     port = free_port()
-    queue = iter(delivery_order(WEBHOOK_EVENTS))
-    copies: dict[int, int] = {}
-    samples: list[float] = []
     results: dict[str, int] = {}
     with service("webhooks", port, env):
         await wait_http(f"http://127.0.0.1:{port}/healthz")
-        stop_at = time.perf_counter() + SECONDS
-
-        async def sender() -> None:
-            async with RawHTTP(port) as connection:  # keep-alive, HTTP/1.1 by hand (as bench/webhooks.py)
-                while time.perf_counter() < stop_at:
-                    n = next(queue, None)
-                    if n is None:
-                        return
-                    copy = copies[n] = copies.get(n, -1) + 1  # a redelivery is signed afresh
-                    body = event_body(prefix, n)
-                    headers = signed_headers(secret, f"evt_{prefix}{n}", int(time.time()) + copy, body)
-                    t0 = time.perf_counter()
-                    status, answer = await connection.request("POST", "/webhooks/cardco", body, headers)
-                    samples.append(time.perf_counter() - t0)
-                    label = str(orjson.loads(answer).get("result", status)) if status == 200 else str(status)
-                    results[label] = results.get(label, 0) + 1
-
-        started = time.perf_counter()
-        await asyncio.gather(*(sender() for _ in range(CLIENTS)))
-        elapsed = time.perf_counter() - started
-    lat = Latencies(samples)
-    return {"intake_per_s": len(samples) / elapsed, "intake_p50_ms": lat.p50_ms, "intake_p99_ms": lat.p99_ms,
-            "intake_deliveries": len(samples), "intake_results": results}
+        lat, elapsed = await closed_loop(  # keep-alive, HTTP/1.1 by hand, as bench/webhooks.py
+            port, CLIENTS, SECONDS,
+            signed_deliveries(delivery_order(WEBHOOK_EVENTS), secret, lambda n: event_body(prefix, n),
+                              lambda n: f"evt_{prefix}{n}"),
+            tally(results))
+    return {"intake_per_s": len(lat.samples) / elapsed, "intake_p50_ms": lat.p50_ms,
+            "intake_p99_ms": lat.p99_ms, "intake_deliveries": len(lat.samples), "intake_results": results}
 
 
 # --- checkout ----------------------------------------------------------------------------------
@@ -267,34 +247,13 @@ async def measure_checkout(conn: asyncpg.Connection, env: dict[str, str], size: 
     prefix = f"ck{size}-"
     await conn.execute(SEED_ORDERS, prefix, CHECKOUT_ORDERS)
     token = jwt.encode({"sub": "cus_bench", "exp": int(time.time()) + 3600}, JWT_SECRET, algorithm="HS256")
-    todo: Iterator[int] = iter(range(1, CHECKOUT_ORDERS + 1))
-    samples: list[float] = []
-    errors = 0
     port = free_port()
-    headers = {"Authorization": f"Bearer {token}", "content-type": "application/json"}
-    body = orjson.dumps({"payment_method": "tok_visa"})
     with service("checkout", port, env):
         await wait_http(f"http://127.0.0.1:{port}/healthz")
-        stop_at = time.perf_counter() + SECONDS
-
-        async def client() -> None:
-            nonlocal errors
-            async with RawHTTP(port, headers) as connection:  # the least client CPU (as bench/checkout.py)
-                for n in todo:
-                    if time.perf_counter() >= stop_at:
-                        return
-                    t0 = time.perf_counter()
-                    status, answer = await connection.request("POST", f"/orders/{prefix}{n}/payment", body)
-                    samples.append(time.perf_counter() - t0)
-                    if status != 200 or orjson.loads(answer)["state"] != "Succeeded":
-                        errors += 1
-
-        started = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(CLIENTS)))
-        elapsed = time.perf_counter() - started
-    lat = Latencies(samples)
-    return {"checkout_per_s": len(samples) / elapsed, "checkout_p50_ms": lat.p50_ms,
-            "checkout_p99_ms": lat.p99_ms, "checkout_payments": len(samples), "checkout_errors": errors}
+        lat, elapsed, errors = await pay_orders(port, token, prefix, CHECKOUT_ORDERS, clients=CLIENTS,
+                                                seconds=SECONDS)
+    return {"checkout_per_s": len(lat.samples) / elapsed, "checkout_p50_ms": lat.p50_ms,
+            "checkout_p99_ms": lat.p99_ms, "checkout_payments": len(lat.samples), "checkout_errors": errors}
 
 
 # --- relay -------------------------------------------------------------------------------------

@@ -16,10 +16,10 @@ Run: ``make bench``. Prints; asserts nothing.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import time
+from collections.abc import Callable
 
 import asyncpg
 import orjson
@@ -27,8 +27,9 @@ import uvloop
 
 from bench.common import (
     Latencies,
-    RawHTTP,
+    Request,
     bench_database,
+    closed_loop,
     pgbench,
     repo_root,
     seed_provider_account,
@@ -94,6 +95,33 @@ def delivery_order(events: int) -> list[int]:
     return order
 
 
+def signed_deliveries(order: list[int], secret: str, body_of: Callable[[int], bytes],
+                      event_id: Callable[[int], str]) -> Callable[[], Request | None]:
+    """The intake's requests in ``order``; a redelivery is signed afresh, as the provider does
+    (a later timestamp)."""
+    queue = iter(order)
+    copies: dict[int, int] = {}
+
+    def next_delivery() -> Request | None:
+        n = next(queue, None)
+        if n is None:
+            return None
+        copy = copies[n] = copies.get(n, -1) + 1
+        body = body_of(n)
+        headers = signed_headers(secret, event_id(n), int(time.time()) + copy, body)
+        return "POST", "/webhooks/cardco", body, headers
+
+    return next_delivery
+
+
+def tally(results: dict[str, int]) -> Callable[[int, bytes], None]:
+    """Counts each answer by the intake's ``result`` (``applied``, ``duplicate``, ...) or status."""
+    def count(status: int, answer: bytes) -> None:
+        label = str(orjson.loads(answer).get("result", status)) if status == 200 else str(status)
+        results[label] = results.get(label, 0) + 1
+    return count
+
+
 async def run_intake(dsn: str) -> tuple[int, float, Latencies, dict[str, int]]:
     await seed(dsn, EVENTS)
     port = free_port()
@@ -106,38 +134,16 @@ async def run_intake(dsn: str) -> tuple[int, float, Latencies, dict[str, int]]:
         "PAYCORE_CARDCO_API_KEY": "sk_test_acct_store_local",
         "PAYCORE_CARDCO_WEBHOOK_SECRET": secret,
     }
-    queue = iter(delivery_order(EVENTS))
-    samples: list[float] = []
     results: dict[str, int] = {}
-    copies: dict[int, int] = {}
-
     with service("webhooks", port, env):
-        base = f"http://127.0.0.1:{port}"
-        await wait_http(f"{base}/healthz")
-        stop_at = time.perf_counter() + SECONDS
-
-        async def sender() -> None:
-            # One keep-alive connection per sender, HTTP/1.1 written by hand: a general client
-            # (httpx) costs more CPU per request than the intake, on the same cores.
-            async with RawHTTP(port) as connection:
-                while time.perf_counter() < stop_at:
-                    n = next(queue, None)
-                    if n is None:
-                        return
-                    # A redelivery is signed afresh, as the provider does (a later timestamp).
-                    copy = copies[n] = copies.get(n, -1) + 1
-                    body = event_body(n)
-                    headers = signed_headers(secret, f"evt_bench_{n}", int(time.time()) + copy, body)
-                    t0 = time.perf_counter()
-                    status, answer = await connection.request("POST", "/webhooks/cardco", body, headers)
-                    samples.append(time.perf_counter() - t0)
-                    label = str(orjson.loads(answer).get("result", status)) if status == 200 else str(status)
-                    results[label] = results.get(label, 0) + 1
-
-        started = time.perf_counter()
-        await asyncio.gather(*(sender() for _ in range(CLIENTS)))
-        elapsed = time.perf_counter() - started
-    return len(samples), elapsed, Latencies(samples), results
+        await wait_http(f"http://127.0.0.1:{port}/healthz")
+        # One keep-alive connection per sender, HTTP/1.1 written by hand: a general client
+        # (httpx) costs more CPU per request than the intake, on the same cores.
+        lat, elapsed = await closed_loop(
+            port, CLIENTS, SECONDS,
+            signed_deliveries(delivery_order(EVENTS), secret, event_body, lambda n: f"evt_bench_{n}"),
+            tally(results))
+    return len(lat.samples), elapsed, lat, results
 
 
 async def run_pgbench(dsn: str) -> tuple[float, float] | None:
