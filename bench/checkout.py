@@ -31,6 +31,7 @@ from bench.common import (
     seed_provider_account,
     service,
 )
+from bench.cpu import CpuWindow
 from bench.results import Ratio, Stage
 from harness.servers import free_port, wait_http
 
@@ -68,7 +69,7 @@ async def pay_orders(port: int, token: str, prefix: str, orders: int, *, clients
     return lat, elapsed, errors
 
 
-async def run_checkout(dsn: str, workers: int) -> tuple[int, float, Latencies, int]:
+async def run_checkout(dsn: str, workers: int) -> tuple[int, float, Latencies, int, CpuWindow]:
     sandbox_port, checkout_port = free_port(), free_port()
     env = {
         "PAYCORE_DATABASE_URL": dsn,
@@ -86,8 +87,9 @@ async def run_checkout(dsn: str, workers: int) -> tuple[int, float, Latencies, i
             service("checkout", checkout_port, env, workers=workers):
         await wait_http(f"http://127.0.0.1:{sandbox_port}/_sandbox/payments")
         await wait_http(f"http://127.0.0.1:{checkout_port}/healthz")
-        lat, elapsed, errors = await pay_orders(checkout_port, token, "bench-", ORDERS)
-    return len(lat.samples), elapsed, lat, errors
+        with CpuWindow() as cpu:
+            lat, elapsed, errors = await pay_orders(checkout_port, token, "bench-", ORDERS)
+    return len(lat.samples), elapsed, lat, errors, cpu
 
 
 async def run_sandbox_alone() -> tuple[float, Latencies]:
@@ -117,15 +119,17 @@ async def run_sandbox_alone() -> tuple[float, Latencies]:
     return len(lat.samples) / elapsed, lat
 
 
-async def run_pgbench(dsn: str) -> tuple[float, float] | None:
+async def run_pgbench(dsn: str) -> tuple[float, float, CpuWindow] | None:
     conn = await asyncpg.connect(dsn)
     await seed_provider_account(conn)
     await conn.execute(SEED_ORDERS, ORDERS * 4, "cus_bench")
     await conn.execute("CREATE SEQUENCE bench_order_seq")
     await conn.close()
     # -M simple: the script passes ids between statements as quoted text.
-    return await pgbench(dsn, repo_root() / "bench" / "checkout_baseline.sql", clients=CLIENTS,
-                         seconds=SECONDS, extra=["-M", "simple"])
+    with CpuWindow() as cpu:
+        result = await pgbench(dsn, repo_root() / "bench" / "checkout_baseline.sql", clients=CLIENTS,
+                               seconds=SECONDS, extra=["-M", "simple"])
+    return None if result is None else (*result, cpu)
 
 
 TARGET = 0.6  # issue 15: of the SQL baseline, with p99 under 50 ms at 4 clients
@@ -139,12 +143,13 @@ async def run() -> Stage:
     rates: dict[int, float] = {}
     for workers in WORKERS:
         async with bench_database() as dsn:
-            count, elapsed, lat, errors = await run_checkout(dsn, workers)
+            count, elapsed, lat, errors, cpu = await run_checkout(dsn, workers)
         rates[workers] = count / elapsed
         stage.measures |= {f"x{workers} payments/s": rates[workers], f"x{workers} p50 ms": lat.p50_ms,
                            f"x{workers} p99 ms": lat.p99_ms, f"x{workers} not Succeeded": errors}
         print(f"  checkout x{workers}: {rates[workers]:8.1f} payments/s  p50 {lat.p50_ms:6.1f} ms  "
               f"p99 {lat.p99_ms:6.1f} ms  ({count} payments, {errors} not Succeeded)")
+        stage.details.setdefault("cpu", {})[f"x{workers}"] = cpu.report(count, "payment")
     alone, alone_lat = await run_sandbox_alone()
     stage.measures |= {"sandbox alone payments/s": alone, "sandbox alone p50 ms": alone_lat.p50_ms}
     print(f"  sandbox alone: {alone:8.1f} payments/s  p50 {alone_lat.p50_ms:6.1f} ms  (the provider's own "
@@ -154,9 +159,10 @@ async def run() -> Stage:
     if baseline is None:
         print("  baseline: pgbench not found; no ratio")
         return stage
-    tps, avg_ms = baseline
+    tps, avg_ms, cpu = baseline
     stage.measures |= {"baseline checkout-SQL/s": tps, "baseline avg ms": avg_ms}
     print(f"  baseline: {tps:8.1f} checkouts/s of SQL via pgbench (avg {avg_ms:.1f} ms), same clients")
+    stage.details.setdefault("cpu", {})["pgbench"] = cpu.report(round(tps * SECONDS), "payment")
     for workers, rate in rates.items():
         stage.ratios.append(Ratio(f"x{workers} worker(s) ÷ pgbench", rate / tps, TARGET))
         print(f"  ratio x{workers}: {rate / tps:8.3f}  (checkout payments/s ÷ pgbench checkout-SQL/s)")

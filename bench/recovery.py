@@ -2,9 +2,10 @@
 
 Workload: 10,000 due Unknown attempts (``PAYCORE_BENCH_ATTEMPTS``) whose payments
 exist at the sandbox; ``paycore run recovery`` with 1 and then 2 instances
-(separate processes) resolves them by lookup, in ``PAYCORE_BENCH_RECOVERY_REPEAT``
-alternating rounds (default 2), each configuration's median reported. Baseline: a bare httpx loop doing
-the same reference lookups against the same sandbox at the same concurrency.
+(separate processes, each with the same settings: concurrency 16) resolves them by lookup,
+in ``PAYCORE_BENCH_RECOVERY_REPEAT`` alternating rounds (default 2), each configuration's
+median reported. Baseline: a bare httpx loop doing the same reference lookups against the
+same sandbox at the same concurrency.
 The ratio says how much of the provider's lookup capacity a sweep turns into
 resolved attempts.
 
@@ -28,6 +29,7 @@ import httpx
 import orjson
 
 from bench.common import bench_database, paycore_process, seed_provider_account, service
+from bench.cpu import CpuWindow
 from bench.results import Ratio, Stage
 from harness.servers import free_port, wait_http
 
@@ -86,14 +88,15 @@ async def seed(dsn: str, sandbox_url: str, env: dict[str, str]) -> None:
     await conn.close()
 
 
-async def sweep(dsn: str, sandbox_url: str, instances: int) -> float:
+async def sweep(dsn: str, sandbox_url: str, instances: int) -> tuple[float, CpuWindow]:
     """Seconds until every seeded attempt is resolved by ``instances`` worker processes."""
     env = {
         "PAYCORE_DATABASE_URL": dsn, "PAYCORE_CARDCO_BASE_URL": sandbox_url,
         "PAYCORE_CARDCO_ACCOUNT": "acct_store", "PAYCORE_CARDCO_ENVIRONMENT": "test",
         "PAYCORE_CARDCO_API_KEY": API_KEY, "PAYCORE_CARDCO_LOOKUP_RATE_PER_S": "1000000",
         "PAYCORE_RECOVERY_INTERVAL_S": "0.05", "PAYCORE_RECOVERY_BATCH": "500",
-        "PAYCORE_RECOVERY_CONCURRENCY": str(CONCURRENCY // instances or 1),
+        # Each instance as it would be deployed: scaling out adds instances with the same settings.
+        "PAYCORE_RECOVERY_CONCURRENCY": str(CONCURRENCY),
     }
     await seed(dsn, sandbox_url, env)
     conn = await asyncpg.connect(dsn)
@@ -102,6 +105,7 @@ async def sweep(dsn: str, sandbox_url: str, instances: int) -> float:
         workers = [stack.enter_context(paycore_process(
             ["run", "recovery", "--owner", f"bench-{i}", "--metrics-port", "0"], env))
                    for i in range(instances)]
+        cpu = stack.enter_context(CpuWindow())  # closed before the workers stop, so they are counted
         while await conn.fetchval("SELECT count(*) FROM payment_attempts WHERE state = 'Unknown'"):
             if all(w.poll() is not None for w in workers):  # e.g. a configuration error at start-up
                 codes = [w.returncode for w in workers]
@@ -115,10 +119,10 @@ async def sweep(dsn: str, sandbox_url: str, instances: int) -> float:
     await conn.close()
     if resolved != ATTEMPTS:
         print(f"  warning: {resolved} of {ATTEMPTS} attempts resolved Succeeded")
-    return elapsed
+    return elapsed, cpu
 
 
-async def baseline(http: httpx.AsyncClient) -> float:
+async def baseline(http: httpx.AsyncClient) -> tuple[float, CpuWindow]:
     """Lookups per second from a bare httpx loop: the provider side's capacity."""
     todo = iter(range(1, ATTEMPTS + 1))
 
@@ -127,9 +131,11 @@ async def baseline(http: httpx.AsyncClient) -> float:
             r = await http.get("/v1/payments", params={"reference": f"rb-{n}-a1"}, headers=HEADERS)
             r.raise_for_status()
 
-    started = time.perf_counter()
-    await asyncio.gather(*(looker() for _ in range(CONCURRENCY)))
-    return ATTEMPTS / (time.perf_counter() - started)
+    with CpuWindow() as cpu:
+        started = time.perf_counter()
+        await asyncio.gather(*(looker() for _ in range(CONCURRENCY)))
+        elapsed = time.perf_counter() - started
+    return ATTEMPTS / elapsed, cpu
 
 
 TARGET_ONE, TARGET_SCALE = 0.5, 1.7  # issue 15: of bare lookups; two instances over one
@@ -147,17 +153,20 @@ async def run() -> Stage:
             limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
             async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as http:
                 await create_payments(http)
-                lookups_per_s = await baseline(http)
+                lookups_per_s, cpu = await baseline(http)
+                stage.details["cpu"] = {"baseline": cpu.report(ATTEMPTS, "attempt")}
             # Alternating 1, 2, 2, 1, ...: a load change on a shared machine between two sweeps
             # would otherwise read as scaling (or its absence); each configuration's median counts.
             runs: dict[int, list[float]] = {1: [], 2: []}
             for round_ in range(REPEAT):
                 for instances in ((1, 2) if round_ % 2 == 0 else (2, 1)):
                     async with bench_database() as dsn:
-                        elapsed = await sweep(dsn, url, instances)
+                        elapsed, cpu = await sweep(dsn, url, instances)
                     runs[instances].append(ATTEMPTS / elapsed)
                     print(f"  {instances} instance(s): {ATTEMPTS / elapsed:8.1f} attempts resolved/s"
                           f"  ({elapsed:.1f} s, process start-up included)")
+                    stage.details["cpu"][f"{instances} instance(s), round {round_ + 1}"] = \
+                        cpu.report(ATTEMPTS, "attempt")
             rates = {n: statistics.median(r) for n, r in runs.items()}
             for instances, rate in rates.items():
                 stage.measures[f"{instances} instance(s) resolved/s"] = rate

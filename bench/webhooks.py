@@ -35,6 +35,7 @@ from bench.common import (
     seed_provider_account,
     service,
 )
+from bench.cpu import CpuWindow
 from bench.results import Ratio, Stage
 from harness.servers import free_port, wait_http
 from paycore.webhook_signatures import signed_headers
@@ -122,7 +123,7 @@ def tally(results: dict[str, int]) -> Callable[[int, bytes], None]:
     return count
 
 
-async def run_intake(dsn: str) -> tuple[int, float, Latencies, dict[str, int]]:
+async def run_intake(dsn: str) -> tuple[int, float, Latencies, dict[str, int], CpuWindow]:
     await seed(dsn, EVENTS)
     port = free_port()
     secret = webhook_secret()
@@ -139,14 +140,15 @@ async def run_intake(dsn: str) -> tuple[int, float, Latencies, dict[str, int]]:
         await wait_http(f"http://127.0.0.1:{port}/healthz")
         # One keep-alive connection per sender, HTTP/1.1 written by hand: a general client
         # (httpx) costs more CPU per request than the intake, on the same cores.
-        lat, elapsed = await closed_loop(
-            port, CLIENTS, SECONDS,
-            signed_deliveries(delivery_order(EVENTS), secret, event_body, lambda n: f"evt_bench_{n}"),
-            tally(results))
-    return len(lat.samples), elapsed, lat, results
+        with CpuWindow() as cpu:
+            lat, elapsed = await closed_loop(
+                port, CLIENTS, SECONDS,
+                signed_deliveries(delivery_order(EVENTS), secret, event_body, lambda n: f"evt_bench_{n}"),
+                tally(results))
+    return len(lat.samples), elapsed, lat, results, cpu
 
 
-async def run_pgbench(dsn: str) -> tuple[float, float] | None:
+async def run_pgbench(dsn: str) -> tuple[float, float, CpuWindow] | None:
     # pgbench outruns the intake: seed enough events that it never runs out of fresh ones.
     await seed(dsn, EVENTS * 3)
     conn = await asyncpg.connect(dsn)
@@ -156,8 +158,10 @@ async def run_pgbench(dsn: str) -> tuple[float, float] | None:
                                      records=enumerate(delivery_order(EVENTS * 3), start=1))
     await conn.close()
     # -M prepared: the intake's driver (asyncpg) also prepares each statement once per connection.
-    return await pgbench(dsn, repo_root() / "bench" / "webhooks_baseline.sql", clients=CLIENTS,
-                         seconds=SECONDS, extra=["-M", "prepared", "-D", f"account={ACCOUNT}"])
+    with CpuWindow() as cpu:
+        result = await pgbench(dsn, repo_root() / "bench" / "webhooks_baseline.sql", clients=CLIENTS,
+                               seconds=SECONDS, extra=["-M", "prepared", "-D", f"account={ACCOUNT}"])
+    return None if result is None else (*result, cpu)
 
 
 TARGET = 0.5  # issue 15: of pgbench running the intake's own statements
@@ -168,22 +172,24 @@ async def run() -> Stage:
     print(f"webhook intake bench: {workload}")
     stage = Stage("webhooks", workload)
     async with bench_database() as dsn:
-        count, elapsed, lat, results = await run_intake(dsn)
+        count, elapsed, lat, results, cpu = await run_intake(dsn)
     rate = count / elapsed
     stage.measures |= {"intake deliveries/s": rate, "intake p50 ms": lat.p50_ms, "intake p99 ms": lat.p99_ms}
     stage.details["results"] = results
     print(f"  intake  : {rate:8.1f} deliveries/s  p50 {lat.p50_ms:6.1f} ms  p99 {lat.p99_ms:6.1f} ms"
           f"  ({count} deliveries: {results})")
+    stage.details["cpu"] = {"intake": cpu.report(count, "delivery")}
     async with bench_database() as dsn:
         baseline = await run_pgbench(dsn)
     if baseline is None:
         print("  baseline: pgbench not found; no ratio")
         return stage
-    tps, avg_ms = baseline
+    tps, avg_ms, cpu = baseline
     stage.measures |= {"baseline intake-SQL deliveries/s": tps, "baseline avg ms": avg_ms}
     stage.ratios.append(Ratio("intake ÷ pgbench of its SQL", rate / tps, TARGET))
     print(f"  baseline: {tps:8.1f} deliveries/s of the intake's SQL via pgbench (avg {avg_ms:.2f} ms),"
           " same clients, same mix")
+    stage.details["cpu"]["pgbench"] = cpu.report(round(tps * SECONDS), "delivery")
     print(f"  ratio   : {rate / tps:8.3f}  (intake deliveries/s ÷ pgbench intake-SQL deliveries/s)")
     return stage
 
