@@ -159,6 +159,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     configure_tracing(args.worker)  # OTEL_* turns it on; off, nothing is set up
     process = f"consumer-{args.consumer}" if args.worker == "consumer" else args.worker
+    if args.worker != "incidents":  # faust runs its own loop (mode)
+        # The servers' loop for the workers too: asyncio's own cost a recovery worker a fifth of its
+        # CPU in socket writes alone (docs/performance.md, "Recovery").
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     metrics_host, metrics_port = admin_host(args.metrics_host), admin_port(process, args.metrics_port)
     if args.worker == "recovery":
         from paycore_recovery.main import run as run_recovery

@@ -113,3 +113,25 @@ async def test_hang_limit_bounds_held_requests() -> None:
             await create(client, payment_body())
         assert len(await ledger(client)) == 1
         assert (await create(client, payment_body())).status_code == 201
+
+
+def test_pending_holds_only_payments_not_yet_final_in_creation_order() -> None:
+    # Every lookup sweeps ledger.pending(); it must follow status changes made on the
+    # payment objects themselves (lifecycle._transition), since a final status is never left.
+    from paycore_sandbox.ledger import Ledger, Payment
+
+    def payment(n: int, status: str) -> Payment:
+        return Payment(id=f"pay_{n}", account="acct_store", environment="test", amount=100, currency="EUR",
+                       reference=f"ref-{n}", payment_method="tok_async", idempotency_key=f"k{n}",
+                       created=0, status=status)  # type: ignore[arg-type]
+
+    book = Ledger()
+    first, done, third = payment(1, "processing"), payment(2, "succeeded"), payment(3, "requires_action")
+    for p in (first, done, third):
+        book.add(p)
+    assert [p.id for p in book.pending()] == ["pay_1", "pay_3"]
+    first.status = "succeeded"
+    assert [p.id for p in book.pending()] == ["pay_3"]
+    third.status = "canceled"
+    assert book.pending() == []
+    assert len(book) == 3

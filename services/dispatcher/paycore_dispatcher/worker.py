@@ -64,7 +64,7 @@ async def run_dispatcher(
     if pool is None:
         if settings.database_url is None:
             raise RuntimeError("PAYCORE_DATABASE_URL is required")
-        pool = await create_pool(settings.database_url, min_size=1, max_size=relays + 2)
+        pool = await create_pool(settings.database_url, min_size=1, max_size=relays + 2, session_free=True)
     metrics = DispatcherMetrics.create()
     producer = kafka.producer(ks, **PRODUCER_OPTIONS)
     try:

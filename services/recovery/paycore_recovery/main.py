@@ -35,7 +35,7 @@ async def run(*, metrics_host: str = "127.0.0.1", metrics_port: int | None = Non
     recovery = load_recovery_settings(settings)
     clock = SystemClock()
     metrics = RecoveryMetrics()
-    pool = await create_pool(settings.database_url, max_size=recovery.concurrency + 4)
+    pool = await create_pool(settings.database_url, max_size=recovery.concurrency + 4, session_free=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
