@@ -31,34 +31,38 @@ FROM provider_accounts pa
 WHERE a.attempt_id = :attempt_id::uuid AND a.version = 0 AND a.state = 'NotStarted'
   AND pa.provider_account = a.provider_account;
 INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
-VALUES (:attempt_id::uuid, now(), 'send_intent', 'endpoint', '{"first_send": true}');
-INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
-VALUES (:attempt_id::uuid, now(), 'transition', 'endpoint', '{"from": "NotStarted", "to": "Started"}');
+SELECT :attempt_id::uuid, now(), e.kind, 'endpoint', e.detail
+FROM unnest(ARRAY['send_intent', 'transition']::text[],
+            ARRAY['{"first_send": true}', '{"from": "NotStarted", "to": "Started"}']::jsonb[])
+     WITH ORDINALITY AS e(kind, detail, position)
+ORDER BY e.position;
 COMMIT;
 
 BEGIN;
 SELECT * FROM orders
 WHERE order_id = (SELECT order_id FROM payment_attempts WHERE attempt_id = :attempt_id::uuid) FOR UPDATE;
 SELECT * FROM payment_attempts WHERE attempt_id = :attempt_id::uuid;
-INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
-VALUES (:attempt_id::uuid, now(), 'send_result', 'endpoint', '{"outcome": "succeeded"}');
 SELECT attempt_id FROM payment_attempts
 WHERE provider_account = 'cardco:acct_store:test' AND provider_payment_id = 'pay_' || :n AND attempt_id <> :attempt_id::uuid;
 UPDATE payment_attempts SET state = 'Succeeded', provider_status = 'succeeded',
     provider_payment_id = COALESCE(provider_payment_id, 'pay_' || :n), next_check_at = now(),
     version = version + 1
 WHERE attempt_id = :attempt_id::uuid AND version = 1 AND state = 'Started';
-INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
-VALUES (:attempt_id::uuid, now(), 'transition', 'endpoint', '{"from": "Started", "to": "Succeeded"}');
 UPDATE payment_escalations SET resolved_at = now(), next_reminder_at = NULL
 WHERE attempt_id = :attempt_id::uuid AND resolved_at IS NULL;
 UPDATE orders SET status = 'Paid', version = version + 1 WHERE order_id = :order_id AND status = 'Open';
 INSERT INTO outbox_messages (dedup_key, attempt_id, ordering_key, kind, payload, created_at, next_attempt_at)
-VALUES ('attempt:' || :attempt_id || ':order-confirmation', :attempt_id::uuid, 'attempt:' || :attempt_id,
-        'order-confirmation', '{}', now(), now())
+SELECT m.dedup_key, :attempt_id::uuid, 'attempt:' || :attempt_id, m.kind, m.payload, now(), now()
+FROM unnest(ARRAY['attempt:' || :attempt_id || E'\x3aorder-confirmation',
+                  'attempt:' || :attempt_id || E'\x3afulfillment-request']::text[],
+            ARRAY['order-confirmation', 'fulfillment-request']::text[], ARRAY['{}', '{}']::jsonb[])
+     WITH ORDINALITY AS m(dedup_key, kind, payload, position)
+ORDER BY m.position
 ON CONFLICT (dedup_key) DO NOTHING;
-INSERT INTO outbox_messages (dedup_key, attempt_id, ordering_key, kind, payload, created_at, next_attempt_at)
-VALUES ('attempt:' || :attempt_id || ':fulfillment-request', :attempt_id::uuid, 'attempt:' || :attempt_id,
-        'fulfillment-request', '{}', now(), now())
-ON CONFLICT (dedup_key) DO NOTHING;
+INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
+SELECT :attempt_id::uuid, now(), e.kind, 'endpoint', e.detail
+FROM unnest(ARRAY['send_result', 'transition']::text[],
+            ARRAY['{"outcome": "succeeded"}', '{"from": "Started", "to": "Succeeded"}']::jsonb[])
+     WITH ORDINALITY AS e(kind, detail, position)
+ORDER BY e.position;
 COMMIT;

@@ -64,10 +64,6 @@ SET state = 'Succeeded',
                              THEN NULL ELSE lease_token END
 WHERE attempt_id = :attempt_id AND version = 1 AND state = 'Started'
 RETURNING *;
--- from: paycore.events.INSERT_EVENT
-INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
-VALUES (:attempt_id, now(), 'transition', 'notification-handler', '{"from": "Started", "to": "Succeeded", "reason": null, "provider_status": "succeeded"}')
-RETURNING event_id;
 -- from: paycore.escalations.RESOLVE_FOR_ATTEMPT
 UPDATE payment_escalations
 SET resolved_at = now(), next_reminder_at = NULL
@@ -76,18 +72,18 @@ RETURNING escalation_id;
 -- from: paycore.orders.MARK_ORDER_PAID
 UPDATE orders SET status = 'Paid', version = version + 1
 WHERE order_id = 'wh-' || :n::text AND status = 'Open';
--- from: paycore.outbox.ENQUEUE
+-- from: paycore.outbox.ENQUEUE_EFFECTS
 INSERT INTO outbox_messages (dedup_key, attempt_id, ordering_key, kind, payload, created_at, next_attempt_at,
                              traceparent)
-VALUES ('attempt:' || :attempt_id::text || E'\x3aorder-confirmation', :attempt_id, 'attempt:' || :attempt_id::text, 'order-confirmation', '{"attempt_id": "x", "order_id": "wh", "amount_minor": 4999, "currency": "EUR", "provider_account": "cardco\u003aacct_store\u003atest", "provider_payment_id": "pay_bench"}', now(), now(), NULL)
-ON CONFLICT (dedup_key) DO NOTHING
-RETURNING message_id;
--- from: paycore.outbox.ENQUEUE
-INSERT INTO outbox_messages (dedup_key, attempt_id, ordering_key, kind, payload, created_at, next_attempt_at,
-                             traceparent)
-VALUES ('attempt:' || :attempt_id::text || E'\x3afulfillment-request', :attempt_id, 'attempt:' || :attempt_id::text, 'fulfillment-request', '{"attempt_id": "x", "order_id": "wh", "amount_minor": 4999, "currency": "EUR", "provider_account": "cardco\u003aacct_store\u003atest", "provider_payment_id": "pay_bench"}', now(), now(), NULL)
-ON CONFLICT (dedup_key) DO NOTHING
-RETURNING message_id;
+SELECT m.dedup_key, :attempt_id, 'attempt:' || :attempt_id::text, m.kind, m.payload, now(), now(), NULL
+FROM unnest(ARRAY['attempt:' || :attempt_id::text || E'\x3aorder-confirmation', 'attempt:' || :attempt_id::text || E'\x3afulfillment-request']::text[], ARRAY['order-confirmation', 'fulfillment-request']::text[], ARRAY['{"attempt_id": "x", "order_id": "wh", "amount_minor": 4999, "currency": "EUR", "provider_account": "cardco\u003aacct_store\u003atest", "provider_payment_id": "pay_bench"}', '{"attempt_id": "x", "order_id": "wh", "amount_minor": 4999, "currency": "EUR", "provider_account": "cardco\u003aacct_store\u003atest", "provider_payment_id": "pay_bench"}']::jsonb[]) WITH ORDINALITY AS m(dedup_key, kind, payload, position)
+ORDER BY m.position
+ON CONFLICT (dedup_key) DO NOTHING;
+-- from: paycore.events.INSERT_EVENTS
+INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
+SELECT :attempt_id, now(), e.kind, 'notification-handler', e.detail
+FROM unnest(ARRAY['transition']::text[], ARRAY['{"from": "Started", "to": "Succeeded", "reason": null, "provider_status": "succeeded"}']::jsonb[]) WITH ORDINALITY AS e(kind, detail, position)
+ORDER BY e.position;
 RELEASE SAVEPOINT apply_outcome;
 COMMIT;
 \endif

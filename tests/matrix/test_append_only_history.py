@@ -7,7 +7,7 @@ import pytest
 
 from paycore.attempts import Attempt
 from paycore.clock import FakeClock
-from paycore.events import history
+from paycore.events import EventKind, append_events, history
 
 from .helpers import seed_account, started_attempt
 
@@ -69,3 +69,24 @@ async def test_appending_an_event_still_works(
     assert events[-1]["event_id"] == event_id
     assert events[-1]["detail"] == {"status": "processing"}
     assert len(events) == 4
+
+
+async def test_several_events_appended_in_one_statement_keep_their_order_and_details(
+    pool: asyncpg.Pool, clock: FakeClock, attempt_with_history: Attempt
+) -> None:
+    # One instant for all of them: only the event ids order them in the history, so the
+    # one-statement insert must assign ids in the order given (many kinds, to catch a sort).
+    attempt = attempt_with_history
+    given = [(EventKind.SEND_RESULT, {"n": 1, "outcome": "unknown"}), (EventKind.LOOKUP, {"n": 2}),
+             (EventKind.TRANSITION, {"n": 3, "to": "Unknown"}), (EventKind.LOOKUP, {"n": 4}),
+             (EventKind.SEND_ABANDONED, {"n": 5})]
+    async with pool.acquire() as conn:
+        await append_events(conn, attempt_id=attempt.attempt_id, actor="recovery-1", now=clock.now(),
+                            events=given)
+        with pytest.raises(ValueError, match="notification"):
+            await append_events(conn, attempt_id=attempt.attempt_id, actor="x", now=clock.now(),
+                                events=[(EventKind.NOTIFICATION, {})])
+    appended = (await history(pool, attempt.attempt_id))[3:]
+    assert [(e["kind"], e["detail"], e["actor"]) for e in appended] == \
+        [(kind.value, detail, "recovery-1") for kind, detail in given]
+    assert len({e["occurred_at"] for e in appended}) == 1

@@ -14,7 +14,7 @@ import dataclasses
 import enum
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -36,7 +36,7 @@ from paycore.domain import (
     can_transition,
 )
 from paycore.errors import OutcomeNotConfirmed, TransitionRefused
-from paycore.events import EventKind, append_event
+from paycore.events import EventKind, append_event, append_events
 from paycore.evidence import Verdict, judge
 from paycore.leases import Lease
 from paycore.orders import OrderNotPayable, lock_order, lock_order_of_attempt, mark_paid
@@ -262,15 +262,12 @@ async def try_mark_started(
         if row is None:
             return StartResult.CONFLICT, None
         attempt = Attempt.from_record(row)
-        await append_event(
-            conn, attempt_id=attempt_id, kind=EventKind.SEND_INTENT, actor=actor, now=now,
-            detail={"endpoint": attempt.endpoint, "api_version": attempt.api_version,
-                    "provider_account": attempt.provider_account, "first_send": True},
-        )
-        await append_event(
-            conn, attempt_id=attempt_id, kind=EventKind.TRANSITION, actor=actor, now=now,
-            detail={"from": AttemptState.NOT_STARTED.value, "to": AttemptState.STARTED.value},
-        )
+        await append_events(conn, attempt_id=attempt_id, actor=actor, now=now, events=[
+            (EventKind.SEND_INTENT, {"endpoint": attempt.endpoint, "api_version": attempt.api_version,
+                                     "provider_account": attempt.provider_account, "first_send": True}),
+            (EventKind.TRANSITION, {"from": AttemptState.NOT_STARTED.value,
+                                    "to": AttemptState.STARTED.value}),
+        ])
         return StartResult.STARTED, attempt
 
 
@@ -317,6 +314,9 @@ class OutcomeResult:
 
     attempt: Attempt
     verdict: Verdict
+    # Whether this write moved the attempt (a new version): it then also scheduled the next
+    # check and released a lease the writer presented and still owned.
+    written: bool = False
 
 
 async def record_outcome(
@@ -334,14 +334,20 @@ async def record_outcome(
     evidence_key: str | None = None,
     max_reapply: int = MAX_REAPPLY,
 ) -> OutcomeResult:
-    """Record a provider outcome in its own transaction; see :func:`apply_outcome`."""
-    async with pool.acquire() as conn, conn.transaction():
-        return await apply_outcome(
-            conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
-            reminder_interval=reminder_interval, from_send=from_send, lease=lease,
-            escalated_recheck_after_s=escalated_recheck_after_s, evidence_key=evidence_key,
-            max_reapply=max_reapply,
-        )
+    """Record a provider outcome in its own transaction; see :func:`apply_outcome`.
+
+    This writer owns its transaction, so a lost race rolls the whole transaction back and
+    reapplies in a new one, with no savepoint around each try (two round trips fewer).
+    """
+    async def one_try() -> OutcomeResult:
+        async with pool.acquire() as conn, conn.transaction():
+            return await _apply_once(
+                conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
+                from_send=from_send, lease=lease, escalated_recheck_after_s=escalated_recheck_after_s,
+                escalate=_Escalate(conn, attempt_id, now, evidence_key, reminder_interval),
+            )
+
+    return await _reapplying(attempt_id, max_reapply, one_try)
 
 
 async def apply_outcome(
@@ -391,19 +397,28 @@ async def apply_outcome(
     ``from_send`` appends a ``send_result`` event (the answer to a send this
     writer made). A matching ``lease`` is released in the same write.
     """
-    for _ in range(max_reapply):
+    async def one_try() -> OutcomeResult:
+        # A savepoint inside the caller's transaction: a lost race rolls back only this try (its
+        # events included); the caller's earlier writes, such as a notification record, stay.
+        async with conn.transaction():
+            return await _apply_once(
+                conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
+                from_send=from_send, lease=lease, escalated_recheck_after_s=escalated_recheck_after_s,
+                escalate=_Escalate(conn, attempt_id, now, evidence_key, reminder_interval),
+            )
+
+    return await _reapplying(attempt_id, max_reapply, one_try)
+
+
+async def _reapplying(attempt_id: UUID, tries: int,
+                      one_try: Callable[[], Awaitable[OutcomeResult]]) -> OutcomeResult:
+    """``one_try`` until it does not lose a race, at most ``tries`` times."""
+    for _ in range(tries):
         try:
-            async with conn.transaction():  # a savepoint inside the caller's transaction
-                return await _apply_once(
-                    conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
-                    from_send=from_send, lease=lease, escalated_recheck_after_s=escalated_recheck_after_s,
-                    escalate=_Escalate(conn, attempt_id, now, evidence_key, reminder_interval),
-                )
+            return await one_try()
         except _LostRace:
-            # Only this try is rolled back (its events included); the caller's
-            # earlier writes, such as a notification record, stay.
             log.info("outcome write for %s lost a race; reapplying", attempt_id)
-    raise OutcomeNotConfirmed(f"attempt {attempt_id}: outcome not confirmed after {max_reapply} tries")
+    raise OutcomeNotConfirmed(f"attempt {attempt_id}: outcome not confirmed after {tries} tries")
 
 
 async def _apply_once(
@@ -419,13 +434,39 @@ async def _apply_once(
     escalated_recheck_after_s: float | None,
     escalate: _Escalate,
 ) -> OutcomeResult:
-    """One try of :func:`apply_outcome`; raises :class:`_LostRace` to roll back and reapply."""
+    """One try of :func:`apply_outcome`; raises :class:`_LostRace` to roll back and reapply.
+
+    The try's history events are appended together, in the order they happened, after its
+    writes (one round trip; a try that raises rolls back and appends nothing).
+    """
+    history: list[tuple[EventKind, dict[str, Any]]] = []
+    result = await _judge_and_write(conn, attempt_id, outcome, now=now, actor=actor,
+                                    recheck_after_s=recheck_after_s, from_send=from_send, lease=lease,
+                                    escalated_recheck_after_s=escalated_recheck_after_s, escalate=escalate,
+                                    history=history)
+    await append_events(conn, attempt_id=attempt_id, actor=actor, now=now, events=history)
+    return result
+
+
+async def _judge_and_write(
+    conn: asyncpg.Connection,
+    attempt_id: UUID,
+    outcome: ProviderOutcome,
+    *,
+    now: datetime,
+    actor: str,
+    recheck_after_s: float,
+    from_send: bool,
+    lease: Lease | None,
+    escalated_recheck_after_s: float | None,
+    escalate: _Escalate,
+    history: list[tuple[EventKind, dict[str, Any]]],
+) -> OutcomeResult:
     order = await lock_order_of_attempt(conn, attempt_id)
     attempt = await get_attempt(conn, attempt_id)
 
     if from_send:
-        await append_event(conn, attempt_id=attempt_id, kind=EventKind.SEND_RESULT, actor=actor,
-                           now=now, detail=_send_result_detail(outcome))
+        history.append((EventKind.SEND_RESULT, _send_result_detail(outcome)))
 
     verdict = await judge_outcome(conn, attempt, outcome)
     if not verdict.accepted:
@@ -492,16 +533,14 @@ async def _apply_once(
     if row is None:
         raise _LostRace
     updated = Attempt.from_record(row)
-    await append_event(
-        conn, attempt_id=attempt_id, kind=EventKind.TRANSITION, actor=actor, now=now,
-        detail={"from": attempt.state.value, "to": target.value, "reason": outcome.reason,
-                "provider_status": outcome.provider_status},
-    )
+    history.append((EventKind.TRANSITION, {"from": attempt.state.value, "to": target.value,
+                                           "reason": outcome.reason,
+                                           "provider_status": outcome.provider_status}))
     if target in FINAL_STATES:
         await escalations.resolve_for_attempt(conn, attempt_id, now)
     if target is AttemptState.SUCCEEDED:
         await _queue_success_effects(conn, updated, order.status, order.cancel_requested_at, now, escalate)
-    return OutcomeResult(updated, verdict)
+    return OutcomeResult(updated, verdict, written=True)
 
 
 async def judge_outcome(conn: asyncpg.Connection | asyncpg.Pool, attempt: Attempt,
@@ -533,12 +572,11 @@ async def _queue_success_effects(
     }
     if order_status is OrderStatus.OPEN:
         await mark_paid(conn, attempt.order_id)
-    await outbox.enqueue_effect(conn, attempt_id=attempt.attempt_id, effect="order-confirmation",
-                                payload=payload, now=now)
-    if order_status is OrderStatus.OPEN and cancel_requested_at is None:
-        await outbox.enqueue_effect(conn, attempt_id=attempt.attempt_id, effect="fulfillment-request",
-                                    payload=payload, now=now)
-    else:
+    fulfil = order_status is OrderStatus.OPEN and cancel_requested_at is None
+    # The confirmation first: the relay sends an attempt's effects in the order queued.
+    await outbox.enqueue_effects(conn, attempt_id=attempt.attempt_id, payload=payload, now=now,
+                                 effects=["order-confirmation", *(["fulfillment-request"] if fulfil else [])])
+    if not fulfil:
         # The customer cancelled after the send intent: the charge stands, and a
         # refund is its own operation, decided by a person.
         await escalate("succeeded-after-cancel", {"order_id": attempt.order_id}, per_evidence=False)

@@ -7,6 +7,7 @@ ever inserts. Details never carry card data or secrets.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -27,6 +28,15 @@ INSERT_EVENT = """
 INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
 VALUES ($1, $2, $3, $4, $5)
 RETURNING event_id
+"""
+
+# Several events of one attempt in one round trip; WITH ORDINALITY and ORDER BY keep
+# their ids (the history's tie-break within one instant) in the order given.
+INSERT_EVENTS = """
+INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
+SELECT $1, $2, e.kind, $3, e.detail
+FROM unnest($4::text[], $5::jsonb[]) WITH ORDINALITY AS e(kind, detail, position)
+ORDER BY e.position
 """
 
 SELECT_HISTORY = """
@@ -51,6 +61,23 @@ async def append_event(
         raise ValueError("notification events are recorded by the notification handler")
     event_id: int = await conn.fetchval(INSERT_EVENT, attempt_id, now, kind.value, actor, detail)
     return event_id
+
+
+async def append_events(
+    conn: asyncpg.Connection,
+    *,
+    attempt_id: UUID,
+    actor: str,
+    now: datetime,
+    events: Sequence[tuple[EventKind, dict[str, Any]]],
+) -> None:
+    """Append several non-notification events of one attempt, in the given order, in one statement."""
+    if not events:
+        return
+    if any(kind is EventKind.NOTIFICATION for kind, _ in events):
+        raise ValueError("notification events are recorded by the notification handler")
+    await conn.execute(INSERT_EVENTS, attempt_id, now, actor, [kind.value for kind, _ in events],
+                       [detail for _, detail in events])
 
 
 async def history(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID) -> list[asyncpg.Record]:

@@ -9,6 +9,7 @@ alerts carry none so they never wait behind business rows.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -24,6 +25,17 @@ INSERT INTO outbox_messages (dedup_key, attempt_id, ordering_key, kind, payload,
 VALUES ($1, $2, $3, $4, $5, $6, $6, $7)
 ON CONFLICT (dedup_key) DO NOTHING
 RETURNING message_id
+"""
+
+# Several effects of one attempt in one round trip, their ids (the relay's order within
+# the attempt's ordering key) in the order given.
+ENQUEUE_EFFECTS = """
+INSERT INTO outbox_messages (dedup_key, attempt_id, ordering_key, kind, payload, created_at, next_attempt_at,
+                             traceparent)
+SELECT m.dedup_key, $1, $2, m.kind, m.payload, $3, $3, $4
+FROM unnest($5::text[], $6::text[], $7::jsonb[]) WITH ORDINALITY AS m(dedup_key, kind, payload, position)
+ORDER BY m.position
+ON CONFLICT (dedup_key) DO NOTHING
 """
 
 
@@ -56,6 +68,25 @@ async def enqueue(
     return message_id
 
 
+async def enqueue_effects(
+    conn: asyncpg.Connection,
+    *,
+    attempt_id: UUID,
+    effects: Sequence[str],
+    payload: dict[str, Any],
+    now: datetime,
+) -> None:
+    """Queue business effects of an attempt, in per-attempt order (the order given), each
+    unless already queued; one statement however many."""
+    if not effects:
+        return
+    keys = [effect_key(attempt_id, effect) for effect in effects]
+    bodies = [{"dedup_key": key, "kind": effect, "schema_version": SCHEMA_VERSION,
+               "attempt_id": str(attempt_id), **payload} for key, effect in zip(keys, effects, strict=True)]
+    await conn.execute(ENQUEUE_EFFECTS, attempt_id, ordering_key(attempt_id), now,
+                       tracing.current_traceparent(), keys, list(effects), bodies)
+
+
 async def enqueue_effect(
     conn: asyncpg.Connection,
     *,
@@ -64,7 +95,7 @@ async def enqueue_effect(
     payload: dict[str, Any],
     now: datetime,
 ) -> int | None:
-    """Queue a business effect of an attempt, in per-attempt order."""
+    """Queue one business effect of an attempt, in per-attempt order; returns the new id or None."""
     return await enqueue(
         conn,
         dedup_key=effect_key(attempt_id, effect),

@@ -492,8 +492,10 @@ class RecoveryWorker:
             assert recorded.verdict.reason is not None
             self.metrics.escalations.labels(recorded.verdict.reason.value).inc()
             return Pass.ESCALATED
-        # If that wrote nothing (an already-final winner), still release what is ours.
-        await leases.finish(self.pool, attempt.attempt_id, lease, self.clock.now(), recheck)
+        if not recorded.written:
+            # It wrote nothing (an already-final winner): still release what is ours. A write
+            # scheduled the next check and released an owned lease itself.
+            await leases.finish(self.pool, attempt.attempt_id, lease, self.clock.now(), recheck)
         state = recorded.attempt.state
         if state in (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.NOT_APPLIED):
             self.metrics.resolved.labels(state.value).inc()
@@ -558,7 +560,8 @@ class RecoveryWorker:
         recorded = await record_outcome(self.pool, attempt_id, outcome, now=self.clock.now(),
                                         actor=self.actor, recheck_after_s=recheck, from_send=True,
                                         lease=lease, reminder_interval=self.settings.reminder_interval)
-        await leases.finish(self.pool, attempt_id, lease, self.clock.now(), recheck)
+        if not recorded.written:  # as in _found: a write already scheduled and released
+            await leases.finish(self.pool, attempt_id, lease, self.clock.now(), recheck)
         state = recorded.attempt.state
         if state in (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.NOT_APPLIED):
             self.metrics.resolved.labels(state.value).inc()
