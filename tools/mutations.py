@@ -106,6 +106,17 @@ MUTATIONS: tuple[Mutation, ...] = (
         "an outcome write never lands on a version it did not read (Started -> Started races)",
     ),
     Mutation(
+        "lost-race-reapplies", ATTEMPTS,
+        """        except _LostRace:
+            log.info("outcome write for %s lost a race; reapplying", attempt_id)""",
+        """        except _LostRace:
+            raise OutcomeNotConfirmed("mutated: no reapply") from None""",
+        t(RECORD, "test_an_outcome_write_that_loses_a_race_to_an_unknown_winner_is_reapplied_and_ends_succeeded",
+          "test_a_reapplied_outcome_write_records_one_send_result_for_its_one_send"),
+        "an outcome write that lost a race is reapplied on the winner's version, its first try's"
+        " writes rolled back (evidence is not dropped because another writer moved first)",
+    ),
+    Mutation(
         "apply-outcome-guard", ATTEMPTS,
         "WHERE attempt_id = $1 AND version = $2 AND state = $3",
         "WHERE attempt_id = $1 AND (version = $2 OR TRUE) AND (state = $3 OR TRUE)",
