@@ -5,7 +5,8 @@ two-core machine every component of a stage (PostgreSQL, the paycore processes, 
 sandbox, the bench's own clients, pgbench) competes for the same cores, so each measured
 window also records
 
-- ``busy``: the share of all cores that was busy (from ``/proc/stat``). Near 1.0 the
+- ``busy``: the share of all cores that was busy (from ``/proc/stat``; ``stolen`` is the
+  part a hypervisor gave to other machines). Near 1.0 the
   stage is CPU-bound, and another process cannot add throughput: two instances can at most
   give ``1 / busy_of_one`` times one instance;
 - CPU milliseconds per unit of work (payment, delivery, attempt) for each component,
@@ -64,12 +65,12 @@ def _cpu_seconds() -> dict[int, tuple[str, float]]:
     return seen
 
 
-def _machine() -> tuple[float, float]:
-    """(busy seconds, total seconds) over all cores since boot."""
+def _machine() -> tuple[float, float, float]:
+    """(busy seconds, stolen seconds, total seconds) over all cores since boot."""
     t = psutil.cpu_times()
     idle = t.idle + getattr(t, "iowait", 0.0)
     total = sum(t)
-    return total - idle, total
+    return total - idle, getattr(t, "steal", 0.0), total
 
 
 @dataclass
@@ -77,9 +78,10 @@ class CpuWindow:
     """``with CpuWindow() as cpu: …; cpu.report(units)``: see the module docstring."""
 
     busy: float = 0.0
+    stolen: float = 0.0  # of ``busy``: cores the hypervisor gave to other machines
     seconds_by_component: dict[str, float] = field(default_factory=dict)
     _start: dict[int, tuple[str, float]] = field(default_factory=dict)
-    _machine_start: tuple[float, float] = (0.0, 0.0)
+    _machine_start: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def __enter__(self) -> CpuWindow:
         self._start = _cpu_seconds()
@@ -88,9 +90,11 @@ class CpuWindow:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        busy_end, total_end = _machine()
-        busy_start, total_start = self._machine_start
-        self.busy = (busy_end - busy_start) / max(total_end - total_start, 1e-9)
+        busy_end, steal_end, total_end = _machine()
+        busy_start, steal_start, total_start = self._machine_start
+        elapsed = max(total_end - total_start, 1e-9)
+        self.busy = (busy_end - busy_start) / elapsed
+        self.stolen = (steal_end - steal_start) / elapsed
         for pid, (comp, seconds) in _cpu_seconds().items():
             before = self._start.get(pid)
             used = seconds - before[1] if before is not None else seconds
@@ -106,5 +110,6 @@ class CpuWindow:
         per_unit = self.per_unit_ms(units)
         parts = ", ".join(f"{comp} {ms:.2f}" for comp, ms in per_unit.items() if ms >= 0.01)
         per = f"; ms per {unit}: {parts}" if parts else ""
-        print(f"    cpu: machine {100 * self.busy:.0f}% busy{per}")
-        return {"busy": self.busy, f"cpu_ms_per_{unit}": per_unit}
+        stolen = f" ({100 * self.stolen:.0f}% stolen by other machines)" if self.stolen >= 0.005 else ""
+        print(f"    cpu: machine {100 * self.busy:.0f}% busy{stolen}{per}")
+        return {"busy": self.busy, "stolen": self.stolen, f"cpu_ms_per_{unit}": per_unit}

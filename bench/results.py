@@ -40,6 +40,17 @@ class Stage:
     details: dict[str, Any] = field(default_factory=dict)  # plans, per-size tables, checks
     load_before: tuple[float, float, float] | None = None
     load_after: tuple[float, float, float] | None = None
+    measured_at: str | None = None  # set when written: a day's file may hold stages of several runs
+    commit: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Stage:
+        def load(value: list[float] | None) -> tuple[float, float, float] | None:
+            return None if value is None else (value[0], value[1], value[2])
+
+        return cls(**{**data, "ratios": [Ratio(**r) for r in data.get("ratios", [])],
+                      "load_before": load(data.get("load_before")),
+                      "load_after": load(data.get("load_after"))})
 
 
 def load_average() -> tuple[float, float, float]:
@@ -58,11 +69,22 @@ def machine() -> dict[str, Any]:
 
 
 def write(stages: list[Stage], *, directory: Path = RESULTS, now: datetime | None = None) -> Path:
-    """``<directory>/<date>.json`` (a second run on one day replaces the first) and the charts."""
+    """``<directory>/<date>.json`` and the charts, from every stage the day's file then holds.
+
+    A second run on one day replaces the stages it ran and keeps the others (``make bench
+    PAYCORE_BENCH_STAGES=growth`` after a full run redoes only growth); each stage records
+    when, and at which commit, it was measured.
+    """
     now = now or datetime.now(UTC)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{now.date().isoformat()}.json"
-    document = {"measured_at": now.isoformat(), "machine": machine(), "stages": [asdict(s) for s in stages]}
+    about = machine()
+    for stage in stages:
+        stage.measured_at, stage.commit = now.isoformat(), about["commit"]
+    fresh = {stage.name: stage for stage in stages}
+    earlier = [Stage.from_json(s) for s in orjson.loads(path.read_bytes())["stages"]] if path.exists() else []
+    stages = [fresh.pop(s.name, s) for s in earlier] + list(fresh.values())  # replaced in place, new last
+    document = {"measured_at": now.isoformat(), "machine": about, "stages": [asdict(s) for s in stages]}
     path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
     from bench import charts  # matplotlib only when writing
 

@@ -2,12 +2,13 @@
 
 Workload: signed ``payment.succeeded`` deliveries for seeded Started attempts,
 each event sent twice (50 % duplicates), shuffled, from 4 concurrent senders
-for 30 s (``PAYCORE_BENCH_SECONDS``, ``PAYCORE_BENCH_CLIENTS``), into one intake
-process. Baseline: pgbench running the statements the intake issues for each of those
+for 30 s (``PAYCORE_BENCH_SECONDS``, ``PAYCORE_BENCH_CLIENTS``), into the intake as one
+process and then as ``--workers 2`` (``PAYCORE_BENCH_WORKERS``, as for checkout).
+Baseline: pgbench running the statements the intake issues for each of those
 deliveries (``bench/webhooks_baseline.sql``: the redelivery check; then, for a first
 delivery, one transaction with the replay-window row, the match, the order lock, the
-notification row, and the outcome write with its history event, escalation resolution,
-order update and outbox rows) with the same mix, at the same concurrency and duration,
+notification row, and the outcome write with its escalation resolution, order update,
+outbox rows and history event) with the same mix, at the same concurrency and duration,
 on a separate fresh database. The ratio says how much of the database's capacity for
 this work the whole HTTP path delivers.
 
@@ -44,6 +45,7 @@ from paycore_sandbox.settings import SandboxSettings
 SECONDS = float(os.environ.get("PAYCORE_BENCH_SECONDS", "30"))
 CLIENTS = int(os.environ.get("PAYCORE_BENCH_CLIENTS", "4"))
 EVENTS = int(os.environ.get("PAYCORE_BENCH_WEBHOOK_EVENTS", "40000"))
+WORKERS = [int(n) for n in os.environ.get("PAYCORE_BENCH_WORKERS", "1,2").split(",")]
 ACCOUNT = "cardco:acct_store:test"
 
 SEED = """
@@ -123,7 +125,7 @@ def tally(results: dict[str, int]) -> Callable[[int, bytes], None]:
     return count
 
 
-async def run_intake(dsn: str) -> tuple[int, float, Latencies, dict[str, int], CpuWindow]:
+async def run_intake(dsn: str, workers: int) -> tuple[int, float, Latencies, dict[str, int], CpuWindow]:
     await seed(dsn, EVENTS)
     port = free_port()
     secret = webhook_secret()
@@ -136,7 +138,7 @@ async def run_intake(dsn: str) -> tuple[int, float, Latencies, dict[str, int], C
         "PAYCORE_CARDCO_WEBHOOK_SECRET": secret,
     }
     results: dict[str, int] = {}
-    with service("webhooks", port, env):
+    with service("webhooks", port, env, workers=workers):
         await wait_http(f"http://127.0.0.1:{port}/healthz")
         # One keep-alive connection per sender, HTTP/1.1 written by hand: a general client
         # (httpx) costs more CPU per request than the intake, on the same cores.
@@ -168,17 +170,22 @@ TARGET = 0.5  # issue 15: of pgbench running the intake's own statements
 
 
 async def run() -> Stage:
-    workload = f"{CLIENTS} senders x {SECONDS:.0f} s, 50 % duplicates, one intake process"
+    workload = (f"{CLIENTS} senders x {SECONDS:.0f} s, 50 % duplicates, webhooks --workers "
+                f"{', '.join(map(str, WORKERS))}")
     print(f"webhook intake bench: {workload}")
     stage = Stage("webhooks", workload)
-    async with bench_database() as dsn:
-        count, elapsed, lat, results, cpu = await run_intake(dsn)
-    rate = count / elapsed
-    stage.measures |= {"intake deliveries/s": rate, "intake p50 ms": lat.p50_ms, "intake p99 ms": lat.p99_ms}
-    stage.details["results"] = results
-    print(f"  intake  : {rate:8.1f} deliveries/s  p50 {lat.p50_ms:6.1f} ms  p99 {lat.p99_ms:6.1f} ms"
-          f"  ({count} deliveries: {results})")
-    stage.details["cpu"] = {"intake": cpu.report(count, "delivery")}
+    rates: dict[int, float] = {}
+    stage.details["cpu"] = {}
+    for workers in WORKERS:
+        async with bench_database() as dsn:
+            count, elapsed, lat, results, cpu = await run_intake(dsn, workers)
+        rates[workers] = count / elapsed
+        stage.measures |= {f"x{workers} deliveries/s": rates[workers], f"x{workers} p50 ms": lat.p50_ms,
+                           f"x{workers} p99 ms": lat.p99_ms}
+        stage.details[f"x{workers} results"] = results
+        print(f"  intake x{workers}: {rates[workers]:8.1f} deliveries/s  p50 {lat.p50_ms:6.1f} ms  "
+              f"p99 {lat.p99_ms:6.1f} ms  ({count} deliveries: {results})")
+        stage.details["cpu"][f"x{workers}"] = cpu.report(count, "delivery")
     async with bench_database() as dsn:
         baseline = await run_pgbench(dsn)
     if baseline is None:
@@ -186,11 +193,12 @@ async def run() -> Stage:
         return stage
     tps, avg_ms, cpu = baseline
     stage.measures |= {"baseline intake-SQL deliveries/s": tps, "baseline avg ms": avg_ms}
-    stage.ratios.append(Ratio("intake ÷ pgbench of its SQL", rate / tps, TARGET))
     print(f"  baseline: {tps:8.1f} deliveries/s of the intake's SQL via pgbench (avg {avg_ms:.2f} ms),"
           " same clients, same mix")
     stage.details["cpu"]["pgbench"] = cpu.report(round(tps * SECONDS), "delivery")
-    print(f"  ratio   : {rate / tps:8.3f}  (intake deliveries/s ÷ pgbench intake-SQL deliveries/s)")
+    for workers, rate in rates.items():
+        stage.ratios.append(Ratio(f"intake x{workers} ÷ pgbench of its SQL", rate / tps, TARGET))
+        print(f"  ratio x{workers}: {rate / tps:8.3f}  (intake deliveries/s ÷ pgbench of its SQL)")
     return stage
 
 

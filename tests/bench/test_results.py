@@ -39,7 +39,8 @@ def test_a_run_writes_its_dated_json_and_both_charts(tmp_path: Path) -> None:
         assert data.startswith(PNG) and len(data) > 10_000  # a drawn picture, not an empty canvas
 
 
-def test_without_growth_no_growth_chart_and_a_second_run_replaces_the_days_file(tmp_path: Path) -> None:
+def test_without_growth_no_growth_chart_and_a_second_run_replaces_only_the_stages_it_ran(
+        tmp_path: Path) -> None:
     when = datetime(2026, 12, 1, 19, 0, tzinfo=UTC)
     results.write(stages()[:1], directory=tmp_path, now=when)
     results.write(stages()[1:2], directory=tmp_path, now=when.replace(hour=20))
@@ -47,4 +48,14 @@ def test_without_growth_no_growth_chart_and_a_second_run_replaces_the_days_file(
     assert not (tmp_path / "growth.png").exists()
     assert [p.name for p in tmp_path.glob("*.json")] == ["2026-12-01.json"]
     document = orjson.loads((tmp_path / "2026-12-01.json").read_bytes())
-    assert [s["name"] for s in document["stages"]] == ["relay"]
+    assert [(s["name"], s["measured_at"][11:13]) for s in document["stages"]] == [("checkout", "19"),
+                                                                                  ("relay", "20")]
+
+    rerun = stages()[:1]
+    rerun[0].measures = {"x1 payments/s": 150.0}
+    results.write(rerun, directory=tmp_path, now=when.replace(hour=21))
+    document = orjson.loads((tmp_path / "2026-12-01.json").read_bytes())
+    assert [(s["name"], s["measured_at"][11:13]) for s in document["stages"]] == [("checkout", "21"),
+                                                                                  ("relay", "20")]
+    assert document["stages"][0]["measures"] == {"x1 payments/s": 150.0}
+    assert document["stages"][0]["ratios"][0]["label"] == "x1 ÷ pgbench"  # read back, written again
