@@ -158,11 +158,13 @@ async def run() -> Stage:
             # Alternating 1, 2, 2, 1, ...: a load change on a shared machine between two sweeps
             # would otherwise read as scaling (or its absence); each configuration's median counts.
             runs: dict[int, list[float]] = {1: [], 2: []}
+            windows: dict[int, list[CpuWindow]] = {1: [], 2: []}
             for round_ in range(REPEAT):
                 for instances in ((1, 2) if round_ % 2 == 0 else (2, 1)):
                     async with bench_database() as dsn:
                         elapsed, cpu = await sweep(dsn, url, instances)
                     runs[instances].append(ATTEMPTS / elapsed)
+                    windows[instances].append(cpu)
                     print(f"  {instances} instance(s): {ATTEMPTS / elapsed:8.1f} attempts resolved/s"
                           f"  ({elapsed:.1f} s, process start-up included)")
                     stage.details["cpu"][f"{instances} instance(s), round {round_ + 1}"] = \
@@ -180,6 +182,10 @@ async def run() -> Stage:
         print(f"  ratio {instances}: {rate / lookups_per_s:8.3f}  (resolved/s ÷ bare lookups/s)")
     stage.ratios.append(Ratio("2 instances ÷ 1", rates[2] / rates[1], TARGET_SCALE))
     print(f"  scale-out: {rates[2] / rates[1]:8.3f}  (2 instances ÷ 1)")
+    busy_one = statistics.median(w.busy for w in windows[1])
+    stage.details["scale-out ceiling"] = 1 / busy_one
+    print(f"  ceiling  : {1 / busy_one:8.3f}  (one instance kept the machine {100 * busy_one:.0f}% busy:"
+          " a second cannot add more than this on these cores)")
     return stage
 
 
