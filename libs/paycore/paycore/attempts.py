@@ -14,7 +14,7 @@ import dataclasses
 import enum
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,6 +25,7 @@ import asyncpg
 from paycore import escalations, leases, outbox
 from paycore.attempt_row import Attempt, get_attempt
 from paycore.config import ProviderAccountConfig
+from paycore.db import transaction_on
 from paycore.domain import (
     FINAL_STATES,
     LIVE_STATE_PREDICATE,
@@ -339,15 +340,12 @@ async def record_outcome(
     This writer owns its transaction, so a lost race rolls the whole transaction back and
     reapplies in a new one, with no savepoint around each try (two round trips fewer).
     """
-    async def one_try() -> OutcomeResult:
-        async with pool.acquire() as conn, conn.transaction():
-            return await _apply_once(
-                conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
-                from_send=from_send, lease=lease, escalated_recheck_after_s=escalated_recheck_after_s,
-                escalate=_Escalate(conn, attempt_id, now, evidence_key, reminder_interval),
-            )
-
-    return await _reapplying(attempt_id, max_reapply, one_try)
+    return await _apply(
+        pool, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
+        reminder_interval=reminder_interval, from_send=from_send, lease=lease,
+        escalated_recheck_after_s=escalated_recheck_after_s, evidence_key=evidence_key,
+        max_reapply=max_reapply,
+    )
 
 
 async def apply_outcome(
@@ -397,28 +395,52 @@ async def apply_outcome(
     ``from_send`` appends a ``send_result`` event (the answer to a send this
     writer made). A matching ``lease`` is released in the same write.
     """
-    async def one_try() -> OutcomeResult:
-        # A savepoint inside the caller's transaction: a lost race rolls back only this try (its
-        # events included); the caller's earlier writes, such as a notification record, stay.
-        async with conn.transaction():
-            return await _apply_once(
-                conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
-                from_send=from_send, lease=lease, escalated_recheck_after_s=escalated_recheck_after_s,
-                escalate=_Escalate(conn, attempt_id, now, evidence_key, reminder_interval),
-            )
-
-    return await _reapplying(attempt_id, max_reapply, one_try)
+    return await _apply(
+        conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
+        reminder_interval=reminder_interval, from_send=from_send, lease=lease,
+        escalated_recheck_after_s=escalated_recheck_after_s, evidence_key=evidence_key,
+        max_reapply=max_reapply,
+    )
 
 
-async def _reapplying(attempt_id: UUID, tries: int,
-                      one_try: Callable[[], Awaitable[OutcomeResult]]) -> OutcomeResult:
-    """``one_try`` until it does not lose a race, at most ``tries`` times."""
-    for _ in range(tries):
+async def _apply(
+    db: asyncpg.Pool | asyncpg.Connection,
+    attempt_id: UUID,
+    outcome: ProviderOutcome,
+    *,
+    now: datetime,
+    actor: str,
+    recheck_after_s: float,
+    reminder_interval: timedelta,
+    from_send: bool,
+    lease: Lease | None,
+    escalated_recheck_after_s: float | None,
+    evidence_key: str | None,
+    max_reapply: int,
+) -> OutcomeResult:
+    """Tries of :func:`_apply_once` until one does not lose a race, at most ``max_reapply``.
+
+    Each try is one transaction on a pool's connection (:func:`record_outcome`) or a
+    savepoint in the caller's (:func:`apply_outcome`), so a lost race rolls back that try
+    only, its events included; a caller's earlier writes, such as a notification record,
+    stay. A try's history events are appended together, in the order they happened, after
+    its writes (one round trip; a try that raises appends nothing).
+    """
+    for _ in range(max_reapply):
         try:
-            return await one_try()
+            async with transaction_on(db) as conn:
+                history: list[tuple[EventKind, dict[str, Any]]] = []
+                result = await _apply_once(
+                    conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
+                    from_send=from_send, lease=lease, escalated_recheck_after_s=escalated_recheck_after_s,
+                    escalate=_Escalate(conn, attempt_id, now, evidence_key, reminder_interval),
+                    history=history,
+                )
+                await append_events(conn, attempt_id=attempt_id, actor=actor, now=now, events=history)
+                return result
         except _LostRace:
             log.info("outcome write for %s lost a race; reapplying", attempt_id)
-    raise OutcomeNotConfirmed(f"attempt {attempt_id}: outcome not confirmed after {tries} tries")
+    raise OutcomeNotConfirmed(f"attempt {attempt_id}: outcome not confirmed after {max_reapply} tries")
 
 
 async def _apply_once(
@@ -433,35 +455,10 @@ async def _apply_once(
     lease: Lease | None,
     escalated_recheck_after_s: float | None,
     escalate: _Escalate,
-) -> OutcomeResult:
-    """One try of :func:`apply_outcome`; raises :class:`_LostRace` to roll back and reapply.
-
-    The try's history events are appended together, in the order they happened, after its
-    writes (one round trip; a try that raises rolls back and appends nothing).
-    """
-    history: list[tuple[EventKind, dict[str, Any]]] = []
-    result = await _judge_and_write(conn, attempt_id, outcome, now=now, actor=actor,
-                                    recheck_after_s=recheck_after_s, from_send=from_send, lease=lease,
-                                    escalated_recheck_after_s=escalated_recheck_after_s, escalate=escalate,
-                                    history=history)
-    await append_events(conn, attempt_id=attempt_id, actor=actor, now=now, events=history)
-    return result
-
-
-async def _judge_and_write(
-    conn: asyncpg.Connection,
-    attempt_id: UUID,
-    outcome: ProviderOutcome,
-    *,
-    now: datetime,
-    actor: str,
-    recheck_after_s: float,
-    from_send: bool,
-    lease: Lease | None,
-    escalated_recheck_after_s: float | None,
-    escalate: _Escalate,
     history: list[tuple[EventKind, dict[str, Any]]],
 ) -> OutcomeResult:
+    """One try of :func:`apply_outcome`, its events added to ``history``; raises
+    :class:`_LostRace` to roll back and reapply."""
     order = await lock_order_of_attempt(conn, attempt_id)
     attempt = await get_attempt(conn, attempt_id)
 

@@ -39,6 +39,11 @@ ON CONFLICT (dedup_key) DO NOTHING
 """
 
 
+def _body(dedup_key: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+    # Every payload names its contract (paycore.contracts); a caller may pass another version.
+    return {"dedup_key": dedup_key, "kind": kind, "schema_version": SCHEMA_VERSION, **payload}
+
+
 def effect_key(attempt_id: UUID, effect: str) -> str:
     """The dedup key of one business effect of one attempt."""
     return f"attempt:{attempt_id}:{effect}"
@@ -59,8 +64,7 @@ async def enqueue(
     ordering: str | None = None,
 ) -> int | None:
     """Queue one message unless its effect is already queued; returns the new id or None."""
-    # Every payload names its contract (paycore.contracts); a caller may pass another version.
-    body = {"dedup_key": dedup_key, "kind": kind, "schema_version": SCHEMA_VERSION, **payload}
+    body = _body(dedup_key, kind, payload)
     # The trace this row belongs to, for the relay to continue (None when tracing is off).
     message_id: int | None = await conn.fetchval(
         ENQUEUE, dedup_key, attempt_id, ordering, kind, body, now, tracing.current_traceparent()
@@ -81,8 +85,8 @@ async def enqueue_effects(
     if not effects:
         return
     keys = [effect_key(attempt_id, effect) for effect in effects]
-    bodies = [{"dedup_key": key, "kind": effect, "schema_version": SCHEMA_VERSION,
-               "attempt_id": str(attempt_id), **payload} for key, effect in zip(keys, effects, strict=True)]
+    bodies = [_body(key, effect, {"attempt_id": str(attempt_id), **payload})
+              for key, effect in zip(keys, effects, strict=True)]
     await conn.execute(ENQUEUE_EFFECTS, attempt_id, ordering_key(attempt_id), now,
                        tracing.current_traceparent(), keys, list(effects), bodies)
 
