@@ -68,7 +68,7 @@ CHECKOUT = "tests/matrix/test_checkout_matrix.py"
 OUTBOX = "tests/dispatcher/test_outbox_matrix.py"
 CONTRACTS = "tests/dispatcher/test_contracts.py"
 EVIDENCE = "tests/matrix/test_evidence_about_other_payments.py"
-ACCOUNTS_TESTS = "tests/matrix/test_provider_accounts.py"
+PROVIDER_ACCOUNTS_TESTS = "tests/matrix/test_provider_accounts.py"
 ADYEN_CLIENT = "tests/unit/test_adyen_client.py"
 STRIPE_CLIENT = "tests/unit/test_stripe_client.py"
 INTAKE_ROUTES = "tests/webhooks/test_intake_routes.py"
@@ -81,7 +81,7 @@ OPS_CONFLICTS = "tests/operators/test_conflicts.py"
 OPERATORS = "libs/paycore/paycore/operators.py"
 CONSOLE_AUTH = "libs/paycore/paycore/console_auth.py"
 BEARER = "libs/paycore/paycore/bearer_tokens.py"
-ACCOUNTS_TESTS = "tests/operators/test_operator_accounts.py"
+OPERATOR_ACCOUNTS_TESTS = "tests/operators/test_operator_accounts.py"
 CONSOLE_TESTS = "tests/operators/test_console_auth.py"
 # The console service (issue 13): its guards on every POST.
 WEB_PAGES = "services/console/paycore_console/pages.py"
@@ -404,7 +404,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "account-settings-differ-refused", ACCOUNTS,
         "    if found:\n        raise AccountConfigurationDiffers(found)",
         "    if False:\n        raise AccountConfigurationDiffers(found)",
-        t(ACCOUNTS_TESTS, "test_a_start_with_settings_that_differ_from_the_registered_account_is_refused_naming_each"),
+        t(PROVIDER_ACCOUNTS_TESTS, "test_a_start_with_settings_that_differ_from_the_registered_account_is_refused_naming_each"),
         "a service configured otherwise never moves the deadlines every attempt is stamped with",
     ),
     # -- outbox eligibility ------------------------------------------------------------------------
@@ -661,91 +661,91 @@ MUTATIONS: tuple[Mutation, ...] = (
         'auth-dummy-hash-for-unknown-names', OPERATORS,
         'stored = account["password_hash"] if account is not None else decoy',
         'stored = account["password_hash"] if account is not None else ""',
-        t(ACCOUNTS_TESTS, 'test_an_unknown_name_fails_the_same_way_after_checking_a_dummy_hash'),
+        t(OPERATOR_ACCOUNTS_TESTS, 'test_an_unknown_name_fails_the_same_way_after_checking_a_dummy_hash'),
         'dummy hash for unknown names',
     ),
     Mutation(
         'auth-disabled-account-refused-at-sign-in', OPERATORS,
         'account = row if row is not None and row["disabled_at"] is None and not overlong else None',
         'account = row if row is not None and not overlong else None',
-        t(ACCOUNTS_TESTS, 'test_a_disabled_operator_cannot_sign_in_even_with_the_right_password'),
+        t(OPERATOR_ACCOUNTS_TESTS, 'test_a_disabled_operator_cannot_sign_in_even_with_the_right_password'),
         'disabled account refused at sign-in',
     ),
     Mutation(
         'auth-throttle-limit', OPERATORS,
         'if len(failures) >= throttle.max_failures:',
         'if len(failures) > throttle.max_failures:',
-        t(ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
+        t(OPERATOR_ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
         'throttle limit',
     ),
     Mutation(
         'auth-throttle-keyed-by-client', OPERATORS,
         'WHERE name = $1 AND client = $2 AND failed_at > $3',
         'WHERE name = $1 AND client <> $2 AND failed_at > $3',
-        t(ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
+        t(OPERATOR_ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
         'throttle keyed by client',
     ),
     Mutation(
         'auth-throttle-window', OPERATORS,
         'window_start = now - timedelta(seconds=throttle.window_s)',
         'window_start = now - timedelta(seconds=10 * throttle.window_s)',
-        t(ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
+        t(OPERATOR_ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
         'throttle window',
     ),
     Mutation(
         'auth-advisory-lock-per-key', OPERATORS,
         'await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(key_name, key_client))',
         'pass',
-        t(ACCOUNTS_TESTS, 'test_concurrent_wrong_guesses_cannot_slip_past_the_limit'),
+        t(OPERATOR_ACCOUNTS_TESTS, 'test_concurrent_wrong_guesses_cannot_slip_past_the_limit'),
         'advisory lock per key',
     ),
     Mutation(
         'auth-failure-committed-before-raising', OPERATORS,
         '            await conn.execute(INSERT_FAILURE, key_name, key_client, now)\n',
         '            await conn.execute(INSERT_FAILURE, key_name, key_client, now)\n            raise AuthenticationFailed()\n',
-        t(ACCOUNTS_TESTS, 'test_a_wrong_password_fails_and_is_counted'),
+        t(OPERATOR_ACCOUNTS_TESTS, 'test_a_wrong_password_fails_and_is_counted'),
         'failure committed before raising',
     ),
     Mutation(
         'auth-success-clears-failures', OPERATORS,
         'await conn.execute(CLEAR_FAILURES, key_name, key_client)',
         'pass',
-        t(ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
+        t(OPERATOR_ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
         'success clears failures',
     ),
     Mutation(
         'auth-rehash', OPERATORS,
         'if hasher.check_needs_rehash(stored):',
         'if False:',
-        t(ACCOUNTS_TESTS, 'test_a_hash_made_with_old_parameters_is_replaced_at_the_next_sign_in'),
+        t(OPERATOR_ACCOUNTS_TESTS, 'test_a_hash_made_with_old_parameters_is_replaced_at_the_next_sign_in'),
         'rehash',
     ),
     Mutation(
         'auth-password-length', OPERATORS,
         'if len(password) < PASSWORD_MIN_LENGTH:',
         'if len(password) < 8:',
-        t(ACCOUNTS_TESTS, 'test_the_rules_refuse_and_nothing_is_stored'),
+        t(OPERATOR_ACCOUNTS_TESTS, 'test_the_rules_refuse_and_nothing_is_stored'),
         'password length',
     ),
     Mutation(
         'auth-password-is-not-the-name', OPERATORS,
         'if password.strip().casefold() == name.strip().casefold():',
         'if password == name:',
-        t(ACCOUNTS_TESTS, 'test_the_rules_refuse_and_nothing_is_stored'),
+        t(OPERATOR_ACCOUNTS_TESTS, 'test_the_rules_refuse_and_nothing_is_stored'),
         'password is not the name',
     ),
     Mutation(
         'auth-oidc-prefix-reserved-library', OPERATORS,
         'if handle.startswith(OIDC_PREFIX):',
         'if False:',
-        t(ACCOUNTS_TESTS, 'test_the_rules_refuse_and_nothing_is_stored'),
+        t(OPERATOR_ACCOUNTS_TESTS, 'test_the_rules_refuse_and_nothing_is_stored'),
         'oidc: prefix reserved (library)',
     ),
     Mutation(
         'auth-disable-recorded', OPERATORS,
         'action=ActionKind.OPERATOR_DISABLE',
         'action=ActionKind.OPERATOR_ADD',
-        t(ACCOUNTS_TESTS, 'test_a_disabled_operator_cannot_sign_in_even_with_the_right_password'),
+        t(OPERATOR_ACCOUNTS_TESTS, 'test_a_disabled_operator_cannot_sign_in_even_with_the_right_password'),
         'disable recorded',
     ),
     Mutation(
