@@ -21,6 +21,7 @@ from paycore.attempts import Attempt, Lease, OutcomeNotConfirmed
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
 from paycore.domain import AttemptState, ProviderOutcome
+from paycore.errors import AttemptNotFound
 from tests.support.timings import REMINDER_INTERVAL
 
 from .helpers import (
@@ -100,6 +101,17 @@ async def race_against_writer(
             await tx.commit()
     assert "UPDATE payment_attempts" in blocked["query"] and "SET state = $4" in blocked["query"], blocked
     return task
+
+
+async def test_an_outcome_for_no_such_attempt_is_refused_as_attempt_not_found_and_writes_nothing(
+    pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt
+) -> None:
+    stranger = uuid.uuid4()
+    with pytest.raises(AttemptNotFound, match=str(stranger)):
+        await attempts.record_outcome(pool, stranger, succeeded(attempt), now=clock.now(), actor="endpoint",
+                                      recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)
+    assert await pool.fetchval("SELECT count(*) FROM outbox_messages") == 0
+    assert await attempts.get_attempt(pool, attempt.attempt_id) == attempt
 
 
 # --- Succeeded and its effects -------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from paycore.domain import (
     ProviderOutcome,
     can_transition,
 )
-from paycore.errors import OutcomeNotConfirmed, TransitionRefused
+from paycore.errors import OutcomeNotConfirmed, PaycoreError, TransitionRefused
 from paycore.events import EventKind, append_event, append_events
 from paycore.evidence import Verdict, judge
 from paycore.leases import Lease
@@ -137,7 +137,7 @@ class StartResult(enum.Enum):
     ORDER_NOT_PAYABLE = "order-not-payable"  # cancelled or paid under the order lock
 
 
-class _LostRace(Exception):
+class _LostRace(PaycoreError):
     """The conditional write matched no row: another writer moved the attempt first."""
 
 

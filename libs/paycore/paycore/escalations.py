@@ -18,6 +18,7 @@ from uuid import UUID
 import asyncpg
 
 from paycore import outbox
+from paycore.errors import PaycoreError
 from paycore.operator_actions import (
     ActionKind,
     OperatorAction,
@@ -121,7 +122,7 @@ async def resolve_for_attempt(conn: asyncpg.Connection, attempt_id: UUID, now: d
     return [r["escalation_id"] for r in rows]
 
 
-class EscalationActionRefused(Exception):
+class EscalationActionRefused(PaycoreError):
     """The episode does not exist or is already resolved; nothing was changed or recorded."""
 
 

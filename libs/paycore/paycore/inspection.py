@@ -35,6 +35,7 @@ import asyncpg
 import orjson
 
 from paycore import escalations, events
+from paycore.errors import PaycoreError
 from paycore.operator_actions import OperatorAction, list_actions
 from paycore.outbox_admin import dead_letter_escalation_key
 
@@ -48,7 +49,7 @@ NESTING_SHOWN = 1  # a detail's own fields and the fields of the objects in it; 
 Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
 
-class InvalidCursor(ValueError):
+class InvalidCursor(PaycoreError, ValueError):
     """The cursor was not made by this listing (or was altered); no page is returned."""
 
 

@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
+from paycore.errors import PaycoreError
 from paycore.operator_actions import (
     ActionKind,
     OperatorAction,
@@ -90,7 +91,7 @@ SELECT (SELECT count(*) FROM deleted) AS deleted, (SELECT count(*) FROM archived
 PURGE_KEYS = "DELETE FROM outbox_dedup_keys WHERE dispatched_at < $1"
 
 
-class OutboxActionRefused(Exception):
+class OutboxActionRefused(PaycoreError):
     """The row does not exist or is not in a state the action applies to."""
 
 

@@ -42,9 +42,6 @@ from paycore_recovery.settings import RecoverySettings
 
 log = logging.getLogger("paycore.recovery")
 
-# Database failures and budget expiry while committing an intent: the write may have committed.
-UNCONFIRMED = MAY_HAVE_COMMITTED
-
 
 class Pass(enum.StrEnum):
     """How one claimed pass over an attempt ended."""
@@ -174,7 +171,7 @@ class RecoveryWorker:
                 beat(self.liveness)
                 try:
                     claimed = await claims.next()
-                except UNCONFIRMED:
+                except MAY_HAVE_COMMITTED:
                     # Unknown whether the claim committed: its leases simply expire.
                     log.exception("claiming the next due attempts failed; ending this lane's sweep")
                     self.metrics.failures.inc()
@@ -195,7 +192,7 @@ class RecoveryWorker:
             try:
                 await self.run_pass()
                 await self.metrics.refresh(self.pool, self.clock.now())
-            except UNCONFIRMED:
+            except MAY_HAVE_COMMITTED:
                 log.exception("recovery sweep failed; retrying after the interval")
             try:
                 await asyncio.wait_for(stop.wait(), timeout=self.recovery.interval_s)
@@ -524,7 +521,7 @@ class RecoveryWorker:
         try:
             committed, why = await attempts.commit_send_intent(self.pool, attempt, lease, self.clock.now(),
                                                              self.actor)
-        except UNCONFIRMED as exc:
+        except MAY_HAVE_COMMITTED as exc:
             # Unknown commit: send nothing and do not finish (ownership cannot be confirmed).
             # The next claimed pass finds the intent present or absent and acts on that.
             log.warning("send intent for %s unconfirmed (%s)", attempt_id, type(exc).__name__)
