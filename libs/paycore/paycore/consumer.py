@@ -303,7 +303,9 @@ class InboxConsumer:
             names = {"kind": None, "dedup_key": None}
         async with self.pool.acquire() as conn, conn.transaction():
             await escalations.raise_escalation(
-                conn, key=f"consumer:{self.group_id}:poison:{where}", reason="consumer-poison-message",
+                conn, key=escalations.consumer_poison_key(self.group_id, message.topic, message.partition,
+                                                          message.offset),
+                reason="consumer-poison-message",
                 now=self.clock.now(), reminder_interval=self.reminder_interval,
                 detail={"consumer_group": self.group_id, "topic": message.topic,
                         "partition": message.partition, "offset": message.offset, **names,

@@ -37,7 +37,6 @@ import orjson
 from paycore import escalations, events
 from paycore.errors import PaycoreError
 from paycore.operator_actions import OperatorAction, list_actions
-from paycore.outbox_admin import dead_letter_escalation_key
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 500
@@ -687,7 +686,7 @@ async def dead_letters(
     """Dead-lettered outbox rows (waiting for requeue or skip), oldest first; and the next cursor."""
     after = _decode_cursor(cursor, (int,))[0] if cursor is not None else None
     rows = await conn.fetch(SELECT_DEAD_LETTERS, kind, after, _page_limit(limit) + 1)
-    keys = [dead_letter_escalation_key(r["message_id"]) for r in rows[:limit]]
+    keys = [escalations.dead_letter_key(r["message_id"]) for r in rows[:limit]]
     open_by_key = {e["escalation_key"]: e["escalation_id"]
                    for e in await conn.fetch(SELECT_OPEN_EPISODES_BY_KEY, keys)}
     items = []

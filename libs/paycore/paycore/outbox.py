@@ -53,6 +53,17 @@ def ordering_key(attempt_id: UUID) -> str:
     return f"attempt:{attempt_id}"
 
 
+def initial_alert_key(escalation_id: int) -> str:
+    """The dedup key of an episode's first alert: the episode, not its reusable reason key, so a
+    condition that recurs after resolution alerts again."""
+    return f"escalation:{escalation_id}:initial"
+
+
+def reminder_alert_key(escalation_id: int, reminder: int) -> str:
+    """The dedup key of an episode's ``reminder``-th reminder (its stored count: sent once)."""
+    return f"escalation:{escalation_id}:reminder:{reminder}"
+
+
 async def enqueue(
     conn: asyncpg.Connection,
     *,

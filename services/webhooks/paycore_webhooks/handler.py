@@ -155,11 +155,6 @@ def storage_problem(n: Notification) -> str | None:
     return None
 
 
-def unparseable_key(provider_account: str, body_sha256: str) -> str:
-    """One episode per body: redeliveries (even under new webhook-ids) carry the same bytes."""
-    return f"notification:{provider_account}:unparseable:{body_sha256}"
-
-
 async def record_unparseable(
     pool: asyncpg.Pool, *, account: ProviderAccountConfig, webhook_id: str | None, body: bytes, why: str,
     now: datetime, reminder_interval: timedelta, delivery: SignedDelivery | None = None,
@@ -190,8 +185,9 @@ async def record_unparseable(
             if recorded.is_duplicate:
                 return DeliveryResult.DUPLICATE
             await escalations.raise_escalation(
-                conn, key=unparseable_key(provider_account, digest), reason="unparseable-notification",
-                attempt_id=None, now=now, reminder_interval=reminder_interval,
+                conn, key=escalations.unparseable_key(provider_account, digest),
+                reason="unparseable-notification", attempt_id=None, now=now,
+                reminder_interval=reminder_interval,
                 detail={"provider_account": provider_account, "webhook_id": key, "why": why,
                         "body_sha256": digest, "notification_event_id": recorded.event_id},
             )
