@@ -35,6 +35,7 @@ import asyncpg
 import orjson
 
 from paycore import escalations, events
+from paycore.domain import LIVE_STATE_PREDICATE, LIVE_STATES, AttemptState
 from paycore.errors import PaycoreError
 from paycore.operator_actions import OperatorAction, list_actions
 
@@ -228,7 +229,7 @@ SELECT state,
             ELSE 3 END AS bucket,
        count(*) AS n
 FROM payment_attempts
-WHERE state IN ('NotStarted', 'Started', 'Unknown')
+WHERE """ + LIVE_STATE_PREDICATE + """
 GROUP BY 1, 2
 """
 
@@ -311,7 +312,7 @@ async def overview(conn: Conn, now: datetime) -> Overview:
     """The state of the system at ``now``: live attempts by age, the oldest Unknown, unresolved
     escalations by reason and account, the outbox backlog, paused provider scopes, and the last
     24 hours of attempts entering Unknown and escalations raised, per hour."""
-    ages: dict[str, list[int]] = {s: [0, 0, 0, 0] for s in ("NotStarted", "Started", "Unknown")}
+    ages: dict[str, list[int]] = {s.value: [0, 0, 0, 0] for s in AttemptState if s in LIVE_STATES}
     for r in await conn.fetch(LIVE_ATTEMPTS_BY_AGE, now):
         ages[r["state"]][r["bucket"]] = r["n"]
     oldest = await conn.fetchrow(OLDEST_UNKNOWN)
