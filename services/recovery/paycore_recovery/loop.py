@@ -35,7 +35,6 @@ from paycore.liveness import SLACK_S, Liveness, beat
 from paycore.logs import bind_log_context
 from paycore.orders import find_order
 from paycore.providers.base import LookupResult, PaymentCalls, ReferenceLookup, StoredRequest
-from paycore_recovery.facts import read_pass_facts
 from paycore_recovery.metrics import RecoveryMetrics
 from paycore_recovery.pacing import Pacer
 from paycore_recovery.settings import RecoverySettings
@@ -310,7 +309,7 @@ class RecoveryWorker:
         attempt_id = attempt.attempt_id
         scope = attempt.provider_account
         # Send history, backoff step and the scope's pause, read in one round trip.
-        facts = await read_pass_facts(self.pool, attempt_id, scope, self.clock.now())
+        facts = await events.pass_facts(self.pool, attempt_id, scope, self.clock.now())
         # Send history first: an intent with neither result nor abandonment is an
         # ambiguous boundary. It is reconciled by the lookup below; no new intent is
         # appended unless every resend condition holds again.
