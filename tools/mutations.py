@@ -147,14 +147,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "finish-ownership", LEASES,
-        'OWNED = "recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $4"',
+        'OWNED = held_by("$2", "$3") + " AND lease_expires_at > $4"',
         'OWNED = "(recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $4 OR TRUE)"',
         t(REC_CLAIMS, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
         "ownership (one predicate): only the owner's unexpired lease finishes, escalates or sends",
     ),
     Mutation(
         "finish-token", LEASES,
-        'OWNED = "recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $4"',
+        'OWNED = held_by("$2", "$3") + " AND lease_expires_at > $4"',
         'OWNED = "recovery_owner = $2 AND (lease_token = $3 OR TRUE) AND lease_expires_at > $4"',
         t(REC_CLAIMS, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
         'a stale worker with the same name but an old token owns nothing',
@@ -952,5 +952,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    cutoff = now\n    return await delete_in_batches(",
         t(INBOX_RETENTION, "test_rows_past_the_horizon_go_in_batches_and_recent_ones_stay"),
         "inbox retention deletes only rows past the horizon",
+    ),
+    # -- i10 (one place per rule) ---------------------------------------------------------------
+    Mutation(
+        "apply-outcome-releases-only-its-claim", ATTEMPTS,
+        'leases.release_if_held_by("$11", "$12")',
+        'leases.release_if_held_by("recovery_owner", "lease_token").replace('
+        '"THEN NULL", "OR ($11::text, $12::uuid) IS NULL OR TRUE THEN NULL")',
+        t(RECORD, "test_a_worker_with_a_stale_lease_token_records_the_outcome_but_cannot_release_the_new_owners_lease"),
+        "an outcome write releases the writer's own claim only, never the lease of whoever claimed since",
     ),
 )

@@ -486,6 +486,23 @@ async def test_recording_an_outcome_with_the_matching_lease_releases_it(
         None, None, None, None)
 
 
+async def test_an_outcome_after_the_writers_lease_expired_unclaimed_is_recorded_and_clears_that_lease(
+    pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt
+) -> None:
+    # The release asks for the writer's claim (owner and token), not an unexpired lease: no one
+    # claimed since (a claim writes a fresh token), so the lease is nobody else's to keep.
+    token = uuid.uuid4()
+    await _set_lease(pool, clock, attempt, "recovery-1", token)
+    clock.advance(31)  # the 30 s lease has expired; nobody claimed it
+    result = await attempts.record_outcome(
+        pool, attempt.attempt_id, succeeded(attempt), now=clock.now(), actor="recovery-1", from_send=False,
+        lease=Lease("recovery-1", token), recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)
+    assert result.written and result.attempt.state is AttemptState.SUCCEEDED
+    done = result.attempt
+    assert (done.recovery_owner, done.lease_token, done.lease_acquired_at, done.lease_expires_at) == (
+        None, None, None, None)
+
+
 async def test_a_worker_with_a_stale_lease_token_records_the_outcome_but_cannot_release_the_new_owners_lease(
     pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt
 ) -> None:

@@ -33,7 +33,7 @@ from uuid import UUID
 
 import asyncpg
 
-from paycore import escalations
+from paycore import escalations, leases
 from paycore.attempt_row import Attempt, get_attempt
 from paycore.db import transaction_on
 from paycore.domain import AttemptState, can_transition
@@ -135,8 +135,7 @@ async def payment_evidence(conn: asyncpg.Connection | asyncpg.Pool, attempt: Att
 CLOSE_AS_NOT_CHARGED = """
 UPDATE payment_attempts
 SET state = 'Failed', outcome_reason = $4, next_check_at = $5, version = version + 1,
-    next_action = NULL, next_action_expires_at = NULL,
-    recovery_owner = NULL, lease_token = NULL, lease_acquired_at = NULL, lease_expires_at = NULL
+    next_action = NULL, next_action_expires_at = NULL, """ + leases.RELEASED + """
 WHERE attempt_id = $1 AND version = $2 AND state = $3
 RETURNING *
 """

@@ -258,9 +258,10 @@ class RecoveryWorker:
             if await attempts.close_never_sent(self.pool, attempt, lease, now, self.actor) is not None:
                 self.metrics.closed_never_sent.inc()
                 return Pass.CLOSED_NEVER_SENT
-            # The endpoint started it first: schedule it for its new state, once.
+            # The endpoint started it first: schedule it for its new state, once (finish
+            # releases only a lease this worker still owns).
             current = await get_attempt(self.pool, attempt.attempt_id)
-            if current.state in LIVE_STATES and await leases.owns(self.pool, current.attempt_id, lease, now):
+            if current.state in LIVE_STATES:
                 started = current.state is AttemptState.STARTED
                 delay = self._settle_s() if started else self.recovery.backoff(0)
                 await leases.finish(self.pool, current.attempt_id, lease, now, delay)
