@@ -630,8 +630,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "close-evidence-escalations", DEAD_ENDS,
-        "WHERE (attempt_id = $1 AND (reason IN ('mismatch',",
-        "WHERE (attempt_id = $1 AND FALSE AND (reason IN ('mismatch',",
+        "WHERE (attempt_id = $1 AND (reason = ANY ($4::text[])",
+        "WHERE (attempt_id = $1 AND FALSE AND (reason = ANY ($4::text[])",
         t(OPS_DEAD_ENDS, "test_any_evidence_of_a_payment_refuses_the_close[mismatch_escalation]"),
         "an escalation about a payment (mismatch, provider-id conflict, several payments) is evidence",
     ),
@@ -961,5 +961,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         '"THEN NULL", "OR ($11::text, $12::uuid) IS NULL OR TRUE THEN NULL")',
         t(RECORD, "test_a_worker_with_a_stale_lease_token_records_the_outcome_but_cannot_release_the_new_owners_lease"),
         "an outcome write releases the writer's own claim only, never the lease of whoever claimed since",
+    ),
+    Mutation(
+        "identity-conflict-decided", EVIDENCE_RULES,
+        "    if by_reference is not None and by_payment_id is not None \\\n",
+        "    if False and by_reference is not None and by_payment_id is not None \\\n",
+        (*t("tests/unit/test_evidence.py", "test_an_identity_conflict_names_both_attempts"),
+         *t(NOTE, "test_identity_conflict_is_recorded_escalated_with_both_attempts_and_applied_to_neither")),
+        "a notification whose reference and payment id name two attempts is applied to neither",
     ),
 )
