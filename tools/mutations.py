@@ -40,6 +40,7 @@ INTAKE = "services/webhooks/paycore_webhooks/app.py"
 RELAY = "services/dispatcher/paycore_dispatcher/relay.py"
 CONSUMER = "libs/paycore/paycore/consumer.py"
 CONFIG = "libs/paycore/paycore/config.py"
+DISPATCHER_SETTINGS = "services/dispatcher/paycore_dispatcher/settings.py"
 ACCOUNTS = "libs/paycore/paycore/accounts.py"
 EVIDENCE_RULES = "libs/paycore/paycore/evidence.py"
 EVENTS = "libs/paycore/paycore/providers/cardco/events.py"
@@ -940,7 +941,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "after sign-in, never redirect off the site",
     ),
     Mutation(
-        'inbox-outlives-the-topic', CONFIG,
+        'inbox-outlives-the-topic', DISPATCHER_SETTINGS,
         "    if inbox_retention <= kafka_retention:",
         "    if inbox_retention < kafka_retention:",
         t(INBOX_RETENTION, "test_a_horizon_not_above_the_topics_retention_is_refused"),

@@ -19,6 +19,7 @@ from paycore import consumer
 from paycore.clock import FakeClock
 from paycore.config import ConfigError, load_settings
 from paycore.kafka import KafkaSettings
+from paycore_dispatcher.settings import load_dispatcher_settings
 from paycore_dispatcher.worker import run_dispatcher
 from tests.support.stack import checkout_settings
 
@@ -64,11 +65,11 @@ async def test_a_row_held_by_a_consumer_in_flight_is_left_for_the_next_run(pool:
 
 
 def test_a_horizon_not_above_the_topics_retention_is_refused() -> None:
-    defaults = load_settings(ACCOUNT)
-    assert defaults.consumer_inbox_retention_s > defaults.kafka_retention_s
+    app = load_settings(ACCOUNT)
+    assert load_dispatcher_settings(app, ACCOUNT).consumer_inbox_retention_s > app.kafka_retention_s
+    week = {**ACCOUNT, "PAYCORE_KAFKA_RETENTION_S": "604800", "PAYCORE_CONSUMER_INBOX_RETENTION_S": "604800"}
     with pytest.raises(ConfigError, match="PAYCORE_CONSUMER_INBOX_RETENTION_S"):
-        load_settings({**ACCOUNT, "PAYCORE_KAFKA_RETENTION_S": "604800",
-                       "PAYCORE_CONSUMER_INBOX_RETENTION_S": "604800"})
+        load_dispatcher_settings(load_settings(week), week)
 
 
 async def test_the_dispatchers_retention_pass_purges_the_inbox(pool: asyncpg.Pool, db_dsn: str,

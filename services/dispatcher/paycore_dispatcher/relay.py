@@ -57,6 +57,7 @@ from paycore.clock import Clock
 from paycore.db import DATABASE_ERRORS
 from paycore.liveness import SLACK_S, Liveness, beat
 from paycore.logs import bind_log_context
+from paycore_dispatcher import settings
 
 log = logging.getLogger("paycore.dispatcher")
 
@@ -195,12 +196,12 @@ class RelayConfig:
     effects_topic: str
     alerts_topic: str
     reminder_interval: timedelta  # a dead letter's escalation: PAYCORE_REMINDER_INTERVAL_S
-    batch_size: int = 500
-    max_chain: int = 50
-    max_delivery_attempts: int = 10
-    send_timeout_s: float = 10.0
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 300.0
+    batch_size: int = settings.OUTBOX_BATCH_SIZE.default
+    max_chain: int = 50  # rows of one key claimed behind its head in one pass
+    max_delivery_attempts: int = settings.OUTBOX_MAX_DELIVERY_ATTEMPTS.default
+    send_timeout_s: float = settings.OUTBOX_SEND_TIMEOUT.default
+    backoff_base_s: float = settings.OUTBOX_BACKOFF_BASE.default
+    backoff_max_s: float = settings.OUTBOX_BACKOFF_MAX.default
 
 
 @dataclass
