@@ -7,6 +7,8 @@ the reusable reason, so a condition that recurs after resolution alerts again.
 
 :func:`acknowledge` and :func:`resolve` are operator actions: each runs in its own
 transaction and records itself in ``operator_actions`` (:mod:`paycore.operator_actions`).
+Reminders are claimed here too (:func:`due_reminders`, :func:`remind`); recovery's
+reminder job only decides which interval applies. Every escalation key is built here.
 """
 
 from __future__ import annotations
