@@ -76,8 +76,8 @@ OPS_DEAD_ENDS = "tests/operators/test_dead_ends.py"
 OPS_CONFLICTS = "tests/operators/test_conflicts.py"
 
 
-# The console's sign-in (issue 13); the CLI and the migration's CHECKs are outside the
-# workspace packages the tool imports from, and are not listed.
+# The console's sign-in (issue 13). The migrations' CHECKs are SQL files, not modules whose
+# import from the copy the tool can check, and are not listed.
 OPERATORS = "libs/paycore/paycore/operators.py"
 CONSOLE_AUTH = "libs/paycore/paycore/console_auth.py"
 BEARER = "libs/paycore/paycore/bearer_tokens.py"
@@ -90,6 +90,45 @@ WEB_AUTH = "services/console/paycore_console/auth.py"
 WEB_CONTEXT = "services/console/paycore_console/context.py"
 WEB_GUARDS = "tests/console/test_guards.py"
 WEB_SIGN_IN = "tests/console/test_sign_in.py"
+# Issue 8's edges (worktree i8): poison input, outages, identity providers, start and stop.
+BODIES = "libs/paycore/paycore/http/bodies.py"
+CURRENCIES = "libs/paycore/paycore/currencies.py"
+DB_ERRORS = "libs/paycore/paycore/errors.py"
+KAFKA = "libs/paycore/paycore/kafka.py"
+CHECKOUT_AUTH = "services/checkout/paycore_checkout/auth.py"
+CHECKOUT_ROUTES = "services/checkout/paycore_checkout/routes.py"
+CHECKOUT_APP = "services/checkout/paycore_checkout/app.py"
+DISPATCHER_WORKER = "services/dispatcher/paycore_dispatcher/worker.py"
+SUPERVISOR = "devstack/paycore_devstack/supervisor.py"
+EMBEDDED = "devstack/paycore_devstack/embedded.py"
+SUPERVISOR_BETWEEN = (  # supervisor.py from request_stop's last line to write()'s except
+    '\n'
+    '    @property\n'
+    '    def stopping(self) -> bool:\n'
+    '        return self._stop.is_set()\n'
+    '\n'
+    '    # ------------------------------------------------------------------ children\n'
+    '\n'
+    '    def emit(self, name: str, line: str) -> None:\n'
+    '        self.write(f"{name:<{self.prefix_width}} | {line}\\n")\n'
+    '\n'
+    '    def write(self, text: str) -> None:\n'
+    '        """Write to :attr:`out`; never raises. Once a write fails, output is discarded."""\n'
+    '        if self._out_lost:\n'
+    '            return\n'
+    '        try:\n'
+    '            self.out.write(text)\n'
+    '            self.out.flush()\n'
+)
+HTTP_EDGES = "tests/checkout/test_http_edges.py"
+IDENTITY_PROVIDERS = "tests/checkout/test_identity_providers.py"
+INTAKE_EDGES = "tests/webhooks/test_intake_edges.py"
+DATABASE_OUTAGE = "tests/checkout/test_database_outage.py"
+CRASHED_LOOPS = "tests/unit/test_loops_outlive_a_database_crash.py"
+KAFKA_PRODUCER = "tests/unit/test_kafka_producer.py"
+SETTINGS_TESTS = "tests/unit/test_settings.py"
+CLI_TESTS = "tests/unit/test_cli.py"
+EMBEDDED_TESTS = "tests/unit/test_embedded.py"
 
 
 def t(file: str, *names: str) -> tuple[str, ...]:
@@ -952,5 +991,151 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    cutoff = now\n    return await delete_in_batches(",
         t(INBOX_RETENTION, "test_rows_past_the_horizon_go_in_batches_and_recent_ones_stay"),
         "inbox retention deletes only rows past the horizon",
+    ),
+    # -- issue 8's edges (worktree i8): poison input, outages, identity providers ----------------
+    Mutation(
+        "body-duplicate-key-refused", BODIES,
+        "    if duplicate is not None:\n",
+        "    if False:\n",
+        t(HTTP_EDGES, "test_a_duplicate_key_in_an_order_body_is_400_and_nothing_is_created"),
+        "a body with a key twice is refused, never charged for whichever value a parser keeps",
+    ),
+    Mutation(
+        "body-without-content-type-415", BODIES,
+        'if content_type.split(";")[0].strip().lower() != "application/json":',
+        'if content_type and content_type.split(";")[0].strip().lower() != "application/json":',
+        t(HTTP_EDGES, "test_a_body_without_content_type_is_415_like_text_plain"),
+        "a body that does not say it is JSON is 415, not guessed at",
+    ),
+    Mutation(
+        "currency-active-iso-4217", CURRENCIES,
+        "BIF CLP DJF GNF ISK JPY KMF KRW PYG RWF UGX VND VUV XAF XOF XPF\n",
+        "BIF CLP DJF GNF ISK JPY KMF KRW PYG RWF UGX VND VUV XAF XOF XPF ZZZ XXX XTS\n",
+        t(HTTP_EDGES, "test_a_currency_that_is_not_an_active_iso_4217_currency_is_refused"),
+        "only an active ISO 4217 currency is charged (ZZZ and XXX were)",
+    ),
+    Mutation(
+        "amount-bounded-by-the-currency-exponent", CURRENCIES,
+        "return int(MAX_MAJOR_UNITS * 10 ** EXPONENTS[code])",
+        "return int(MAX_MAJOR_UNITS * 10 ** 2)",
+        t(HTTP_EDGES, "test_the_largest_amount_is_ten_billion_major_units_of_the_currency"),
+        "an amount is bounded in the currency's own minor units (JPY 0, EUR 2, KWD 3 decimals)",
+    ),
+    Mutation(
+        "orders-idempotency-key", CHECKOUT_ROUTES,
+        '    return await _idempotent(request, customer, CREATE_ENDPOINT, {"body": body}, create)',
+        "    return await create()",
+        t(HTTP_EDGES, "test_a_retried_order_create_with_the_same_idempotency_key_makes_one_order"),
+        "a retried POST /orders with its Idempotency-Key makes one order",
+    ),
+    Mutation(
+        "jwt-audience-verified", BEARER,
+        '"verify_aud": bool(audiences)}',
+        '"verify_aud": False}',
+        t(IDENTITY_PROVIDERS, "test_a_token_for_another_audience_or_issuer_is_401_problem"),
+        "a token meant for another API is refused (PAYCORE_JWT_AUDIENCE)",
+    ),
+    Mutation(
+        "jwt-issuer-verified", BEARER,
+        "issuer=issuer, leeway",
+        "issuer=None, leeway",
+        t(IDENTITY_PROVIDERS, "test_a_token_for_another_audience_or_issuer_is_401_problem"),
+        "a token from another issuer is refused (PAYCORE_JWT_ISSUER)",
+    ),
+    Mutation(
+        "jwt-subject-storable", CHECKOUT_AUTH,
+        '_FORBIDDEN_IN_SUBJECT = frozenset({"Cc", "Cs"})',
+        "_FORBIDDEN_IN_SUBJECT = frozenset()",
+        t(IDENTITY_PROVIDERS, "test_a_subject_with_nul_a_control_character_or_a_lone_surrogate_is_401_keeping_the_connection"),
+        "a subject PostgreSQL cannot store (NUL, control, lone surrogate) is 401, never a 500",
+    ),
+    Mutation(
+        "intake-poison-recorded-raw", HANDLER,
+        "    why = json_problem(n.event)\n    if why is not None:\n        return why\n",
+        "",
+        t(INTAKE_EDGES, "test_a_signed_event_postgresql_cannot_store_is_recorded_raw_escalated_and_acknowledged"),
+        "a signed event PostgreSQL cannot store is kept raw, escalated and acknowledged, not 500 forever",
+    ),
+    Mutation(
+        "database-outage-503", CHECKOUT_APP,
+        "    app.add_middleware(DatabaseOutageMiddleware, outage=outage)\n",
+        "",
+        t(DATABASE_OUTAGE, "test_a_database_outage_is_503_with_retry_after_on_every_route_logged_once_and_then_over"),
+        "an unreachable database is a 503 with Retry-After on every route, not a 500",
+    ),
+    Mutation(
+        "intake-database-outage-503", INTAKE,
+        "    app.add_middleware(DatabaseOutageMiddleware, outage=outage)\n",
+        "",
+        t(DATABASE_OUTAGE, "test_a_database_outage_is_503_with_retry_after_on_every_route_logged_once_and_then_over"),
+        "an unreachable database is a 503 to the provider too, so it redelivers",
+    ),
+    Mutation(
+        "loops-survive-a-crashed-connection", DB_ERRORS,
+        "asyncpg.InterfaceError, asyncpg.InternalClientError,",
+        "asyncpg.InterfaceError,",
+        (CRASHED_LOOPS,),
+        "a connection a PostgreSQL crash left unusable never ends a worker (docs/chaos.md)",
+    ),
+    Mutation(
+        "dead-letter-reminder-interval", DISPATCHER_WORKER,
+        "reminder_interval=settings.reminder_interval,\n        batch_size",
+        "reminder_interval=timedelta(seconds=900),\n        batch_size",
+        t(SETTINGS_TESTS, "test_the_reminder_intervals_are_library_settings_every_service_reads"),
+        "PAYCORE_REMINDER_INTERVAL_S governs a dead letter's escalation too, not a 15-minute constant",
+    ),
+    Mutation(
+        "dead-letter-escalation-reminder-interval", RELAY,
+        "now=now, reminder_interval=self.config.reminder_interval,",
+        "now=now, reminder_interval=timedelta(seconds=900),",
+        t(OUTBOX, "test_a_row_that_can_never_be_delivered_is_dead_lettered_escalated_and_does_not_delay_others"),
+        "the relay raises a dead letter's escalation on the configured reminder interval",
+    ),
+    Mutation(
+        "intake-escalation-reminder-interval", INTAKE,
+        "                                     reminder_interval=intake.settings.reminder_interval,\n"
+        "                                     recheck_after_s=intake.settings.recheck_after_s)",
+        "                                     reminder_interval=timedelta(seconds=900),\n"
+        "                                     recheck_after_s=intake.settings.recheck_after_s)",
+        t(NOTE, "test_an_escalation_the_intake_raises_reminds_on_the_configured_reminder_interval"),
+        "PAYCORE_REMINDER_INTERVAL_S governs the webhook handler's escalations, not a 15-minute constant",
+    ),
+    Mutation(
+        "kafka-acks-all", KAFKA,
+        '"acks": "all",',
+        '"acks": 1,',
+        (KAFKA_PRODUCER,),
+        "an effect is marked dispatched only once every in-sync replica has it",
+    ),
+    # -- start and stop (devstack) -----------------------------------------------------------------
+    Mutation(
+        "up-stops-with-a-closed-stdout", SUPERVISOR,
+        "        except (OSError, ValueError):  # EPIPE when the reader is gone; ValueError: closed file\n",
+        "        except ValueError:  # EPIPE when the reader is gone; ValueError: closed file\n",
+        t(CLI_TESTS, "test_up_stops_on_ctrl_c_after_its_stdout_is_closed"),
+        "`make run | tee` then Ctrl-C: up stops, and all its children, with nobody reading",
+    ),
+    Mutation(
+        # Both halves of the bug issue 8 found: the stop message written before the stop is
+        # set, by a write that lets EPIPE out. Either alone is caught above or changes nothing
+        # (write never raises), so they are mutated together: Ctrl-C must still stop up.
+        "up-stop-set-before-its-output-can-fail", SUPERVISOR,
+        '            self._stop.set()  # before any output: nothing may keep the stop from happening\n'
+        '            self.emit("paycore", f"{reason}: stopping")\n'
+        + SUPERVISOR_BETWEEN +
+        "        except (OSError, ValueError):  # EPIPE when the reader is gone; ValueError: closed file\n",
+        '            self.emit("paycore", f"{reason}: stopping")\n'
+        '            self._stop.set()  # before any output: nothing may keep the stop from happening\n'
+        + SUPERVISOR_BETWEEN +
+        "        except ValueError:  # EPIPE when the reader is gone; ValueError: closed file\n",
+        t(CLI_TESTS, "test_up_stops_on_ctrl_c_after_its_stdout_is_closed"),
+        "Ctrl-C stops up even when its stdout is closed (`make run | tee`, tee gone)",
+    ),
+    Mutation(
+        "embedded-postgres-guard", EMBEDDED,
+        "    guard = _start_guard(data_dir)  # first: a kill at any moment after this is covered\n",
+        "    guard = None  # first: a kill at any moment after this is covered\n",
+        t(EMBEDDED_TESTS, "test_a_killed_up_leaves_no_embedded_postgres_running"),
+        "a killed `paycore up` never leaves its embedded PostgreSQL running",
     ),
 )

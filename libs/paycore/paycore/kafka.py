@@ -95,6 +95,13 @@ def new_topics(ks: KafkaSettings, names: list[str] | None = None) -> list[NewTop
 
 def producer(ks: KafkaSettings, **overrides: Any) -> AIOKafkaProducer:
     """A producer with ``acks=all``; idempotent when the settings say so. Not started."""
+    return AIOKafkaProducer(**producer_options(ks, **overrides))
+
+
+def producer_options(ks: KafkaSettings, **overrides: Any) -> dict[str, Any]:
+    """:func:`producer`'s options. ``acks=all`` whether or not the producer is idempotent: an
+    acknowledged record is then on every in-sync replica, and the outbox row is marked
+    dispatched only on that acknowledgement."""
     options: dict[str, Any] = {
         "bootstrap_servers": ks.bootstrap,
         "client_id": ks.client_id,
@@ -105,7 +112,7 @@ def producer(ks: KafkaSettings, **overrides: Any) -> AIOKafkaProducer:
         "linger_ms": 2,
     }
     options.update(overrides)
-    return AIOKafkaProducer(**options)
+    return options
 
 
 def consumer(ks: KafkaSettings, *topics: str, group_id: str | None, **overrides: Any) -> AIOKafkaConsumer:
