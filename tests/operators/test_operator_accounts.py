@@ -66,7 +66,8 @@ async def _failures(pool: asyncpg.Pool) -> int:
 async def test_an_added_operator_signs_in_and_the_addition_is_recorded(
     pool: asyncpg.Pool, clock: FakeClock,
 ) -> None:
-    added = await add_operator(pool, "alice", PASSWORD, "viewer", clock.now(), operator="root")
+    change = await add_operator(pool, "alice", PASSWORD, "viewer", clock.now(), operator="root")
+    added = change.operator
     assert (added.name, added.role, added.active) == ("alice", Role.VIEWER, True)
 
     signed_in = await authenticate(pool, "alice", PASSWORD, CLIENT, clock.now())
@@ -75,6 +76,7 @@ async def test_an_added_operator_signs_in_and_the_addition_is_recorded(
     stored = await pool.fetchval("SELECT password_hash FROM operators WHERE name = 'alice'")
     assert stored.startswith("$argon2id$") and PASSWORD not in stored
     [recorded] = await list_actions(pool, operator="root")
+    assert recorded == change.recorded  # what the call returns is what was recorded
     assert (recorded.action.value, recorded.target_operator, recorded.reason) == (
         "operator-add", "alice", None)
     assert recorded.state_after == {"role": "viewer", "disabled_at": None}
@@ -124,13 +126,15 @@ async def test_a_disabled_operator_cannot_sign_in_even_with_the_right_password(
     hasher = RecordingHasher()
     await add_operator(pool, "alice", PASSWORD, "operator", clock.now(), operator="root", hasher=hasher)
     clock.advance(60)
-    disabled = await disable_operator(pool, "alice", clock.now(), operator="root", reason="left the team")
+    change = await disable_operator(pool, "alice", clock.now(), operator="root", reason="left the team")
+    disabled = change.operator
     assert disabled.disabled_at == clock.now() and not disabled.active
     with pytest.raises(AuthenticationFailed):
         await authenticate(pool, "alice", PASSWORD, CLIENT, clock.now(), hasher=hasher)
     assert hasher.checked == [dummy_hash(hasher)]  # never the account's own hash
 
     [disabling, _] = await list_actions(pool, operator="root")
+    assert disabling == change.recorded
     assert (disabling.action.value, disabling.target_operator, disabling.reason) == (
         "operator-disable", "alice", "left the team")
     with pytest.raises(OperatorAccountRefused, match="disabled already"):
@@ -317,6 +321,33 @@ def test_the_cli_adds_lists_and_disables_operators_reading_the_password_from_std
     assert asyncio.run(sign_in()) == "alice"  # the password was read exactly, without its newline
     everything = capsys.readouterr()
     assert PASSWORD not in everything.out + everything.err + caplog.text
+
+
+def test_the_cli_prints_the_recorded_action_as_json_for_scripts(
+    db_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("PAYCORE_DATABASE_URL", db_dsn)
+    assert _run(monkeypatch, ["operators", "add", "alice", "--role", "viewer", "--operator", "root",
+                              "--reason", "on call", "--json"], stdin=PASSWORD + "\n") == 0
+    added = json.loads(capsys.readouterr().out)  # one JSON document, nothing else on stdout
+    assert (added["action"], added["operator"], added["target_operator"], added["reason"]) == (
+        "operator-add", "root", "alice", "on call")
+    assert added["state_after"] == {"role": "viewer", "disabled_at": None}
+    assert _run(monkeypatch, ["operators", "disable", "alice", "--operator", "root",
+                              "--reason", "rotation over", "--json"]) == 0
+    disabled = json.loads(capsys.readouterr().out)
+    assert (disabled["action"], disabled["target_operator"], disabled["reason"]) == (
+        "operator-disable", "alice", "rotation over")
+    assert disabled["state_before"] == {"disabled_at": None} and disabled["state_after"]["disabled_at"]
+    assert _run(monkeypatch, ["actions", "list", "--json"]) == 0
+    recorded = json.loads(capsys.readouterr().out)
+    assert [a["action_id"] for a in recorded] == [disabled["action_id"], added["action_id"]]
+    # A refusal still exits non-zero and prints no JSON document.
+    assert _run(monkeypatch, ["operators", "disable", "alice", "--operator", "root", "--reason", "again",
+                              "--json"]) == 1
+    refused = capsys.readouterr()
+    assert refused.out == "" and "disabled already" in refused.err
+    assert PASSWORD not in json.dumps([added, disabled])
 
 
 @pytest.mark.parametrize(("argv", "stdin", "code", "says"), [

@@ -34,7 +34,13 @@ from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatc
 
 from paycore.db import transaction_on
 from paycore.errors import NotFound, PaycoreError
-from paycore.operator_actions import ActionKind, InvalidOperatorAction, record_action, validate_operator
+from paycore.operator_actions import (
+    ActionKind,
+    InvalidOperatorAction,
+    OperatorAction,
+    record_action,
+    validate_operator,
+)
 from paycore.settings_spec import Count, Group, Number
 
 PASSWORD_MIN_LENGTH = 12
@@ -105,6 +111,14 @@ class LoginThrottle:
         return cls(LOGIN_MAX_FAILURES.read(env), LOGIN_WINDOW.read(env))
 
 
+@dataclass(frozen=True)
+class AccountChanged:
+    """An account as an addition or a disabling left it, and the operator action that records it."""
+
+    operator: Operator
+    recorded: OperatorAction
+
+
 class OperatorAccountRefused(PaycoreError, ValueError):
     """An account change paycore will not make (name, role, password policy, already exists)."""
 
@@ -172,7 +186,7 @@ RETURNING name, role, created_at, disabled_at
 
 async def add_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, password: str, role: str,
                        now: datetime, *, operator: str, reason: str | None = None,
-                       hasher: PasswordHasher = PASSWORD_HASHER) -> Operator:
+                       hasher: PasswordHasher = PASSWORD_HASHER) -> AccountChanged:
     """Add an account (recorded as ``operator-add`` by ``operator``); refuses an existing name."""
     handle = account_name(name)
     wanted = parse_role(role)
@@ -184,12 +198,12 @@ async def add_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, passwor
             raise OperatorAccountRefused(f"an operator named {handle!r} exists already")
         added = Operator.from_record(row)
         try:
-            await record_action(conn, action=ActionKind.OPERATOR_ADD, operator=operator, reason=reason,
-                                now=now, before={}, after={"role": added.role.value, "disabled_at": None},
-                                target_operator=handle)
+            recorded = await record_action(
+                conn, action=ActionKind.OPERATOR_ADD, operator=operator, reason=reason, now=now, before={},
+                after={"role": added.role.value, "disabled_at": None}, target_operator=handle)
         except InvalidOperatorAction as exc:
             raise OperatorAccountRefused(str(exc)) from None
-    return added
+    return AccountChanged(added, recorded)
 
 
 DISABLE_OPERATOR = """
@@ -199,7 +213,7 @@ RETURNING name, role, created_at, disabled_at
 
 
 async def disable_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, now: datetime, *,
-                           operator: str, reason: str) -> Operator:
+                           operator: str, reason: str) -> AccountChanged:
     """Disable an account: it can no longer sign in, and its sessions stop working. Recorded."""
     handle = name.strip()
     async with transaction_on(db) as conn:
@@ -210,12 +224,12 @@ async def disable_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, now
             raise OperatorAccountRefused(f"operator {handle!r} is disabled already (since {since})")
         disabled = Operator.from_record(row)
         try:
-            await record_action(conn, action=ActionKind.OPERATOR_DISABLE, operator=operator, reason=reason,
-                                now=now, before={"disabled_at": None},
-                                after={"disabled_at": now.isoformat()}, target_operator=handle)
+            recorded = await record_action(
+                conn, action=ActionKind.OPERATOR_DISABLE, operator=operator, reason=reason, now=now,
+                before={"disabled_at": None}, after={"disabled_at": now.isoformat()}, target_operator=handle)
         except InvalidOperatorAction as exc:
             raise OperatorAccountRefused(str(exc)) from None
-    return disabled
+    return AccountChanged(disabled, recorded)
 
 
 async def get_operator(db: asyncpg.Pool | asyncpg.Connection, name: str) -> Operator:
