@@ -694,7 +694,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         'auth-advisory-lock-per-key', OPERATORS,
-        'await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(key_name, key_client))',
+        'await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(key_client))',
         'pass',
         t(OPERATOR_ACCOUNTS_TESTS, 'test_concurrent_wrong_guesses_cannot_slip_past_the_limit'),
         'advisory lock per key',
@@ -952,5 +952,29 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    cutoff = now\n    return await delete_in_batches(",
         t(INBOX_RETENTION, "test_rows_past_the_horizon_go_in_batches_and_recent_ones_stay"),
         "inbox retention deletes only rows past the horizon",
+    ),
+    # -- worktree i13: the console's sign-in cap per client address, its outage answer -------------
+    Mutation(
+        'auth-client-cap', OPERATORS,
+        'if len(from_client) >= throttle.max_client_failures:',
+        'if len(from_client) > 10 * throttle.max_client_failures:',
+        t(OPERATOR_ACCOUNTS_TESTS,
+          'test_one_client_spraying_many_names_is_refused_for_every_name_until_the_window_passes'),
+        'one client address cannot spray many names without limit',
+    ),
+    Mutation(
+        'auth-client-cap-keyed-by-client', OPERATORS,
+        'WHERE client = $1 AND failed_at > $2',
+        'WHERE client <> $1 AND failed_at > $2',
+        t(OPERATOR_ACCOUNTS_TESTS,
+          'test_one_client_spraying_many_names_is_refused_for_every_name_until_the_window_passes'),
+        "the cap counts one address's failures, not another's",
+    ),
+    Mutation(
+        'auth-client-cap-from-settings', OPERATORS,
+        '                       LOGIN_MAX_CLIENT_FAILURES.read(env))',
+        '                       LOGIN_MAX_CLIENT_FAILURES.default)',
+        t(OPERATOR_ACCOUNTS_TESTS, 'test_the_throttle_is_configured_by_its_settings'),
+        'the per-client cap is the setting',
     ),
 )

@@ -253,6 +253,48 @@ async def test_concurrent_wrong_guesses_cannot_slip_past_the_limit(
     assert await _failures(pool) == 3
 
 
+async def test_one_client_spraying_many_names_is_refused_for_every_name_until_the_window_passes(
+    pool: asyncpg.Pool, clock: FakeClock,
+) -> None:
+    await _add(pool, clock)
+    throttle = LoginThrottle(max_failures=3, window_s=600, max_client_failures=4)
+    for i in range(4):  # one failure per name: no name reaches its own limit
+        with pytest.raises(AuthenticationFailed):
+            await authenticate(pool, f"guess-{i}", "wrong password", CLIENT, clock.now(), throttle=throttle)
+        clock.advance(10)
+    # The address is refused now, for any name, the right password included; 600 s after its first failure.
+    for name, password in (("guess-9", "wrong password"), ("alice", PASSWORD)):
+        with pytest.raises(TooManyAttempts) as refused:
+            await authenticate(pool, name, password, CLIENT, clock.now(), throttle=throttle)
+        assert refused.value.retry_after_s == 600 - 40
+    assert await _failures(pool) == 4  # refusals are not counted
+    # Another address is not refused for this one's spray.
+    assert (await authenticate(pool, "alice", PASSWORD, OTHER_CLIENT, clock.now(),
+                               throttle=throttle)).name == "alice"
+    clock.advance(600 - 40)  # the first failure has left the window: three remain, under the cap
+    signed_in = await authenticate(pool, "alice", PASSWORD, CLIENT, clock.now(), throttle=throttle)
+    assert signed_in.name == "alice"
+
+
+async def test_concurrent_guesses_of_many_names_cannot_slip_past_the_clients_cap(
+    pool: asyncpg.Pool, clock: FakeClock,
+) -> None:
+    throttle = LoginThrottle(max_failures=3, window_s=600, max_client_failures=3)
+
+    async def guess(i: int) -> str:
+        try:
+            await authenticate(pool, f"name-{i}", "wrong password", CLIENT, clock.now(), throttle=throttle)
+        except AuthenticationFailed:
+            return "failed"
+        except TooManyAttempts:
+            return "throttled"
+        return "signed in"
+
+    outcomes = await asyncio.gather(*(guess(i) for i in range(8)))
+    assert sorted(outcomes) == ["failed"] * 3 + ["throttled"] * 5
+    assert await _failures(pool) == 3
+
+
 # --------------------------------------------------------------------------- rehashing
 
 
@@ -398,6 +440,14 @@ def test_help_for_every_operators_command(command: list[str], capsys: pytest.Cap
 
 
 def test_the_throttle_is_configured_by_its_settings() -> None:
-    assert LoginThrottle.from_env({}) == LoginThrottle(max_failures=5, window_s=900)
+    from paycore.settings_spec import ConfigError
+
+    assert LoginThrottle.from_env({}) == LoginThrottle(max_failures=5, window_s=900, max_client_failures=50)
     assert LoginThrottle.from_env({"PAYCORE_CONSOLE_LOGIN_MAX_FAILURES": "3",
-                                   "PAYCORE_CONSOLE_LOGIN_WINDOW_S": "60"}) == LoginThrottle(3, 60)
+                                   "PAYCORE_CONSOLE_LOGIN_WINDOW_S": "60",
+                                   "PAYCORE_CONSOLE_LOGIN_MAX_CLIENT_FAILURES": "7"}) == LoginThrottle(
+                                       3, 60, 7)
+    # A cap per client below the limit per name would make that limit unreachable: refused.
+    with pytest.raises(ConfigError, match="PAYCORE_CONSOLE_LOGIN_MAX_CLIENT_FAILURES"):
+        LoginThrottle.from_env({"PAYCORE_CONSOLE_LOGIN_MAX_FAILURES": "5",
+                                "PAYCORE_CONSOLE_LOGIN_MAX_CLIENT_FAILURES": "4"})
