@@ -90,6 +90,8 @@ WEB_AUTH = "services/console/paycore_console/auth.py"
 WEB_CONTEXT = "services/console/paycore_console/context.py"
 WEB_GUARDS = "tests/console/test_guards.py"
 WEB_SIGN_IN = "tests/console/test_sign_in.py"
+WEB_APP = "services/console/paycore_console/app.py"
+WEB_OUTAGE = "tests/console/test_database_outage.py"
 
 
 def t(file: str, *names: str) -> tuple[str, ...]:
@@ -976,5 +978,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         '                       LOGIN_MAX_CLIENT_FAILURES.default)',
         t(OPERATOR_ACCOUNTS_TESTS, 'test_the_throttle_is_configured_by_its_settings'),
         'the per-client cap is the setting',
+    ),
+    Mutation(
+        'console-database-outage-503', WEB_APP,
+        "    app.add_middleware(DatabaseOutageMiddleware, outage=outage, answer=errors.outage_answer(env))\n",
+        "",
+        (WEB_OUTAGE,),
+        "an unreachable database is a 503 with Retry-After on the console, never a 500",
     ),
 )
