@@ -92,6 +92,9 @@ WEB_GUARDS = "tests/console/test_guards.py"
 WEB_SIGN_IN = "tests/console/test_sign_in.py"
 WEB_APP = "services/console/paycore_console/app.py"
 WEB_OUTAGE = "tests/console/test_database_outage.py"
+DOMAIN = "libs/paycore/paycore/domain.py"
+NOTIFICATIONS = "libs/paycore/paycore/notifications.py"
+ATTACH_PREVIEW = "tests/operators/test_attach_preview.py"
 
 
 def t(file: str, *names: str) -> tuple[str, ...]:
@@ -985,5 +988,41 @@ MUTATIONS: tuple[Mutation, ...] = (
         "",
         (WEB_OUTAGE,),
         "an unreachable database is a 503 with Retry-After on the console, never a 500",
+    ),
+    # -- worktree i13: the attach preview says what the attach does (one set of rules) -------------
+    Mutation(
+        'attach-preview-contradiction', DOMAIN,
+        '            raised.append("contradiction")\n',
+        '            pass\n',
+        t(ATTACH_PREVIEW, 'test_the_preview_says_what_the_attach_then_does[succeeded-then-failed]'),
+        "the preview of evidence against a final state says it raises a contradiction",
+    ),
+    Mutation(
+        'attach-preview-cancel-requested', DOMAIN,
+        '    fulfil = order_status is OrderStatus.OPEN and not cancel_requested\n',
+        '    fulfil = order_status is OrderStatus.OPEN\n',
+        t(ATTACH_PREVIEW, 'test_the_preview_says_what_the_attach_then_does[cancel-requested]'),
+        "the preview of a success after a cancellation says nothing is fulfilled and a person is told",
+    ),
+    Mutation(
+        'attach-preview-unknown-adds-no-evidence', DOMAIN,
+        '    if outcome.kind is OutcomeKind.UNKNOWN and (state is AttemptState.UNKNOWN or provider_status is not None):',
+        '    if False:',
+        t("tests/unit/test_foresee_outcome.py", "test_unknown_never_overwrites_unknown_nor_an_observed_status"),
+        "the preview says Unknown adds no evidence, as apply_outcome does",
+    ),
+    Mutation(
+        'attach-refuses-a-never-sent-attempt', NOTIFICATIONS,
+        '    if attempt.state is AttemptState.NOT_STARTED:  # never sent: no payment of it can exist\n',
+        '    if False:\n',
+        t(ATTACH_PREVIEW, 'test_the_preview_says_what_the_attach_then_does[never-sent]'),
+        "no notification is attached to an attempt that was never sent",
+    ),
+    Mutation(
+        'attach-preview-evidence-verdict', NOTIFICATIONS,
+        '    if not verdict.accepted:\n        return AttachPreview(attempt, _not_evidence(event_id, attempt_id, verdict))\n',
+        '',
+        t(ATTACH_PREVIEW, 'test_the_preview_says_what_the_attach_then_does[amount-differs]'),
+        "the preview says the evidence rules refuse a notification about another payment",
     ),
 )

@@ -3,6 +3,8 @@ with the signed-in operator, and a refusal shown as a message (a problem on the 
 
 from __future__ import annotations
 
+import html
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -184,8 +186,29 @@ async def test_attaching_an_unmatched_notification_previews_then_applies_and_rec
     # refusal, because attaching asserts the attempt and the library accepts it.
     assert "differs: attaching asserts this attempt anyway" in preview.text
     assert "will be refused" not in preview.text
+    # What the attach will do, by the attach's own rules: the transition and its effects.
+    outcome = re.search(r'<p id="attach-outcome"[^>]*data-refused="no"[^>]*data-after="Succeeded"[^>]*>'
+                        r'<strong>([^<]*)</strong>', preview.text)
+    assert outcome is not None, preview.text
+    assert outcome.group(1).startswith("Unknown → Succeeded, order Paid; queues order-confirmation, "
+                                       "fulfillment-request")
+    api_preview = (await browser.client.get(f"/api/v1/notifications/{row['event_id']}/attach-preview",
+                                            params={"attempt_id": str(attempt.attempt_id)})).json()
+    assert (api_preview["refused"], api_preview["after"]["state"], api_preview["after"]["order_paid"]) == (
+        None, "Succeeded", True)
+    assert api_preview["summary"] == html.unescape(outcome.group(1))
+    # Previewing another attempt of the account: the refusal the evidence rules will give, no form.
+    other = await live_attempt(hooks, customer="cus_bob")
+    await rig.pool.execute("UPDATE payment_attempts SET provider_payment_id = 'pay_other'"
+                           " WHERE attempt_id = $1", other.attempt_id)
+    wrong = await browser.client.get(f"/notifications/{row['event_id']}/attach",
+                                     params={"attempt_id": str(other.attempt_id)})
+    assert 'data-refused="yes"' in wrong.text and 'id="attach-form"' not in wrong.text
+    assert (f"Refused: notification {row['event_id']} is not evidence about attempt {other.attempt_id}: "
+            "provider-id-conflict (provider_payment_id)") in wrong.text
     # A preview changes nothing.
     assert (await get_attempt(rig.pool, attempt.attempt_id)).state.value == "Unknown"
+    assert await rig.actions() == []
     done = await browser.post_form(f"/notifications/{row['event_id']}/attach",
                                    attempt_id=str(attempt.attempt_id), reason="reference typo")
     assert done.headers["location"] == f"/attempts/{attempt.attempt_id}"
