@@ -17,6 +17,7 @@ from paycore import escalations
 from paycore.attempts import get_attempt
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
+from paycore.notifications import record_notification
 from tests.console.conftest import ConsoleRig, MakeRig
 from tests.matrix.helpers import seed_account
 from tests.matrix.test_notification_matrix import live_attempt, notification_rows, succeeded_event
@@ -260,3 +261,60 @@ async def test_resolving_an_identity_conflict_by_choosing_the_owner(
     assert (await get_attempt(rig.pool, a.attempt_id)).state.value == a.state.value
     assert [(r["operator"], r["action"]) for r in await rig.actions()] == [
         ("ops-4", "escalation-resolve-conflict")]
+
+
+@pytest.mark.parametrize("via", ["page", "api"])
+async def test_resolving_a_conflict_with_neither_changes_no_attempt_and_records_it(
+    hooks: WebhookStack, make_rig: MakeRig, via: str,
+) -> None:
+    rig = await make_rig(hooks.clock)
+    a, b, episode = await identity_conflict(hooks)
+    eid = episode["escalation_id"]
+    browser = await rig.browser("ops-4")
+    page = await browser.client.get(f"/escalations/{eid}")
+    assert 'id="owner-neither"' in page.text and 'value="neither"' in page.text
+    if via == "page":
+        message = await browser.flash_after(await browser.post_form(
+            f"/escalations/{eid}/resolve-conflict", owner="neither", reason="neither: a refund was issued"))
+        assert message == f"Escalation {eid} resolved: neither attempt owns the payment; no attempt changed."
+    else:
+        answer = await browser.post_json(f"/api/v1/escalations/{eid}/resolve-conflict",
+                                         {"owner_attempt_id": None, "reason": "neither: a refund was issued"})
+        assert answer.status_code == 200, answer.text
+        assert (answer.json()["owner_attempt_id"], answer.json()["owner_state"]) == (None, None)
+    assert await get_attempt(rig.pool, a.attempt_id) == a  # neither attempt moved, not even its version
+    assert await get_attempt(rig.pool, b.attempt_id) == b
+    assert await rig.pool.fetchval("SELECT resolved_at IS NOT NULL FROM payment_escalations"
+                                   " WHERE escalation_id = $1", eid)
+    assert [(r["operator"], r["action"], r["reason"]) for r in await rig.actions()] == [
+        ("ops-4", "escalation-resolve-conflict", "neither: a refund was issued")]
+    shown = (await browser.client.get(f"/escalations/{eid}")).text
+    assert 'data-status="resolved"' in shown and 'id="conflict-form"' not in shown
+
+
+async def test_a_close_refused_because_evidence_of_a_payment_exists_is_the_librarys_message(
+    rig: ConsoleRig, account: ProviderAccountConfig,
+) -> None:
+    attempt, eid = await dead_end_episode(rig.pool, rig.clock, account)
+    browser = await rig.browser()
+    page = await browser.client.get(f"/attempts/{attempt.attempt_id}")
+    assert 'id="close-form"' in page.text
+    # The provider's notification of a payment for this attempt arrives after the page was shown.
+    async with rig.pool.acquire() as conn, conn.transaction():
+        await record_notification(
+            conn, provider_account=account.provider_account, key="evt_paid", attempt_id=attempt.attempt_id,
+            now=rig.clock.now(), detail={"type": "payment.processing", "status": "processing",
+                                         "provider_payment_id": "pay_late", "event": {"id": "evt_paid"}})
+    form = {"reason": "customer asked", "checked_at_provider": "Cardco dashboard: nothing found",
+            "expected_version": str(attempt.version)}
+    closing = f"/attempts/{attempt.attempt_id}/close"
+    message = await browser.flash_after(await browser.post_form(closing, **form))
+    assert message.startswith(f"Refused: attempt {attempt.attempt_id} has evidence of a payment: ")
+    assert message.endswith("; it cannot be closed as not charged")
+    api = await browser.post_json(f"/api/v1{closing}", form | {"expected_version": None})
+    assert api.status_code == 409 and api.headers["content-type"] == "application/problem+json"
+    assert "has evidence of a payment" in api.json()["detail"]
+    assert (await get_attempt(rig.pool, attempt.attempt_id)).state.value == "Unknown"
+    assert await rig.pool.fetchval("SELECT resolved_at IS NULL FROM payment_escalations"
+                                   " WHERE escalation_id = $1", eid)
+    assert await rig.actions() == []
