@@ -129,6 +129,11 @@ KAFKA_PRODUCER = "tests/unit/test_kafka_producer.py"
 SETTINGS_TESTS = "tests/unit/test_settings.py"
 CLI_TESTS = "tests/unit/test_cli.py"
 EMBEDDED_TESTS = "tests/unit/test_embedded.py"
+WEB_APP = "services/console/paycore_console/app.py"
+WEB_OUTAGE = "tests/console/test_database_outage.py"
+DOMAIN = "libs/paycore/paycore/domain.py"
+NOTIFICATIONS = "libs/paycore/paycore/notifications.py"
+ATTACH_PREVIEW = "tests/operators/test_attach_preview.py"
 
 
 def t(file: str, *names: str) -> tuple[str, ...]:
@@ -733,7 +738,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         'auth-advisory-lock-per-key', OPERATORS,
-        'await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(key_name, key_client))',
+        'await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(key_client))',
         'pass',
         t(OPERATOR_ACCOUNTS_TESTS, 'test_concurrent_wrong_guesses_cannot_slip_past_the_limit'),
         'advisory lock per key',
@@ -1137,5 +1142,72 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    guard = None  # first: a kill at any moment after this is covered\n",
         t(EMBEDDED_TESTS, "test_a_killed_up_leaves_no_embedded_postgres_running"),
         "a killed `paycore up` never leaves its embedded PostgreSQL running",
+    ),
+    # -- worktree i13: the console's sign-in cap per client address, its outage answer -------------
+    Mutation(
+        'auth-client-cap', OPERATORS,
+        'if len(from_client) >= throttle.max_client_failures:',
+        'if len(from_client) > 10 * throttle.max_client_failures:',
+        t(OPERATOR_ACCOUNTS_TESTS,
+          'test_one_client_spraying_many_names_is_refused_for_every_name_until_the_window_passes'),
+        'one client address cannot spray many names without limit',
+    ),
+    Mutation(
+        'auth-client-cap-keyed-by-client', OPERATORS,
+        'WHERE client = $1 AND failed_at > $2',
+        'WHERE client <> $1 AND failed_at > $2',
+        t(OPERATOR_ACCOUNTS_TESTS,
+          'test_one_client_spraying_many_names_is_refused_for_every_name_until_the_window_passes'),
+        "the cap counts one address's failures, not another's",
+    ),
+    Mutation(
+        'auth-client-cap-from-settings', OPERATORS,
+        '                       LOGIN_MAX_CLIENT_FAILURES.read(env))',
+        '                       LOGIN_MAX_CLIENT_FAILURES.default)',
+        t(OPERATOR_ACCOUNTS_TESTS, 'test_the_throttle_is_configured_by_its_settings'),
+        'the per-client cap is the setting',
+    ),
+    Mutation(
+        'console-database-outage-503', WEB_APP,
+        "    app.add_middleware(DatabaseOutageMiddleware, outage=outage, answer=errors.outage_answer(env))\n",
+        "",
+        (WEB_OUTAGE,),
+        "an unreachable database is a 503 with Retry-After on the console, never a 500",
+    ),
+    # -- worktree i13: the attach preview says what the attach does (one set of rules) -------------
+    Mutation(
+        'attach-preview-contradiction', DOMAIN,
+        '            raised.append("contradiction")\n',
+        '            pass\n',
+        t(ATTACH_PREVIEW, 'test_the_preview_says_what_the_attach_then_does[succeeded-then-failed]'),
+        "the preview of evidence against a final state says it raises a contradiction",
+    ),
+    Mutation(
+        'attach-preview-cancel-requested', DOMAIN,
+        '    fulfil = order_status is OrderStatus.OPEN and not cancel_requested\n',
+        '    fulfil = order_status is OrderStatus.OPEN\n',
+        t(ATTACH_PREVIEW, 'test_the_preview_says_what_the_attach_then_does[cancel-requested]'),
+        "the preview of a success after a cancellation says nothing is fulfilled and a person is told",
+    ),
+    Mutation(
+        'attach-preview-unknown-adds-no-evidence', DOMAIN,
+        '    if outcome.kind is OutcomeKind.UNKNOWN and (state is AttemptState.UNKNOWN or provider_status is not None):',
+        '    if False:',
+        t("tests/unit/test_foresee_outcome.py", "test_unknown_never_overwrites_unknown_nor_an_observed_status"),
+        "the preview says Unknown adds no evidence, as apply_outcome does",
+    ),
+    Mutation(
+        'attach-refuses-a-never-sent-attempt', NOTIFICATIONS,
+        '    if attempt.state is AttemptState.NOT_STARTED:  # never sent: no payment of it can exist\n',
+        '    if False:\n',
+        t(ATTACH_PREVIEW, 'test_the_preview_says_what_the_attach_then_does[never-sent]'),
+        "no notification is attached to an attempt that was never sent",
+    ),
+    Mutation(
+        'attach-preview-evidence-verdict', NOTIFICATIONS,
+        '    if not verdict.accepted:\n        return AttachPreview(attempt, _not_evidence(event_id, attempt_id, verdict))\n',
+        '',
+        t(ATTACH_PREVIEW, 'test_the_preview_says_what_the_attach_then_does[amount-differs]'),
+        "the preview says the evidence rules refuse a notification about another payment",
     ),
 )
