@@ -48,6 +48,8 @@ ADYEN = "libs/paycore/paycore/providers/adyen/client.py"
 STRIPE = "libs/paycore/paycore/providers/stripe/client.py"
 GATE = "libs/paycore/paycore/payment_methods.py"
 REGISTRY = "libs/paycore/paycore/providers/registry.py"
+ADAPTER = "libs/paycore/paycore/providers/adapter.py"  # what every provider client shares
+PROVIDER_HTTP = "libs/paycore/paycore/providers/http.py"  # the pool and the stored request's rules
 DEAD_ENDS = "libs/paycore/paycore/dead_ends.py"
 CONFLICTS = "libs/paycore/paycore/conflicts.py"
 
@@ -471,11 +473,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a 409 (the key's first request still running) is Unknown",
     ),
     Mutation(
-        "client-timeout-unknown", CARDCO,
-        "        except TimeoutError:\n"
-        '            return self._logged(stored, ProviderOutcome.unknown(f"provider.no-response.{limit_name}"))',
-        "        except TimeoutError:\n"
-        '            return self._logged(stored, ProviderOutcome.failed(f"provider.no-response.{limit_name}"))',
+        "client-timeout-unknown", ADAPTER,
+        "        if isinstance(answer, str):  # no answer: timeout, transport error, unreadable answer\n"
+        "            return self._logged(stored, ProviderOutcome.unknown(answer))",
+        "        if isinstance(answer, str):  # no answer: timeout, transport error, unreadable answer\n"
+        "            return self._logged(stored, ProviderOutcome.failed(answer))",
         t(CLIENT, "test_caller_budget_fires"),
         "no answer within the budget is Unknown, never Failed",
     ),

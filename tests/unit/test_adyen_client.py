@@ -23,8 +23,10 @@ from harness.servers import free_port
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig, Secret
 from paycore.domain import OutcomeKind, ProviderOutcome
+from paycore.errors import InvalidPaymentMethod
 from paycore.providers.adyen import CAPABILITIES, NAME, AdyenProvider, build_request_body
 from paycore.providers.base import ReferenceLookup, StoredRequest
+from paycore.providers.http import NotBuildable
 from tests.support.scripted_adyen import (
     MERCHANT_ACCOUNT,
     PSP_REFERENCE,
@@ -132,17 +134,17 @@ async def test_provider_builds_for_the_named_account(client: AdyenProvider, adye
     body = client.build_request_body(other, amount_minor=100, currency="EUR", payment_method=PAYMENT_METHOD,
                                      reference="R-1")
     assert orjson.loads(body)["merchantAccount"] == "OtherECOM"
-    with pytest.raises(ValueError, match="no Adyen account"):
+    with pytest.raises(NotBuildable, match="account-not-configured"):
         client.build_request_body(account(adyen.base_url, name="Nobody"), amount_minor=100, currency="EUR",
                                   payment_method=PAYMENT_METHOD, reference="R-1")
 
 
 def test_building_without_a_return_url_is_refused(clock: FakeClock) -> None:
-    with pytest.raises(ValueError, match="returnUrl"):
+    with pytest.raises(InvalidPaymentMethod, match="returnUrl"):
         body_for(return_url=None)
     acct = account("https://checkout-test.adyen.com", return_url=None)
     provider = AdyenProvider([acct], clock, max_call_duration_s=30)
-    with pytest.raises(ValueError, match="PAYCORE_ADYEN_RETURN_URL"):
+    with pytest.raises(InvalidPaymentMethod, match="PAYCORE_ADYEN_RETURN_URL"):
         provider.build_request_body(acct, amount_minor=100, currency="EUR", payment_method=PAYMENT_METHOD,
                                     reference="R-1")
 
@@ -157,7 +159,7 @@ def test_building_without_a_return_url_is_refused(clock: FakeClock) -> None:
     "tok_visa 4111111111111111",
 ], ids=["pan", "pan-spaced", "number-field", "cvc-field", "nested-pan", "plain-pan", "pan-in-token"])
 def test_building_refuses_raw_card_data(payment_method: Any) -> None:
-    with pytest.raises(ValueError, match="card"):
+    with pytest.raises(InvalidPaymentMethod, match="card"):
         body_for(payment_method=payment_method)
 
 

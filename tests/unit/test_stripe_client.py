@@ -21,14 +21,16 @@ from harness.servers import free_port
 from paycore.clock import FakeClock
 from paycore.config import MAX_BUDGET_S, ProviderAccountConfig, Secret
 from paycore.domain import OutcomeKind, ProviderOutcome
+from paycore.errors import InvalidPaymentMethod
 from paycore.payment_methods import contains_card_number as looks_like_card_number
 from paycore.providers.base import NotificationFormat, Provider, ReferenceLookup, StoredRequest
+from paycore.providers.http import NotBuildable
 from paycore.providers.registry import ProviderFactory
 from paycore.providers.stripe import (
     CAPABILITIES,
     DEFAULT_API_VERSION,
+    STRIPE_EVENTS,
     PaymentIntent,
-    StripeEvents,
     StripeProvider,
     build_request_body,
 )
@@ -156,7 +158,7 @@ async def test_it_is_a_provider_with_the_factorys_signature() -> None:
     # mypy checks these assignments: the class fits registry.ProviderFactory and Provider.
     factory: ProviderFactory = StripeProvider
     provider: Provider = factory([], FakeClock(), max_call_duration_s=30)
-    events: NotificationFormat = StripeEvents()
+    events: NotificationFormat = STRIPE_EVENTS
     assert (provider.name, events.name) == ("stripe", "stripe")
     await provider.aclose()
 
@@ -222,7 +224,7 @@ def test_build_request_body_rejects_what_stripe_would_and_card_numbers(overrides
         "reference": "r",
     }
     values.update(overrides)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidPaymentMethod):  # the library's error, still a ValueError for callers
         build_request_body(**values)
 
 
@@ -240,7 +242,7 @@ async def test_provider_body_takes_the_named_accounts_return_url(stripe_api: Scr
     other = account(stripe_api.base_url, name="acct_other", key=OTHER_KEY)
     assert "return_url=https" in p.build_request_body(store, **kw)
     assert p.build_request_body(other, **kw).endswith("payment_method_types[]=card")
-    with pytest.raises(ValueError, match="not configured"):
+    with pytest.raises(NotBuildable, match="account-not-configured"):
         p.build_request_body(account(stripe_api.base_url, name="acct_nope"), **kw)
     await p.aclose()
 
