@@ -33,7 +33,6 @@ from uuid import UUID
 
 import asyncpg
 import httpx
-from prometheus_client import generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -43,13 +42,11 @@ from harness.servers import free_port, serve_asgi
 from paycore.attempts import Attempt, get_attempt
 from paycore.clock import FakeClock
 from paycore.config import Settings, load_settings
-from paycore.providers.registry import for_accounts
 from paycore_checkout.app import create_app as create_checkout_app
 from paycore_recovery.loop import RecoveryWorker
-from paycore_recovery.metrics import RecoveryMetrics
 from paycore_recovery.settings import RecoverySettings
 from paycore_webhooks.app import create_app as create_webhooks_app
-from tests.support.providers import ProviderShop
+from tests.support.providers import STORED_ROWS, ProviderShop, deliveries_counted, recovery_worker
 from tests.support.stack import JWT_SECRET, eventually
 
 API_KEY: Final = "sk_test_localstripe_paycore"
@@ -274,10 +271,7 @@ class LocalstripeStack:
         return await get_attempt(self.pool, UUID(r.json()["attempt_id"])), r
 
     def worker(self, owner: str = "w1") -> RecoveryWorker:
-        client = for_accounts(self.settings.accounts, self.clock,
-                              max_call_duration_s=self.settings.budgets.max_call_duration_s)
-        worker = RecoveryWorker(pool=self.pool, client=client, clock=self.clock, settings=self.settings,
-                                recovery=self.recovery, metrics=RecoveryMetrics(), owner=owner)
+        worker = recovery_worker(self.settings, self.pool, self.clock, self.recovery, owner)
         self.workers.append(worker)
         return worker
 
@@ -296,9 +290,7 @@ class LocalstripeStack:
             "Stripe-Signature": headers["stripe-signature"], "Content-Type": headers["content-type"]})
 
     def delivered_count(self, result: str) -> float:
-        text = generate_latest(self.intake_app.state.metrics_registry).decode()
-        line = f'paycore_webhook_deliveries_total{{result="{result}"}} '
-        return sum(float(row.removeprefix(line)) for row in text.splitlines() if row.startswith(line))
+        return deliveries_counted(self.intake_app.state.metrics_registry, result)
 
     async def transitions_to(self, attempt: Attempt, state: str) -> int:
         return int(await self.pool.fetchval(
@@ -316,12 +308,8 @@ class LocalstripeStack:
         return [r["escalation_key"] for r in rows]
 
     async def stored_rows(self) -> dict[str, int]:
-        row = await self.pool.fetchrow(
-            "SELECT (SELECT count(*) FROM payment_attempt_events) AS events,"
-            " (SELECT count(*) FROM payment_escalations) AS escalations,"
-            " (SELECT count(*) FROM outbox_messages) AS outbox,"
-            " (SELECT count(*) FROM webhook_deliveries_seen) AS replay_window")
-        return dict(row)
+        """How many rows each table the intake writes holds."""
+        return dict(await self.pool.fetchrow(STORED_ROWS))
 
     async def aclose(self) -> None:
         for worker in self.workers:
