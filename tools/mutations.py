@@ -48,6 +48,8 @@ ADYEN = "libs/paycore/paycore/providers/adyen/client.py"
 STRIPE = "libs/paycore/paycore/providers/stripe/client.py"
 GATE = "libs/paycore/paycore/payment_methods.py"
 REGISTRY = "libs/paycore/paycore/providers/registry.py"
+ADAPTER = "libs/paycore/paycore/providers/adapter.py"  # what every provider client shares
+PROVIDER_HTTP = "libs/paycore/paycore/providers/http.py"  # the pool and the stored request's rules
 DEAD_ENDS = "libs/paycore/paycore/dead_ends.py"
 CONFLICTS = "libs/paycore/paycore/conflicts.py"
 
@@ -515,11 +517,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a 409 (the key's first request still running) is Unknown",
     ),
     Mutation(
-        "client-timeout-unknown", CARDCO,
-        "        except TimeoutError:\n"
-        '            return self._logged(stored, ProviderOutcome.unknown(f"provider.no-response.{limit_name}"))',
-        "        except TimeoutError:\n"
-        '            return self._logged(stored, ProviderOutcome.failed(f"provider.no-response.{limit_name}"))',
+        "client-timeout-unknown", ADAPTER,
+        "        if isinstance(answer, str):  # no answer: timeout, transport error, unreadable answer\n"
+        "            return self._logged(stored, ProviderOutcome.unknown(answer))",
+        "        if isinstance(answer, str):  # no answer: timeout, transport error, unreadable answer\n"
+        "            return self._logged(stored, ProviderOutcome.failed(answer))",
         t(CLIENT, "test_caller_budget_fires"),
         "no answer within the budget is Unknown, never Failed",
     ),
@@ -1209,5 +1211,63 @@ MUTATIONS: tuple[Mutation, ...] = (
         '',
         t(ATTACH_PREVIEW, 'test_the_preview_says_what_the_attach_then_does[amount-differs]'),
         "the preview says the evidence rules refuse a notification about another payment",
+    ),
+    # -- i11: the providers' shared rules (providers/http.py, providers/adapter.py) and Stripe's key --
+    Mutation(
+        "stored-endpoint-origin", PROVIDER_HTTP,
+        "    if url.scheme not in DEFAULT_PORTS or not url.host or url.userinfo or origin(url) != origin(base):\n",
+        "    if url.scheme not in DEFAULT_PORTS or not url.host or url.userinfo:\n",
+        (*t(CLIENT, "test_endpoint_on_another_port_or_with_userinfo_is_not_sent"),
+         *t(ADYEN_CLIENT, "test_a_stored_request_that_cannot_be_built_is_unknown_and_not_sent")),
+        "a stored request goes only to its account's origin (another host or port could be a second payment)",
+    ),
+    Mutation(
+        "stored-endpoint-userinfo", PROVIDER_HTTP,
+        "    if url.scheme not in DEFAULT_PORTS or not url.host or url.userinfo or origin(url) != origin(base):\n",
+        "    if url.scheme not in DEFAULT_PORTS or not url.host or origin(url) != origin(base):\n",
+        t(CLIENT, "test_endpoint_on_another_port_or_with_userinfo_is_not_sent"),
+        "a stored endpoint with userinfo is never sent (httpx would replace our credentials)",
+    ),
+    Mutation(
+        "stored-url-unparseable", PROVIDER_HTTP,
+        "    except httpx.InvalidURL:\n        raise NotBuildable(\"endpoint-changed\") from None\n",
+        "    except ValueError:\n        raise NotBuildable(\"endpoint-changed\") from None\n",
+        t(ADYEN_CLIENT, "test_a_url_that_does_not_parse_is_endpoint_changed_and_nothing_is_sent"),
+        "a stored endpoint or base URL that does not parse is endpoint-changed, never a crash",
+    ),
+    Mutation(
+        "provider-pool-no-redirects", PROVIDER_HTTP,
+        "timeout=None, follow_redirects=False, trust_env=False,",
+        "timeout=None, follow_redirects=True, trust_env=False,",
+        (*t(CLIENT, "test_redirects_are_not_followed"), *t(ADYEN_CLIENT, "test_redirects_are_not_followed")),
+        "a payment request never follows a redirect (the answer of another URL is not the provider's)",
+    ),
+    Mutation(
+        "adyen-api-key-header-value", "libs/paycore/paycore/providers/adyen/wire.py",
+        '    return {"X-API-Key": header_token(acct.api_key.reveal())}',
+        '    return {"X-API-Key": acct.api_key.reveal()}',
+        t(ADYEN_CLIENT, "test_an_api_key_that_is_no_header_value_is_invalid_header_and_nothing_is_sent"),
+        "an API key that is no header value sends nothing (no header injection, no half-sent request)",
+    ),
+    Mutation(
+        "stripe-empty-key-refused", STRIPE,
+        '"idempotency_key": check_idempotency_key(stored.idempotency_key),',
+        '"idempotency_key": stored.idempotency_key,',
+        t(STRIPE_CLIENT, "test_an_empty_stored_key_is_refused_where_the_sdk_would_invent_one"),
+        "the SDK never sends a create under a key it invented: an empty stored key sends nothing",
+    ),
+    Mutation(
+        "stripe-base-url-http", STRIPE,
+        '        if not acct.base_url.startswith(("https://", "http://")):\n',
+        "        if False:\n",
+        t(STRIPE_CLIENT, "test_an_account_base_url_that_is_not_http_sends_nothing_create_or_lookup"),
+        "a Stripe account whose base URL is not http(s) is never called",
+    ),
+    Mutation(
+        "stripe-lookup-version-header", STRIPE,
+        "        if not is_token(acct.api_version):\n",
+        "        if False:\n",
+        t(STRIPE_CLIENT, "test_a_lookup_under_a_version_that_is_no_header_value_sends_nothing"),
+        "a lookup under a version that is no header value sends nothing",
     ),
 )
