@@ -30,10 +30,11 @@ from typing import Any
 
 import faust
 import orjson
+from faust.types.auth import CredentialsT
 from prometheus_client import CollectorRegistry, Counter
 
 from paycore.http.health_server import serve_health
-from paycore.kafka import KafkaSettings
+from paycore.kafka import KafkaSettings, ssl_context
 from paycore.liveness import SLACK_S, Liveness
 from paycore_incidents import grouping
 from paycore_incidents.settings import IncidentSettings
@@ -71,6 +72,21 @@ def _ungrouped(value: dict[str, Any], key: str) -> grouping.Page:
                          passthrough=True)
 
 
+def broker_credentials(ks: KafkaSettings) -> CredentialsT | None:
+    """faust's form of the Kafka security settings every paycore client uses (paycore.kafka)."""
+    security = ks.security
+    context = ssl_context(security)
+    if security.sasl:
+        assert security.sasl_password is not None  # the settings require it with SASL
+        # With a TLS context faust's SASL credentials are SASL_SSL, without one SASL_PLAINTEXT.
+        return faust.SASLCredentials(username=security.sasl_username,
+                                     password=security.sasl_password.reveal(), ssl_context=context,
+                                     mechanism=security.sasl_mechanism)
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
 def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings, *,
           admin_host: str = "127.0.0.1", admin_port: int | None = None) -> faust.App:
     """The faust app, agents and timer registered; run it with :func:`run` (or faust's worker).
@@ -82,6 +98,7 @@ def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings, *,
     app = faust.App(
         settings.app_id,
         broker=f"kafka://{ks.bootstrap}",
+        broker_credentials=broker_credentials(ks),
         store="memory://",
         web_enabled=False,
         autodiscover=False,
