@@ -60,6 +60,15 @@ def test_sasl_needs_a_username_and_a_password(missing: str) -> None:
         settings_of(env)
 
 
+def test_a_process_that_makes_no_kafka_client_needs_no_kafka_password() -> None:
+    """Checkout, the intake, recovery and the console read the same ConfigMap: the protocol's
+    needs are checked where a Kafka client is made, so only the Kafka workers get the password."""
+    env = {k: v for k, v in SASL_SSL.items() if k != "PAYCORE_KAFKA_SASL_PASSWORD"}
+    assert load_settings(env, require_account=False).kafka_security.protocol == "SASL_SSL"
+    with pytest.raises(ConfigError, match="PAYCORE_KAFKA_SASL_PASSWORD: is required"):
+        kafka.kafka_settings(load_settings(env, require_account=False))
+
+
 @pytest.mark.parametrize(("env", "refused"), [
     ({"PAYCORE_KAFKA_SASL_USERNAME": "paycore"}, "PAYCORE_KAFKA_SASL_USERNAME"),
     ({"PAYCORE_KAFKA_SASL_PASSWORD": "pw"}, "PAYCORE_KAFKA_SASL_PASSWORD"),

@@ -36,7 +36,6 @@ from paycore.settings_spec import (
     SecretText,
     Text,
     Url,
-    env_value,
 )
 from paycore.settings_spec import ConfigError as ConfigError  # re-exported: every service raises it
 from paycore.settings_spec import Secret as Secret  # re-exported
@@ -50,6 +49,11 @@ CONNECTIONS = Group("every service: where the database and the broker are")
 DATABASE_URL = CONNECTIONS.declare(
     "PAYCORE_DATABASE_URL", Text(), None, "PostgreSQL DSN",
     shown_default="embedded (`paycore up`), else required")
+MIGRATION_DATABASE_URL = CONNECTIONS.declare(
+    "PAYCORE_MIGRATION_DATABASE_URL", Text(), None,
+    "`paycore migrate` only: the DSN of a role that may create and alter paycore's tables, so the "
+    "services' role need not",
+    shown_default="`PAYCORE_DATABASE_URL`")
 KAFKA_BOOTSTRAP = CONNECTIONS.declare(
     "PAYCORE_KAFKA_BOOTSTRAP", Text(), None, "Kafka bootstrap servers (`host:port`, comma-separated)",
     shown_default="embedded (`paycore up`), else required by the dispatcher")
@@ -236,7 +240,7 @@ class KafkaSecurity:
     """How Kafka clients connect (``PAYCORE_KAFKA_SECURITY_PROTOCOL`` and what it needs)."""
 
     protocol: str = KAFKA_SECURITY_PROTOCOL.default
-    sasl_mechanism: str = KAFKA_SASL_MECHANISM.default
+    sasl_mechanism: str | None = None  # unset: PLAIN (see ``mechanism``)
     sasl_username: str | None = None
     sasl_password: Secret | None = None
     ssl_ca_file: Path | None = None  # None: the system's CAs
@@ -248,6 +252,10 @@ class KafkaSecurity:
     @property
     def sasl(self) -> bool:
         return self.protocol.startswith("SASL_")
+
+    @property
+    def mechanism(self) -> str:
+        return self.sasl_mechanism or KAFKA_SASL_MECHANISM.default
 
 
 @dataclass(frozen=True)
@@ -270,6 +278,8 @@ class Settings:
     jwt_secret: Secret | None
     jwks_url: str | None
     accounts: tuple[ProviderAccountConfig, ...]
+    # `paycore migrate` connects with this role when set (DDL), the services with database_url.
+    migration_database_url: str | None = None
     # Least time between two refetches of the JWKS for an unknown ``kid``: a
     # rotation is picked up after it, and forged kids cannot hammer the IdP.
     jwks_refetch_cooldown_s: float = JWKS_REFETCH_COOLDOWN.default
@@ -358,6 +368,7 @@ def load_settings(env: Mapping[str, str] | None = None, *, require_account: bool
 
     return Settings(
         database_url=DATABASE_URL.get(env),
+        migration_database_url=MIGRATION_DATABASE_URL.get(env),
         kafka_bootstrap=KAFKA_BOOTSTRAP.get(env),
         jwt_secret=jwt_secret,
         jwks_url=jwks_url,
@@ -459,26 +470,12 @@ def _dispatcher_settings(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _kafka_security(env: Mapping[str, str]) -> KafkaSecurity:
-    """The security protocol and what it needs; a setting it would ignore is refused, not dropped."""
-    security = KafkaSecurity(
+    """Read only: the rules tying them together hold for a process that makes Kafka clients
+    (:func:`paycore.kafka.kafka_settings`), so checkout need not carry the Kafka password."""
+    return KafkaSecurity(
         protocol=KAFKA_SECURITY_PROTOCOL.read(env),
-        sasl_mechanism=KAFKA_SASL_MECHANISM.read(env),
+        sasl_mechanism=KAFKA_SASL_MECHANISM.get(env),
         sasl_username=KAFKA_SASL_USERNAME.get(env),
         sasl_password=KAFKA_SASL_PASSWORD.get(env),
         ssl_ca_file=KAFKA_SSL_CA_FILE.get(env),
     )
-    protocol = f"PAYCORE_KAFKA_SECURITY_PROTOCOL={security.protocol}"
-    if security.sasl:
-        for setting in (KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD):
-            setting.require(env, f" with {protocol}")
-        if security.protocol == "SASL_PLAINTEXT" and security.sasl_mechanism == "PLAIN":
-            raise ConfigError(KAFKA_SASL_MECHANISM.name,
-                              "PLAIN over SASL_PLAINTEXT would send the Kafka password unencrypted: "
-                              "use SASL_SSL, or a SCRAM mechanism")
-    else:
-        for name in (KAFKA_SASL_USERNAME.name, KAFKA_SASL_PASSWORD.name, KAFKA_SASL_MECHANISM.name):
-            if env_value(env, name) is not None:
-                raise ConfigError(name, f"is set, but {protocol} uses no SASL (SASL_SSL does)")
-    if not security.tls and security.ssl_ca_file is not None:
-        raise ConfigError(KAFKA_SSL_CA_FILE.name, f"is set, but {protocol} uses no TLS (SSL or SASL_SSL do)")
-    return security

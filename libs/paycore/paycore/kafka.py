@@ -41,6 +41,9 @@ from paycore.config import (
     KAFKA_MIN_INSYNC_REPLICAS,
     KAFKA_REPLICATION_FACTOR,
     KAFKA_RETENTION,
+    KAFKA_SASL_MECHANISM,
+    KAFKA_SASL_PASSWORD,
+    KAFKA_SASL_USERNAME,
     KAFKA_SECURITY_PROTOCOL,
     KAFKA_SSL_CA_FILE,
     ConfigError,
@@ -93,8 +96,32 @@ def kafka_settings(settings: Settings, *, local_broker: bool = False) -> KafkaSe
         replication_factor=settings.kafka_replication_factor,
         min_insync_replicas=settings.kafka_min_insync_replicas,
         retention_s=settings.kafka_retention_s,
-        security=settings.kafka_security,
+        security=checked_security(settings.kafka_security),
     )
+
+
+def checked_security(security: KafkaSecurity) -> KafkaSecurity:
+    """The security settings' rules: what a protocol needs is there, and what it would ignore is
+    not set (a username with PLAINTEXT is a mistake to report, not to drop)."""
+    protocol = f"{KAFKA_SECURITY_PROTOCOL.name}={security.protocol}"
+    if security.sasl:
+        if security.sasl_username is None:
+            raise ConfigError(KAFKA_SASL_USERNAME.name, f"is required with {protocol}")
+        if security.sasl_password is None:
+            raise ConfigError(KAFKA_SASL_PASSWORD.name, f"is required with {protocol}")
+        if security.protocol == "SASL_PLAINTEXT" and security.mechanism == "PLAIN":
+            raise ConfigError(KAFKA_SASL_MECHANISM.name,
+                              "PLAIN over SASL_PLAINTEXT would send the Kafka password unencrypted: "
+                              "use SASL_SSL, or a SCRAM mechanism")
+    else:
+        for setting, value in ((KAFKA_SASL_USERNAME, security.sasl_username),
+                               (KAFKA_SASL_PASSWORD, security.sasl_password),
+                               (KAFKA_SASL_MECHANISM, security.sasl_mechanism)):
+            if value is not None:
+                raise ConfigError(setting.name, f"is set, but {protocol} uses no SASL (SASL_SSL does)")
+    if not security.tls and security.ssl_ca_file is not None:
+        raise ConfigError(KAFKA_SSL_CA_FILE.name, f"is set, but {protocol} uses no TLS (SSL or SASL_SSL do)")
+    return security
 
 
 class BrokerUnreachable(ConnectionError):
@@ -122,7 +149,7 @@ def security_options(security: KafkaSecurity) -> dict[str, Any]:
         options["ssl_context"] = context
     if security.sasl:
         assert security.sasl_username is not None and security.sasl_password is not None  # the settings
-        options.update(sasl_mechanism=security.sasl_mechanism, sasl_plain_username=security.sasl_username,
+        options.update(sasl_mechanism=security.mechanism, sasl_plain_username=security.sasl_username,
                        sasl_plain_password=security.sasl_password.reveal())
     return options
 

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -72,6 +74,11 @@ def _ungrouped(value: dict[str, Any], key: str) -> grouping.Page:
                          passthrough=True)
 
 
+def liveness_bound_s(settings: IncidentSettings) -> float:
+    """How long ``/healthz`` lets the timer go without a beat: three ticks and the slack."""
+    return 3 * settings.tick_s + SLACK_S
+
+
 def broker_credentials(ks: KafkaSettings) -> CredentialsT | None:
     """faust's form of the Kafka security settings every paycore client uses (paycore.kafka)."""
     security = ks.security
@@ -81,7 +88,7 @@ def broker_credentials(ks: KafkaSettings) -> CredentialsT | None:
         # With a TLS context faust's SASL credentials are SASL_SSL, without one SASL_PLAINTEXT.
         return faust.SASLCredentials(username=security.sasl_username,
                                      password=security.sasl_password.reveal(), ssl_context=context,
-                                     mechanism=security.sasl_mechanism)
+                                     mechanism=security.mechanism)
     if context is not None:
         return faust.SSLCredentials(context)
     return None
@@ -100,6 +107,9 @@ def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings, *,
         broker=f"kafka://{ks.bootstrap}",
         broker_credentials=broker_credentials(ks),
         store="memory://",
+        # faust makes a data directory at start even for a memory store; the default is relative to
+        # the working directory, which is `/` in the image: read-only, and not the user's.
+        datadir=Path(tempfile.gettempdir()) / f"{settings.app_id}-data",
         web_enabled=False,
         autodiscover=False,
         topic_partitions=topics.partitions,
@@ -128,7 +138,7 @@ def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings, *,
     registry = CollectorRegistry()
     pages_sent = Counter("paycore_incident_pages", "Records written to the pages topic, by what they are",
                          ["page"], registry=registry)
-    liveness = Liveness("incident timer", bound_s=3 * settings.tick_s + SLACK_S)
+    liveness = Liveness("incident timer", bound_s=liveness_bound_s(settings))
 
     @app.task  # type: ignore[untyped-decorator]
     async def admin_server() -> None:
