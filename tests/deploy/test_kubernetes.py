@@ -38,13 +38,21 @@ def test_overlay_passes(overlay: str, check: str) -> None:
 
 @pytest.mark.parametrize("overlay", k8s.OVERLAYS)
 def test_overlay_renders_what_paycore_runs(overlay: str) -> None:
-    """Every process, the incident agent where its component is included."""
+    """Every process; the incident agent and the demo consumers where their components are."""
     m = rendered(overlay)
     roles = sorted(role for w in k8s.workloads(m) for role in w.roles)
-    optional = set() if "incidents" in m.components else {"incidents"}
-    assert roles == sorted(k8s.KNOWN_ROLES - optional)
+    optional = {"incidents": {"incidents"}, "demo-consumers": {"consumer-fulfillment", "consumer-email"}}
+    absent = {role for component, some in optional.items() if component not in m.components for role in some}
+    assert roles == sorted(k8s.KNOWN_ROLES - absent)
     assert {o["metadata"].get("namespace") for o in m.objects} == {
         "dev": {"paycore-dev"}, "prod": {"paycore"}}[m.overlay]
+
+
+def test_production_runs_no_demo_consumer() -> None:
+    """They record effects in demo tables; a store's own systems consume payments.effects."""
+    m = rendered("prod")
+    assert "demo-consumers" not in m.components
+    assert not [w.where for w in k8s.workloads(m) if any(r.startswith("consumer-") for r in w.roles)]
 
 
 def test_stripe_alone_reads_no_cardco_key() -> None:

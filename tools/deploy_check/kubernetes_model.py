@@ -53,8 +53,10 @@ class Variant:
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("dev", "dev"),
     Variant("prod", "prod"),
-    # Stripe alone (not a Cardco key anywhere), incident grouping, Kafka with a private CA.
-    Variant("prod-stripe", "prod", ("provider-stripe", "incidents", "ingress", "postgres-ca", "kafka-ca")),
+    # Stripe alone (not a Cardco key anywhere), incident grouping, Kafka with a private CA (and
+    # the demo consumers, so every Kafka client meets it).
+    Variant("prod-stripe", "prod", ("provider-stripe", "demo-consumers", "incidents", "ingress",
+                                    "postgres-ca", "kafka-ca")),
     # Two accounts, Adyen the default provider (listed last).
     Variant("prod-cardco-adyen", "prod", ("provider-cardco", "provider-adyen", "ingress", "postgres-ca")),
 )}
