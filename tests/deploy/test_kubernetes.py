@@ -58,7 +58,7 @@ def test_production_runs_no_demo_consumer() -> None:
 def test_stripe_alone_reads_no_cardco_key() -> None:
     """A provider is a component: without Cardco's, no pod names a Cardco secret (a Secret
     without one would leave those pods in CreateContainerConfigError)."""
-    m = rendered("prod-stripe")
+    m = rendered("prod+stripe")
     refs = {e["valueFrom"]["secretKeyRef"]["key"] for w in k8s.workloads(m) for c, _ in w.containers
             for e in c.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})}
     assert {"PAYCORE_STRIPE_API_KEY", "PAYCORE_STRIPE_WEBHOOK_SECRET"} <= refs
@@ -329,25 +329,25 @@ BREAKAGES: list[tuple[str, str, str, Mutation, str]] = [
      "not its public port 8200"),
     ("ingress-without-tls", "prod", "ingress",
      lambda m: named(m, "Ingress", "paycore")["spec"].update(tls=[]), "without TLS"),
-    ("ingress-to-nothing", "prod-stripe", "ingress",
+    ("ingress-to-nothing", "prod+stripe", "ingress",
      lambda m: ingress_paths(m)[1]["backend"]["service"].update(name="checkout"), "is not rendered"),
     ("verify-full-without-ca", "prod", "tls-files",
      lambda m: secret(m).update(PAYCORE_DATABASE_URL=secret(m)["PAYCORE_DATABASE_URL"].split("&")[0]),
      "without sslrootcert"),
     ("postgres-ca-not-mounted", "prod", "tls-files",
      lambda m: drop_mount(m, "paycore-migrate", "postgres-ca"), "which no volume of the container holds"),
-    ("kafka-ca-not-mounted", "prod-stripe", "tls-files",
+    ("kafka-ca-not-mounted", "prod+stripe", "tls-files",
      lambda m: drop_mount(m, "paycore-dispatcher", "kafka-ca"), "PAYCORE_KAFKA_SSL_CA_FILE"),
-    ("grouping-without-the-agent", "prod-stripe", "alert-grouping",
+    ("grouping-without-the-agent", "prod+stripe", "alert-grouping",
      lambda m: remove(m, "Deployment", "paycore-incidents"), "no incident agent runs"),
     ("the-agent-without-grouping", "dev", "alert-grouping",
      lambda m: config_map(m, "paycore-config").update(PAYCORE_ALERT_INCIDENT_GROUPING="false"),
      "delivers ops.alerts although"),
-    ("stripe-secret-undocumented", "prod-stripe", "settings-refs",
+    ("stripe-secret-undocumented", "prod+stripe", "settings-refs",
      lambda m: secret(m).pop("PAYCORE_STRIPE_WEBHOOK_SECRET"), "reads key 'PAYCORE_STRIPE_WEBHOOK_SECRET'"),
     ("kafka-sasl-without-password", "prod", "settings",
      lambda m: secret(m).pop("PAYCORE_KAFKA_SASL_PASSWORD"), "PAYCORE_KAFKA_SASL_PASSWORD: is required"),
-    ("kafka-ca-without-tls", "prod-stripe", "settings",
+    ("kafka-ca-without-tls", "prod+stripe", "settings",
      lambda m: config_map(m, "paycore-config").update(PAYCORE_KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT"),
      "PAYCORE_KAFKA_SSL_CA_FILE: is set"),
     ("console-secret-too-short", "dev", "settings",
@@ -355,7 +355,7 @@ BREAKAGES: list[tuple[str, str, str, Mutation, str]] = [
     ("incidents-threshold-of-one", "dev", "settings",
      lambda m: config_map(m, "paycore-config").update(PAYCORE_INCIDENTS_THRESHOLD="1"),
      "PAYCORE_INCIDENTS_THRESHOLD"),
-    ("adyen-hmac-not-hex", "prod-cardco-adyen", "settings",
+    ("adyen-hmac-not-hex", "prod+cardco+adyen", "settings",
      lambda m: secret(m).update(PAYCORE_ADYEN_HMAC_KEY="not-hex"), "hex HMAC key"),
     ("incidents-liveness-too-short", "dev", "probes",
      lambda m: container(m, "paycore-incidents")["livenessProbe"].update(failureThreshold=3), "wait longer"),

@@ -459,7 +459,7 @@ def check_disruption(m: Manifests) -> list[Problem]:
         if max_unavailable == 0:
             problems.append(Problem("disruption", where(pdb), "maxUnavailable 0: a node drain could never "
                                     "evict one"))
-    if m.overlay != "prod":
+    if not m.production:
         return problems
     for w in deployments(m):
         for role in sorted(w.roles & REDUNDANT):
@@ -504,7 +504,7 @@ def check_image(m: Manifests) -> list[Problem]:
     if len(images) > 1:
         problems.append(Problem("image", "*", "more than one image: " + "; ".join(
             f"{image} ({', '.join(sorted(users))})" for image, users in sorted(images.items()))))
-    if m.overlay == "prod":
+    if m.production:
         for image, users in sorted(images.items()):
             if not DIGEST.match(image):
                 problems.append(Problem("image", ", ".join(sorted(users)),

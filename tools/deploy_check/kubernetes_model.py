@@ -55,10 +55,10 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("prod", "prod"),
     # Stripe alone (not a Cardco key anywhere), incident grouping, Kafka with a private CA (and
     # the demo consumers, so every Kafka client meets it).
-    Variant("prod-stripe", "prod", ("provider-stripe", "demo-consumers", "incidents", "ingress",
+    Variant("prod+stripe", "prod", ("provider-stripe", "demo-consumers", "incidents", "ingress",
                                     "postgres-ca", "kafka-ca")),
     # Two accounts, Adyen the default provider (listed last).
-    Variant("prod-cardco-adyen", "prod", ("provider-cardco", "provider-adyen", "ingress", "postgres-ca")),
+    Variant("prod+cardco+adyen", "prod", ("provider-cardco", "provider-adyen", "ingress", "postgres-ca")),
 )}
 
 
@@ -81,6 +81,12 @@ class Manifests:
     secret_example: Obj
     components: tuple[str, ...] = ()
     variant: str = ""
+
+    @property
+    def production(self) -> bool:
+        """Held to production's rules (an image pinned by digest, two pods of what payments need):
+        the overlay ``prod``, and any of yours named ``prod-*``."""
+        return self.overlay == "prod" or self.overlay.startswith("prod-")
 
     def of_kind(self, kind: str) -> list[Obj]:
         return [o for o in self.objects if o.get("kind") == kind]
