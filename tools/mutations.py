@@ -65,6 +65,8 @@ REC_SEARCH_LAG = "tests/matrix/test_recovery_search_lag.py"
 INTENT = "tests/matrix/test_send_intent.py"
 NOTE = "tests/matrix/test_notification_matrix.py"
 INBOX_RETENTION = "tests/dispatcher/test_inbox_retention.py"
+KAFKA = "libs/paycore/paycore/kafka.py"
+KAFKA_SECURITY_TESTS = "tests/dispatcher/test_kafka_security.py"  # i12
 CLIENT = "tests/unit/test_cardco_client.py"
 CHECKOUT = "tests/matrix/test_checkout_matrix.py"
 OUTBOX = "tests/dispatcher/test_outbox_matrix.py"
@@ -96,7 +98,6 @@ WEB_SIGN_IN = "tests/console/test_sign_in.py"
 BODIES = "libs/paycore/paycore/http/bodies.py"
 CURRENCIES = "libs/paycore/paycore/currencies.py"
 DB_ERRORS = "libs/paycore/paycore/errors.py"
-KAFKA = "libs/paycore/paycore/kafka.py"
 CHECKOUT_AUTH = "services/checkout/paycore_checkout/auth.py"
 CHECKOUT_ROUTES = "services/checkout/paycore_checkout/routes.py"
 CHECKOUT_APP = "services/checkout/paycore_checkout/app.py"
@@ -1269,5 +1270,34 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if False:\n",
         t(STRIPE_CLIENT, "test_a_lookup_under_a_version_that_is_no_header_value_sends_nothing"),
         "a lookup under a version that is no header value sends nothing",
+    ),
+    # -- i12: deployment (retention chain, Kafka security) --------------------------------------------
+    Mutation(
+        'topics-outlive-the-outbox-horizon', CONFIG,
+        "    if kafka_retention < outbox_retention:",
+        "    if kafka_retention < 0:",
+        t(INBOX_RETENTION, "test_the_topics_keep_their_records_at_least_as_long_as_the_outbox_remembers_them"),
+        "a topic keeps an effect as long as the outbox remembers it as dispatched",
+    ),
+    Mutation(
+        'kafka-producer-security', KAFKA,
+        '        "linger_ms": 2,\n        **security_options(ks.security),',
+        '        "linger_ms": 2,',
+        t(KAFKA_SECURITY_TESTS, "test_every_client_paycore_makes_gets_the_security_settings"),
+        "the dispatcher's producer connects with TLS/SASL when the settings say so",
+    ),
+    Mutation(
+        'kafka-tls-verifies-the-broker', KAFKA,
+        "        return ssl.create_default_context(",
+        "        return ssl._create_unverified_context(",
+        t(KAFKA_SECURITY_TESTS, "test_every_client_paycore_makes_gets_the_security_settings"),
+        "TLS to Kafka verifies the brokers' certificates and host names",
+    ),
+    Mutation(
+        'incidents-faust-security', "services/incidents/paycore_incidents/app.py",
+        "        broker_credentials=broker_credentials(ks),\n",
+        "",
+        t(KAFKA_SECURITY_TESTS, "test_the_incident_agents_faust_app_gets_the_same"),
+        "the incident agent's faust clients connect with TLS/SASL when the settings say so",
     ),
 )

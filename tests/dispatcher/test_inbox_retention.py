@@ -33,7 +33,8 @@ ACCOUNT = {"PAYCORE_CARDCO_BASE_URL": NOWHERE, "PAYCORE_CARDCO_ACCOUNT": "acct_s
 
 async def seed(pool: asyncpg.Pool, clock: FakeClock, *, old: int, recent: int) -> None:
     for n in range(old):
-        await pool.execute(INBOX, "fulfillment", f"old-{n}", n, clock.now() - timedelta(days=20))
+        # past the 40-day default horizon
+        await pool.execute(INBOX, "fulfillment", f"old-{n}", n, clock.now() - timedelta(days=50))
     for n in range(recent):
         await pool.execute(INBOX, "email", f"recent-{n}", n, clock.now() - timedelta(days=2))
 
@@ -69,6 +70,24 @@ def test_a_horizon_not_above_the_topics_retention_is_refused() -> None:
     with pytest.raises(ConfigError, match="PAYCORE_CONSUMER_INBOX_RETENTION_S"):
         load_settings({**ACCOUNT, "PAYCORE_KAFKA_RETENTION_S": "604800",
                        "PAYCORE_CONSUMER_INBOX_RETENTION_S": "604800"})
+
+
+def test_the_topics_keep_their_records_at_least_as_long_as_the_outbox_remembers_them() -> None:
+    """outbox horizon <= topics' retention < inbox retention: the defaults keep the chain, and a
+    retention below the outbox's horizon is refused (a consumer that fell behind by less than the
+    horizon would find effects the outbox holds as dispatched already gone from Kafka)."""
+    defaults = load_settings(ACCOUNT)
+    assert defaults.outbox_retention_s <= defaults.kafka_retention_s < defaults.consumer_inbox_retention_s
+    assert (defaults.outbox_retention_s, defaults.kafka_retention_s, defaults.consumer_inbox_retention_s) \
+        == (30 * 86_400, 35 * 86_400, 40 * 86_400)
+    with pytest.raises(ConfigError, match=r"PAYCORE_KAFKA_RETENTION_S.*below PAYCORE_OUTBOX_RETENTION_S"):
+        load_settings({**ACCOUNT, "PAYCORE_KAFKA_RETENTION_S": str(7 * 86_400)})
+    equal = load_settings({**ACCOUNT, "PAYCORE_KAFKA_RETENTION_S": str(30 * 86_400)})
+    assert equal.kafka_retention_s == equal.outbox_retention_s
+    shorter = load_settings({**ACCOUNT, "PAYCORE_OUTBOX_RETENTION_S": str(7 * 86_400),
+                             "PAYCORE_KAFKA_RETENTION_S": str(7 * 86_400),
+                             "PAYCORE_CONSUMER_INBOX_RETENTION_S": str(14 * 86_400)})
+    assert shorter.kafka_retention_s == 7 * 86_400
 
 
 async def test_the_dispatchers_retention_pass_purges_the_inbox(pool: asyncpg.Pool, db_dsn: str,

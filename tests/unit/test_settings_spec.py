@@ -236,5 +236,8 @@ def test_the_outbox_retention_can_be_set_to_its_own_default_and_beyond() -> None
     thirty_days = str(30 * 86_400)
     assert load_settings({"PAYCORE_OUTBOX_RETENTION_S": thirty_days},
                          require_account=False).outbox_retention_s == 30 * 86_400.0
-    assert load_settings({"PAYCORE_OUTBOX_RETENTION_S": str(90 * 86_400)},
+    # A longer horizon needs the topics (and so the inboxes) to keep their records as long.
+    assert load_settings({"PAYCORE_OUTBOX_RETENTION_S": str(90 * 86_400),
+                          "PAYCORE_KAFKA_RETENTION_S": str(90 * 86_400),
+                          "PAYCORE_CONSUMER_INBOX_RETENTION_S": str(95 * 86_400)},
                          require_account=False).outbox_retention_s == 90 * 86_400.0
