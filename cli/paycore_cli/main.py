@@ -37,10 +37,17 @@ def main(argv: list[str] | None = None) -> int:
         print("paycore: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        if is_embedded_error(exc):
+        if is_embedded_error(exc) or _is_broker_unreachable(exc):
             print(f"paycore: {exc}", file=sys.stderr)
             return 1
         raise
+
+
+def _is_broker_unreachable(exc: BaseException) -> bool:
+    """A worker that found no Kafka broker (its message says what to check). Only a loaded
+    paycore.kafka can have raised one, so this imports nothing."""
+    kafka = sys.modules.get("paycore.kafka")
+    return kafka is not None and isinstance(exc, kafka.BrokerUnreachable)
 
 
 if __name__ == "__main__":

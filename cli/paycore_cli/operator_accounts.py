@@ -36,6 +36,7 @@ def add_operator_account_commands(commands: Any) -> None:
     add.add_argument("--operator", required=True, type=operator_handle, metavar="WHO",
                      help="who is adding it (recorded in operator_actions)")
     add.add_argument("--reason", default=None, metavar="TEXT", help="why (recorded; optional)")
+    add.add_argument("--json", action="store_true", help="print the recorded action as JSON")
     add.set_defaults(handler=cmd_operators)
     disable = op_cmds.add_parser(
         "disable", help="disable an account: no more sign-ins, its sessions stop",
@@ -45,6 +46,7 @@ def add_operator_account_commands(commands: Any) -> None:
     disable.add_argument("--operator", required=True, type=operator_handle, metavar="WHO",
                          help="who is disabling it (recorded in operator_actions)")
     disable.add_argument("--reason", required=True, metavar="TEXT", help="why (recorded)")
+    disable.add_argument("--json", action="store_true", help="print the recorded action as JSON")
     disable.set_defaults(handler=cmd_operators)
     listing = op_cmds.add_parser("list", help="every account, its role, and whether it is disabled")
     listing.add_argument("--json", action="store_true", help="print JSON for machines")
@@ -84,7 +86,7 @@ def cmd_operators(args: argparse.Namespace) -> int:
 
     password = read_password() if args.operators_command == "add" else ""
 
-    async def act(settings: Any, pool: Any) -> operators.Operator:
+    async def act(settings: Any, pool: Any) -> operators.AccountChanged:
         now = SystemClock().now()
         if args.operators_command == "add":
             return await operators.add_operator(pool, args.name, password, args.role, now,
@@ -92,7 +94,11 @@ def cmd_operators(args: argparse.Namespace) -> int:
         return await operators.disable_operator(pool, args.name, now, operator=args.operator,
                                                 reason=args.reason)
 
-    account = run_action(act, operators.OperatorAccountRefused, operators.OperatorNotFound)
+    change = run_action(act, operators.OperatorAccountRefused, operators.OperatorNotFound)
+    if args.json:  # the recorded action alone, as every operator action's --json prints
+        print(json.dumps(change.recorded.as_json(), indent=2, ensure_ascii=False))
+        return 0
+    account = change.operator
     done = "added" if args.operators_command == "add" else "disabled"
     print(f"operator {account.name} ({account.role.value}) {done} by {args.operator}")
     return 0

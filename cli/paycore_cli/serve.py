@@ -82,7 +82,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     settings = load_settings(require_account=False)
     with contextlib.ExitStack() as stack:
         stack.enter_context(sigterm_raises_interrupt())
-        dsn = settings.database_url
+        # A role of its own may hold the DDL rights the services' role lacks (docs/operations.md).
+        dsn = settings.migration_database_url or settings.database_url
         if dsn is None:
             # Embedded PostgreSQL is a development convenience: the production image has none.
             embedded = devstack("embedded", "without PAYCORE_DATABASE_URL, migrate runs on embedded "

@@ -3,6 +3,8 @@ with the signed-in operator, and a refusal shown as a message (a problem on the 
 
 from __future__ import annotations
 
+import html
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ from paycore import escalations
 from paycore.attempts import get_attempt
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
+from paycore.notifications import record_notification
 from tests.console.conftest import ConsoleRig, MakeRig
 from tests.matrix.helpers import seed_account
 from tests.matrix.test_notification_matrix import live_attempt, notification_rows, succeeded_event
@@ -184,8 +187,29 @@ async def test_attaching_an_unmatched_notification_previews_then_applies_and_rec
     # refusal, because attaching asserts the attempt and the library accepts it.
     assert "differs: attaching asserts this attempt anyway" in preview.text
     assert "will be refused" not in preview.text
+    # What the attach will do, by the attach's own rules: the transition and its effects.
+    outcome = re.search(r'<p id="attach-outcome"[^>]*data-refused="no"[^>]*data-after="Succeeded"[^>]*>'
+                        r'<strong>([^<]*)</strong>', preview.text)
+    assert outcome is not None, preview.text
+    assert outcome.group(1).startswith("Unknown → Succeeded, order Paid; queues order-confirmation, "
+                                       "fulfillment-request")
+    api_preview = (await browser.client.get(f"/api/v1/notifications/{row['event_id']}/attach-preview",
+                                            params={"attempt_id": str(attempt.attempt_id)})).json()
+    assert (api_preview["refused"], api_preview["after"]["state"], api_preview["after"]["order_paid"]) == (
+        None, "Succeeded", True)
+    assert api_preview["summary"] == html.unescape(outcome.group(1))
+    # Previewing another attempt of the account: the refusal the evidence rules will give, no form.
+    other = await live_attempt(hooks, customer="cus_bob")
+    await rig.pool.execute("UPDATE payment_attempts SET provider_payment_id = 'pay_other'"
+                           " WHERE attempt_id = $1", other.attempt_id)
+    wrong = await browser.client.get(f"/notifications/{row['event_id']}/attach",
+                                     params={"attempt_id": str(other.attempt_id)})
+    assert 'data-refused="yes"' in wrong.text and 'id="attach-form"' not in wrong.text
+    assert (f"Refused: notification {row['event_id']} is not evidence about attempt {other.attempt_id}: "
+            "provider-id-conflict (provider_payment_id)") in wrong.text
     # A preview changes nothing.
     assert (await get_attempt(rig.pool, attempt.attempt_id)).state.value == "Unknown"
+    assert await rig.actions() == []
     done = await browser.post_form(f"/notifications/{row['event_id']}/attach",
                                    attempt_id=str(attempt.attempt_id), reason="reference typo")
     assert done.headers["location"] == f"/attempts/{attempt.attempt_id}"
@@ -237,3 +261,60 @@ async def test_resolving_an_identity_conflict_by_choosing_the_owner(
     assert (await get_attempt(rig.pool, a.attempt_id)).state.value == a.state.value
     assert [(r["operator"], r["action"]) for r in await rig.actions()] == [
         ("ops-4", "escalation-resolve-conflict")]
+
+
+@pytest.mark.parametrize("via", ["page", "api"])
+async def test_resolving_a_conflict_with_neither_changes_no_attempt_and_records_it(
+    hooks: WebhookStack, make_rig: MakeRig, via: str,
+) -> None:
+    rig = await make_rig(hooks.clock)
+    a, b, episode = await identity_conflict(hooks)
+    eid = episode["escalation_id"]
+    browser = await rig.browser("ops-4")
+    page = await browser.client.get(f"/escalations/{eid}")
+    assert 'id="owner-neither"' in page.text and 'value="neither"' in page.text
+    if via == "page":
+        message = await browser.flash_after(await browser.post_form(
+            f"/escalations/{eid}/resolve-conflict", owner="neither", reason="neither: a refund was issued"))
+        assert message == f"Escalation {eid} resolved: neither attempt owns the payment; no attempt changed."
+    else:
+        answer = await browser.post_json(f"/api/v1/escalations/{eid}/resolve-conflict",
+                                         {"owner_attempt_id": None, "reason": "neither: a refund was issued"})
+        assert answer.status_code == 200, answer.text
+        assert (answer.json()["owner_attempt_id"], answer.json()["owner_state"]) == (None, None)
+    assert await get_attempt(rig.pool, a.attempt_id) == a  # neither attempt moved, not even its version
+    assert await get_attempt(rig.pool, b.attempt_id) == b
+    assert await rig.pool.fetchval("SELECT resolved_at IS NOT NULL FROM payment_escalations"
+                                   " WHERE escalation_id = $1", eid)
+    assert [(r["operator"], r["action"], r["reason"]) for r in await rig.actions()] == [
+        ("ops-4", "escalation-resolve-conflict", "neither: a refund was issued")]
+    shown = (await browser.client.get(f"/escalations/{eid}")).text
+    assert 'data-status="resolved"' in shown and 'id="conflict-form"' not in shown
+
+
+async def test_a_close_refused_because_evidence_of_a_payment_exists_is_the_librarys_message(
+    rig: ConsoleRig, account: ProviderAccountConfig,
+) -> None:
+    attempt, eid = await dead_end_episode(rig.pool, rig.clock, account)
+    browser = await rig.browser()
+    page = await browser.client.get(f"/attempts/{attempt.attempt_id}")
+    assert 'id="close-form"' in page.text
+    # The provider's notification of a payment for this attempt arrives after the page was shown.
+    async with rig.pool.acquire() as conn, conn.transaction():
+        await record_notification(
+            conn, provider_account=account.provider_account, key="evt_paid", attempt_id=attempt.attempt_id,
+            now=rig.clock.now(), detail={"type": "payment.processing", "status": "processing",
+                                         "provider_payment_id": "pay_late", "event": {"id": "evt_paid"}})
+    form = {"reason": "customer asked", "checked_at_provider": "Cardco dashboard: nothing found",
+            "expected_version": str(attempt.version)}
+    closing = f"/attempts/{attempt.attempt_id}/close"
+    message = await browser.flash_after(await browser.post_form(closing, **form))
+    assert message.startswith(f"Refused: attempt {attempt.attempt_id} has evidence of a payment: ")
+    assert message.endswith("; it cannot be closed as not charged")
+    api = await browser.post_json(f"/api/v1{closing}", form | {"expected_version": None})
+    assert api.status_code == 409 and api.headers["content-type"] == "application/problem+json"
+    assert "has evidence of a payment" in api.json()["detail"]
+    assert (await get_attempt(rig.pool, attempt.attempt_id)).state.value == "Unknown"
+    assert await rig.pool.fetchval("SELECT resolved_at IS NULL FROM payment_escalations"
+                                   " WHERE escalation_id = $1", eid)
+    assert await rig.actions() == []

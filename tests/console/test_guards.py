@@ -24,6 +24,7 @@ from tests.support.identity_provider import IdentityProvider
 
 ISSUER = "https://idp.example/"
 AUDIENCE = "paycore-console"
+CUSTOMER_AUDIENCE = "paycore-checkout"
 
 
 def post_routes() -> list[str]:
@@ -80,11 +81,11 @@ class Idp:
     provider: IdentityProvider
     url: str
 
-    def token(self, role: str, sub: str = "ops-1") -> str:
+    def token(self, role: str, sub: str = "ops-1", audience: str = AUDIENCE) -> str:
         import time
 
         now = int(time.time())
-        return self.provider.sign({"iss": ISSUER, "aud": AUDIENCE, "sub": sub, "iat": now, "exp": now + 300,
+        return self.provider.sign({"iss": ISSUER, "aud": audience, "sub": sub, "iat": now, "exp": now + 300,
                                    "paycore_role": role}, "rsa-1")
 
 
@@ -99,7 +100,7 @@ async def idp() -> AsyncIterator[Idp]:
 async def bearer_rig(make_rig: MakeRig, clock: FakeClock, idp: Idp) -> ConsoleRig:
     return await make_rig(clock, PAYCORE_JWKS_URL=f"{idp.url}/.well-known/jwks.json",
                           PAYCORE_JWT_ISSUER=ISSUER,
-                          PAYCORE_CONSOLE_AUDIENCE=AUDIENCE, PAYCORE_JWT_AUDIENCE="paycore-checkout",
+                          PAYCORE_CONSOLE_AUDIENCE=AUDIENCE, PAYCORE_JWT_AUDIENCE=CUSTOMER_AUDIENCE,
                           PAYCORE_JWKS_REFETCH_COOLDOWN_S="0")
 
 
@@ -126,13 +127,19 @@ async def test_a_bearer_operator_acts_without_csrf_and_is_recorded_as_oidc_sub(
     assert (await client.get("/", headers=auth)).status_code == 303
 
 
-async def test_a_token_of_another_audience_or_a_forged_one_is_401(
+async def test_a_token_of_another_audience_a_forged_one_or_an_unknown_role_is_401(
     make_rig: MakeRig, clock: FakeClock, idp: Idp,
 ) -> None:
     rig = await bearer_rig(make_rig, clock, idp)
     client = rig.client()
+    assert (await client.get("/api/v1/overview",
+                             headers={"Authorization": f"Bearer {idp.token('operator')}"})).status_code == 200
+    # Signed by the same identity provider with the operator role, but for the customers' audience
+    # (checkout's): a customer's token never opens the console.
+    customers = idp.token("operator", audience=CUSTOMER_AUDIENCE)
     forged = jwt.encode({"sub": "x", "paycore_role": "operator"}, "k" * 32, algorithm="HS256")
-    for token in (forged, idp.token("admin")):
+    for token in (customers, idp.token("operator", audience="some-other-service"), forged,
+                  idp.token("admin")):
         answer = await client.get("/api/v1/overview", headers={"Authorization": f"Bearer {token}"})
-        assert answer.status_code == 401
+        assert answer.status_code == 401, answer.text
         assert answer.headers["content-type"] == "application/problem+json"

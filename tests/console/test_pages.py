@@ -12,6 +12,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from paycore import leases
+from paycore.attempts import get_attempt
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
 from paycore.notifications import record_notification
@@ -38,8 +40,30 @@ async def test_the_overview_shows_states_escalations_outbox_and_a_server_drawn_c
     attempt, _ = await dead_end_episode(rig.pool, rig.clock, account)
     await went_unknown(rig.pool, attempt.attempt_id, rig.clock.now() - timedelta(hours=2))
     await queued(rig.pool, rig.clock, "order-confirmation", dead=True)
+    rig.clock.advance(30)
+    pending_since = rig.clock.now()
+    await queued(rig.pool, rig.clock, "order-confirmation")
+    await queued(rig.pool, rig.clock, "fulfillment-request")
+    now = rig.clock.now()
+    await rig.pool.executemany(
+        "INSERT INTO provider_rate_limit_pauses (scope, paused_until, reason, updated_at)"
+        " VALUES ($1, $2, $3, $4)",
+        [("cardco:acct_store:test", now + timedelta(minutes=5), "provider 429 (Retry-After 300)", now),
+         ("cardco:acct_old:test", now - timedelta(seconds=1), "over already", now)])
     browser = await rig.browser(role="viewer")
     page = (await browser.client.get("/")).text
+    # The outbox backlog per kind: pending, dead letters (a link to them), the oldest pending.
+    confirmations = section(page, "outbox-summary", r'<tr id="outbox-kind-order-confirmation">(.*?)</tr>')
+    assert re.findall(r"<td>(.*?)</td>", confirmations)[:2] == [
+        "1", '<a href="/outbox?kind=order-confirmation">1</a>']
+    assert f'datetime="{pending_since.isoformat()}"' in confirmations
+    fulfilment = section(page, "outbox-summary", r'<tr id="outbox-kind-fulfillment-request">(.*?)</tr>')
+    assert re.findall(r"<td>(.*?)</td>", fulfilment)[:2] == ["1", "0"]
+    # Paused provider scopes: the one still paused, until when and why; not the one that is over.
+    paused = section(page, "paused-scopes", r'<tr id="paused-cardco:acct_store:test">(.*?)</tr>')
+    assert f'datetime="{(now + timedelta(minutes=5)).isoformat()}"' in paused
+    assert "<td>provider 429 (Retry-After 300)</td>" in paused
+    assert "acct_old" not in page
     unknown_row = re.search(r'<tr id="state-Unknown">(.*?)</tr>', page, re.S)
     assert unknown_row is not None and '<td class="total">1</td>' in unknown_row.group(1)
     assert f'href="/attempts/{attempt.attempt_id}"' in page  # the oldest Unknown
@@ -52,6 +76,15 @@ async def test_the_overview_shows_states_escalations_outbox_and_a_server_drawn_c
     api_view = (await browser.client.get("/api/v1/overview")).json()
     assert len(api_view["last_24h"]) == 24
     assert api_view["oldest_unknown"]["attempt_id"] == str(attempt.attempt_id)
+
+
+def section(page: str, section_id: str, pattern: str) -> str:
+    """The first match of ``pattern`` inside the page's ``<section id=section_id>``."""
+    found = re.search(rf'<section id="{section_id}".*?</section>', page, re.S)
+    assert found is not None, f"no section {section_id}"
+    inner = re.search(pattern, found.group(0), re.S)
+    assert inner is not None, (pattern, found.group(0))
+    return inner.group(1)
 
 
 async def test_escalations_are_paged_by_cursor_and_filtered_on_the_page_and_the_api(
@@ -121,6 +154,70 @@ async def test_the_attempt_page_shows_the_history_as_a_timeline_and_its_actions(
     assert 'id="close-form"' in page
 
 
+async def test_the_attempt_page_shows_order_amount_lease_next_check_notifications_and_outbox_rows(
+    rig: ConsoleRig, account: ProviderAccountConfig,
+) -> None:
+    attempt, _ = await dead_end_episode(rig.pool, rig.clock, account)
+    aid = attempt.attempt_id
+    async with rig.pool.acquire() as conn, conn.transaction():
+        matched = await record_notification(
+            conn, provider_account=account.provider_account, key="evt_seen", attempt_id=aid,
+            now=rig.clock.now(),
+            detail={"type": "payment.processing", "status": "processing", "provider_payment_id": "pay_seen",
+                    "reference": attempt.client_reference, "amount_minor": attempt.amount_minor,
+                    "currency": attempt.currency, "event": {"id": "evt_seen"}})
+    dead = await queued(rig.pool, rig.clock, "order-confirmation", attempt_id=aid, dead=True,
+                        error="broker refused the record")
+    claimed_at = rig.clock.now() + timedelta(hours=1)  # due by then
+    assert await leases.claim(rig.pool, aid, leases.new_lease("recovery-7"), claimed_at, lease_s=30)
+    shown = await get_attempt(rig.pool, aid)
+    browser = await rig.browser(role="viewer")
+    page = (await browser.client.get(f"/attempts/{aid}")).text
+
+    assert f'<dd id="attempt-order">{attempt.order_id} (Open), attempt #1</dd>' in page
+    assert f'<dd id="attempt-amount">{attempt.amount_minor} {attempt.currency} (minor units)</dd>' in page
+    lease = re.search(r'<dd id="attempt-lease">(.*?)</dd>', page)
+    assert lease is not None and lease.group(1).startswith("recovery-7 until ")
+    assert f'datetime="{(claimed_at + timedelta(seconds=30)).isoformat()}"' in lease.group(1)
+    next_check = re.search(r'<dd id="attempt-next-check">(.*?)</dd>', page)
+    assert next_check is not None and f'datetime="{shown.next_check_at.isoformat()}"' in next_check.group(1)
+    seen = section(page, "notifications", rf'<tr id="matched-{matched.event_id}"[^>]*>(.*?)</tr>')
+    assert re.findall(r"<td>(.*?)</td>", seen)[2:] == [
+        "payment.processing", "processing", "pay_seen", attempt.client_reference,
+        f"{attempt.amount_minor} {attempt.currency}"]
+    row = section(page, "attempt-outbox", rf'<tr id="outbox-{dead}"[^>]*>(.*?)</tr>')
+    assert re.findall(r"<td>(.*?)</td>", row) == [
+        str(dead), "order-confirmation", "dead-lettered", "10", "broker refused the record"]
+    assert "evt_seen" not in page.split('id="history"')[0]  # the provider's event is never shown
+
+
+async def test_the_outbox_page_states_its_policy_and_the_backlog_per_kind(
+    rig: ConsoleRig, account: ProviderAccountConfig,
+) -> None:
+    from html import escape
+
+    from paycore_console.pages import OUTBOX_POLICY
+
+    oldest = rig.clock.now()
+    await queued(rig.pool, rig.clock, "order-confirmation")
+    rig.clock.advance(60)
+    await queued(rig.pool, rig.clock, "order-confirmation")
+    dead = await queued(rig.pool, rig.clock, "order-confirmation", dead=True)
+    await queued(rig.pool, rig.clock, "operator-alert", dead=True)
+    browser = await rig.browser(role="viewer")
+    page = (await browser.client.get("/outbox")).text
+    policy = re.search(r'<p id="outbox-policy"[^>]*>(.*?)</p>', page, re.S)
+    assert policy is not None and policy.group(1) == escape(OUTBOX_POLICY)
+    assert "keeps blocking the later rows of its attempt" in OUTBOX_POLICY  # what it says, in short
+    backlog = {kind: re.findall(r"<td>(.*?)</td>", cells) for kind, cells in re.findall(
+        r'<tr id="backlog-([\w-]+)"><th>[^<]*</th>(.*?)</tr>', page)}
+    assert set(backlog) == {"order-confirmation", "operator-alert"}
+    assert backlog["order-confirmation"][:2] == ["2", "1"]
+    assert f'datetime="{oldest.isoformat()}"' in backlog["order-confirmation"][2]
+    assert backlog["operator-alert"] == ["0", "1", "—"]
+    assert f'id="dead-letter-{dead}"' in page
+
+
 async def test_unknown_ids_are_an_html_page_on_pages_and_a_problem_on_the_api(rig: ConsoleRig) -> None:
     browser = await rig.browser()
     page = await browser.client.get(f"/attempts/{uuid.uuid4()}")
@@ -178,7 +275,7 @@ def test_every_api_route_is_in_the_openapi_document_and_nothing_else() -> None:
               for m in (r.methods or ()) if m != "HEAD"}
     described = {(m, p) for p, ops in document(api.ENDPOINTS)["paths"].items() for m in ops}
     assert served == described
-    assert len(served) == 15
+    assert len(served) == 16
 
 
 async def test_the_openapi_document_is_served_and_says_3_1(rig: ConsoleRig) -> None:

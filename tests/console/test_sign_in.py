@@ -71,6 +71,26 @@ async def test_failed_sign_ins_are_throttled_per_name_and_client_even_with_the_r
     assert (await rig.sign_in(client, "ops-1")).status_code == 303
 
 
+async def test_one_client_address_trying_many_names_is_capped_for_every_name(
+    make_rig: MakeRig, clock: FakeClock,
+) -> None:
+    rig = await make_rig(clock, PAYCORE_CONSOLE_LOGIN_MAX_FAILURES="3",
+                         PAYCORE_CONSOLE_LOGIN_MAX_CLIENT_FAILURES="4", PAYCORE_CONSOLE_LOGIN_WINDOW_S="60")
+    await rig.add("ops-1")
+    client = rig.client()
+    for i in range(4):  # one failure per name: no name reaches its own limit of 3
+        assert (await rig.sign_in(client, f"guess-{i}", "wrong password here")).status_code == 401
+    for name in ("guess-new", "ops-1"):  # any name, the right password too
+        capped = await rig.sign_in(client, name)
+        assert capped.status_code == 429, capped.text
+        assert 0 < int(capped.headers["retry-after"]) <= 60
+        assert "Too many failed sign-ins" in capped.text
+    elsewhere = rig.client(client_address=("198.51.100.4", 5000))
+    assert (await rig.sign_in(elsewhere, "ops-1")).status_code == 303
+    clock.advance(61)
+    assert (await rig.sign_in(client, "ops-1")).status_code == 303
+
+
 async def test_a_session_expires_after_its_ttl(make_rig: MakeRig, clock: FakeClock) -> None:
     rig = await make_rig(clock, PAYCORE_CONSOLE_SESSION_TTL_S="600")
     browser = await rig.browser()

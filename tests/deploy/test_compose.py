@@ -138,10 +138,11 @@ SANDBOX_CMD = '["serve", "sandbox", "--host", "0.0.0.0", "--port", "8100", "--al
      "dispatcher", "kafka-topics", "1 broker(s)"),
     ("another min.insync.replicas than the workers'", [("min.insync.replicas=1", "min.insync.replicas=2")],
      "dispatcher", "kafka-topics", "min.insync.replicas 2 (settings: 1)"),
-    ("effects kept shorter than the outbox horizon",
-     [("retention.ms=3024000000", "retention.ms=86400000"),
-      ('PAYCORE_KAFKA_RETENTION_S: "3024000"', 'PAYCORE_KAFKA_RETENTION_S: "86400"')],
+    ("effects kept shorter than the outbox horizon", [("retention.ms=3024000000", "retention.ms=86400000")],
      "dispatcher", "kafka-topics", "replay horizon"),
+    ("workers told to keep topics shorter than the outbox horizon",
+     [('PAYCORE_KAFKA_RETENTION_S: "3024000"', 'PAYCORE_KAFKA_RETENTION_S: "86400"')],
+     "dispatcher", "settings", "PAYCORE_KAFKA_RETENTION_S"),
     ("a topic not created", [("--topic ops.alerts", "--topic ops.alarms")],
      "alerts", "kafka-topics", "ops.alerts is not created"),
     ("a literal JWT secret", [("${PAYCORE_JWT_SECRET:?set PAYCORE_JWT_SECRET in .env (32+ characters)}",
@@ -150,7 +151,16 @@ SANDBOX_CMD = '["serve", "sandbox", "--host", "0.0.0.0", "--port", "8100", "--al
     ("`:?` for the optional alert URL", [("${PAYCORE_ALERT_WEBHOOK_URL:-}",
                                           "${PAYCORE_ALERT_WEBHOOK_URL:?set it}")],
      "alerts", "required-var", "PAYCORE_ALERT_WEBHOOK_URL"),
-    ("alerts without its profile", [("    profiles: [alerts]\n", "")], "alerts", "profile", ""),
+    ("alerts without its profile", [("    profiles: [alerts, incidents]\n", "")], "alerts", "profile", ""),
+    ("incidents without its profile", [("    profiles: [incidents]\n", "")], "incidents", "profile", ""),
+    ("alerts delivering pages nobody writes",
+     [("${PAYCORE_ALERT_INCIDENT_GROUPING:-false}", '"true"')],
+     "alerts", "alert-grouping", "--profile alerts"),
+    ("the console's metrics not scraped", [('"--metrics-port", "8501"', '"--metrics-port", "8502"')],
+     "prometheus", "monitoring", "console:8502"),
+    ("the console without a healthcheck",
+     [('      PAYCORE_HEALTH_PORT: "8500"\n    healthcheck: *health', '      PAYCORE_HEALTH_PORT: "8500"')],
+     "console", "healthcheck", "without a healthcheck"),
     ("waiting on a service without a healthcheck",
      [("      prometheus: {condition: service_healthy}", "      kafka-init: {condition: service_healthy}")],
      "grafana", "healthcheck", "kafka-init"),
@@ -172,6 +182,14 @@ def test_breaking_the_new_file_is_reported(tmp_path: Path, breakage: str, edits:
      "recovery", "sandbox-account", "API key"),
     ("pagerduty without its routing key", {"PAYCORE_ALERT_FORMAT": "pagerduty"}, "alerts", "settings",
      "PAYCORE_PAGERDUTY_ROUTING_KEY"),
+    ("the console's secret missing from .env", {"PAYCORE_CONSOLE_SECRET": None}, "console", "env",
+     "PAYCORE_CONSOLE_SECRET"),
+    ("a console secret too short", {"PAYCORE_CONSOLE_SECRET": "short"}, "console", "settings",
+     "PAYCORE_CONSOLE_SECRET"),
+    ("SASL without its credentials", {"PAYCORE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL"}, "dispatcher",
+     "settings", "PAYCORE_KAFKA_SASL_USERNAME: is required"),
+    ("a Kafka username the protocol would ignore", {"PAYCORE_KAFKA_SASL_USERNAME": "paycore"}, "incidents",
+     "settings", "PAYCORE_KAFKA_SASL_USERNAME: is set"),
 ])
 def test_a_broken_env_file_is_reported(tmp_path: Path, breakage: str, env: dict[str, str | None],
                                        service: str, check: str, fragment: str) -> None:
@@ -196,6 +214,19 @@ def test_a_dashboard_charting_an_undefined_metric_is_reported(tmp_path: Path) ->
                          encoding="utf-8")
     problems = check_compose(tmp_path / "docker-compose.yml")
     assert _has(problems, "grafana", "monitoring", "paycore_webhook_delivered_total")
+
+
+def test_an_optional_service_scraped_as_a_static_target_is_reported(tmp_path: Path) -> None:
+    """Without its profile the target would be down for good (PaycoreTargetDown firing)."""
+    _broken(tmp_path, [])
+    config = tmp_path / "deploy/prometheus/prometheus.yml"
+    text = config.read_text(encoding="utf-8")
+    discovered = "dns_sd_configs: [{names: [alerts], type: A, port: 8600}]"
+    assert discovered in text
+    static = 'static_configs: [{targets: ["alerts:8600"]}]'
+    config.write_text(text.replace(discovered, static), encoding="utf-8")
+    assert _has(check_compose(tmp_path / "docker-compose.yml"), "prometheus", "monitoring",
+                "alerts runs only with --profile alerts or incidents")
 
 
 def test_the_sandbox_binds_a_container_network_only_when_told(monkeypatch: pytest.MonkeyPatch,

@@ -48,10 +48,12 @@ COMMANDS = (
     ("serve", "checkout"),
     ("serve", "webhooks"),
     ("serve", "sandbox"),
+    ("serve", "console"),
     ("run", "recovery"),
     ("run", "dispatcher"),
     ("run", "consumer"),
     ("run", "alerts"),
+    ("run", "incidents"),
     ("migrate",),
     ("health",),  # the HEALTHCHECK
 )

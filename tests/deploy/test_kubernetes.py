@@ -38,11 +38,31 @@ def test_overlay_passes(overlay: str, check: str) -> None:
 
 @pytest.mark.parametrize("overlay", k8s.OVERLAYS)
 def test_overlay_renders_what_paycore_runs(overlay: str) -> None:
+    """Every process; the incident agent and the demo consumers where their components are."""
     m = rendered(overlay)
     roles = sorted(role for w in k8s.workloads(m) for role in w.roles)
-    assert roles == sorted(k8s.KNOWN_ROLES)
+    optional = {"incidents": {"incidents"}, "demo-consumers": {"consumer-fulfillment", "consumer-email"}}
+    absent = {role for component, some in optional.items() if component not in m.components for role in some}
+    assert roles == sorted(k8s.KNOWN_ROLES - absent)
     assert {o["metadata"].get("namespace") for o in m.objects} == {
-        "dev": {"paycore-dev"}, "prod": {"paycore"}}[overlay]
+        "dev": {"paycore-dev"}, "prod": {"paycore"}}[m.overlay]
+
+
+def test_production_runs_no_demo_consumer() -> None:
+    """They record effects in demo tables; a store's own systems consume payments.effects."""
+    m = rendered("prod")
+    assert "demo-consumers" not in m.components
+    assert not [w.where for w in k8s.workloads(m) if any(r.startswith("consumer-") for r in w.roles)]
+
+
+def test_stripe_alone_reads_no_cardco_key() -> None:
+    """A provider is a component: without Cardco's, no pod names a Cardco secret (a Secret
+    without one would leave those pods in CreateContainerConfigError)."""
+    m = rendered("prod+stripe")
+    refs = {e["valueFrom"]["secretKeyRef"]["key"] for w in k8s.workloads(m) for c, _ in w.containers
+            for e in c.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})}
+    assert {"PAYCORE_STRIPE_API_KEY", "PAYCORE_STRIPE_WEBHOOK_SECRET"} <= refs
+    assert not {k for k in refs | set(secret(m)) if k.startswith("PAYCORE_CARDCO_")}
 
 
 # --------------------------------------------------------------------------- breaking it
@@ -81,6 +101,31 @@ def named_config(m: k8s.Manifests, prefix: str) -> str:
 def secret(m: k8s.Manifests) -> dict[str, str]:
     data: dict[str, str] = m.secret_example["stringData"]
     return data
+
+
+def set_env(m: k8s.Manifests, name: str, var: str, value: str) -> None:
+    c = container(m, name)
+    c["env"] = [e for e in c["env"] if e["name"] != var] + [{"name": var, "value": value}]
+
+
+def drop_mount(m: k8s.Manifests, name: str, volume: str) -> None:
+    c = container(m, name)
+    c["volumeMounts"] = [v for v in c["volumeMounts"] if v["name"] != volume]
+
+
+def ingress_paths(m: k8s.Manifests) -> list[dict[str, Any]]:
+    paths: list[dict[str, Any]] = named(m, "Ingress", "paycore")["spec"]["rules"][0]["http"]["paths"]
+    return paths
+
+
+def route_console(m: k8s.Manifests) -> None:
+    ingress_paths(m).insert(0, {"path": "/ops", "pathType": "Prefix", "backend": {
+        "service": {"name": "paycore-console", "port": {"number": 8500}}}})
+
+
+def expose_admin_port(m: k8s.Manifests) -> None:
+    named(m, "Service", "paycore-checkout")["spec"]["ports"].append(
+        {"name": "metrics", "port": 8001, "targetPort": "metrics"})
 
 
 def drop_env(m: k8s.Manifests, name: str, var: str) -> None:
@@ -263,6 +308,60 @@ BREAKAGES: list[tuple[str, str, str, Mutation, str]] = [
          {"prometheus.io/port": "8000"}), "is not its admin port 8001"),
     ("metrics-port-undeclared", "prod", "metrics",
      lambda m: container(m, "paycore-webhooks")["ports"].pop(), "declares no containerPort 8201"),
+    # -- the console, the incident agent, providers as components, Kafka and PostgreSQL over TLS --
+    ("console-public", "prod", "network",
+     lambda m: named(m, "NetworkPolicy", "paycore-console-ingress")["spec"]["ingress"][0].update(
+         {"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}), "to Deployment/paycore-console"),
+    ("operators-ingress-reaches-recovery", "dev", "network",
+     lambda m: named(m, "NetworkPolicy", "paycore-console-ingress")["spec"].update(podSelector={}),
+     "to Deployment/paycore-recovery"),
+    ("no-dispatcher-budget-in-prod", "prod", "disruption",
+     lambda m: remove(m, "PodDisruptionBudget", "paycore-dispatcher"), "dispatcher has no minAvailable"),
+    ("one-dispatcher-in-prod", "prod", "disruption",
+     lambda m: workload(m, "paycore-dispatcher")["spec"].update(replicas=1), "dispatcher runs 1 pod(s)"),
+    ("service-exposes-metrics", "dev", "services", expose_admin_port, "admin port (/metrics)"),
+    ("console-on-the-public-ingress", "prod", "ingress", route_console,
+     "only checkout and the webhook intake are public"),
+    ("intake-at-the-root", "prod", "ingress",
+     lambda m: ingress_paths(m)[0].update(path="/"), "only /webhooks/<provider> should"),
+    ("ingress-reaches-an-admin-port", "prod", "ingress",
+     lambda m: named(m, "Service", "paycore-webhooks")["spec"]["ports"][0].update(targetPort="metrics"),
+     "not its public port 8200"),
+    ("ingress-without-tls", "prod", "ingress",
+     lambda m: named(m, "Ingress", "paycore")["spec"].update(tls=[]), "without TLS"),
+    ("ingress-to-nothing", "prod+stripe", "ingress",
+     lambda m: ingress_paths(m)[1]["backend"]["service"].update(name="checkout"), "is not rendered"),
+    ("verify-full-without-ca", "prod", "tls-files",
+     lambda m: secret(m).update(PAYCORE_DATABASE_URL=secret(m)["PAYCORE_DATABASE_URL"].split("&")[0]),
+     "without sslrootcert"),
+    ("postgres-ca-not-mounted", "prod", "tls-files",
+     lambda m: drop_mount(m, "paycore-migrate", "postgres-ca"), "which no volume of the container holds"),
+    ("kafka-ca-not-mounted", "prod+stripe", "tls-files",
+     lambda m: drop_mount(m, "paycore-dispatcher", "kafka-ca"), "PAYCORE_KAFKA_SSL_CA_FILE"),
+    ("grouping-without-the-agent", "prod+stripe", "alert-grouping",
+     lambda m: remove(m, "Deployment", "paycore-incidents"), "no incident agent runs"),
+    ("the-agent-without-grouping", "dev", "alert-grouping",
+     lambda m: config_map(m, "paycore-config").update(PAYCORE_ALERT_INCIDENT_GROUPING="false"),
+     "delivers ops.alerts although"),
+    ("stripe-secret-undocumented", "prod+stripe", "settings-refs",
+     lambda m: secret(m).pop("PAYCORE_STRIPE_WEBHOOK_SECRET"), "reads key 'PAYCORE_STRIPE_WEBHOOK_SECRET'"),
+    ("kafka-sasl-without-password", "prod", "settings",
+     lambda m: secret(m).pop("PAYCORE_KAFKA_SASL_PASSWORD"), "PAYCORE_KAFKA_SASL_PASSWORD: is required"),
+    ("kafka-ca-without-tls", "prod+stripe", "settings",
+     lambda m: config_map(m, "paycore-config").update(PAYCORE_KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT"),
+     "PAYCORE_KAFKA_SSL_CA_FILE: is set"),
+    ("console-secret-too-short", "dev", "settings",
+     lambda m: secret(m).update(PAYCORE_CONSOLE_SECRET="short"), "PAYCORE_CONSOLE_SECRET"),
+    ("incidents-threshold-of-one", "dev", "settings",
+     lambda m: config_map(m, "paycore-config").update(PAYCORE_INCIDENTS_THRESHOLD="1"),
+     "PAYCORE_INCIDENTS_THRESHOLD"),
+    ("adyen-hmac-not-hex", "prod+cardco+adyen", "settings",
+     lambda m: secret(m).update(PAYCORE_ADYEN_HMAC_KEY="not-hex"), "hex HMAC key"),
+    ("incidents-liveness-too-short", "dev", "probes",
+     lambda m: container(m, "paycore-incidents")["livenessProbe"].update(failureThreshold=3), "wait longer"),
+    ("console-probe-on-admin-port", "prod", "probes",
+     lambda m: container(m, "paycore-console")["readinessProbe"]["httpGet"].update(port="metrics"),
+     "the command binds 8500"),
 ]
 
 

@@ -34,7 +34,8 @@ ACCOUNT = {"PAYCORE_CARDCO_BASE_URL": NOWHERE, "PAYCORE_CARDCO_ACCOUNT": "acct_s
 
 async def seed(pool: asyncpg.Pool, clock: FakeClock, *, old: int, recent: int) -> None:
     for n in range(old):
-        await pool.execute(INBOX, "fulfillment", f"old-{n}", n, clock.now() - timedelta(days=20))
+        # past the 40-day default horizon
+        await pool.execute(INBOX, "fulfillment", f"old-{n}", n, clock.now() - timedelta(days=50))
     for n in range(recent):
         await pool.execute(INBOX, "email", f"recent-{n}", n, clock.now() - timedelta(days=2))
 
@@ -67,9 +68,34 @@ async def test_a_row_held_by_a_consumer_in_flight_is_left_for_the_next_run(pool:
 def test_a_horizon_not_above_the_topics_retention_is_refused() -> None:
     app = load_settings(ACCOUNT)
     assert load_dispatcher_settings(app, ACCOUNT).consumer_inbox_retention_s > app.kafka_retention_s
-    week = {**ACCOUNT, "PAYCORE_KAFKA_RETENTION_S": "604800", "PAYCORE_CONSUMER_INBOX_RETENTION_S": "604800"}
+    # The outbox's horizon is a week too, so only the inbox's horizon breaks the chain.
+    week = {**ACCOUNT, "PAYCORE_OUTBOX_RETENTION_S": "604800", "PAYCORE_KAFKA_RETENTION_S": "604800",
+            "PAYCORE_CONSUMER_INBOX_RETENTION_S": "604800"}
     with pytest.raises(ConfigError, match="PAYCORE_CONSUMER_INBOX_RETENTION_S"):
         load_dispatcher_settings(load_settings(week), week)
+
+
+def test_the_topics_keep_their_records_at_least_as_long_as_the_outbox_remembers_them() -> None:
+    """outbox horizon <= topics' retention < inbox retention: the defaults keep the chain, and a
+    retention below the outbox's horizon is refused (a consumer that fell behind by less than the
+    horizon would find effects the outbox holds as dispatched already gone from Kafka)."""
+    def horizons(env: dict[str, str]) -> tuple[float, float, float]:
+        app = load_settings(env)
+        dispatcher = load_dispatcher_settings(app, env)
+        return dispatcher.outbox_retention_s, app.kafka_retention_s, dispatcher.consumer_inbox_retention_s
+
+    outbox, topics, inbox = horizons(ACCOUNT)
+    assert outbox <= topics < inbox
+    assert (outbox, topics, inbox) == (30 * 86_400, 35 * 86_400, 40 * 86_400)
+    with pytest.raises(ConfigError, match=r"PAYCORE_KAFKA_RETENTION_S.*below PAYCORE_OUTBOX_RETENTION_S"):
+        horizons({**ACCOUNT, "PAYCORE_KAFKA_RETENTION_S": str(7 * 86_400),
+                  "PAYCORE_CONSUMER_INBOX_RETENTION_S": str(14 * 86_400)})
+    outbox, topics, _ = horizons({**ACCOUNT, "PAYCORE_KAFKA_RETENTION_S": str(30 * 86_400)})
+    assert topics == outbox
+    _, topics, _ = horizons({**ACCOUNT, "PAYCORE_OUTBOX_RETENTION_S": str(7 * 86_400),
+                             "PAYCORE_KAFKA_RETENTION_S": str(7 * 86_400),
+                             "PAYCORE_CONSUMER_INBOX_RETENTION_S": str(14 * 86_400)})
+    assert topics == 7 * 86_400
 
 
 async def test_the_dispatchers_retention_pass_purges_the_inbox(pool: asyncpg.Pool, db_dsn: str,

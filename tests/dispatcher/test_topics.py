@@ -37,10 +37,12 @@ async def test_a_created_topic_has_the_configured_replicas_min_insync_and_retent
     assert configs["retention.ms"] == str(3 * 86400 * 1000)
 
 
-def test_the_production_defaults_are_three_replicas_two_in_sync_and_a_week() -> None:
+def test_the_production_defaults_are_three_replicas_two_in_sync_and_35_days() -> None:
+    """35 days: longer than the outbox's 30-day replay horizon (docs/dispatcher.md, "Retention")."""
     ks = kafka.kafka_settings(load_settings({"PAYCORE_KAFKA_BOOTSTRAP": "kafka:9092"}, require_account=False))
     assert (ks.idempotent, ks.replication_factor, ks.min_insync_replicas, ks.retention_s) == (
-        True, 3, 2, 604_800.0)
+        True, 3, 2, 35 * 86_400.0)
+    assert {t.topic_configs["retention.ms"] for t in kafka.new_topics(ks)} == {str(35 * 86_400 * 1000)}
     assert {t.replication_factor for t in kafka.new_topics(ks)} == {3}
 
 

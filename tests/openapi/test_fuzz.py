@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Any
 
 import asyncpg
 import httpx
@@ -23,17 +24,22 @@ import schemathesis
 
 from harness.servers import serve_asgi
 from paycore.clock import FakeClock
+from paycore.notifications import event_detail, record_notification
 from paycore.operators import add_operator
+from paycore.providers.registry import notification_format
 from paycore.providers.stripe import signature_header
 from paycore.webhook_signatures import signed_headers
 from paycore_console.app import create_app as create_console_app
 from paycore_console.settings import ConsoleSettings
 from paycore_webhooks.app import create_app as create_webhooks_app
 from tests.console.conftest import PASSWORD, console_env, hidden
+from tests.matrix.helpers import seed_account
 from tests.openapi.apps import STRIPE_SECRET, webhooks_settings
 from tests.openapi.fuzz import fuzz
+from tests.operators.test_dead_ends import dead_end
+from tests.operators.test_inspection import queued
 from tests.support.stack import Stack, token_for
-from tests.support.webhooks import TEST, sandbox_secrets
+from tests.support.webhooks import TEST, event, payment_object, sandbox_secrets
 from tests.unit.test_adyen_notifications import basic
 
 EXAMPLES = 5  # per operation and run: the whole module stays well under a minute
@@ -101,11 +107,31 @@ async def test_the_webhook_intake_answers_as_documented(intake: str) -> None:
 
 
 
+async def console_rows(pool: asyncpg.Pool, clock: FakeClock) -> dict[str, Any]:
+    """Something for every listing and detail to answer with (so their item schemas are checked too):
+    an escalated Unknown attempt, a stored unmatched notification of it, and a dead letter."""
+    account = await seed_account(pool, clock)
+    attempt = await dead_end(pool, clock, account)
+    escalation_id = await pool.fetchval("SELECT escalation_id FROM payment_escalations WHERE attempt_id = $1",
+                                        attempt.attempt_id)
+    n = notification_format(account.provider_account).parse_notification(json.dumps(event(payment_object(
+        payment_id="pay_fuzz", reference="ORD-typo-fuzz", amount=attempt.amount_minor))).encode())
+    async with pool.acquire() as conn, conn.transaction():
+        stored = await record_notification(conn, provider_account=account.provider_account,
+                                           key="evt_fuzz", attempt_id=None,
+                                           detail=event_detail(n, "evt_fuzz"), now=clock.now())
+    message_id = await queued(pool, clock, "order-confirmation", dead=True, attempt_id=attempt.attempt_id)
+    return {"escalation_id": escalation_id, "attempt_id": str(attempt.attempt_id),
+            "event_id": stored.event_id, "message_id": message_id}
+
+
 async def test_the_console_api_answers_as_documented(pool: asyncpg.Pool, db_dsn: str,
                                                      clock: FakeClock) -> None:
-    """Signed in as an operator (the session cookie and its CSRF token), and not signed in."""
+    """Signed in as an operator (the session cookie and its CSRF token), and not signed in; on ids
+    that exist (so details and actions answer 200 and are checked against their schemas) and not."""
     settings = ConsoleSettings.from_env({**console_env(db_dsn), "PAYCORE_CONSOLE_INSECURE_COOKIES": "true"})
     await add_operator(pool, "ops-fuzz", PASSWORD, "operator", clock.now(), operator="root")
+    rows = await console_rows(pool, clock)
     async with serve_asgi(create_console_app(settings, clock=clock, pool=pool)) as url, \
             httpx.AsyncClient(base_url=url) as browser:
         form = await browser.get("/login")
@@ -116,6 +142,10 @@ async def test_the_console_api_answers_as_documented(pool: asyncpg.Pool, db_dsn:
         session = {"Cookie": "; ".join(f"{k}={v}" for k, v in browser.cookies.items()), "X-CSRF-Token": csrf}
         api = lambda path: path.startswith("/api/")  # noqa: E731
         found = await asyncio.to_thread(fuzz, url, max_examples=EXAMPLES, headers=session, only=api)
+        # GETs first on the ids that exist, then everything (the actions change them).
+        existing = await asyncio.to_thread(fuzz, url, max_examples=EXAMPLES, headers=session,
+                                           path_parameters=rows, only=lambda p: api(p) and "{" in p)
+        found += existing
         found += await asyncio.to_thread(fuzz, url, max_examples=2, only=api)
         found += await asyncio.to_thread(fuzz, url, max_examples=EXAMPLES, headers=session, only=api,
                                          negative=True)
@@ -125,4 +155,7 @@ async def test_the_console_api_answers_as_documented(pool: asyncpg.Pool, db_dsn:
         assert past_bigint.headers["content-type"] == "application/problem+json"
     assert found.failures == [], found.report()
     assert 200 in found.statuses("GET /api/v1/escalations")
+    # The details answered about real rows, and were checked against their schemas.
+    for operation in ("GET /api/v1/escalations/{escalation_id}", "GET /api/v1/attempts/{attempt_id}"):
+        assert 200 in existing.statuses(operation), (operation, existing.answers)
 

@@ -16,7 +16,7 @@ import asyncpg
 import orjson
 import pytest
 
-from paycore import escalations, inspection, outbox, outbox_admin, rate_limits
+from paycore import escalations, inspection, leases, outbox, outbox_admin, rate_limits
 from paycore.attempts import Attempt, record_outcome
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
@@ -307,6 +307,8 @@ async def test_attempt_detail_holds_its_history_notifications_outbox_escalations
     await outbox_admin.requeue(pool, dead, operator="ops", reason="broker back", now=clock.now())
     await escalations.acknowledge(pool, eid, operator="alice", reason=None, now=clock.now(),
                                   reminder_interval=REMINDER)
+    claimed_at = clock.now() + timedelta(seconds=60)  # due by then: recovery holds it
+    assert await leases.claim(pool, aid, leases.new_lease("recovery-3"), claimed_at, lease_s=30)
 
     found = await inspection.attempt_detail(pool, aid)
 
@@ -315,7 +317,9 @@ async def test_attempt_detail_holds_its_history_notifications_outbox_escalations
     assert (a.attempt_id, a.order_id, a.state, a.amount_minor, a.currency) == (
         aid, attempt.order_id, "Unknown", attempt.amount_minor, attempt.currency)
     assert a.idempotency_key == attempt.idempotency_key and a.provider_account == account.provider_account
-    assert a.escalation_deadline == attempt.escalation_deadline and a.next_check_at is not None
+    assert a.escalation_deadline == attempt.escalation_deadline
+    assert a.next_check_at == clock.now() - timedelta(seconds=5) + timedelta(seconds=50)  # the recheck
+    assert (a.recovery_owner, a.lease_expires_at) == ("recovery-3", claimed_at + timedelta(seconds=30))
     assert a.request_fields == ("amount", "currency", "payment_method", "reference")
     assert found.order.order_id == attempt.order_id and found.order.status == "Open"
     assert [(e.kind, e.summary.get("to")) for e in found.history] == [

@@ -66,7 +66,8 @@ async def _failures(pool: asyncpg.Pool) -> int:
 async def test_an_added_operator_signs_in_and_the_addition_is_recorded(
     pool: asyncpg.Pool, clock: FakeClock,
 ) -> None:
-    added = await add_operator(pool, "alice", PASSWORD, "viewer", clock.now(), operator="root")
+    change = await add_operator(pool, "alice", PASSWORD, "viewer", clock.now(), operator="root")
+    added = change.operator
     assert (added.name, added.role, added.active) == ("alice", Role.VIEWER, True)
 
     signed_in = await authenticate(pool, "alice", PASSWORD, CLIENT, clock.now())
@@ -75,6 +76,7 @@ async def test_an_added_operator_signs_in_and_the_addition_is_recorded(
     stored = await pool.fetchval("SELECT password_hash FROM operators WHERE name = 'alice'")
     assert stored.startswith("$argon2id$") and PASSWORD not in stored
     [recorded] = await list_actions(pool, operator="root")
+    assert recorded == change.recorded  # what the call returns is what was recorded
     assert (recorded.action.value, recorded.target_operator, recorded.reason) == (
         "operator-add", "alice", None)
     assert recorded.state_after == {"role": "viewer", "disabled_at": None}
@@ -124,13 +126,15 @@ async def test_a_disabled_operator_cannot_sign_in_even_with_the_right_password(
     hasher = RecordingHasher()
     await add_operator(pool, "alice", PASSWORD, "operator", clock.now(), operator="root", hasher=hasher)
     clock.advance(60)
-    disabled = await disable_operator(pool, "alice", clock.now(), operator="root", reason="left the team")
+    change = await disable_operator(pool, "alice", clock.now(), operator="root", reason="left the team")
+    disabled = change.operator
     assert disabled.disabled_at == clock.now() and not disabled.active
     with pytest.raises(AuthenticationFailed):
         await authenticate(pool, "alice", PASSWORD, CLIENT, clock.now(), hasher=hasher)
     assert hasher.checked == [dummy_hash(hasher)]  # never the account's own hash
 
     [disabling, _] = await list_actions(pool, operator="root")
+    assert disabling == change.recorded
     assert (disabling.action.value, disabling.target_operator, disabling.reason) == (
         "operator-disable", "alice", "left the team")
     with pytest.raises(OperatorAccountRefused, match="disabled already"):
@@ -249,6 +253,48 @@ async def test_concurrent_wrong_guesses_cannot_slip_past_the_limit(
     assert await _failures(pool) == 3
 
 
+async def test_one_client_spraying_many_names_is_refused_for_every_name_until_the_window_passes(
+    pool: asyncpg.Pool, clock: FakeClock,
+) -> None:
+    await _add(pool, clock)
+    throttle = LoginThrottle(max_failures=3, window_s=600, max_client_failures=4)
+    for i in range(4):  # one failure per name: no name reaches its own limit
+        with pytest.raises(AuthenticationFailed):
+            await authenticate(pool, f"guess-{i}", "wrong password", CLIENT, clock.now(), throttle=throttle)
+        clock.advance(10)
+    # The address is refused now, for any name, the right password included; 600 s after its first failure.
+    for name, password in (("guess-9", "wrong password"), ("alice", PASSWORD)):
+        with pytest.raises(TooManyAttempts) as refused:
+            await authenticate(pool, name, password, CLIENT, clock.now(), throttle=throttle)
+        assert refused.value.retry_after_s == 600 - 40
+    assert await _failures(pool) == 4  # refusals are not counted
+    # Another address is not refused for this one's spray.
+    assert (await authenticate(pool, "alice", PASSWORD, OTHER_CLIENT, clock.now(),
+                               throttle=throttle)).name == "alice"
+    clock.advance(600 - 40)  # the first failure has left the window: three remain, under the cap
+    signed_in = await authenticate(pool, "alice", PASSWORD, CLIENT, clock.now(), throttle=throttle)
+    assert signed_in.name == "alice"
+
+
+async def test_concurrent_guesses_of_many_names_cannot_slip_past_the_clients_cap(
+    pool: asyncpg.Pool, clock: FakeClock,
+) -> None:
+    throttle = LoginThrottle(max_failures=3, window_s=600, max_client_failures=3)
+
+    async def guess(i: int) -> str:
+        try:
+            await authenticate(pool, f"name-{i}", "wrong password", CLIENT, clock.now(), throttle=throttle)
+        except AuthenticationFailed:
+            return "failed"
+        except TooManyAttempts:
+            return "throttled"
+        return "signed in"
+
+    outcomes = await asyncio.gather(*(guess(i) for i in range(8)))
+    assert sorted(outcomes) == ["failed"] * 3 + ["throttled"] * 5
+    assert await _failures(pool) == 3
+
+
 # --------------------------------------------------------------------------- rehashing
 
 
@@ -319,6 +365,33 @@ def test_the_cli_adds_lists_and_disables_operators_reading_the_password_from_std
     assert PASSWORD not in everything.out + everything.err + caplog.text
 
 
+def test_the_cli_prints_the_recorded_action_as_json_for_scripts(
+    db_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("PAYCORE_DATABASE_URL", db_dsn)
+    assert _run(monkeypatch, ["operators", "add", "alice", "--role", "viewer", "--operator", "root",
+                              "--reason", "on call", "--json"], stdin=PASSWORD + "\n") == 0
+    added = json.loads(capsys.readouterr().out)  # one JSON document, nothing else on stdout
+    assert (added["action"], added["operator"], added["target_operator"], added["reason"]) == (
+        "operator-add", "root", "alice", "on call")
+    assert added["state_after"] == {"role": "viewer", "disabled_at": None}
+    assert _run(monkeypatch, ["operators", "disable", "alice", "--operator", "root",
+                              "--reason", "rotation over", "--json"]) == 0
+    disabled = json.loads(capsys.readouterr().out)
+    assert (disabled["action"], disabled["target_operator"], disabled["reason"]) == (
+        "operator-disable", "alice", "rotation over")
+    assert disabled["state_before"] == {"disabled_at": None} and disabled["state_after"]["disabled_at"]
+    assert _run(monkeypatch, ["actions", "list", "--json"]) == 0
+    recorded = json.loads(capsys.readouterr().out)
+    assert [a["action_id"] for a in recorded] == [disabled["action_id"], added["action_id"]]
+    # A refusal still exits non-zero and prints no JSON document.
+    assert _run(monkeypatch, ["operators", "disable", "alice", "--operator", "root", "--reason", "again",
+                              "--json"]) == 1
+    refused = capsys.readouterr()
+    assert refused.out == "" and "disabled already" in refused.err
+    assert PASSWORD not in json.dumps([added, disabled])
+
+
 @pytest.mark.parametrize(("argv", "stdin", "code", "says"), [
     (["operators", "add", "bob", "--role", "viewer", "--operator", "root"], "too short\n", 1,
      "at least 12 characters"),
@@ -367,6 +440,14 @@ def test_help_for_every_operators_command(command: list[str], capsys: pytest.Cap
 
 
 def test_the_throttle_is_configured_by_its_settings() -> None:
-    assert LoginThrottle.from_env({}) == LoginThrottle(max_failures=5, window_s=900)
+    from paycore.settings_spec import ConfigError
+
+    assert LoginThrottle.from_env({}) == LoginThrottle(max_failures=5, window_s=900, max_client_failures=50)
     assert LoginThrottle.from_env({"PAYCORE_CONSOLE_LOGIN_MAX_FAILURES": "3",
-                                   "PAYCORE_CONSOLE_LOGIN_WINDOW_S": "60"}) == LoginThrottle(3, 60)
+                                   "PAYCORE_CONSOLE_LOGIN_WINDOW_S": "60",
+                                   "PAYCORE_CONSOLE_LOGIN_MAX_CLIENT_FAILURES": "7"}) == LoginThrottle(
+                                       3, 60, 7)
+    # A cap per client below the limit per name would make that limit unreachable: refused.
+    with pytest.raises(ConfigError, match="PAYCORE_CONSOLE_LOGIN_MAX_CLIENT_FAILURES"):
+        LoginThrottle.from_env({"PAYCORE_CONSOLE_LOGIN_MAX_FAILURES": "5",
+                                "PAYCORE_CONSOLE_LOGIN_MAX_CLIENT_FAILURES": "4"})

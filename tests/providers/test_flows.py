@@ -447,6 +447,24 @@ async def test_past_the_key_window_recovery_escalates_the_deadline_and_sends_not
         assert later == []
 
 
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_configured_key_retention_and_margin_set_each_new_attempts_deadline(
+    provider: str, pool: asyncpg.Pool, db_dsn: str,
+) -> None:
+    """``PAYCORE_<PROVIDER>_KEY_RETENTION_S`` and ``_ESCALATION_MARGIN_S`` override the provider's
+    defaults for its account, and the deadline stamped at the first send is the first send +
+    that retention − that margin."""
+    def shorter_window(env: dict[str, str]) -> None:
+        env[f"PAYCORE_{provider.upper()}_KEY_RETENTION_S"] = str(3 * 86_400)
+        env[f"PAYCORE_{provider.upper()}_ESCALATION_MARGIN_S"] = "3600"
+
+    async for flows in running_provider_stack(provider, pool, db_dsn, configure=shorter_window):
+        attempt, _ = await flows.unknown_via_checkout("drop_request")
+        assert attempt.escalation_deadline is not None and attempt.first_sent_at is not None
+        window = (attempt.escalation_deadline - attempt.first_sent_at).total_seconds()
+        assert window == 3 * 86_400 - 3_600
+
+
 # -- 5. duplicate and forged webhooks -------------------------------------------------------------
 
 

@@ -233,6 +233,21 @@ SELECT (SELECT count(*) FROM payment_attempt_events) AS events,
 """
 
 
+def recovery_worker(settings: Settings, pool: asyncpg.Pool, clock: FakeClock, recovery: RecoverySettings,
+                    owner: str) -> RecoveryWorker:
+    """A recovery worker calling the registry's provider for ``settings``' accounts."""
+    client = for_accounts(settings.accounts, clock, max_call_duration_s=settings.budgets.max_call_duration_s)
+    return RecoveryWorker(pool=pool, client=client, clock=clock, settings=settings, recovery=recovery,
+                          metrics=RecoveryMetrics(), owner=owner)
+
+
+def deliveries_counted(intake_metrics: CollectorRegistry, result: str) -> float:
+    """The intake's own count of deliveries that ended ``result`` (what its ``/metrics`` serves)."""
+    line = f'paycore_webhook_deliveries_total{{result="{result}"}} '
+    text = generate_latest(intake_metrics).decode()
+    return sum(float(row.removeprefix(line)) for row in text.splitlines() if row.startswith(line))
+
+
 @dataclass
 class ProviderStack:
     """One provider's sandbox dialect, checkout and intake, and recovery workers on the fake clock.
@@ -302,10 +317,7 @@ class ProviderStack:
 
     def worker(self, owner: str = "w1") -> RecoveryWorker:
         """A recovery worker with the registry's provider for this stack's settings."""
-        client = for_accounts(self.settings.accounts, self.clock,
-                              max_call_duration_s=self.settings.budgets.max_call_duration_s)
-        worker = RecoveryWorker(pool=self.pool, client=client, clock=self.clock, settings=self.settings,
-                                recovery=self.recovery, metrics=RecoveryMetrics(), owner=owner)
+        worker = recovery_worker(self.settings, self.pool, self.clock, self.recovery, owner)
         self.workers.append(worker)
         return worker
 
@@ -332,9 +344,8 @@ class ProviderStack:
 
     async def delivered_count(self, result: str) -> float:
         """The intake's own count of deliveries that ended ``result`` (its admin port's ``/metrics``)."""
-        text = self.intake_metrics_text()
-        line = f'paycore_webhook_deliveries_total{{result="{result}"}} '
-        return sum(float(row.removeprefix(line)) for row in text.splitlines() if row.startswith(line))
+        assert self.intake_metrics is not None
+        return deliveries_counted(self.intake_metrics, result)
 
     def now_s(self) -> int:
         return int(self.clock.now().timestamp())
@@ -432,4 +443,5 @@ async def running_provider_stack(provider: str, pool: asyncpg.Pool, db_dsn: str,
             await sandbox.aclose()
 
 
-__all__ = ["PROVIDERS", "WIRES", "ProviderStack", "Signer", "Wire", "adyen_batch", "running_provider_stack"]
+__all__ = ["PROVIDERS", "STORED_ROWS", "WIRES", "ProviderStack", "Signer", "Wire", "adyen_batch",
+           "deliveries_counted", "recovery_worker", "running_provider_stack"]

@@ -78,6 +78,8 @@ def payment_response(result_code: str = "Authorised", **overrides: Any) -> dict[
     }
     if result_code in ("RedirectShopper", "IdentifyShopper", "ChallengeShopper"):
         obj["action"] = {"type": "threeDS2", "paymentMethodType": "scheme", "token": "scripted-token"}
+    if result_code == "PresentToShopper":  # a voucher or QR code the shopper completes elsewhere
+        obj["action"] = {"type": "voucher", "paymentMethodType": "multibanco", "reference": "501 422 652"}
     if result_code in ("Refused", "Error"):
         obj["refusalReason"] = "Refused"
         obj["refusalReasonCode"] = "2"

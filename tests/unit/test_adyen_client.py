@@ -23,8 +23,10 @@ from harness.servers import free_port
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig, Secret
 from paycore.domain import OutcomeKind, ProviderOutcome
+from paycore.errors import InvalidPaymentMethod
 from paycore.providers.adyen import CAPABILITIES, NAME, AdyenProvider, build_request_body
 from paycore.providers.base import ReferenceLookup, StoredRequest
+from paycore.providers.http import NotBuildable
 from tests.support.scripted_adyen import (
     MERCHANT_ACCOUNT,
     PSP_REFERENCE,
@@ -132,17 +134,17 @@ async def test_provider_builds_for_the_named_account(client: AdyenProvider, adye
     body = client.build_request_body(other, amount_minor=100, currency="EUR", payment_method=PAYMENT_METHOD,
                                      reference="R-1")
     assert orjson.loads(body)["merchantAccount"] == "OtherECOM"
-    with pytest.raises(ValueError, match="no Adyen account"):
+    with pytest.raises(NotBuildable, match="account-not-configured"):
         client.build_request_body(account(adyen.base_url, name="Nobody"), amount_minor=100, currency="EUR",
                                   payment_method=PAYMENT_METHOD, reference="R-1")
 
 
 def test_building_without_a_return_url_is_refused(clock: FakeClock) -> None:
-    with pytest.raises(ValueError, match="returnUrl"):
+    with pytest.raises(InvalidPaymentMethod, match="returnUrl"):
         body_for(return_url=None)
     acct = account("https://checkout-test.adyen.com", return_url=None)
     provider = AdyenProvider([acct], clock, max_call_duration_s=30)
-    with pytest.raises(ValueError, match="PAYCORE_ADYEN_RETURN_URL"):
+    with pytest.raises(InvalidPaymentMethod, match="PAYCORE_ADYEN_RETURN_URL"):
         provider.build_request_body(acct, amount_minor=100, currency="EUR", payment_method=PAYMENT_METHOD,
                                     reference="R-1")
 
@@ -157,7 +159,7 @@ def test_building_without_a_return_url_is_refused(clock: FakeClock) -> None:
     "tok_visa 4111111111111111",
 ], ids=["pan", "pan-spaced", "number-field", "cvc-field", "nested-pan", "plain-pan", "pan-in-token"])
 def test_building_refuses_raw_card_data(payment_method: Any) -> None:
-    with pytest.raises(ValueError, match="card"):
+    with pytest.raises(InvalidPaymentMethod, match="card"):
         body_for(payment_method=payment_method)
 
 
@@ -247,6 +249,36 @@ async def test_a_stored_request_that_cannot_be_built_is_unknown_and_not_sent(
     assert adyen.received == []
 
 
+@pytest.mark.parametrize(("stored_endpoint", "base_url"), [
+    ("http://[::1/v71/payments", None),  # the stored endpoint does not parse
+    (None, "http://[::1"),  # the account's base URL does not parse
+], ids=["stored-endpoint", "base-url"])
+async def test_a_url_that_does_not_parse_is_endpoint_changed_and_nothing_is_sent(
+    adyen: ScriptedAdyen, clock: FakeClock, stored_endpoint: str | None, base_url: str | None
+) -> None:
+    provider = AdyenProvider([account(base_url or adyen.base_url)], clock, max_call_duration_s=30)
+    stored = stored_request(adyen.base_url, **({"endpoint": stored_endpoint} if stored_endpoint else {}))
+    assert provider.unbuildable_reason(stored) == "endpoint-changed"
+    outcome = await provider.create_payment(stored, budget_s=15, first_send=True)
+    await provider.aclose()
+    assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, "request.not-buildable.endpoint-changed")
+    assert adyen.received == []
+
+
+@pytest.mark.parametrize("key", ["AQE key with a space", "AQE\r\nX-Injected: 1", "AQEé", ""],
+                         ids=["space", "crlf", "non-ascii", "empty"])
+async def test_an_api_key_that_is_no_header_value_is_invalid_header_and_nothing_is_sent(
+    adyen: ScriptedAdyen, clock: FakeClock, key: str
+) -> None:
+    provider = AdyenProvider([account(adyen.base_url, key=key)], clock, max_call_duration_s=30)
+    stored = stored_request(adyen.base_url)
+    assert provider.unbuildable_reason(stored) == "invalid-header"
+    outcome = await provider.create_payment(stored, budget_s=15, first_send=True)
+    await provider.aclose()
+    assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, "request.not-buildable.invalid-header")
+    assert adyen.received == []
+
+
 async def test_a_64_character_key_is_sent(client: AdyenProvider, adyen: ScriptedAdyen) -> None:
     adyen.reply(200, payment_response())
     outcome = await create(client, adyen, idempotency_key="k" * 64)
@@ -275,6 +307,7 @@ async def test_redirects_are_not_followed(client: AdyenProvider, adyen: Scripted
     ("RedirectShopper", OutcomeKind.REQUIRES_ACTION, None),
     ("IdentifyShopper", OutcomeKind.REQUIRES_ACTION, None),
     ("ChallengeShopper", OutcomeKind.REQUIRES_ACTION, None),
+    ("PresentToShopper", OutcomeKind.REQUIRES_ACTION, None),
 ])
 async def test_each_result_code(client: AdyenProvider, adyen: ScriptedAdyen, result_code: str,
                                 kind: OutcomeKind, reason: str | None) -> None:

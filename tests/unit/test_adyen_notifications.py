@@ -24,7 +24,7 @@ from paycore.domain import OutcomeKind
 from paycore.evidence import judge
 from paycore.providers.adyen import (
     ACKNOWLEDGEMENT,
-    AdyenEvents,
+    ADYEN_EVENTS,
     AdyenProvider,
     InvalidItem,
     item_signature,
@@ -95,7 +95,7 @@ def provider() -> AdyenProvider:
 
 def verify(provider: AdyenProvider, body: bytes, headers: dict[str, str] | None = None) -> tuple[
         VerifiedDelivery, ...]:
-    return provider.verify_notification_batch(basic() if headers is None else headers, body, now=NOW)
+    return provider.verify_deliveries(basic() if headers is None else headers, body, now=NOW)
 
 
 def parsed(d: VerifiedDelivery) -> Notification:
@@ -255,9 +255,9 @@ def test_the_account_is_the_one_whose_credentials_verified_it(provider: AdyenPro
 def test_accounts_sharing_a_webhook_user_are_told_apart_by_their_hmac_key() -> None:
     shared = AdyenProvider([account(), account("OtherECOM", hmac_key=OTHER_HMAC_KEY)], FakeClock(),
                            max_call_duration_s=30)
-    [d] = shared.verify_notification_batch(basic(), batch(signed(item(), OTHER_HMAC_KEY)), now=NOW)
+    [d] = shared.verify_deliveries(basic(), batch(signed(item(), OTHER_HMAC_KEY)), now=NOW)
     assert d.account.provider_account == "adyen:OtherECOM:test"
-    [d] = shared.verify_notification_batch(basic(), batch(signed(item())), now=NOW)
+    [d] = shared.verify_deliveries(basic(), batch(signed(item())), now=NOW)
     assert d.account.provider_account == "adyen:PaycoreECOM:test"
 
 
@@ -384,7 +384,7 @@ def test_the_key_differs_for_another_event(provider: AdyenProvider, change: dict
 
 
 def test_the_stored_event_reparses_to_the_same_notification(provider: AdyenProvider) -> None:
-    events = AdyenEvents()
+    events = ADYEN_EVENTS
     for d in verify(provider, batch(signed(item()), signed(item(eventCode="REFUND", pspReference="R1",
                                                                 originalReference="NC6HT9CRT65ZGN82")))):
         n = parsed(d)
@@ -408,7 +408,7 @@ def test_the_provider_fits_the_interface_and_the_factory() -> None:
     # Checked by mypy (strict) as much as at run time: the registry can hold it as any provider.
     factory: ProviderFactory = AdyenProvider
     p: Provider = factory([account()], FakeClock(), max_call_duration_s=30)
-    fmt: NotificationFormat = AdyenEvents()
+    fmt: NotificationFormat = ADYEN_EVENTS
     assert (p.name, fmt.name) == ("adyen", "adyen")
 
 

@@ -28,6 +28,7 @@ from harness.servers import free_port
 from paycore.clock import FakeClock
 from paycore.config import CARDCO_API_VERSION, MAX_BUDGET_S, ProviderAccountConfig, Secret
 from paycore.domain import OutcomeKind, ProviderOutcome
+from paycore.errors import InvalidPaymentMethod
 from paycore.evidence import Claim
 from paycore.providers.cardco import (
     CardcoClient,
@@ -162,7 +163,7 @@ def test_build_request_body_rejects_what_the_contract_would(overrides: dict[str,
     values: dict[str, Any] = {"amount_minor": 1, "currency": "EUR", "payment_method": "tok_visa",
                               "reference": "r"}
     values.update(overrides)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidPaymentMethod):  # the library's error, still a ValueError for callers
         build_request_body(**values)
 
 

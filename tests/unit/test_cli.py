@@ -167,6 +167,17 @@ def test_migrate_applies_then_does_nothing(
     assert "nothing to apply" in capsys.readouterr().out
 
 
+def test_migrate_connects_as_the_migration_role_when_one_is_given(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The services' DSN may name a role without DDL rights; the Job's migration DSN wins."""
+    monkeypatch.setenv("PAYCORE_DATABASE_URL", f"postgresql://nobody:x@127.0.0.1:{free_port()}/nowhere")
+    monkeypatch.setenv("PAYCORE_MIGRATION_DATABASE_URL", fresh_database)
+    assert main(["migrate"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"applied {migrations()[-1].version}"
+    assert "schema_migrations" in asyncio.run(_tables(fresh_database))
+
+
 async def test_concurrent_migrations_apply_each_version_once(fresh_database: str) -> None:
     now = SystemClock().now()
     first, second = await asyncio.gather(migrate(fresh_database, now=now), migrate(fresh_database, now=now))

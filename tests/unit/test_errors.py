@@ -11,15 +11,6 @@ import pkgutil
 import paycore
 from paycore.errors import DATABASE_ERRORS, MAY_HAVE_COMMITTED, OutcomeNotConfirmed, PaycoreError
 
-# The provider adapters' errors are being brought under PaycoreError by another change
-# (issue 10, providers/); until it lands they are listed here by name and checked separately.
-PROVIDER_EXCEPTIONS_PENDING = frozenset({
-    "paycore.providers.adyen.wire.NotBuildable",
-    "paycore.providers.cardco.wire.NotBuildable",
-    "paycore.providers.stripe.request.NotBuildable",
-    "paycore.providers.registry.UnknownProvider",
-})
-
 
 def library_exceptions() -> dict[str, type[BaseException]]:
     """Every exception class defined (not merely imported) in a module of the library."""
@@ -37,17 +28,8 @@ def test_every_exception_the_library_defines_is_a_paycore_error() -> None:
     found = library_exceptions()
     assert len(found) > 30  # the walk reached the library's modules
     outside = sorted(name for name, cls in found.items()
-                     if not issubclass(cls, PaycoreError) and name not in PROVIDER_EXCEPTIONS_PENDING)
+                     if not issubclass(cls, PaycoreError))
     assert outside == []
-
-
-def test_the_pending_provider_list_names_only_provider_exceptions_that_still_exist() -> None:
-    found = library_exceptions()
-    assert all(name.startswith("paycore.providers.") for name in PROVIDER_EXCEPTIONS_PENDING)
-    # Once the providers' errors derive from PaycoreError, their names leave the list.
-    stale = sorted(name for name in PROVIDER_EXCEPTIONS_PENDING
-                   if name not in found or issubclass(found[name], PaycoreError))
-    assert stale == [], "these are PaycoreErrors now (or gone): take them off PROVIDER_EXCEPTIONS_PENDING"
 
 
 def test_may_have_committed_is_the_database_errors_and_an_unconfirmed_outcome() -> None:

@@ -135,3 +135,67 @@ def test_the_default_stripe_version_is_the_one_the_pinned_sdk_is_generated_for()
     from paycore.providers.stripe import DEFAULT_API_VERSION
 
     assert STRIPE_API_VERSION == DEFAULT_API_VERSION == stripe.api_version
+
+
+# -- key retention and escalation margin, per provider ----------------------------------------------
+
+
+@pytest.mark.parametrize(("provider", "env", "defaults"), [
+    ("stripe", STRIPE, (86_400, 7_200)),
+    ("adyen", ADYEN, (31 * 86_400, 7_200)),
+])
+def test_each_providers_retention_and_margin_default_to_its_contract_and_are_overridden_by_its_own_variables(
+    provider: str, env: dict[str, str], defaults: tuple[int, int],
+) -> None:
+    prefix = f"PAYCORE_{provider.upper()}_"
+    base = {**env, "PAYCORE_DEFAULT_PROVIDER": provider}
+    acct = load_settings(base).default_account
+    assert (acct.key_retention_s, acct.escalation_margin_s) == defaults
+
+    both = load_settings({**base, prefix + "KEY_RETENTION_S": "172800",
+                          prefix + "ESCALATION_MARGIN_S": "600"}).default_account
+    assert (both.key_retention_s, both.escalation_margin_s) == (172_800, 600)
+    # Another provider's variables never reach this account.
+    other = "ADYEN" if provider == "stripe" else "STRIPE"
+    untouched = load_settings({**base, f"PAYCORE_{other}_KEY_RETENTION_S": "3600",
+                               f"PAYCORE_{other}_ESCALATION_MARGIN_S": "60"}).default_account
+    assert (untouched.key_retention_s, untouched.escalation_margin_s) == defaults
+
+
+@pytest.mark.parametrize("provider", ["stripe", "adyen"])
+def test_an_overridden_retention_without_a_margin_gets_a_quarter_of_it_at_most_two_hours(
+    provider: str,
+) -> None:
+    env = {**(STRIPE if provider == "stripe" else ADYEN), "PAYCORE_DEFAULT_PROVIDER": provider}
+    retention = f"PAYCORE_{provider.upper()}_KEY_RETENTION_S"
+    short = load_settings({**env, retention: "3600"}).default_account
+    assert (short.key_retention_s, short.escalation_margin_s) == (3_600, 900)
+    long = load_settings({**env, retention: str(60 * 86_400)}).default_account
+    assert (long.key_retention_s, long.escalation_margin_s) == (60 * 86_400, 7_200)
+
+
+@pytest.mark.parametrize("provider", ["stripe", "adyen"])
+@pytest.mark.parametrize(("retention", "margin", "variable"), [
+    ("3600", "3600", "ESCALATION_MARGIN_S"),  # the margin must stay below the retention
+    ("3600", "4000", "ESCALATION_MARGIN_S"),
+    ("3600", "90.5", "ESCALATION_MARGIN_S"),  # whole seconds
+    ("0", None, "KEY_RETENTION_S"),
+    ("-1", None, "KEY_RETENTION_S"),
+    ("a day", None, "KEY_RETENTION_S"),
+])
+def test_a_retention_or_margin_that_cannot_be_a_key_window_is_refused_naming_its_variable(
+    provider: str, retention: str, margin: str | None, variable: str,
+) -> None:
+    prefix = f"PAYCORE_{provider.upper()}_"
+    env = {**(STRIPE if provider == "stripe" else ADYEN), "PAYCORE_DEFAULT_PROVIDER": provider,
+           prefix + "KEY_RETENTION_S": retention}
+    if margin is not None:
+        env[prefix + "ESCALATION_MARGIN_S"] = margin
+    refused(env, prefix + variable)
+
+
+def test_an_adyen_account_without_a_return_url_is_refused_saying_what_it_is_for() -> None:
+    env = {k: v for k, v in ADYEN.items() if k != "PAYCORE_ADYEN_RETURN_URL"}
+    message = refused({**env, "PAYCORE_DEFAULT_PROVIDER": "adyen"}, "PAYCORE_ADYEN_RETURN_URL")
+    assert message.startswith("PAYCORE_ADYEN_RETURN_URL: is required")
+    assert "returnUrl" in message and "3-D Secure" in message

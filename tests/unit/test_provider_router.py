@@ -12,6 +12,7 @@ import pytest
 
 from paycore.clock import FakeClock
 from paycore.domain import OutcomeKind
+from paycore.errors import InvalidPaymentMethod
 from paycore.providers.base import ReferenceLookup
 from paycore.providers.cardco import CardcoClient
 from paycore.providers.registry import ProviderRouter, for_accounts
@@ -75,7 +76,7 @@ async def test_bodies_are_built_by_the_accounts_provider(servers: tuple[Scripted
     adyen_body = router.build_request_body(adyen_t.account(adyen.base_url),
                                            payment_method=adyen_t.PAYMENT_METHOD, **kw)  # type: ignore[arg-type]
     assert '"merchantAccount"' in adyen_body
-    with pytest.raises(ValueError):  # Cardco takes a token, never Adyen's object
+    with pytest.raises(InvalidPaymentMethod):  # Cardco takes a token, never Adyen's object
         router.build_request_body(cardco_t.account(cardco.base_url), payment_method=adyen_t.PAYMENT_METHOD,
                                   **kw)  # type: ignore[arg-type]
 

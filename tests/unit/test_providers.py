@@ -13,6 +13,7 @@ import paycore.providers
 from paycore.account_settings import CARDCO_KEY_RETENTION
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig, Secret
+from paycore.errors import PaycoreError
 from paycore.providers import cardco, registry
 from paycore.providers.base import InvalidNotification, ReferenceLookup
 from tests.support.webhooks import event, payment_object
@@ -54,8 +55,9 @@ async def test_the_factory_builds_cardco_for_cardco_accounts_and_refuses_a_provi
     provider = registry.for_accounts([account()], FakeClock(), max_call_duration_s=30)
     assert isinstance(provider, cardco.CardcoClient) and provider.name == "cardco"
     await provider.aclose()
-    with pytest.raises(registry.UnknownProvider, match="acme"):
+    with pytest.raises(registry.UnknownProvider, match="acme") as refused:
         registry.for_accounts([account("acme")], FakeClock(), max_call_duration_s=30)
+    assert isinstance(refused.value, PaycoreError)  # the library's own refusal, not a bug
 
 
 def test_a_stored_event_is_read_by_its_accounts_provider_without_any_configured_account() -> None:

@@ -264,7 +264,12 @@ def test_recovery_settings_keep_their_defaults_and_have_no_upper_bound() -> None
 def test_the_outbox_retention_can_be_set_to_its_own_default_and_beyond() -> None:
     # A horizon in days is a SQL interval, not an asyncio budget: the budget bound
     # (int32 milliseconds, ~24.8 days) refused the documented default of 30 days.
-    app = load_settings({}, require_account=False)
-    for days in (30, 90):
-        env = {"PAYCORE_OUTBOX_RETENTION_S": str(days * 86_400)}
-        assert load_dispatcher_settings(app, env).outbox_retention_s == days * 86_400.0
+    thirty_days = {"PAYCORE_OUTBOX_RETENTION_S": str(30 * 86_400)}
+    assert load_dispatcher_settings(load_settings(thirty_days, require_account=False),
+                                    thirty_days).outbox_retention_s == 30 * 86_400.0
+    # A longer horizon needs the topics (and so the inboxes) to keep their records as long.
+    longer = {"PAYCORE_OUTBOX_RETENTION_S": str(90 * 86_400),
+              "PAYCORE_KAFKA_RETENTION_S": str(90 * 86_400),
+              "PAYCORE_CONSUMER_INBOX_RETENTION_S": str(95 * 86_400)}
+    assert load_dispatcher_settings(load_settings(longer, require_account=False),
+                                    longer).outbox_retention_s == 90 * 86_400.0

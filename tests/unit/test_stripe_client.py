@@ -8,6 +8,7 @@ deadline-bounded polling, never by fixed sleeps. Every Unknown path is a named t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import uuid
@@ -21,14 +22,16 @@ from harness.servers import free_port
 from paycore.clock import FakeClock
 from paycore.config import MAX_BUDGET_S, ProviderAccountConfig, Secret
 from paycore.domain import OutcomeKind, ProviderOutcome
+from paycore.errors import InvalidPaymentMethod
 from paycore.payment_methods import contains_card_number as looks_like_card_number
-from paycore.providers.base import NotificationFormat, Provider, ReferenceLookup, StoredRequest
+from paycore.providers.base import LookupResult, NotificationFormat, Provider, ReferenceLookup, StoredRequest
+from paycore.providers.http import NotBuildable
 from paycore.providers.registry import ProviderFactory
 from paycore.providers.stripe import (
     CAPABILITIES,
     DEFAULT_API_VERSION,
+    STRIPE_EVENTS,
     PaymentIntent,
-    StripeEvents,
     StripeProvider,
     build_request_body,
 )
@@ -156,7 +159,7 @@ async def test_it_is_a_provider_with_the_factorys_signature() -> None:
     # mypy checks these assignments: the class fits registry.ProviderFactory and Provider.
     factory: ProviderFactory = StripeProvider
     provider: Provider = factory([], FakeClock(), max_call_duration_s=30)
-    events: NotificationFormat = StripeEvents()
+    events: NotificationFormat = STRIPE_EVENTS
     assert (provider.name, events.name) == ("stripe", "stripe")
     await provider.aclose()
 
@@ -222,7 +225,7 @@ def test_build_request_body_rejects_what_stripe_would_and_card_numbers(overrides
         "reference": "r",
     }
     values.update(overrides)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidPaymentMethod):  # the library's error, still a ValueError for callers
         build_request_body(**values)
 
 
@@ -240,7 +243,7 @@ async def test_provider_body_takes_the_named_accounts_return_url(stripe_api: Scr
     other = account(stripe_api.base_url, name="acct_other", key=OTHER_KEY)
     assert "return_url=https" in p.build_request_body(store, **kw)
     assert p.build_request_body(other, **kw).endswith("payment_method_types[]=card")
-    with pytest.raises(ValueError, match="not configured"):
+    with pytest.raises(NotBuildable, match="account-not-configured"):
         p.build_request_body(account(stripe_api.base_url, name="acct_nope"), **kw)
     await p.aclose()
 
@@ -420,6 +423,38 @@ async def test_a_key_whose_mode_is_not_the_accounts_sends_nothing(
     outcome = await p.create_payment(stored, budget_s=15, first_send=True)
     await p.aclose()
     assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, f"request.not-buildable.{reason}")
+    assert stripe_api.received == []
+
+
+async def test_an_account_base_url_that_is_not_http_sends_nothing_create_or_lookup(
+    stripe_api: ScriptedStripe,
+) -> None:
+    """The SDK joins the account's base URL and the path: one that is not http(s) is not where
+    this account's payments live. Every call on it is refused before sending."""
+    base_url = "ftp://127.0.0.1:21"
+    p = StripeProvider([account(base_url)], FakeClock(), max_call_duration_s=30)
+    stored = stored_request(base_url)
+    assert p.unbuildable_reason(stored) == "endpoint-changed"
+    outcome = await p.create_payment(stored, budget_s=15, first_send=True)
+    by_id = await p.get_payment("stripe:acct_store:test", INTENT_ID, budget_s=5)
+    by_reference = await p.find_by_reference("stripe:acct_store:test", REFERENCE, budget_s=5)
+    await p.aclose()
+    assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, "request.not-buildable.endpoint-changed")
+    assert (by_id.kind, by_id.reason) == ("failed", "request.not-buildable.endpoint-changed")
+    assert (by_reference.kind, by_reference.reason) == ("failed", "request.not-buildable.endpoint-changed")
+    assert stripe_api.received == []
+
+
+async def test_an_empty_stored_key_is_refused_where_the_sdk_would_invent_one(
+    provider: StripeProvider, stripe_api: ScriptedStripe
+) -> None:
+    """The SDK sends a POST without an ``idempotency_key`` (an empty one included) under a random
+    key of its own: a send no later send could repeat. An empty stored key sends nothing."""
+    stored = stored_request(stripe_api.base_url, idempotency_key="")
+    assert provider.unbuildable_reason(stored) == "invalid-header"
+    stripe_api.reply(200, intent())
+    outcome = await provider.create_payment(stored, budget_s=15, first_send=True)
+    assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, "request.not-buildable.invalid-header")
     assert stripe_api.received == []
 
 
@@ -784,6 +819,72 @@ async def test_a_rate_limited_lookup_says_when(provider: StripeProvider, stripe_
     assert (second.kind, second.retry_after_s) == ("rate_limited", 1.0)
 
 
+LOOKUPS = ("get_payment", "find_by_reference")
+
+
+async def look_up(p: StripeProvider, lookup: str, budget_s: float = 5) -> LookupResult:
+    if lookup == "get_payment":
+        return await p.get_payment("stripe:acct_store:test", INTENT_ID, budget_s=budget_s)
+    return await p.find_by_reference("stripe:acct_store:test", REFERENCE, budget_s=budget_s)
+
+
+@pytest.mark.parametrize("lookup", LOOKUPS)
+async def test_a_lookup_with_its_budget_spent_sends_nothing_and_fails(
+    stripe_api: ScriptedStripe, clock: FakeClock, lookup: str
+) -> None:
+    p = StripeProvider([account(stripe_api.base_url)], clock, max_call_duration_s=30)
+    results = [await look_up(p, lookup, budget_s=0), await look_up(p, lookup, budget_s=-1)]
+    await p.aclose()
+    assert {(r.kind, r.reason) for r in results} == {("failed", "provider.no-response.caller")}
+    assert stripe_api.received == []
+
+
+@pytest.mark.parametrize("lookup", LOOKUPS)
+async def test_a_lookup_without_an_answer_in_its_budget_fails_never_not_found(
+    provider: StripeProvider, stripe_api: ScriptedStripe, clock: FakeClock, lookup: str
+) -> None:
+    release = stripe_api.hang()
+    task = asyncio.create_task(look_up(provider, lookup))
+    await eventually(lambda: len(stripe_api.received) == 1)
+    clock.advance(5.001)
+    result = await task
+    release.set()
+    assert (result.kind, result.reason) == ("failed", "provider.no-response.caller")
+
+
+@pytest.mark.parametrize("lookup", LOOKUPS)
+async def test_a_lookup_whose_connection_breaks_fails_never_not_found(
+    provider: StripeProvider, stripe_api: ScriptedStripe, lookup: str
+) -> None:
+    answer = {"object": "search_result", "data": []} if lookup == "find_by_reference" else intent()
+    stripe_api.reply(200, answer, fail_mid_stream=True)
+    result = await look_up(provider, lookup)
+    assert result.kind == "failed"
+    assert result.reason is not None and result.reason.startswith("provider.transport."), result.reason
+    assert len(stripe_api.received) == 1  # not retried
+
+
+@pytest.mark.parametrize("lookup", LOOKUPS)
+async def test_a_lookup_on_a_refused_connection_fails(clock: FakeClock, lookup: str) -> None:
+    base_url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    p = StripeProvider([account(base_url)], clock, max_call_duration_s=30)
+    result = await look_up(p, lookup)
+    await p.aclose()
+    assert (result.kind, result.reason) == ("failed", "provider.transport.ConnectError")
+
+
+@pytest.mark.parametrize("lookup", LOOKUPS)
+async def test_a_lookup_under_a_version_that_is_no_header_value_sends_nothing(
+    stripe_api: ScriptedStripe, lookup: str
+) -> None:
+    acct = dataclasses.replace(account(stripe_api.base_url), api_version="2026-10-28 endive")
+    p = StripeProvider([acct], FakeClock(), max_call_duration_s=30)
+    result = await look_up(p, lookup)
+    await p.aclose()
+    assert (result.kind, result.reason) == ("failed", "request.not-buildable.invalid-header")
+    assert stripe_api.received == []
+
+
 @pytest.mark.parametrize("payment_id", ["", "ch_1", "pi_1/../../v1/charges", "pi_1 2"])
 async def test_a_malformed_payment_id_sends_nothing(
     provider: StripeProvider, stripe_api: ScriptedStripe, payment_id: str
@@ -824,6 +925,20 @@ async def test_find_by_reference_with_an_unrecognised_item_fails(
     provider: StripeProvider, stripe_api: ScriptedStripe
 ) -> None:
     stripe_api.reply(200, {"object": "search_result", "data": [intent(), {"id": "pi_x"}]})
+    result = await provider.find_by_reference("stripe:acct_store:test", REFERENCE, budget_s=5)
+    assert (result.kind, result.reason) == ("failed", "provider.body-unrecognized")
+
+
+@pytest.mark.parametrize("answer", [
+    {"object": "search_result", "data": {"id": INTENT_ID}},
+    {"object": "search_result"},
+    [intent()],
+    intent(),  # an intent where a search result belongs
+], ids=["data-not-a-list", "no-data", "a-bare-list", "an-intent"])
+async def test_a_search_answer_that_is_not_a_list_of_intents_fails(
+    provider: StripeProvider, stripe_api: ScriptedStripe, answer: Any
+) -> None:
+    stripe_api.reply(200, answer)
     result = await provider.find_by_reference("stripe:acct_store:test", REFERENCE, budget_s=5)
     assert (result.kind, result.reason) == ("failed", "provider.body-unrecognized")
 

@@ -18,7 +18,7 @@ from paycore.clock import FakeClock
 from paycore.config import ConfigError, ProviderAccountConfig, Secret
 from paycore.domain import OutcomeKind
 from paycore.providers.base import InvalidNotification, Notification, NotificationUnverified
-from paycore.providers.stripe import StripeEvents, StripeProvider, parse_event, signature_header
+from paycore.providers.stripe import STRIPE_EVENTS, StripeProvider, parse_event, signature_header
 from paycore.providers.stripe.events import WebhookVerifier
 from tests.support.scripted_stripe import INTENT_ID, REFERENCE, intent
 
@@ -255,7 +255,7 @@ def test_each_intent_event_parses_to_a_notification(
         (),
         (False, False),
     )
-    assert StripeEvents().notification_key(n) == "evt_1QxA"
+    assert STRIPE_EVENTS.notification_key(n) == "evt_1QxA"
     assert not n.is_refund
 
 
@@ -305,5 +305,5 @@ def test_what_is_not_an_event_we_understand_is_invalid(body: bytes, reason: str)
 
 def test_the_dedup_key_is_the_event_id_for_every_redelivery() -> None:
     first, again = parse_event(event()), parse_event(event(created=T + 3600))
-    assert StripeEvents().notification_key(first) == StripeEvents().notification_key(again) == "evt_1QxA"
-    assert StripeEvents().name == "stripe"
+    assert STRIPE_EVENTS.notification_key(first) == STRIPE_EVENTS.notification_key(again) == "evt_1QxA"
+    assert STRIPE_EVENTS.name == "stripe"

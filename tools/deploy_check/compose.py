@@ -23,6 +23,7 @@ import yaml
 
 from paycore.config import ConfigError
 from tools.deploy_check.compose_cross import (
+    check_alert_grouping,
     check_kafka_topics,
     check_monitoring,
     check_proxies,
@@ -58,7 +59,7 @@ CREDENTIAL = re.compile(r"SECRET|PASSWORD|API_KEY|HMAC_KEY|ROUTING_KEY|TOKEN")
 # A credential value that is only an interpolation with no literal fallback.
 FROM_ENV = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::?\?[^}]*|:?-)?\}")
 # Workers that need something outside the system (an alert endpoint): optional, under a profile.
-OPTIONAL_WORKERS = frozenset({"alerts"})
+OPTIONAL_WORKERS = frozenset({"alerts", "incidents"})
 
 
 def _listens(target: Service) -> dict[int, str] | None:
@@ -278,7 +279,7 @@ def check_compose(compose: Path, env_file: Path | None = None, *, root: Path | N
     services, problems = load_services(data, variables, root)
     for check in (check_commands, check_network_modes, check_addresses, check_healthchecks, check_images,
                   check_volumes, check_interpolation, check_credentials, check_sandbox_webhooks,
-                  check_settings, check_kafka_topics):
+                  check_settings, check_kafka_topics, check_alert_grouping):
         problems += check(services)
     problems += check_monitoring(services, root) + check_proxies(services, root)
     return problems

@@ -22,7 +22,7 @@ METRIC_USE = re.compile(r"\bpaycore_[a-z0-9_]+")
 METRIC_SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created")
 PROXIED = re.compile(r"https?://([A-Za-z0-9_-]+):(\d+)")  # in a proxy's configuration
 # The workers that create the Kafka topics when missing (paycore.kafka.ensure_topics).
-TOPIC_CREATORS = ("dispatcher", "consumer", "alerts")
+TOPIC_CREATORS = ("dispatcher", "consumer", "alerts", "incidents")
 # The services that call a provider account (and so must agree with the sandbox about it).
 CALLERS = (("serve", "checkout"), ("serve", "webhooks"), ("run", "recovery"))
 
@@ -120,6 +120,10 @@ def validate_settings(svc: Service) -> str | None:
             from paycore_sandbox.settings import SandboxSettings
 
             SandboxSettings.from_env(dict(env))
+        elif svc.runs("serve", "console"):
+            from paycore_console.settings import ConsoleSettings
+
+            ConsoleSettings.from_env(env)  # as cmd_serve
         elif svc.runs("serve", "checkout") or svc.runs("serve", "webhooks"):
             settings = load_settings(env)
             if svc.runs("serve", "checkout") and settings.jwt_secret is None and settings.jwks_url is None:
@@ -147,6 +151,10 @@ def validate_settings(svc: Service) -> str | None:
                 load_dispatcher_settings(settings, env)
             if svc.runs("run", "alerts") and load_alert_settings(env).webhook_url is None:
                 return "PAYCORE_ALERT_WEBHOOK_URL is required (where alerts are posted)"
+            if svc.runs("run", "incidents"):
+                from paycore_incidents import settings as incident_settings
+
+                incident_settings.load(env)
     except (ConfigError, ValueError) as exc:
         return str(exc)
     return None
@@ -282,16 +290,26 @@ def check_monitoring(services: dict[str, Service], root: Path) -> list[Problem]:
 def _scrape_coverage(name: str, config: Path, services: dict[str, Service]) -> list[Problem]:
     data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
     targets: set[tuple[str, int]] = set()
+    discovered: set[tuple[str, int]] = set()
     for job in data.get("scrape_configs") or []:
         for static in job.get("static_configs") or []:
             for t in static.get("targets") or []:
                 host, _, port = str(t).rpartition(":")
                 targets.add((host, int(port)))
         for sd in job.get("dns_sd_configs") or []:
-            targets.update((str(n), int(sd.get("port", 0))) for n in sd.get("names") or [])
-    return [Problem(name, "monitoring", f"Prometheus does not scrape {s.name}:{port}/metrics")
-            for s in services.values() if s.is_paycore and not s.runs("serve", "sandbox")
-            for port in s.metrics if (s.name, port) not in targets]
+            discovered.update((str(n), int(sd.get("port", 0))) for n in sd.get("names") or [])
+    targets |= discovered
+    static = {(host, port) for host, port in targets if (host, port) not in discovered}
+    problems = [Problem(name, "monitoring", f"Prometheus does not scrape {s.name}:{port}/metrics")
+                for s in services.values() if s.is_paycore and not s.runs("serve", "sandbox")
+                for port in s.metrics if (s.name, port) not in targets]
+    # A static target is scraped whether or not its service runs: one of a profile would be down
+    # (up == 0, PaycoreTargetDown firing) whenever the profile is off. DNS finds it only running.
+    problems += [Problem(name, "monitoring", f"Prometheus scrapes {host}:{port} as a static target, but "
+                         f"{host} runs only with --profile {' or '.join(services[host].profiles)}: without "
+                         "it the target is down and PaycoreTargetDown fires; find it by dns_sd_configs")
+                 for host, port in sorted(static) if host in services and services[host].profiles]
+    return problems
 
 
 def defined_metrics() -> set[str]:
@@ -316,4 +334,30 @@ def _dashboard_metrics(name: str, dashboard: Path) -> list[Problem]:
         if not is_defined(metric, defined):
             problems.append(Problem(name, "monitoring", f"{dashboard.name} charts {metric}, which no service "
                                                         "defines"))
+    return problems
+
+
+def check_alert_grouping(services: dict[str, Service]) -> list[Problem]:
+    """Alert delivery reads the pages topic (grouping on) only where the incident agent runs too:
+    in every profile that starts alerts, an incidents service starts, or nothing is delivered."""
+    from paycore.config import ConfigError
+    from paycore_dispatcher.settings import ALERT_INCIDENT_GROUPING
+
+    agents = [s for s in services.values() if s.runs("run", "incidents")]
+    problems: list[Problem] = []
+    for svc in services.values():
+        if not svc.runs("run", "alerts"):
+            continue
+        try:
+            grouped = ALERT_INCIDENT_GROUPING.read(svc.env)
+        except ConfigError:
+            continue  # reported by check_settings
+        starts = svc.profiles or [""]
+        alone = [p for p in starts if not any(not a.profiles or p in a.profiles for a in agents)]
+        if grouped and alone:
+            where = ", ".join(f"--profile {p}" if p else "by default" for p in alone)
+            problems.append(Problem(svc.name, "alert-grouping",
+                                    "PAYCORE_ALERT_INCIDENT_GROUPING=true, but no incidents service starts "
+                                    f"with it ({where}): it would deliver the pages topic, which nothing "
+                                    "writes"))
     return problems

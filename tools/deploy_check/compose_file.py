@@ -27,6 +27,8 @@ PAYCORE_IMAGE = "paycore"
 SCHEME_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "postgres": 5432}
 # Settings whose value names a host (and port) another service must answer on.
 ADDRESS_SUFFIXES = ("_URL", "_URLS", "_BASE", "_BOOTSTRAP")
+# URLs that are links for people (in pages, on redirects), never connected to by a container.
+LINKS = frozenset({"PAYCORE_CONSOLE_URL", "PAYCORE_STRIPE_RETURN_URL", "PAYCORE_ADYEN_RETURN_URL"})
 INTERPOLATION = re.compile(
     r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}|\$(?P<bare>[A-Za-z_][A-Za-z0-9_]*)")
 
@@ -242,7 +244,7 @@ def strings(node: Any) -> Iterator[str]:
 
 def addresses(name: str, value: str) -> list[tuple[str, int | None]]:
     """The (host, port) pairs in a ``PAYCORE_*`` address setting's value."""
-    if not name.startswith("PAYCORE_") or not name.endswith(ADDRESS_SUFFIXES):
+    if not name.startswith("PAYCORE_") or not name.endswith(ADDRESS_SUFFIXES) or name in LINKS:
         return []
     out: list[tuple[str, int | None]] = []
     for entry in (e.strip() for e in value.split(",")):

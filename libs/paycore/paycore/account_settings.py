@@ -221,6 +221,11 @@ ADYEN_ESCALATION_MARGIN = ADYEN.declare(
     "PAYCORE_ADYEN_ESCALATION_MARGIN_S", MARGIN, None, "as `PAYCORE_CARDCO_ESCALATION_MARGIN_S`",
     shown_default="min(7200, retention/4)")
 
+# Why an Adyen account cannot start without its return URL, said where it is refused.
+ADYEN_RETURN_URL_NEEDED: Final = (
+    ": every Adyen payment carries a returnUrl (where the shopper comes back after a redirect or "
+    "3-D Secure), e.g. https://shop.example/checkout/return")
+
 # The keys of one PAYCORE_ACCOUNTS_FILE entry, as _file_account reads them.
 ACCOUNTS_FILE_FIELDS = (
     FileField("provider", "`cardco`", "`cardco`, `stripe` or `adyen`"),
@@ -386,7 +391,7 @@ def _adyen(env: Mapping[str, str]) -> ProviderAccountConfig:
         api_version=ADYEN_API_VERSION_SETTING.read(env), key_retention_s=retention,
         escalation_margin_s=_env_margin(env, ADYEN_ESCALATION_MARGIN, retention),
         webhook_username=username, webhook_password=password, live_url_prefix=prefix,
-        return_url=ADYEN_RETURN_URL.require(env, " (Adyen requires a returnUrl on every payment)"),
+        return_url=ADYEN_RETURN_URL.require(env, ADYEN_RETURN_URL_NEEDED),
     )
 
 
@@ -522,7 +527,7 @@ def _file_account(env: Mapping[str, str], where: str, e: Any) -> ProviderAccount
         raise ConfigError(f"{where}.webhook_username", "is for Adyen accounts only")
     return_url = _url(e, "return_url", where)
     if provider == "adyen" and return_url is None:
-        raise ConfigError(f"{where}.return_url", "is required (Adyen requires a returnUrl on every payment)")
+        raise ConfigError(f"{where}.return_url", "is required" + ADYEN_RETURN_URL_NEEDED)
     versions = {"cardco": CARDCO_API_VERSION, "stripe": STRIPE_API_VERSION, "adyen": ADYEN_API_VERSION}
     return ProviderAccountConfig(
         provider=provider, account=account, environment=environment, base_url=base_url, api_key=api_key,

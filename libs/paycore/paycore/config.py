@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from paycore.account_settings import CARDCO_API_VERSION as CARDCO_API_VERSION  # re-exported
@@ -24,9 +25,10 @@ from paycore.account_settings import ESCALATION_MARGIN_CAP_S as ESCALATION_MARGI
 from paycore.account_settings import ProviderAccountConfig as ProviderAccountConfig  # re-exported
 from paycore.account_settings import load_accounts
 from paycore.settings_spec import MAX_BUDGET_S as MAX_BUDGET_S  # re-exported: the library's bound
-from paycore.settings_spec import ConfigError as ConfigError  # re-exported: every service raises it
 from paycore.settings_spec import (
+    Choice,
     Count,
+    FilePath,
     Flag,
     Group,
     Invalid,
@@ -36,6 +38,7 @@ from paycore.settings_spec import (
     Text,
     Url,
 )
+from paycore.settings_spec import ConfigError as ConfigError  # re-exported: every service raises it
 from paycore.settings_spec import Secret as Secret  # re-exported
 
 SECONDS = Number("seconds")
@@ -47,9 +50,38 @@ CONNECTIONS = Group("every service: where the database and the broker are")
 DATABASE_URL = CONNECTIONS.declare(
     "PAYCORE_DATABASE_URL", Text(), None, "PostgreSQL DSN",
     shown_default="embedded (`paycore up`), else required")
+MIGRATION_DATABASE_URL = CONNECTIONS.declare(
+    "PAYCORE_MIGRATION_DATABASE_URL", Text(), None,
+    "`paycore migrate` only: the DSN of a role that may create and alter paycore's tables, so the "
+    "services' role need not",
+    shown_default="`PAYCORE_DATABASE_URL`")
 KAFKA_BOOTSTRAP = CONNECTIONS.declare(
     "PAYCORE_KAFKA_BOOTSTRAP", Text(), None, "Kafka bootstrap servers (`host:port`, comma-separated)",
     shown_default="embedded (`paycore up`), else required by the dispatcher")
+
+# Managed Kafka (Confluent Cloud, MSK, Aiven, Redpanda Cloud, Event Hubs) takes TLS and SASL: every
+# client paycore makes (paycore.kafka, and the incidents agent's faust app) reads these.
+KAFKA_SECURITY = Group("every Kafka client (dispatcher, consumers, alerts, incidents): TLS and SASL")
+KAFKA_SECURITY_PROTOCOL = KAFKA_SECURITY.declare(
+    "PAYCORE_KAFKA_SECURITY_PROTOCOL",
+    Choice(("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"), case="upper"), "PLAINTEXT",
+    "`SSL`: TLS, the brokers' certificates verified; `SASL_SSL`: TLS and a username and password "
+    "(most managed Kafka); `PLAINTEXT`, `SASL_PLAINTEXT`: nothing encrypted, a private network only")
+KAFKA_SASL_MECHANISM = KAFKA_SECURITY.declare(
+    "PAYCORE_KAFKA_SASL_MECHANISM", Choice(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), case="upper"),
+    "PLAIN",
+    "with `SASL_*`: how the brokers check the password; `PLAIN` sends it as is, so only with `SASL_SSL`")
+KAFKA_SASL_USERNAME = KAFKA_SECURITY.declare(
+    "PAYCORE_KAFKA_SASL_USERNAME", Text(printable=True), None, "the SASL username (an API key's id)",
+    shown_default="— (required with `SASL_*`)")
+KAFKA_SASL_PASSWORD = KAFKA_SECURITY.declare(
+    "PAYCORE_KAFKA_SASL_PASSWORD", SecretText(), None, "the SASL password (an API key's secret)",
+    shown_default="— (required with `SASL_*`)")
+KAFKA_SSL_CA_FILE = KAFKA_SECURITY.declare(
+    "PAYCORE_KAFKA_SSL_CA_FILE", FilePath(), None,
+    "with `SSL`, `SASL_SSL`: a PEM file of the CAs the brokers' certificates chain to (a private CA); "
+    "read when a client is made",
+    shown_default="— (the system's CAs)")
 
 TOKENS = Group("checkout: customer tokens (JWT)")
 JWT_SECRET = TOKENS.declare(
@@ -144,11 +176,13 @@ KAFKA_MIN_INSYNC_REPLICAS = KAFKA.declare(
     "PAYCORE_KAFKA_MIN_INSYNC_REPLICAS", Count(maximum=32), 2,
     "`min.insync.replicas` of each topic the dispatcher creates: with `acks=all` a record is acknowledged "
     "only once this many replicas hold it; at most the replication factor")
-# Days, not an asyncio budget: the budget bound (~24.8 days) would refuse a retention that
-# outlasts the outbox's replay horizon (PAYCORE_OUTBOX_RETENTION_S, 30 days by default).
+# Days, not an asyncio budget: the budget bound (~24.8 days) would refuse it. One of a chain the
+# dispatcher checks at start-up (paycore_dispatcher.settings): outbox rows (the replay horizon) <=
+# the topics' retention < consumer inbox rows.
 KAFKA_RETENTION = KAFKA.declare(
-    "PAYCORE_KAFKA_RETENTION_S", Number("seconds", maximum=None), 604_800.0,
-    "`retention.ms` of each topic the dispatcher creates: the longest a consumer may stay behind")
+    "PAYCORE_KAFKA_RETENTION_S", Number("seconds", maximum=None), 35 * 86_400.0,
+    "`retention.ms` of each topic the dispatcher creates (set the same on topics you create): the "
+    "longest a consumer may stay behind; not below PAYCORE_OUTBOX_RETENTION_S")
 # Incident grouping (issue 14): `paycore run incidents` writes the pages, `paycore run alerts`
 # delivers them when PAYCORE_ALERT_INCIDENT_GROUPING says so (paycore_dispatcher.settings).
 KAFKA_PAGES_TOPIC = KAFKA.declare(
@@ -166,6 +200,29 @@ class Budgets:
     call_s: float = CALL_BUDGET.default  # one provider call
     record_s: float = RECORD_BUDGET.default  # recording its outcome
     max_call_duration_s: float = MAX_CALL_DURATION.default  # the payment client's own ceiling
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """How Kafka clients connect (``PAYCORE_KAFKA_SECURITY_PROTOCOL`` and what it needs)."""
+
+    protocol: str = KAFKA_SECURITY_PROTOCOL.default
+    sasl_mechanism: str | None = None  # unset: PLAIN (see ``mechanism``)
+    sasl_username: str | None = None
+    sasl_password: Secret | None = None
+    ssl_ca_file: Path | None = None  # None: the system's CAs
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @property
+    def mechanism(self) -> str:
+        return self.sasl_mechanism or KAFKA_SASL_MECHANISM.default
 
 
 @dataclass(frozen=True)
@@ -188,6 +245,8 @@ class Settings:
     jwt_secret: Secret | None
     jwks_url: str | None
     accounts: tuple[ProviderAccountConfig, ...]
+    # `paycore migrate` connects with this role when set (DDL), the services with database_url.
+    migration_database_url: str | None = None
     # Least time between two refetches of the JWKS for an unknown ``kid``: a
     # rotation is picked up after it, and forged kids cannot hammer the IdP.
     jwks_refetch_cooldown_s: float = JWKS_REFETCH_COOLDOWN.default
@@ -218,6 +277,7 @@ class Settings:
     kafka_replication_factor: int = KAFKA_REPLICATION_FACTOR.default
     kafka_min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS.default
     kafka_retention_s: float = KAFKA_RETENTION.default
+    kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
     kafka_pages_topic: str = KAFKA_PAGES_TOPIC.default
 
     @property
@@ -264,6 +324,7 @@ def load_settings(env: Mapping[str, str] | None = None, *, require_account: bool
 
     return Settings(
         database_url=DATABASE_URL.get(env),
+        migration_database_url=MIGRATION_DATABASE_URL.get(env),
         kafka_bootstrap=KAFKA_BOOTSTRAP.get(env),
         jwt_secret=jwt_secret,
         jwks_url=jwks_url,
@@ -315,6 +376,7 @@ def _kafka_settings(env: Mapping[str, str]) -> dict[str, Any]:
         raise ConfigError(KAFKA_MIN_INSYNC_REPLICAS.name,
                           f"is {min_insync}, above PAYCORE_KAFKA_REPLICATION_FACTOR ({replication})")
     return {
+        "kafka_security": _kafka_security(env),
         "kafka_idempotent": KAFKA_IDEMPOTENT.get(env),
         "kafka_effects_topic": KAFKA_EFFECTS_TOPIC.read(env),
         "kafka_alerts_topic": KAFKA_ALERTS_TOPIC.read(env),
@@ -326,3 +388,15 @@ def _kafka_settings(env: Mapping[str, str]) -> dict[str, Any]:
         "kafka_retention_s": KAFKA_RETENTION.read(env),
         "kafka_pages_topic": KAFKA_PAGES_TOPIC.read(env),
     }
+
+
+def _kafka_security(env: Mapping[str, str]) -> KafkaSecurity:
+    """Read only: the rules tying them together hold for a process that makes Kafka clients
+    (:func:`paycore.kafka.kafka_settings`), so checkout need not carry the Kafka password."""
+    return KafkaSecurity(
+        protocol=KAFKA_SECURITY_PROTOCOL.read(env),
+        sasl_mechanism=KAFKA_SASL_MECHANISM.get(env),
+        sasl_username=KAFKA_SASL_USERNAME.get(env),
+        sasl_password=KAFKA_SASL_PASSWORD.get(env),
+        ssl_ca_file=KAFKA_SSL_CA_FILE.get(env),
+    )

@@ -8,12 +8,13 @@ state and version it read.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from paycore.evidence import Claim
+from paycore.evidence import Claim, Verdict
 
 
 class AttemptState(enum.StrEnum):
@@ -175,3 +176,69 @@ class ProviderOutcome:
 def provider_account_id(provider: str, account: str, environment: str) -> str:
     """The internal provider-account id, e.g. ``cardco:acct_store:test``."""
     return f"{provider}:{account}:{environment}"
+
+
+# -- what an outcome would do, without doing it -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Foreseen:
+    """What :func:`paycore.attempts.apply_outcome` would do with an outcome (:func:`foresee_outcome`).
+
+    ``refused``: it would raise :class:`paycore.errors.TransitionRefused` with this reason and
+    change nothing. Otherwise the attempt goes from ``before`` to ``after`` (``written``: a new
+    version, even when the state stays, as Started -> Started does), the escalations named are
+    raised, and on Succeeded the order is marked Paid (``order_paid``) and ``effects`` queued.
+    """
+
+    before: AttemptState
+    after: AttemptState
+    written: bool = False
+    escalations: tuple[str, ...] = ()
+    refused: str | None = None
+    order_paid: bool = False
+    effects: tuple[str, ...] = ()
+
+    @property
+    def resolves_escalations(self) -> bool:
+        """A final outcome written resolves the attempt's open escalations."""
+        return self.written and self.after in FINAL_STATES
+
+
+def foresee_outcome(state: AttemptState, provider_status: str | None, outcome: ProviderOutcome,
+                    verdict: Verdict, *, order_status: OrderStatus, cancel_requested: bool) -> Foreseen:
+    """The decisions of :func:`paycore.attempts.apply_outcome`, in its order, for an attempt in
+    ``state`` (with ``provider_status`` observed) whose order is ``order_status``, given the
+    evidence ``verdict`` on ``outcome``: pure, for a person to see before confirming an action.
+
+    A write can still find the state changed underneath and then decides again on what it finds;
+    ``tests/operators/test_attach_preview.py`` applies each case and compares.
+    """
+    raised: list[str] = []
+    if not verdict.accepted:
+        assert verdict.reason is not None
+        raised.append(verdict.reason.value)
+        if outcome.kind is not OutcomeKind.UNKNOWN or state in FINAL_STATES:
+            return Foreseen(state, state, escalations=tuple(raised))
+        outcome = dataclasses.replace(outcome, claim=None, provider_payment_id=None, provider_status=None)
+    target = outcome.target_state
+    if state in FINAL_STATES:
+        if outcome.is_final and target is not state:
+            raised.append("contradiction")
+        return Foreseen(state, state, escalations=tuple(raised))
+    if state is AttemptState.NOT_STARTED:
+        return Foreseen(state, state, refused=f"the attempt is {state}; no outcome can be recorded")
+    if outcome.kind is OutcomeKind.UNKNOWN and outcome.request_rejected:
+        raised.append("resend-rejected")
+    if outcome.kind is OutcomeKind.UNKNOWN and (state is AttemptState.UNKNOWN or provider_status is not None):
+        return Foreseen(state, state, escalations=tuple(raised))
+    if not can_transition(state, target):
+        return Foreseen(state, state, refused=f"transition {state} -> {target} is not allowed")
+    if target is not AttemptState.SUCCEEDED:
+        return Foreseen(state, target, written=True, escalations=tuple(raised))
+    fulfil = order_status is OrderStatus.OPEN and not cancel_requested
+    if not fulfil:
+        raised.append("succeeded-after-cancel")
+    return Foreseen(state, target, written=True, escalations=tuple(raised),
+                    order_paid=order_status is OrderStatus.OPEN,
+                    effects=("order-confirmation", *(("fulfillment-request",) if fulfil else ())))

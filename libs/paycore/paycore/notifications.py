@@ -10,7 +10,9 @@ account that verified it (:func:`paycore.providers.registry.notification_format`
 - :func:`apply_notification`: the same conditional transition every writer uses
   (:func:`paycore.attempts.apply_outcome`), plus lifecycle effects (refunds).
 - :func:`attach_notification`: the authorised reconciliation of a stored
-  unmatched notification with its attempt.
+  unmatched notification with its attempt; :func:`preview_attach` says what it
+  would do, from the same checks and the outcome rules of
+  :func:`paycore.domain.foresee_outcome`, without writing.
 
 The service that receives webhooks (``services/webhooks``) verifies, matches and
 escalates; the rules for what a notification *does* live here, once.
@@ -28,10 +30,11 @@ import asyncpg
 import orjson
 
 from paycore import escalations, outbox
-from paycore.attempts import Attempt, OutcomeResult, apply_outcome, get_attempt
-from paycore.domain import AttemptState
-from paycore.errors import PaycoreError
+from paycore.attempts import Attempt, OutcomeResult, apply_outcome, get_attempt, judge_outcome
+from paycore.domain import AttemptState, Foreseen, foresee_outcome
+from paycore.errors import PaycoreError, TransitionRefused
 from paycore.events import EventKind, append_event
+from paycore.evidence import Verdict
 from paycore.operator_actions import (
     ActionKind,
     OperatorAction,
@@ -39,8 +42,8 @@ from paycore.operator_actions import (
     validate_operator,
     validate_reason,
 )
-from paycore.orders import lock_order
-from paycore.providers.base import KEY_VERSION, Notification
+from paycore.orders import find_order, lock_order
+from paycore.providers.base import KEY_VERSION, InvalidNotification, Notification
 from paycore.providers.registry import notification_format
 
 log = logging.getLogger("paycore.notifications")
@@ -191,6 +194,47 @@ def _attempt_fields(a: Attempt) -> dict[str, Any]:
     return {"state": a.state.value, "version": a.version, "provider_payment_id": a.provider_payment_id}
 
 
+def _refusal(event_id: int, row: asyncpg.Record | None, attempt: Attempt, *, attached: bool) -> str | None:
+    """Why this stored notification cannot be attached to ``attempt`` at all, before its outcome is
+    judged; ``None`` when it can be tried. The attach and its preview ask this same question."""
+    if row is None:
+        return f"no stored notification {event_id}"
+    if row["attempt_id"] is not None:
+        return f"notification {event_id} was matched on arrival"
+    if row["provider_account"] != attempt.provider_account:
+        return "the notification was verified for another provider account"
+    if attached:
+        return f"notification {event_id} is already attached"
+    if "event" not in row["detail"]:  # kept as raw bytes: a person reads it, nothing applies it
+        return (f"notification {event_id} was stored unparsed ({row['detail'].get('unparseable')}); "
+                "it cannot be applied")
+    if attempt.state is AttemptState.NOT_STARTED:  # never sent: no payment of it can exist
+        return f"attempt {attempt.attempt_id} was never sent (NotStarted); no notification can be about it"
+    return None
+
+
+def _stored(row: asyncpg.Record) -> Notification:
+    """The stored event as evidence for the attempt the operator names: its reference is not judged.
+    :class:`AttachRefused` if its provider cannot read it (any more)."""
+    # In its provider's wire format: the verified account's provider re-parses it.
+    stored_event = orjson.dumps(row["detail"]["event"])
+    try:
+        n = notification_format(row["provider_account"]).parse_notification(stored_event)
+    except InvalidNotification as exc:
+        raise AttachRefused(f"notification {row['event_id']} cannot be read as its provider's event "
+                            f"({exc}); it cannot be applied") from None
+    return n.identified_otherwise()
+
+
+def _not_evidence(event_id: int, attempt_id: UUID, verdict: Verdict) -> str:
+    return (f"notification {event_id} is not evidence about attempt {attempt_id}: "
+            f"{verdict.reason} ({verdict.attribute})")
+
+
+def _not_applicable(event_id: int, attempt_id: UUID, why: str) -> str:
+    return f"notification {event_id} cannot be applied to attempt {attempt_id}: {why}"
+
+
 async def attach_notification(
     pool: asyncpg.Pool, *, event_id: int, attempt_id: UUID, operator: str, reason: str, now: datetime,
     reminder_interval: timedelta, recheck_after_s: float,
@@ -211,31 +255,25 @@ async def attach_notification(
         await lock_order(conn, order_id)
         attempt = await get_attempt(conn, attempt_id)  # as it stands under the order lock
         row = await conn.fetchrow(SELECT_NOTIFICATION, event_id)
-        if row is None:
-            raise AttachRefused(f"no stored notification {event_id}")
-        if row["attempt_id"] is not None:
-            raise AttachRefused(f"notification {event_id} was matched on arrival")
-        if row["provider_account"] != attempt.provider_account:
-            raise AttachRefused("the notification was verified for another provider account")
-        if await conn.fetchval(SELECT_ATTACHMENT, attempt_id, str(event_id)):
-            raise AttachRefused(f"notification {event_id} is already attached")
-        if "event" not in row["detail"]:  # kept as raw bytes: a person reads it, nothing applies it
-            raise AttachRefused(f"notification {event_id} was stored unparsed "
-                                f"({row['detail'].get('unparseable')}); it cannot be applied")
-        # The stored event is in its provider's wire format: the verified account's provider re-parses it.
-        stored_event = orjson.dumps(row["detail"]["event"])
-        n = notification_format(row["provider_account"]).parse_notification(stored_event)
+        refusal = _refusal(event_id, row, attempt,
+                           attached=bool(await conn.fetchval(SELECT_ATTACHMENT, attempt_id, str(event_id))))
+        if refusal is not None:
+            raise AttachRefused(refusal)
+        assert row is not None
+        n = _stored(row)
         key: str | None = row["notification_key"]
         await append_event(
             conn, attempt_id=attempt_id, kind=EventKind.TRANSITION, actor=f"operator-{operator}", now=now,
             detail={"attached_notification": event_id, "notification_key": key},
         )
-        applied = await apply_notification(conn, attempt=attempt, n=n.identified_otherwise(), key=key,
-                                           now=now, reminder_interval=reminder_interval,
-                                           recheck_after_s=recheck_after_s, actor=f"operator-{operator}")
+        try:
+            applied = await apply_notification(conn, attempt=attempt, n=n, key=key, now=now,
+                                               reminder_interval=reminder_interval,
+                                               recheck_after_s=recheck_after_s, actor=f"operator-{operator}")
+        except TransitionRefused as exc:  # the transition table does not allow it: a refusal, not an error
+            raise AttachRefused(_not_applicable(event_id, attempt_id, str(exc))) from None
         if not applied.verdict.accepted:  # rolls the whole attachment back
-            raise AttachRefused(f"notification {event_id} is not evidence about attempt {attempt_id}: "
-                                f"{applied.verdict.reason} ({applied.verdict.attribute})")
+            raise AttachRefused(_not_evidence(event_id, attempt_id, applied.verdict))
         result = applied.attempt
         resolved = await escalations.resolve_by_key(
             conn, escalations.unmatched_key(attempt.provider_account, key, n.payment_id, n.reference), now)
@@ -247,3 +285,83 @@ async def attach_notification(
             detail={"notification_key": key, "resolved_escalations": resolved},
         )
         return Attached(result, recorded)
+
+
+SELECT_OPEN_EPISODE = """
+SELECT escalation_id FROM payment_escalations WHERE escalation_key = $1 AND resolved_at IS NULL
+"""
+
+
+@dataclass(frozen=True)
+class AttachPreview:
+    """What :func:`attach_notification` would do, decided without writing (:func:`preview_attach`).
+
+    ``refused``: the message the attach would be refused with (nothing would change). Otherwise
+    ``foreseen`` is the outcome's effect on the attempt, ``refund_request`` whether a refund
+    request would be queued, and ``unmatched_escalation`` the notification's open unmatched
+    episode that the attach resolves.
+    """
+
+    attempt: Attempt
+    refused: str | None
+    foreseen: Foreseen | None = None
+    refund_request: bool = False
+    unmatched_escalation: int | None = None
+
+    def describe(self) -> str:
+        """``Unknown → Succeeded, order Paid; queues order-confirmation, …``, or ``Refused: …``."""
+        if self.refused is not None:
+            return f"Refused: {self.refused}"
+        f = self.foreseen
+        assert f is not None
+        if not f.written:
+            parts = [f"{f.before} stays {f.after}: the attempt does not change"]
+        else:
+            parts = [f"{f.before} → {f.after}" + (", order Paid" if f.order_paid else "")]
+        effects = [*f.effects, *(["refund-request"] if self.refund_request else [])]
+        if effects:
+            parts.append("queues " + ", ".join(effects))
+        if f.escalations:
+            parts.append("raises " + ", ".join(f.escalations))
+        if f.resolves_escalations:
+            parts.append("resolves any open escalation of the attempt")
+        if self.unmatched_escalation is not None:
+            parts.append(f"resolves the notification's escalation {self.unmatched_escalation}")
+        return "; ".join(parts)
+
+
+async def preview_attach(db: asyncpg.Pool | asyncpg.Connection, *, event_id: int,
+                         attempt_id: UUID) -> AttachPreview:
+    """What attaching stored notification ``event_id`` to ``attempt_id`` would do, as things stand:
+    the attach's own checks and evidence verdict, and the outcome rules of
+    :func:`paycore.domain.foresee_outcome`. Reads only; raises
+    :class:`paycore.errors.NotFound` for no such attempt."""
+    attempt = await get_attempt(db, attempt_id)
+    row = await db.fetchrow(SELECT_NOTIFICATION, event_id)
+    refusal = _refusal(event_id, row, attempt,
+                       attached=bool(await db.fetchval(SELECT_ATTACHMENT, attempt_id, str(event_id))))
+    if refusal is not None:
+        return AttachPreview(attempt, refusal)
+    assert row is not None
+    try:
+        n = _stored(row)
+    except AttachRefused as exc:
+        return AttachPreview(attempt, str(exc))
+    verdict = await judge_outcome(db, attempt, n.outcome)
+    if not verdict.accepted:
+        return AttachPreview(attempt, _not_evidence(event_id, attempt_id, verdict))
+    order = await find_order(db, attempt.order_id)
+    assert order is not None  # an attempt's order is never deleted (foreign key)
+    foreseen = foresee_outcome(attempt.state, attempt.provider_status, n.outcome, verdict,
+                               order_status=order.status,
+                               cancel_requested=order.cancel_requested_at is not None)
+    if foreseen.refused is not None:
+        return AttachPreview(attempt, _not_applicable(event_id, attempt_id, foreseen.refused), foreseen)
+    # apply_notification's refund rule, on the payment id the attempt would then hold (a write
+    # keeps a recorded id: COALESCE).
+    payment_id = ((attempt.provider_payment_id or n.outcome.provider_payment_id) if foreseen.written
+                  else attempt.provider_payment_id)
+    refund = n.is_refund and foreseen.after is AttemptState.SUCCEEDED and payment_id == n.payment_id
+    unmatched = await db.fetchval(SELECT_OPEN_EPISODE, escalations.unmatched_key(
+        attempt.provider_account, row["notification_key"], n.payment_id, n.reference))
+    return AttachPreview(attempt, None, foreseen, refund_request=refund, unmatched_escalation=unmatched)

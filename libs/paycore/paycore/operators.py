@@ -13,8 +13,11 @@ without a usable account is checked against a dummy hash. Failures are counted
 per name tried and client address; after ``max_failures`` inside the window the
 key is refused with :class:`TooManyAttempts` (its ``retry_after_s``), even with
 the right password, until enough of those failures have left the window. A
-refused sign-in is not counted, so an attacker cannot extend the lock-out by
-retrying; a successful one clears its key's failures.
+client address is capped as well, whatever names it tries: after
+``max_client_failures`` inside the window it is refused for every name (one
+address cannot spray many names). A refused sign-in is not counted, so an
+attacker cannot extend the lock-out by retrying; a successful one clears its
+key's failures.
 """
 
 from __future__ import annotations
@@ -34,8 +37,14 @@ from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatc
 
 from paycore.db import transaction_on
 from paycore.errors import NotFound, PaycoreError
-from paycore.operator_actions import ActionKind, InvalidOperatorAction, record_action, validate_operator
-from paycore.settings_spec import Count, Group, Number
+from paycore.operator_actions import (
+    ActionKind,
+    InvalidOperatorAction,
+    OperatorAction,
+    record_action,
+    validate_operator,
+)
+from paycore.settings_spec import ConfigError, Count, Group, Number
 
 PASSWORD_MIN_LENGTH = 12
 # argon2 hashes any length, but a megabyte-long "password" is a cheap way to burn CPU.
@@ -53,6 +62,10 @@ LOGIN_MAX_FAILURES = SIGN_IN.declare(
     "PAYCORE_CONSOLE_LOGIN_MAX_FAILURES", Count(maximum=1000), 5,
     "failed sign-ins of one name from one client address inside the window before that pair is "
     "refused, even with the right password")
+LOGIN_MAX_CLIENT_FAILURES = SIGN_IN.declare(
+    "PAYCORE_CONSOLE_LOGIN_MAX_CLIENT_FAILURES", Count(maximum=100_000), 50,
+    "failed sign-ins from one client address inside the window, whatever names they tried, before "
+    "that address is refused for every name; at least `PAYCORE_CONSOLE_LOGIN_MAX_FAILURES`")
 LOGIN_WINDOW = SIGN_IN.declare(
     "PAYCORE_CONSOLE_LOGIN_WINDOW_S", Number("seconds", maximum=86_400.0), 900.0,
     "how long a failed sign-in counts")
@@ -95,14 +108,30 @@ class Operator:
 
 @dataclass(frozen=True)
 class LoginThrottle:
-    """How many failed sign-ins of one name from one client a window tolerates."""
+    """How many failed sign-ins a window tolerates: of one name from one client, and from one
+    client whatever the names."""
 
     max_failures: int = LOGIN_MAX_FAILURES.default
     window_s: float = LOGIN_WINDOW.default
+    max_client_failures: int = LOGIN_MAX_CLIENT_FAILURES.default
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> LoginThrottle:
-        return cls(LOGIN_MAX_FAILURES.read(env), LOGIN_WINDOW.read(env))
+        throttle = cls(LOGIN_MAX_FAILURES.read(env), LOGIN_WINDOW.read(env),
+                       LOGIN_MAX_CLIENT_FAILURES.read(env))
+        if throttle.max_client_failures < throttle.max_failures:
+            # Below it, the per-name limit could never be reached: say so rather than surprise.
+            raise ConfigError(LOGIN_MAX_CLIENT_FAILURES.name,
+                              f"must be at least {LOGIN_MAX_FAILURES.name} ({throttle.max_failures})")
+        return throttle
+
+
+@dataclass(frozen=True)
+class AccountChanged:
+    """An account as an addition or a disabling left it, and the operator action that records it."""
+
+    operator: Operator
+    recorded: OperatorAction
 
 
 class OperatorAccountRefused(PaycoreError, ValueError):
@@ -121,7 +150,8 @@ class AuthenticationFailed(PaycoreError):
 
 
 class TooManyAttempts(PaycoreError):
-    """Too many failed sign-ins of this name from this client; try again after ``retry_after_s``."""
+    """Too many failed sign-ins of this name from this client, or from this client of any name;
+    try again after ``retry_after_s``."""
 
     def __init__(self, retry_after_s: int) -> None:
         super().__init__(f"too many failed sign-ins; try again in {retry_after_s} s")
@@ -172,7 +202,7 @@ RETURNING name, role, created_at, disabled_at
 
 async def add_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, password: str, role: str,
                        now: datetime, *, operator: str, reason: str | None = None,
-                       hasher: PasswordHasher = PASSWORD_HASHER) -> Operator:
+                       hasher: PasswordHasher = PASSWORD_HASHER) -> AccountChanged:
     """Add an account (recorded as ``operator-add`` by ``operator``); refuses an existing name."""
     handle = account_name(name)
     wanted = parse_role(role)
@@ -184,12 +214,12 @@ async def add_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, passwor
             raise OperatorAccountRefused(f"an operator named {handle!r} exists already")
         added = Operator.from_record(row)
         try:
-            await record_action(conn, action=ActionKind.OPERATOR_ADD, operator=operator, reason=reason,
-                                now=now, before={}, after={"role": added.role.value, "disabled_at": None},
-                                target_operator=handle)
+            recorded = await record_action(
+                conn, action=ActionKind.OPERATOR_ADD, operator=operator, reason=reason, now=now, before={},
+                after={"role": added.role.value, "disabled_at": None}, target_operator=handle)
         except InvalidOperatorAction as exc:
             raise OperatorAccountRefused(str(exc)) from None
-    return added
+    return AccountChanged(added, recorded)
 
 
 DISABLE_OPERATOR = """
@@ -199,7 +229,7 @@ RETURNING name, role, created_at, disabled_at
 
 
 async def disable_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, now: datetime, *,
-                           operator: str, reason: str) -> Operator:
+                           operator: str, reason: str) -> AccountChanged:
     """Disable an account: it can no longer sign in, and its sessions stop working. Recorded."""
     handle = name.strip()
     async with transaction_on(db) as conn:
@@ -210,12 +240,12 @@ async def disable_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, now
             raise OperatorAccountRefused(f"operator {handle!r} is disabled already (since {since})")
         disabled = Operator.from_record(row)
         try:
-            await record_action(conn, action=ActionKind.OPERATOR_DISABLE, operator=operator, reason=reason,
-                                now=now, before={"disabled_at": None},
-                                after={"disabled_at": now.isoformat()}, target_operator=handle)
+            recorded = await record_action(
+                conn, action=ActionKind.OPERATOR_DISABLE, operator=operator, reason=reason, now=now,
+                before={"disabled_at": None}, after={"disabled_at": now.isoformat()}, target_operator=handle)
         except InvalidOperatorAction as exc:
             raise OperatorAccountRefused(str(exc)) from None
-    return disabled
+    return AccountChanged(disabled, recorded)
 
 
 async def get_operator(db: asyncpg.Pool | asyncpg.Connection, name: str) -> Operator:
@@ -244,15 +274,24 @@ def dummy_hash(hasher: PasswordHasher) -> str:
     return _dummy_hashes[key]
 
 
-def _lock_key(name: str, client: str) -> int:
-    # One advisory lock per (name, client): concurrent wrong guesses cannot all slip under the limit.
-    digest = hashlib.blake2b(f"paycore.login\x1f{name}\x1f{client}".encode(), digest_size=8).digest()
+def _lock_key(client: str) -> int:
+    # One advisory lock per client address: its concurrent wrong guesses, of one name or of many,
+    # cannot all slip under either limit. Every (name, client) key is one client's, so this lock
+    # serialises those too.
+    digest = hashlib.blake2b(f"paycore.login\x1f{client}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
 
 
 FAILURES_IN_WINDOW = """
 SELECT failed_at FROM operator_login_failures
 WHERE name = $1 AND client = $2 AND failed_at > $3
+ORDER BY failed_at
+"""
+# Served by operator_login_failures_by_age: the table holds only failures inside the window
+# (older ones are deleted at each failure), and at most max_client_failures of them per client.
+CLIENT_FAILURES_IN_WINDOW = """
+SELECT failed_at FROM operator_login_failures
+WHERE client = $1 AND failed_at > $2
 ORDER BY failed_at
 """
 INSERT_FAILURE = "INSERT INTO operator_login_failures (name, client, failed_at) VALUES ($1, $2, $3)"
@@ -264,9 +303,9 @@ SELECT name, role, created_at, disabled_at, password_hash FROM operators WHERE n
 UPDATE_HASH = "UPDATE operators SET password_hash = $2 WHERE name = $1"
 
 
-def _retry_after(failures: list[datetime], throttle: LoginThrottle, now: datetime) -> int:
-    # Open again once only max_failures - 1 failures remain in the window.
-    unlocks_at = failures[len(failures) - throttle.max_failures] + timedelta(seconds=throttle.window_s)
+def _retry_after(failures: list[datetime], limit: int, throttle: LoginThrottle, now: datetime) -> int:
+    # Open again once only limit - 1 failures remain in the window.
+    unlocks_at = failures[len(failures) - limit] + timedelta(seconds=throttle.window_s)
     return max(1, math.ceil((unlocks_at - now).total_seconds()))
 
 
@@ -289,11 +328,15 @@ async def authenticate(db: asyncpg.Pool | asyncpg.Connection, name: str, passwor
     window_start = now - timedelta(seconds=throttle.window_s)
     overlong = len(password) > PASSWORD_MAX_LENGTH  # never a valid password; not worth hashing whole
     async with transaction_on(db) as conn:
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(key_name, key_client))
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(key_client))
+        from_client = [r["failed_at"] for r in await conn.fetch(CLIENT_FAILURES_IN_WINDOW, key_client,
+                                                                window_start)]
+        if len(from_client) >= throttle.max_client_failures:
+            raise TooManyAttempts(_retry_after(from_client, throttle.max_client_failures, throttle, now))
         failures = [r["failed_at"] for r in await conn.fetch(FAILURES_IN_WINDOW, key_name, key_client,
                                                              window_start)]
         if len(failures) >= throttle.max_failures:
-            raise TooManyAttempts(_retry_after(failures, throttle, now))
+            raise TooManyAttempts(_retry_after(failures, throttle.max_failures, throttle, now))
         row = await conn.fetchrow(SELECT_FOR_SIGN_IN, name.strip())
         account = row if row is not None and row["disabled_at"] is None and not overlong else None
         stored = account["password_hash"] if account is not None else decoy

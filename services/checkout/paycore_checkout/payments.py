@@ -35,7 +35,7 @@ from paycore.attempts import (
 from paycore.clock import Clock
 from paycore.config import ProviderAccountConfig, Settings
 from paycore.domain import AttemptState, ProviderOutcome
-from paycore.errors import MAY_HAVE_COMMITTED, InvalidPaymentMethod
+from paycore.errors import MAY_HAVE_COMMITTED
 from paycore.logs import bind, bind_log_context
 from paycore.orders import OrderNotPayable, get_order, order_account
 from paycore.providers.base import PaymentCalls, PaymentMethod, StoredRequest
@@ -121,12 +121,11 @@ class CheckoutPayments:
         budgets = self.settings.budgets
 
         def body(reference: str, amount_minor: int, currency: str) -> str:
-            try:
-                return self.client.build_request_body(account, amount_minor=amount_minor, currency=currency,
-                                                      payment_method=payment_method, reference=reference,
-                                                      description=f"order {order_id}")
-            except ValueError as exc:  # the provider's contract refuses it: nothing is recorded
-                raise InvalidPaymentMethod(str(exc)) from None
+            # The provider's contract refusing a value raises InvalidPaymentMethod: nothing is
+            # recorded and the route answers 400. Anything else it raises is a bug, and surfaces.
+            return self.client.build_request_body(account, amount_minor=amount_minor, currency=currency,
+                                                  payment_method=payment_method, reference=reference,
+                                                  description=f"order {order_id}")
 
         created_at = self.clock.now()
         try:

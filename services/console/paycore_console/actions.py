@@ -121,6 +121,28 @@ async def attach(c: Console, who: Principal, event_id: int, attempt_id: UUID, re
                                 "state": done.attempt.state.value})
 
 
+async def preview_attach(c: Console, event_id: int, attempt_id: UUID) -> notifications.AttachPreview:
+    """What attaching would do, decided by the attach's own rules without writing; not-found refused."""
+    preview: notifications.AttachPreview = await _run(
+        notifications.preview_attach(c.pool, event_id=event_id, attempt_id=attempt_id))
+    return preview
+
+
+def preview_json(event_id: int, attempt_id: UUID, preview: notifications.AttachPreview) -> dict[str, Any]:
+    """The preview for scripts: the refusal, or the transition and everything the attach would do."""
+    f = preview.foreseen
+    return {
+        "event_id": event_id, "attempt_id": attempt_id, "state": preview.attempt.state.value,
+        "version": preview.attempt.version, "summary": preview.describe(), "refused": preview.refused,
+        "after": None if preview.refused is not None or f is None else {
+            "state": f.after.value, "written": f.written, "order_paid": f.order_paid,
+            "effects": [*f.effects, *(["refund-request"] if preview.refund_request else [])],
+            "escalations_raised": list(f.escalations),
+            "resolves_attempt_escalations": f.resolves_escalations,
+            "resolves_escalation_id": preview.unmatched_escalation},
+    }
+
+
 async def requeue(c: Console, who: Principal, message_id: int, reason: str | None) -> Done:
     done = await _run(outbox_admin.requeue(c.pool, message_id, operator=who.name, reason=reason or "",
                                            now=c.clock.now()))

@@ -21,6 +21,8 @@ from starlette.routing import Route
 
 from paycore import inspection
 from paycore.console_auth import Principal
+from paycore.domain import AttemptState
+from paycore.operator_actions import OperatorAction
 from paycore_console import (
     actions,
     ids,  # noqa: F401  (registers the {name:id} route convertor)
@@ -30,6 +32,7 @@ from paycore_console.auth import CSRF_HEADER, Caller, authenticate, check_csrf, 
 from paycore_console.context import Console, console_of
 from paycore_console.errors import BadRequest
 from paycore_console.openapi import document
+from paycore_console.schemas import Components, Schema, page, with_fields
 
 BODY_MAX_BYTES = 64 * 1024
 
@@ -130,6 +133,14 @@ async def get_unmatched(request: Request) -> Response:
     return json_response({"items": items, "next_cursor": more})
 
 
+async def get_attach_preview(request: Request) -> Response:
+    c, _ = await reading(request)
+    event_id: int = request.path_params["event_id"]
+    attempt_id = actions.parse_attempt_id(request.query_params.get("attempt_id"))
+    preview = await actions.preview_attach(c, event_id, attempt_id)
+    return json_response(actions.preview_json(event_id, attempt_id, preview))
+
+
 async def get_dead_letters(request: Request) -> Response:
     c, _ = await reading(request)
     items, more = await inspection.dead_letters(c.pool, kind=request.query_params.get("kind") or None,
@@ -195,6 +206,9 @@ async def post_skip(request: Request) -> Response:
 # -- the table ------------------------------------------------------------------------------
 
 
+Answer = Callable[[Components], Schema]  # the 200's body schema, its dataclasses made components
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """One API route and what the OpenAPI document says about it."""
@@ -203,9 +217,53 @@ class Endpoint:
     path: str  # Starlette's, with converters: {id:id}
     handler: Callable[[Request], Awaitable[Response]]
     summary: str
-    query: tuple[tuple[str, str, str], ...] = ()  # (name, JSON type, description)
+    query: tuple[tuple[str, str, str], ...] = ()  # (name, JSON type or "uuid", description)
+    required_query: tuple[str, ...] = ()  # which of those a request must carry
     body: dict[str, tuple[str, str, bool]] = field(default_factory=dict)  # name -> (type, about, required)
     public: bool = False
+    answer: Answer | None = None  # None: any JSON object (the OpenAPI document itself)
+
+
+def _one(cls: type) -> Answer:
+    return lambda c: c.of(cls)
+
+
+def _page_of(cls: type, **extra: Schema) -> Answer:
+    return lambda c: page(with_fields(c.of(cls), extra) if extra else c.of(cls))
+
+
+def _recorded(**result: Schema) -> Answer:
+    """What an action answers (:meth:`Done.as_json`): its message, its record, and ``result``."""
+    return lambda c: {"type": "object", "required": ["message", "operator_action", *result],
+                      "properties": {"message": {"type": "string"}, "operator_action": c.of(OperatorAction),
+                                     **result}}
+
+
+INTEGER: Schema = {"type": "integer"}
+UUID_TEXT: Schema = {"type": "string", "format": "uuid"}
+STATE: Schema = {"type": "string", "enum": [s.value for s in AttemptState]}
+IDS: Schema = {"type": "array", "items": INTEGER}
+ESCALATION_STATUS: Schema = {"type": "string", "enum": ["open", "acknowledged", "resolved"]}
+PREVIEW: Schema = {  # actions.preview_json
+    "type": "object",
+    "required": ["event_id", "attempt_id", "state", "version", "summary", "refused", "after"],
+    "properties": {
+        "event_id": INTEGER, "attempt_id": UUID_TEXT, "state": STATE, "version": INTEGER,
+        "summary": {"type": "string",
+                    "description": "in words: the transition and its effects, or the refusal"},
+        "refused": {"type": ["string", "null"],
+                    "description": "the message the attach would be refused with"},
+        "after": {"anyOf": [{"type": "null"}, {
+            "type": "object",
+            "required": ["state", "written", "order_paid", "effects", "escalations_raised",
+                         "resolves_attempt_escalations", "resolves_escalation_id"],
+            "properties": {"state": STATE, "written": {"type": "boolean"}, "order_paid": {"type": "boolean"},
+                           "effects": {"type": "array", "items": {"type": "string"}},
+                           "escalations_raised": {"type": "array", "items": {"type": "string"}},
+                           "resolves_attempt_escalations": {"type": "boolean"},
+                           "resolves_escalation_id": {"type": ["integer", "null"]}}}]},
+    },
+}
 
 
 PAGE = (("limit", "integer", f"page size, 1..{inspection.MAX_PAGE}"),
@@ -218,46 +276,62 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "This document (where every paycore service serves its own)", public=True),
     Endpoint("GET", "/api/v1/overview", get_overview,
              "Attempts by state and age, oldest Unknown, escalations by reason and account, outbox, pauses, "
-             "the last 24 hours"),
+             "the last 24 hours", answer=_one(inspection.Overview)),
     Endpoint("GET", "/api/v1/escalations", get_escalations, "Escalations, open first then oldest first",
              (("reason", "string", "only this reason"), ("account", "string", "only this provider account"),
               ("acknowledged", "boolean", "only (un)acknowledged episodes"),
-              ("include_resolved", "boolean", "resolved episodes too, after the open ones"), *PAGE)),
+              ("include_resolved", "boolean", "resolved episodes too, after the open ones"), *PAGE),
+             answer=_page_of(inspection.EscalationItem, status=ESCALATION_STATUS)),
     Endpoint("GET", "/api/v1/escalations/{escalation_id:id}", get_escalation,
-             "One escalation: its detail (identifiers only) and every operator action on it"),
+             "One escalation: its detail (identifiers only) and every operator action on it",
+             answer=_one(inspection.EscalationDetail)),
     Endpoint("POST", "/api/v1/escalations/{escalation_id:id}/ack", post_ack,
              "Acknowledge: a person has seen it; reminders start again from now",
-             body={"reason": ("string", "optional note (recorded)", False)}),
+             body={"reason": ("string", "optional note (recorded)", False)},
+             answer=_recorded(escalation_id=INTEGER)),
     Endpoint("POST", "/api/v1/escalations/{escalation_id:id}/resolve", post_resolve,
-             "Resolve (close the alert; changes no attempt)", body=REASON_REQUIRED),
+             "Resolve (close the alert; changes no attempt)", body=REASON_REQUIRED,
+             answer=_recorded(escalation_id=INTEGER)),
     Endpoint("POST", "/api/v1/escalations/{escalation_id:id}/resolve-conflict", post_resolve_conflict,
              "Resolve an identity or provider-id conflict: the owner attempt (its notification is applied "
              "through the normal conditional path) or null for neither",
              body={"owner_attempt_id": ("string", "an attempt the conflict names, or null", True),
-                   **REASON_REQUIRED}),
+                   **REASON_REQUIRED},
+             answer=_recorded(escalation_id=INTEGER,
+                          owner_attempt_id={"type": ["string", "null"], "format": "uuid"},
+                          owner_state={"anyOf": [STATE, {"type": "null"}]})),
     Endpoint("GET", "/api/v1/attempts/{attempt_id:uuid}", get_attempt,
              "One attempt: order, amounts, deadlines, lease, history, notifications, outbox, escalations, "
-             "operator actions"),
+             "operator actions", answer=_one(inspection.AttemptDetail)),
     Endpoint("POST", "/api/v1/attempts/{attempt_id:uuid}/close", post_close,
              "Close an escalated Unknown attempt as not charged (refused while any evidence of a payment "
              "exists)",
              body={**REASON_REQUIRED,
                    "checked_at_provider": ("string", "what was checked at the provider", True),
                    "expected_version": ("integer", "the version you looked at; refused if it changed",
-                                        False)}),
+                                        False)},
+             answer=_recorded(attempt_id=UUID_TEXT, state=STATE, resolved_escalations=IDS)),
     Endpoint("GET", "/api/v1/notifications/unmatched", get_unmatched,
-             "Stored notifications no attempt matched and no operator attached, oldest first", PAGE),
+             "Stored notifications no attempt matched and no operator attached, oldest first", PAGE,
+             answer=_page_of(inspection.UnmatchedNotification)),
+    Endpoint("GET", "/api/v1/notifications/{event_id:id}/attach-preview", get_attach_preview,
+             "What attaching the notification to an attempt would do, decided by the attach's own rules "
+             "without writing: the refusal it would give, or the transition and its effects",
+             (("attempt_id", "uuid", "the attempt"),), required_query=("attempt_id",),
+             answer=lambda c: PREVIEW),
     Endpoint("POST", "/api/v1/notifications/{event_id:id}/attach", post_attach,
              "Attach a stored unmatched notification to its attempt (the normal conditional transition)",
-             body={"attempt_id": ("string", "the attempt", True), **REASON_REQUIRED}),
+             body={"attempt_id": ("string", "the attempt", True), **REASON_REQUIRED},
+             answer=_recorded(event_id=INTEGER, attempt_id=UUID_TEXT, state=STATE)),
     Endpoint("GET", "/api/v1/outbox/dead-letters", get_dead_letters,
              "Dead-lettered outbox rows, oldest first",
-             (("kind", "string", "only this kind"), *PAGE)),
+             (("kind", "string", "only this kind"), *PAGE), answer=_page_of(inspection.DeadLetter)),
     Endpoint("POST", "/api/v1/outbox/{message_id:id}/requeue", post_requeue,
              "Requeue a dead letter: pending again, due now, sent before the rows after it",
-             body=REASON_REQUIRED),
+             body=REASON_REQUIRED, answer=_recorded(message_id=INTEGER, resolved_escalations=IDS)),
     Endpoint("POST", "/api/v1/outbox/{message_id:id}/skip", post_skip,
-             "Skip a dead letter: never sent; the rows after it flow", body=REASON_REQUIRED),
+             "Skip a dead letter: never sent; the rows after it flow", body=REASON_REQUIRED,
+             answer=_recorded(message_id=INTEGER, resolved_escalations=IDS)),
 )
 
 

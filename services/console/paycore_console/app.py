@@ -25,12 +25,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from paycore.clock import Clock, SystemClock
 from paycore.console_auth import ConsoleAuth
 from paycore.db import create_pool
+from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware, not_ready
 from paycore.http.problems import InternalErrorMiddleware
 from paycore.http.request_id import RequestIdMiddleware
 from paycore.http.request_metrics import instrument
 from paycore.tracing import instrument_app
 from paycore_console import api, errors, pages
-from paycore_console.context import Console
+from paycore_console.context import Console, console_of
 from paycore_console.settings import ConsoleSettings
 
 log = logging.getLogger("paycore.console")
@@ -75,6 +76,13 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
+async def readyz(request: Request) -> Response:
+    """Ready while the database answers; 503 problem+json with Retry-After while it does not."""
+    c = console_of(request)
+    problem = await not_ready(c.outage, c.pool, request.url.path)
+    return problem or JSONResponse({"status": "ready"})
+
+
 def templates() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
@@ -87,6 +95,7 @@ def create_app(settings: ConsoleSettings, *, clock: Clock | None = None,
     clock = clock or SystemClock()
     auth = ConsoleAuth(settings.auth)
     env = templates()
+    outage = DatabaseOutage(log)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -94,20 +103,26 @@ def create_app(settings: ConsoleSettings, *, clock: Clock | None = None,
         if pool is None and settings.database_url is None:
             raise RuntimeError("PAYCORE_DATABASE_URL is not set")
         db = pool or await create_pool(settings.database_url or "", max_size=10)
-        app.state.console = Console(settings, clock, db, auth, env)
+        app.state.console = Console(settings, clock, db, auth, env, outage)
+        outage.start(db)
         log.info("console ready")
         try:
             yield
         finally:
+            await outage.aclose()
             if own_pool:
                 await db.close()
 
     app = Starlette(
         routes=[*pages.routes(), *api.routes(), Route("/healthz", healthz, methods=["GET"]),
+                Route("/readyz", readyz, methods=["GET"]),
                 Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static")],
         lifespan=lifespan,
         exception_handlers={HTTPException: errors.http_exception, **errors.HANDLERS},
     )
+    # The database unreachable: a 503 with Retry-After (a page, or problem+json under /api/), said
+    # once in the log, instead of a 500 and a traceback per request.
+    app.add_middleware(DatabaseOutageMiddleware, outage=outage, answer=errors.outage_answer(env))
     app.add_middleware(InternalErrorMiddleware, logger=log)
     app.add_middleware(SecurityHeaders)
     instrument(app, "console")  # request durations; /metrics is on the admin port

@@ -10,6 +10,7 @@ from starlette.requests import Request
 
 from paycore.clock import Clock
 from paycore.console_auth import ConsoleAuth
+from paycore.http.outage import DatabaseOutage
 from paycore_console.settings import ConsoleSettings
 
 
@@ -20,6 +21,7 @@ class Console:
     pool: asyncpg.Pool
     auth: ConsoleAuth
     templates: jinja2.Environment
+    outage: DatabaseOutage
 
     @property
     def secure_cookies(self) -> bool:

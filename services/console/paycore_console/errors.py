@@ -11,9 +11,11 @@ from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from urllib.parse import quote
 
+import jinja2
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.types import Scope
 
 from paycore.console_auth import (
     AuthKeysUnavailable,
@@ -22,6 +24,7 @@ from paycore.console_auth import (
     OperatorTokenRefused,
     SessionRefused,
 )
+from paycore.http.outage import RETRY_AFTER_S, unavailable_response
 from paycore.http.problems import problem_response
 from paycore.inspection import InvalidCursor
 from paycore_console.actions import ActionRefused
@@ -57,10 +60,35 @@ def _status_and_slug(exc: Exception) -> tuple[int, str, str]:
     return 500, "internal", "Internal error"
 
 
-def error_page(request: Request, status: int, title: str, detail: str | None) -> Response:
-    page = console_of(request).templates.get_template("error.html").render(
+def render_error(templates: jinja2.Environment, status: int, title: str, detail: str | None,
+                 headers: dict[str, str] | None = None) -> Response:
+    page = templates.get_template("error.html").render(
         title=title, detail=detail, status=status, caller=None, csrf=None, flash=None, nav=None)
-    return HTMLResponse(page, status_code=status)
+    return HTMLResponse(page, status_code=status, headers=headers)
+
+
+def error_page(request: Request, status: int, title: str, detail: str | None) -> Response:
+    return render_error(console_of(request).templates, status, title, detail)
+
+
+DATABASE_UNAVAILABLE = (
+    "The console cannot reach its database, so this page cannot be shown, and an action you just sent "
+    "may or may not have been applied. Wait a few seconds, reload the page, and look at the record before "
+    "acting again.")
+
+
+def outage_answer(templates: jinja2.Environment) -> Callable[[Scope], Response]:
+    """The 503 while the database is unreachable: problem+json under ``/api/``; for a person, a page
+    that says what is known (nothing was shown; an action may or may not have been applied)."""
+
+    def answer(scope: Scope) -> Response:
+        path = str(scope.get("path", ""))
+        if path.startswith("/api/"):
+            return unavailable_response(path)
+        return render_error(templates, 503, "Database unavailable", DATABASE_UNAVAILABLE,
+                            headers={"Retry-After": str(RETRY_AFTER_S)})
+
+    return answer
 
 
 async def refused(request: Request, exc: Exception) -> Response:

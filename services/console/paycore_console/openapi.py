@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 from paycore.http.openapi import json_response, problem, shared_components
 from paycore_console.ids import MAX_ID
+from paycore_console.schemas import Components
 
 if TYPE_CHECKING:
     from paycore_console.api import Endpoint
 
 PARAM = re.compile(r"\{(\w+)(?::(\w+))?\}")
-CONVERTER_SCHEMA = {"id": {"type": "integer", "minimum": 0, "maximum": MAX_ID},
-                    "uuid": {"type": "string", "format": "uuid"}, None: {"type": "string"}}
+CONVERTER_SCHEMA: dict[str | None, dict[str, Any]] = {
+    "id": {"type": "integer", "minimum": 0, "maximum": MAX_ID},
+    "uuid": {"type": "string", "format": "uuid"}, None: {"type": "string"}}
 PROBLEM = problem("RFC 9457 problem details")
 
 
@@ -30,17 +32,22 @@ def _operation_id(method: str, path: str) -> str:
     return f"{method.lower()}_{words}" if api else f"{method.lower()}_root_{words}"
 
 
-def _operation(e: Endpoint) -> dict[str, Any]:
+def _query_schema(json_type: str) -> dict[str, Any]:
+    return CONVERTER_SCHEMA["uuid"] if json_type == "uuid" else {"type": json_type}
+
+
+def _operation(e: Endpoint, components: Components) -> dict[str, Any]:
     params: list[dict[str, Any]] = [{"$ref": "#/components/parameters/RequestId"}]
     params += [
         {"name": m.group(1), "in": "path", "required": True, "schema": CONVERTER_SCHEMA[m.group(2)]}
         for m in PARAM.finditer(e.path)]
-    params += [{"name": n, "in": "query", "required": False, "description": d, "schema": {"type": t}}
-               for n, t, d in e.query]
+    params += [{"name": n, "in": "query", "required": n in e.required_query, "description": d,
+                "schema": _query_schema(t)} for n, t, d in e.query]
+    answer = e.answer(components) if e.answer is not None else {"type": "object"}
     op: dict[str, Any] = {
         "summary": e.summary,
         "operationId": _operation_id(e.method, e.path),
-        "responses": {"200": json_response("OK", {"type": "object"}), "default": PROBLEM},
+        "responses": {"200": json_response("OK", answer), "default": PROBLEM},
         "parameters": params,
     }
     if e.public:
@@ -57,8 +64,10 @@ def _operation(e: Endpoint) -> dict[str, Any]:
 
 def document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
+    components = Components()  # the answers' dataclasses, one schema each
     for e in endpoints:
-        paths.setdefault(openapi_path(e.path), {})[e.method.lower()] = _operation(e)
+        paths.setdefault(openapi_path(e.path), {})[e.method.lower()] = _operation(e, components)
+    shared = shared_components()
     return {
         "openapi": "3.1.0",
         "info": {"title": "paycore operator console API", "version": "1",
@@ -69,7 +78,8 @@ def document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
         "security": [{"bearer": []}, {"session": []}],
         "paths": paths,
         "components": {
-            **shared_components(),
+            **shared,
+            "schemas": {**shared["schemas"], **dict(sorted(components.schemas.items()))},
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
                            "description": "an identity-provider token for PAYCORE_CONSOLE_AUDIENCE with the "

@@ -373,16 +373,23 @@ async def attach_preview(request: Request) -> Response:
     notification, matched = await stored_notification(c, event_id)
     raw = text_query(request, "attempt_id")
     detail = None
+    preview = None
     problem = None
     if raw is not None:
         try:
-            detail = await inspection.attempt_detail(c.pool, UUID(raw))
-            problem = None if detail is not None else f"no attempt {raw}"
+            attempt_id = UUID(raw)
         except ValueError:
             problem = f"{raw!r} is not an attempt id (a UUID)"
+        else:
+            detail = await inspection.attempt_detail(c.pool, attempt_id)
+            if detail is None:
+                problem = f"no attempt {raw}"
+            else:  # what the attach would do, by its own rules, as things stand (nothing is written)
+                preview = await actions.preview_attach(c, event_id, attempt_id)
     return render(request, "attach.html", caller, title=f"Attach notification {event_id}",
                   nav="notifications",
-                  n=notification, matched=matched, d=detail, problem=problem, attempt_query=raw or "",
+                  n=notification, matched=matched, d=detail, preview=preview, problem=problem,
+                  attempt_query=raw or "",
                   checks=attach_checks(notification, detail.attempt) if detail is not None else [])
 
 

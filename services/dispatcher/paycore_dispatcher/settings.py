@@ -35,7 +35,7 @@ OUTBOX_RETENTION = RELAY.declare(
     "PAYCORE_OUTBOX_RETENTION_S", HORIZON, 30 * 86_400.0,
     "`paycore outbox purge` deletes rows dispatched longer ago (the replay horizon)")
 CONSUMER_INBOX_RETENTION = RELAY.declare(
-    "PAYCORE_CONSUMER_INBOX_RETENTION_S", HORIZON, 14 * 86_400.0,
+    "PAYCORE_CONSUMER_INBOX_RETENTION_S", HORIZON, 40 * 86_400.0,
     "the dispatcher's hourly retention deletes consumer inbox rows processed longer ago; "
     "above PAYCORE_KAFKA_RETENTION_S, since a record still in its topic can be redelivered")
 
@@ -71,7 +71,12 @@ class DispatcherSettings:
 
 
 def load_dispatcher_settings(app: Settings, env: Mapping[str, str] | None = None) -> DispatcherSettings:
-    """``PAYCORE_OUTBOX_*`` and the inbox horizon, checked against the topics' retention in ``app``."""
+    """``PAYCORE_OUTBOX_*`` and the inbox horizon, checked against the topics' retention in ``app``.
+
+    The three horizons are one chain: outbox rows (the replay horizon) <= the topics' retention <
+    consumer inbox rows. While the outbox remembers an effect as dispatched it is still in Kafka
+    for a consumer that was down or rewinds, and a record still in Kafka still finds its inbox row.
+    """
     env = os.environ if env is None else env
     base = OUTBOX_BACKOFF_BASE.read(env)
     ceiling = OUTBOX_BACKOFF_MAX.read(env)
@@ -84,13 +89,21 @@ def load_dispatcher_settings(app: Settings, env: Mapping[str, str] | None = None
                           f"is {inbox_retention:.0f} s, not above PAYCORE_KAFKA_RETENTION_S "
                           f"({kafka_retention:.0f} s): a record still in its topic could be redelivered "
                           "after its inbox row is gone and its effect repeated")
+    outbox_retention = OUTBOX_RETENTION.read(env)
+    if kafka_retention < outbox_retention:  # a consumer behind by less than the horizon would miss effects
+        raise ConfigError("PAYCORE_KAFKA_RETENTION_S",
+                          f"is {kafka_retention:.0f} s, below PAYCORE_OUTBOX_RETENTION_S "
+                          f"({outbox_retention:.0f} s): "
+                          "an effect the outbox still holds as dispatched would be gone from Kafka for a "
+                          "consumer that fell behind; raise it (and retention.ms of topics you created), or "
+                          "lower the outbox's horizon")
     return DispatcherSettings(
         batch_size=OUTBOX_BATCH_SIZE.read(env),
         max_delivery_attempts=OUTBOX_MAX_DELIVERY_ATTEMPTS.read(env),
         send_timeout_s=OUTBOX_SEND_TIMEOUT.read(env),
         backoff_base_s=base,
         backoff_max_s=ceiling,
-        outbox_retention_s=OUTBOX_RETENTION.read(env),
+        outbox_retention_s=outbox_retention,
         consumer_inbox_retention_s=inbox_retention,
     )
 

@@ -23,17 +23,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import faust
 import orjson
+from faust.types.auth import CredentialsT
 from prometheus_client import CollectorRegistry, Counter
 
 from paycore.http.health_server import serve_health
-from paycore.kafka import KafkaSettings
+from paycore.kafka import KafkaSettings, ssl_context
 from paycore.liveness import SLACK_S, Liveness
 from paycore_incidents import grouping
 from paycore_incidents.settings import IncidentSettings
@@ -71,6 +74,26 @@ def _ungrouped(value: dict[str, Any], key: str) -> grouping.Page:
                          passthrough=True)
 
 
+def liveness_bound_s(settings: IncidentSettings) -> float:
+    """How long ``/healthz`` lets the timer go without a beat: three ticks and the slack."""
+    return 3 * settings.tick_s + SLACK_S
+
+
+def broker_credentials(ks: KafkaSettings) -> CredentialsT | None:
+    """faust's form of the Kafka security settings every paycore client uses (paycore.kafka)."""
+    security = ks.security
+    context = ssl_context(security)
+    if security.sasl:
+        assert security.sasl_password is not None  # the settings require it with SASL
+        # With a TLS context faust's SASL credentials are SASL_SSL, without one SASL_PLAINTEXT.
+        return faust.SASLCredentials(username=security.sasl_username,
+                                     password=security.sasl_password.reveal(), ssl_context=context,
+                                     mechanism=security.mechanism)
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
 def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings, *,
           admin_host: str = "127.0.0.1", admin_port: int | None = None) -> faust.App:
     """The faust app, agents and timer registered; run it with :func:`run` (or faust's worker).
@@ -82,7 +105,11 @@ def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings, *,
     app = faust.App(
         settings.app_id,
         broker=f"kafka://{ks.bootstrap}",
+        broker_credentials=broker_credentials(ks),
         store="memory://",
+        # faust makes a data directory at start even for a memory store; the default is relative to
+        # the working directory, which is `/` in the image: read-only, and not the user's.
+        datadir=Path(tempfile.gettempdir()) / f"{settings.app_id}-data",
         web_enabled=False,
         autodiscover=False,
         topic_partitions=topics.partitions,
@@ -111,7 +138,7 @@ def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings, *,
     registry = CollectorRegistry()
     pages_sent = Counter("paycore_incident_pages", "Records written to the pages topic, by what they are",
                          ["page"], registry=registry)
-    liveness = Liveness("incident timer", bound_s=3 * settings.tick_s + SLACK_S)
+    liveness = Liveness("incident timer", bound_s=liveness_bound_s(settings))
 
     @app.task  # type: ignore[untyped-decorator]
     async def admin_server() -> None:

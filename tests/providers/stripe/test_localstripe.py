@@ -1,9 +1,11 @@
 """The Stripe adapter through the real SDK against localstripe, an independent Stripe fake.
 
-localstripe (1.15.10) runs as a real server (``python -m localstripe``) on a free
-port for this module, so the SDK's whole path runs against someone else's reading of
-Stripe's API: a card payment that succeeds, a decline, a 3-D Secure
-``requires_action``, and a signed webhook delivered to a real receiver.
+localstripe (1.15.10) runs as a real server (``tests/support/localstripe_stack.py``: on a
+free port, its state in a private directory) for this module, so the SDK's whole path
+runs against someone else's reading of Stripe's API: a card payment that succeeds, a
+decline, a 3-D Secure ``requires_action``, and a signed webhook delivered to a real
+receiver. The black-box flows (checkout, the intake, recovery) against it are
+``test_localstripe_flows.py``.
 
 What localstripe does not do, and so is not checked here (the scripted-server tests
 in ``tests/unit/test_stripe_client.py`` cover it):
@@ -11,8 +13,9 @@ in ``tests/unit/test_stripe_client.py`` cover it):
 - idempotency keys: it ignores ``Idempotency-Key`` (no replay, no 409, no
   ``idempotency_error``) and ``Stripe-Version``;
 - the search API (``/v1/payment_intents/search`` is answered 404);
-- ``description`` and ``return_url`` on a PaymentIntent (it answers 400), so bodies here
-  carry neither (the account has no return URL: ``payment_method_types[]=card``);
+- ``return_url`` on a PaymentIntent (it answers 400), so bodies here carry none (the account
+  has no return URL: ``payment_method_types[]=card``); nor ``description``, which our launcher
+  teaches it to take (``tests/support/localstripe_server.py``) but which these bodies leave out;
 - a decline's error has ``type: invalid_request_error`` and no ``payment_intent``
   (Stripe's has ``card_error`` and the intent): the adapter's rule for a 402 without an
   intent applies.
@@ -24,10 +27,6 @@ succeeds, 4000000000000341 is declined when charged, 4000002500003155 requires 3
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -40,54 +39,28 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from harness.servers import free_port, serve_asgi
+from harness.servers import serve_asgi
 from paycore.clock import SystemClock
 from paycore.config import ProviderAccountConfig, Secret
 from paycore.domain import OutcomeKind
 from paycore.providers.base import Notification, NotificationUnverified, StoredRequest
 from paycore.providers.stripe import DEFAULT_API_VERSION, PaymentIntent, StripeProvider, build_request_body
+from tests.support.localstripe_stack import (
+    API_KEY,
+    PROVIDER_ACCOUNT,
+    WEBHOOK_SECRET,
+    payment_method,
+    running_localstripe,
+)
 
-API_KEY = "sk_test_localstripe_paycore"
-WEBHOOK_SECRET = "whsec_localstripe_paycore_0123456789"
-ACCOUNT = "stripe:acct_store:test"
+ACCOUNT = PROVIDER_ACCOUNT
 
 
 @pytest.fixture(scope="module")
-def localstripe() -> Iterator[str]:
-    """``python -m localstripe`` on a free port, polled until it answers, killed at teardown."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "localstripe", "--port", str(port), "--from-scratch"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_until_answering(base_url, proc, within_s=30)
+def localstripe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """localstripe on a free port for this module, its state in a private directory."""
+    with running_localstripe(tmp_path_factory.mktemp("localstripe")) as base_url:
         yield base_url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
-def _wait_until_answering(base_url: str, proc: subprocess.Popen[bytes], *, within_s: float) -> None:
-    deadline = time.monotonic() + within_s
-    with httpx.Client(trust_env=False) as http:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"localstripe exited with {proc.returncode}")
-            try:
-                http.get(base_url + "/v1/payment_intents/pi_probe", auth=(API_KEY, ""))
-                return
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
 
 
 def account(base_url: str) -> ProviderAccountConfig:
@@ -109,25 +82,6 @@ async def provider(localstripe: str) -> AsyncIterator[StripeProvider]:
         yield p
     finally:
         await p.aclose()
-
-
-async def payment_method(base_url: str, number: str) -> str:
-    """A PaymentMethod for a localstripe test card (what Stripe.js would hand the storefront)."""
-    async with httpx.AsyncClient(trust_env=False) as http:
-        r = await http.post(
-            base_url + "/v1/payment_methods",
-            auth=(API_KEY, ""),
-            data={
-                "type": "card",
-                "card[number]": number,
-                "card[exp_month]": "12",
-                "card[exp_year]": "2030",
-                "card[cvc]": "123",
-            },
-        )
-    r.raise_for_status()
-    pm: str = r.json()["id"]
-    return pm
 
 
 def stored_request(base_url: str, pm: str, reference: str, amount_minor: int = 4999) -> StoredRequest:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 import asyncpg
 import asyncpg.exceptions as pgerr
@@ -157,16 +158,25 @@ async def not_ready(outage: DatabaseOutage, pool: asyncpg.Pool, instance: str) -
     return None
 
 
+def problem_answer(scope: Scope) -> Response:
+    """The 503 of an API: ``database-unavailable`` problem+json with Retry-After."""
+    return unavailable_response(scope.get("path"))
+
+
 class DatabaseOutageMiddleware:
     """Answers any request that failed on an unreachable database with the 503 (pure ASGI).
 
     It sits inside Starlette's error middleware, so such a failure is neither a
     500 nor a traceback per request; anything else passes through unchanged.
+    ``answer`` makes the 503 (the problem+json of :func:`problem_answer` unless a
+    service serves people pages too: it must keep the status and Retry-After).
     """
 
-    def __init__(self, app: ASGIApp, outage: DatabaseOutage) -> None:
+    def __init__(self, app: ASGIApp, outage: DatabaseOutage,
+                 answer: Callable[[Scope], Response] = problem_answer) -> None:
         self.app = app
         self.outage = outage
+        self.answer = answer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -185,4 +195,4 @@ class DatabaseOutageMiddleware:
             if started or not is_database_unavailable(exc):
                 raise
             self.outage.seen(exc)
-            await unavailable_response(scope.get("path"))(scope, receive, send)
+            await self.answer(scope)(scope, receive, send)

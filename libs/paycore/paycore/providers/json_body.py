@@ -1,4 +1,4 @@
-"""Reading a provider's JSON answer the same way for every JSON wire (Cardco's, Adyen's)."""
+"""Reading a provider's JSON answer the same way for every wire (Cardco's, Stripe's, Adyen's)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,16 @@ class Unreadable:
 UNREADABLE: Final = Unreadable()
 
 
-def read_json(body: bytes) -> Any:
-    """The parsed body, or ``UNREADABLE``."""
-    if not body.strip():
+def read_json(body: bytes | str | None) -> Any:
+    """The parsed body, or ``UNREADABLE`` (also for no body: the Stripe SDK may hand back ``None``,
+    or the body as text)."""
+    if body is None:
+        return UNREADABLE
+    raw = body.encode("utf-8", "surrogateescape") if isinstance(body, str) else body
+    if not raw.strip():
         return UNREADABLE
     try:
-        return orjson.loads(body)
+        return orjson.loads(raw)
     except orjson.JSONDecodeError:  # also invalid UTF-8
         return UNREADABLE
 

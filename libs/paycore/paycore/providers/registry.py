@@ -18,6 +18,7 @@ import httpx
 from paycore.clock import Clock
 from paycore.config import ProviderAccountConfig
 from paycore.domain import ProviderOutcome
+from paycore.errors import PaycoreError
 from paycore.providers import adyen, cardco, stripe
 from paycore.providers.base import (
     Capabilities,
@@ -39,10 +40,10 @@ class ProviderFactory(Protocol):
 PROVIDERS: Final[Mapping[str, ProviderFactory]] = {
     cardco.NAME: cardco.CardcoClient, stripe.NAME: stripe.StripeProvider, adyen.NAME: adyen.AdyenProvider}
 NOTIFICATION_FORMATS: Final[Mapping[str, NotificationFormat]] = {
-    cardco.NAME: cardco.CardcoEvents(), stripe.NAME: stripe.StripeEvents(), adyen.NAME: adyen.AdyenEvents()}
+    cardco.NAME: cardco.CARDCO_EVENTS, stripe.NAME: stripe.STRIPE_EVENTS, adyen.NAME: adyen.ADYEN_EVENTS}
 
 
-class UnknownProvider(ValueError):
+class UnknownProvider(PaycoreError, ValueError):
     """A provider account names a provider paycore has no adapter for."""
 
 

@@ -11,7 +11,7 @@ The contract is ``docs/providers/adyen.md``; the choices behind it ``docs/decisi
 from paycore.providers.adyen.client import CAPABILITIES, AdyenProvider
 from paycore.providers.adyen.notifications import (
     ACKNOWLEDGEMENT,
-    AdyenEvents,
+    ADYEN_EVENTS,
     InvalidItem,
     NotificationVerifier,
     item_signature,
@@ -21,6 +21,6 @@ from paycore.providers.adyen.request import build_request_body
 from paycore.providers.adyen.wire import NAME, AdyenPayment, parse_payment
 
 __all__ = [
-    "ACKNOWLEDGEMENT", "CAPABILITIES", "NAME", "AdyenEvents", "AdyenPayment", "AdyenProvider", "InvalidItem",
+    "ACKNOWLEDGEMENT", "ADYEN_EVENTS", "CAPABILITIES", "NAME", "AdyenPayment", "AdyenProvider", "InvalidItem",
     "NotificationVerifier", "build_request_body", "item_signature", "parse_notification", "parse_payment",
 ]

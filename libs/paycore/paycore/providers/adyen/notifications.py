@@ -38,6 +38,7 @@ import orjson
 from paycore.config import ConfigError, ProviderAccountConfig
 from paycore.domain import OutcomeKind, ProviderOutcome
 from paycore.evidence import Claim
+from paycore.providers.adapter import EventFormat
 from paycore.providers.adyen.wire import CURRENCY_RE, NAME
 from paycore.providers.base import (
     InvalidNotification,
@@ -270,19 +271,9 @@ def notification_key(n: Notification) -> str | None:
     return item_key(items[0]["NotificationRequestItem"])
 
 
-class AdyenEvents:
-    """How Adyen's notifications read (:class:`~paycore.providers.base.NotificationFormat`).
-
-    Needs no account or secret: a stored event (a batch of one item) is re-parsed with it.
-    """
-
-    name: Final = NAME
-
-    def parse_notification(self, body: bytes) -> Notification:
-        return parse_notification(body)
-
-    def notification_key(self, n: Notification) -> str | None:
-        return notification_key(n)
+# How Adyen's notifications read: a stored event (a batch of one item) is re-parsed with it,
+# without any account or secret.
+ADYEN_EVENTS: Final = EventFormat(NAME, parse_notification, notification_key)
 
 
 # ---------------------------------------------------------------------------
@@ -405,19 +396,8 @@ class NotificationVerifier:
             return VerifiedDelivery(account, key, None, exc, previous_secret=previous)
         return VerifiedDelivery(account, key, None, n, key=key, previous_secret=previous)
 
-    def verify(self, headers: Mapping[str, str], body: bytes) -> VerifiedDelivery:
-        """A single-item batch's delivery.
-
-        :raises NotificationUnverified: As :meth:`verify_batch`; or (malformed) several items.
-        """
-        deliveries = self.verify_batch(headers, body)
-        if len(deliveries) != 1:
-            raise NotificationUnverified("batch-of-several-items", malformed=True)
-        return deliveries[0]
-
-
-def verify_notification_batch(verifier: NotificationVerifier, headers: Mapping[str, str], body: bytes, *,
-                              now: datetime) -> tuple[VerifiedDelivery, ...]:
-    """:meth:`NotificationVerifier.verify_batch` (``now`` unused: Adyen signs no timestamp)."""
-    del now
-    return verifier.verify_batch(headers, body)
+    def verify_deliveries(self, headers: Mapping[str, str], body: bytes, *,
+                          now: datetime) -> tuple[VerifiedDelivery, ...]:
+        """:meth:`verify_batch` (``now`` unused: Adyen signs no timestamp)."""
+        del now
+        return self.verify_batch(headers, body)

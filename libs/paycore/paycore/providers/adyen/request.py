@@ -18,18 +18,11 @@ import httpx
 import orjson
 
 from paycore.config import ProviderAccountConfig
+from paycore.errors import InvalidPaymentMethod
 from paycore.payment_methods import contains_card_number
-from paycore.providers.adyen.wire import (
-    CURRENCY_RE,
-    DEFAULT_PORTS,
-    MAX_IDEMPOTENCY_KEY_LEN,
-    MAX_REFERENCE_LEN,
-    NotBuildable,
-    auth_headers,
-    origin,
-    token,
-)
+from paycore.providers.adyen.wire import CURRENCY_RE, MAX_IDEMPOTENCY_KEY_LEN, MAX_REFERENCE_LEN, auth_headers
 from paycore.providers.base import StoredRequest
+from paycore.providers.http import DEFAULT_PORTS, NotBuildable, header_token, stored_body, stored_url
 
 # A sandbox/test token accepted as a plain string in the test environment only.
 _TEST_TOKEN_RE: Final = re.compile(r"tok_[A-Za-z0-9_]{1,64}")
@@ -42,18 +35,19 @@ def _refuse_card_data(value: Any, path: str = "paymentMethod") -> None:
     if isinstance(value, Mapping):
         for k, v in value.items():
             if not isinstance(k, str):
-                raise ValueError(f"{path} keys must be strings")
+                raise InvalidPaymentMethod(f"{path} keys must be strings")
             if k in RAW_CARD_FIELDS:
-                raise ValueError(f"{path}.{k}: raw card data is never sent; use the encrypted fields")
+                raise InvalidPaymentMethod(
+                    f"{path}.{k}: raw card data is never sent; use the encrypted fields")
             _refuse_card_data(v, f"{path}.{k}")
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
             _refuse_card_data(v, f"{path}[{i}]")
     elif isinstance(value, str):
         if contains_card_number(value):
-            raise ValueError(f"{path} holds what looks like a card number")
+            raise InvalidPaymentMethod(f"{path} holds what looks like a card number")
     elif value is not None and not isinstance(value, bool | int | float):
-        raise ValueError(f"{path} must be JSON")
+        raise InvalidPaymentMethod(f"{path} must be JSON")
 
 
 def payment_method_object(payment_method: str | Mapping[str, Any], *, environment: str) -> dict[str, Any]:
@@ -63,20 +57,20 @@ def payment_method_object(payment_method: str | Mapping[str, Any], *, environmen
     raw card data. A plain string is accepted only in the test environment and only as
     a sandbox token (``tok_…``), as ``{"type": "scheme", "encryptedCardNumber": token}``.
 
-    :raises ValueError: Anything else.
+    :raises InvalidPaymentMethod: Anything else (a ``ValueError``).
     """
     if isinstance(payment_method, str):
         if contains_card_number(payment_method):
-            raise ValueError("payment_method looks like a card number; raw card data is never sent")
+            raise InvalidPaymentMethod("payment_method looks like a card number; raw card data is never sent")
         if environment != "test" or not _TEST_TOKEN_RE.fullmatch(payment_method):
-            raise ValueError("Adyen needs a paymentMethod object (Drop-in/Components state); "
+            raise InvalidPaymentMethod("Adyen needs a paymentMethod object (Drop-in/Components state); "
                              "a plain string is accepted only as a tok_… token in the test environment")
         return {"type": "scheme", "encryptedCardNumber": payment_method}
     if not isinstance(payment_method, Mapping):
-        raise ValueError("payment_method must be an object")
+        raise InvalidPaymentMethod("payment_method must be an object")
     pm_type = payment_method.get("type")
     if not isinstance(pm_type, str) or not pm_type:
-        raise ValueError("paymentMethod.type must be a non-empty string")
+        raise InvalidPaymentMethod("paymentMethod.type must be a non-empty string")
     _refuse_card_data(payment_method)
     return dict(payment_method)
 
@@ -97,23 +91,25 @@ def build_request_body(
     key each time. The customer's description is not sent: ``/payments`` has no
     free-text description field.
 
-    :raises ValueError: A value Adyen would reject, raw card data, or no ``returnUrl``.
+    :raises InvalidPaymentMethod: A value Adyen would reject, raw card data, or no ``returnUrl`` (a
+        ``ValueError``).
     """
     if isinstance(amount_minor, bool) or not isinstance(amount_minor, int) or amount_minor <= 0:
-        raise ValueError("amount_minor must be a positive integer")
+        raise InvalidPaymentMethod("amount_minor must be a positive integer")
     if not CURRENCY_RE.fullmatch(currency):
-        raise ValueError("currency must be three upper-case letters")
+        raise InvalidPaymentMethod("currency must be three upper-case letters")
     if not 1 <= len(reference) <= MAX_REFERENCE_LEN:
-        raise ValueError(f"reference must be 1 to {MAX_REFERENCE_LEN} characters")
+        raise InvalidPaymentMethod(f"reference must be 1 to {MAX_REFERENCE_LEN} characters")
     if contains_card_number(reference):
-        raise ValueError("reference looks like a card number")
+        raise InvalidPaymentMethod("reference looks like a card number")
     if not merchant_account:
-        raise ValueError("merchant account must not be empty")
+        raise InvalidPaymentMethod("merchant account must not be empty")
     if not return_url:
-        raise ValueError("Adyen requires a returnUrl: configure PAYCORE_ADYEN_RETURN_URL for the account")
+        raise InvalidPaymentMethod(
+            "Adyen requires a returnUrl: configure PAYCORE_ADYEN_RETURN_URL for the account")
     url = httpx.URL(return_url)
     if url.scheme not in DEFAULT_PORTS or not url.host:
-        raise ValueError("returnUrl must be an absolute http(s) URL")
+        raise InvalidPaymentMethod("returnUrl must be an absolute http(s) URL")
     body: dict[str, Any] = {
         "amount": {"value": amount_minor, "currency": currency},
         "reference": reference,
@@ -141,30 +137,13 @@ def create_request(stored: StoredRequest, acct: ProviderAccountConfig) -> httpx.
         than 64 characters or not a header value; the body is not sendable as stored or
         names another merchant account than the credentials about to be applied.
     """
-    try:
-        url = httpx.URL(stored.endpoint)
-        base = httpx.URL(acct.base_url)
-    except httpx.InvalidURL:
-        raise NotBuildable("endpoint-changed") from None
-    if (
-        url.scheme not in DEFAULT_PORTS
-        or not url.host
-        # httpx would turn userinfo into Basic auth next to our key.
-        or url.userinfo
-        or origin(url) != origin(base)
-    ):
-        raise NotBuildable("endpoint-changed")
-    if not 0 < len(stored.idempotency_key) <= MAX_IDEMPOTENCY_KEY_LEN:
-        raise NotBuildable("invalid-header")
-    try:
-        content = stored.request_body.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: not a body we can send as stored
-        raise NotBuildable("invalid-body") from None
+    url = stored_url(stored, acct.base_url, max_key_length=MAX_IDEMPOTENCY_KEY_LEN)
+    content = stored_body(stored)
     # The body names the merchant account it pays into; the key must be that account's.
     if stored_merchant_account(stored.request_body) != acct.account:
         raise NotBuildable("merchant-account-mismatch")
     headers = {
-        "Idempotency-Key": token(stored.idempotency_key),
+        "Idempotency-Key": header_token(stored.idempotency_key),
         "Content-Type": "application/json",
         **auth_headers(acct),
     }

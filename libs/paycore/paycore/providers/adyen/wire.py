@@ -24,6 +24,7 @@ import httpx
 from paycore.config import ProviderAccountConfig
 from paycore.domain import OutcomeKind, ProviderOutcome
 from paycore.evidence import Claim
+from paycore.providers.http import header_token
 from paycore.providers.json_body import UNREADABLE as UNREADABLE  # re-exported: the client compares with it
 from paycore.providers.json_body import Unreadable as Unreadable
 from paycore.providers.json_body import is_int as _is_int
@@ -39,10 +40,6 @@ MAX_IDEMPOTENCY_KEY_LEN: Final = 64
 MAX_REFERENCE_LEN: Final = 80
 
 CURRENCY_RE: Final = re.compile(r"[A-Z]{3}")
-# A header value we write (API key, idempotency key) is visible ASCII without whitespace.
-_TOKEN_RE: Final = re.compile(r"[\x21-\x7e]+")
-
-DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 # resultCode → what it says about the payment (result-codes page). Anything else
 # (PartiallyAuthorised, AuthenticationFinished, …: flows paycore never asks for) is
@@ -217,28 +214,9 @@ def is_transient(response: httpx.Response) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# Headers we write, from stored and configured values
-
-
-class NotBuildable(Exception):
-    """A stored value cannot be applied; ``reason`` is the suffix of the outcome reason."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def origin(url: httpx.URL) -> tuple[str, str, int | None]:
-    return url.scheme, url.host, url.port or DEFAULT_PORTS.get(url.scheme)
-
-
-def token(value: str) -> str:
-    """``value`` as a header value, or :class:`NotBuildable` (``invalid-header``)."""
-    if not _TOKEN_RE.fullmatch(value):
-        raise NotBuildable("invalid-header")
-    return value
+# Headers we write, from configured values
 
 
 def auth_headers(acct: ProviderAccountConfig) -> dict[str, str]:
     """Credentials for ``acct``, read from configuration now (``X-API-Key``)."""
-    return {"X-API-Key": token(acct.api_key.reveal())}
+    return {"X-API-Key": header_token(acct.api_key.reveal())}

@@ -10,11 +10,11 @@ The contract is ``docs/providers/cardco.md``.
 
 from paycore.providers.base import LookupResult, StoredRequest
 from paycore.providers.cardco.client import CAPABILITIES, CardcoClient
-from paycore.providers.cardco.events import CardcoEvents, InvalidEvent, parse_event
+from paycore.providers.cardco.events import CARDCO_EVENTS, InvalidEvent, parse_event
 from paycore.providers.cardco.request import build_request_body
 from paycore.providers.cardco.wire import NAME, ProviderPayment, parse_payment
 
 __all__ = [
-    "CAPABILITIES", "NAME", "CardcoClient", "CardcoEvents", "InvalidEvent", "LookupResult", "ProviderPayment",
-    "StoredRequest", "build_request_body", "parse_event", "parse_payment",
+    "CAPABILITIES", "CARDCO_EVENTS", "NAME", "CardcoClient", "InvalidEvent", "LookupResult",
+    "ProviderPayment", "StoredRequest", "build_request_body", "parse_event", "parse_payment",
 ]

@@ -30,19 +30,17 @@ without automatic resends"):
 from __future__ import annotations
 
 import dataclasses
-import logging
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
-from types import TracebackType
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 from urllib.parse import quote
 
 import httpx
 
-from paycore.clock import Clock
 from paycore.config import ProviderAccountConfig
-from paycore.domain import OutcomeKind, ProviderOutcome
+from paycore.domain import ProviderOutcome
+from paycore.errors import InvalidPaymentMethod
 from paycore.evidence import judge
+from paycore.providers.adapter import DeliveryVerifier, ProviderClient
 from paycore.providers.base import (
     Capabilities,
     LookupResult,
@@ -50,16 +48,12 @@ from paycore.providers.base import (
     PaymentRecord,
     ReferenceLookup,
     StoredRequest,
-    VerifiedDelivery,
 )
 from paycore.providers.cardco import events
 from paycore.providers.cardco.request import build_request_body, create_request
 from paycore.providers.cardco.wire import (
-    DEFAULT_RETRY_AFTER_S,
-    NAME,
     REJECTION_CODES,
     UNREADABLE,
-    NotBuildable,
     auth_headers,
     error_code,
     is_replayed,
@@ -67,10 +61,7 @@ from paycore.providers.cardco.wire import (
     read_json,
     retry_after_seconds,
 )
-from paycore.providers.limits import accounts_of, call_limit, checked_ceiling
-
-# The logger keeps the module's historical name: log routing and alerts filter on it.
-log = logging.getLogger("paycore.providers.cardco")
+from paycore.providers.http import NotBuildable, lookup_result, send_once
 
 CAPABILITIES: Final = Capabilities(
     lookup_by_reference=ReferenceLookup.CONSISTENT,  # GET /v1/payments?reference=: every payment, at once
@@ -79,176 +70,36 @@ CAPABILITIES: Final = Capabilities(
 )
 
 
-class CardcoClient(events.CardcoEvents):
+class CardcoClient(ProviderClient[httpx.Request, httpx.Response]):
     """The one HTTP client for Cardco, and Cardco's :class:`~paycore.providers.base.Provider`.
 
-    One ``httpx.AsyncClient`` with an HTTP/1.1 keep-alive pool, no httpx
-    timeout (the per-call budget is the deadline), no redirects and no retries;
-    environment proxy settings are not read (``trust_env=False``), so every way
-    a payment request leaves is visible here. The pool is opened by the first
-    call, so building a client (to check settings, or for the webhook intake,
-    which never calls Cardco) opens nothing.
-
-    :param accounts: Configured provider accounts; those whose provider is not
-        ``cardco`` are ignored. Each stored request names its account.
-    :param clock: The clock budgets run on.
-    :param max_call_duration_s: The client's own ceiling for one call, applied
-        even when the caller passes no budget.
-    :param transport: Replaces the HTTP transport (tests); its own pool
-        settings then apply.
-    :raises ValueError: ``max_call_duration_s`` is not positive, not finite or
-        above :data:`paycore.config.MAX_BUDGET_S`; two accounts share an id.
+    Its pool, budgets, logs and webhook side are :class:`~paycore.providers.adapter.ProviderClient`'s
+    (one keep-alive pool, no httpx timeout: the per-call budget is the deadline; no redirects,
+    no retries, no environment proxies). Its parameters are that class's: the configured
+    accounts (those of another provider ignored), the clock, the ceiling of one call, and a
+    transport that replaces HTTP in tests.
     """
 
-    def __init__(
-        self,
-        accounts: Sequence[ProviderAccountConfig],
-        clock: Clock,
-        *,
-        max_call_duration_s: float,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        ceiling_s = checked_ceiling(max_call_duration_s)
-        self._accounts: dict[str, ProviderAccountConfig] = accounts_of(NAME, accounts)
-        self._clock = clock
-        self._max_call_duration_s = ceiling_s
-        self._transport = transport
-        self._pool: httpx.AsyncClient | None = None
-        self._webhooks: events.WebhookVerifier | None = None
-
-    @property
-    def _http(self) -> httpx.AsyncClient:
-        if self._pool is None:
-            transport = self._transport or httpx.AsyncHTTPTransport(
-                http1=True,
-                http2=False,
-                # retries=0: httpx would otherwise be allowed to reconnect on its own.
-                retries=0,
-                # keepalive_expiry below the common 5 s server idle timeout (uvicorn's
-                # default), so we rarely reuse a connection the server is closing:
-                # that race would turn a healthy call into an Unknown.
-                limits=httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=4.0),
-            )
-            self._pool = httpx.AsyncClient(
-                transport=transport,
-                timeout=None,
-                follow_redirects=False,
-                trust_env=False,
-            )
-        return self._pool
-
-    async def aclose(self) -> None:
-        """Close the connection pool."""
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.aclose()
-
-    async def __aenter__(self) -> CardcoClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    # -- what Cardco is -------------------------------------------------------
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return CAPABILITIES
-
-    def capabilities_of(self, provider_account: str) -> Capabilities:
-        return CAPABILITIES
+    FORMAT = events.CARDCO_EVENTS
+    CAPABILITIES = CAPABILITIES
 
     def build_request_body(self, account: ProviderAccountConfig, *, amount_minor: int, currency: str,
                            payment_method: PaymentMethod, reference: str,
                            description: str | None = None) -> str:
         """:func:`paycore.providers.cardco.request.build_request_body` (Cardco takes a token only)."""
         if not isinstance(payment_method, str):
-            raise ValueError("Cardco takes a payment-method token (tok_...), not an object")
+            raise InvalidPaymentMethod("Cardco takes a payment-method token (tok_...), not an object")
         return build_request_body(amount_minor=amount_minor, currency=currency, payment_method=payment_method,
                                   reference=reference, description=description)
-
-    # -- budgets ------------------------------------------------------------
-
-    def _call_limit(self, budget_s: float | None) -> tuple[float, str]:
-        """Seconds this call may take, and which limit that is (for the reason)."""
-        return call_limit(budget_s, self._max_call_duration_s)
 
     # -- create -------------------------------------------------------------
 
     def _build_create(self, stored: StoredRequest) -> httpx.Request:
-        acct = self._accounts.get(stored.provider_account)
-        if acct is None:
-            raise NotBuildable("account-not-configured")
-        return create_request(stored, acct)
+        return create_request(stored, self._configured(stored.provider_account))
 
-    def unbuildable_reason(self, stored: StoredRequest) -> str | None:
-        """Why the stored request cannot be sent as it is now configured, or ``None``.
-
-        Recovery asks this before committing a resend intent: an account no
-        longer configured, an endpoint whose origin changed, or an invalid
-        stored header or body each refuse the resend before anything is sent.
-        """
-        try:
-            self._build_create(stored)
-        except NotBuildable as exc:
-            return exc.reason
-        return None
-
-    async def create_payment(
-        self, stored: StoredRequest, *, budget_s: float | None, first_send: bool
-    ) -> ProviderOutcome:
-        """Send the stored create-payment request once and classify the answer.
-
-        The call runs under ``clock.budget(min(budget_s, max_call_duration_s))``;
-        a caller that passes no budget is still cut off by the client's maximum
-        call duration. The request is built only from ``stored``, plus the
-        current credentials of ``stored.provider_account``.
-
-        :param stored: The attempt's stored request.
-        :param budget_s: The caller's budget for this call, in seconds on the
-            clock, or ``None``. Zero or negative: nothing is sent.
-        :param first_send: ``True`` only if no earlier send of this attempt can
-            have happened. Only then may a documented rejection mean
-            ``not_applied``; on a resend it is ``unknown``.
-        :return: The classified outcome (see :meth:`_classify_create`), with
-            ``http_status`` and ``replayed`` filled when a response arrived.
-        :raises ValueError: ``budget_s`` is NaN.
-        :raises asyncio.CancelledError: The calling task was cancelled.
-        """
-        limit_s, limit_name = self._call_limit(budget_s)
-        try:
-            request = self._build_create(stored)
-        except NotBuildable as exc:
-            # Still Unknown, not NotApplied: this call cannot prove that the
-            # attempt had no earlier send. Recovery escalates it.
-            return self._logged(stored, ProviderOutcome.unknown(f"request.not-buildable.{exc.reason}"))
-        if limit_s <= 0:
-            # The budget is already spent; do not start a send that would be
-            # cut off part-way.
-            return self._logged(stored, ProviderOutcome.unknown(f"provider.no-response.{limit_name}"))
-
-        try:
-            async with self._clock.budget(limit_s):
-                # stream=False (the default) reads the whole body here, so a
-                # response that ends early is a transport error, not a parse error.
-                response = await self._http.send(request)
-        except TimeoutError:
-            return self._logged(stored, ProviderOutcome.unknown(f"provider.no-response.{limit_name}"))
-        except httpx.TransportError as exc:
-            # Connect/read/write errors, a reset, a remote protocol error, an
-            # incomplete body: each means the same for the payment.
-            return self._logged(stored, ProviderOutcome.unknown(f"provider.transport.{type(exc).__name__}"))
-        except httpx.DecodingError:
-            # The body could not be decoded (e.g. a broken Content-Encoding).
-            return self._logged(stored, ProviderOutcome.unknown("provider.body-unreadable"))
-
-        outcome = self._classify_create(stored, response, first_send=first_send)
-        return self._logged(stored, outcome)
+    async def _send_create(self, request: httpx.Request, limit_s: float,
+                           limit_name: str) -> httpx.Response | str:
+        return await send_once(self._http, request, self._clock, limit_s, limit_name)
 
     def _classify_create(
         self, stored: StoredRequest, response: httpx.Response, *, first_send: bool
@@ -338,8 +189,8 @@ class CardcoClient(events.CardcoEvents):
         if status == 422:
             # The stored body never changes, so a key reused with another body
             # is our bug (or a key collision), never the customer's.
-            log.error("cardco create attempt_id=%s: idempotency key reused with a different body",
-                      stored.attempt_id)
+            self._log.error("cardco create attempt_id=%s: idempotency key reused with a different body",
+                            stored.attempt_id)
             return ProviderOutcome.unknown("provider.key-reused", **meta)
         if status in (401, 403):
             return ProviderOutcome.unknown("provider.rejected.auth", **meta)
@@ -348,13 +199,6 @@ class CardcoClient(events.CardcoEvents):
             # the request; a 500 is stored under the key and may hide a payment.
             return ProviderOutcome.unknown(f"provider.http-{status}", **meta)
         return ProviderOutcome.unknown(f"provider.unexpected-status-{status}", **meta)
-
-    @staticmethod
-    def _logged(stored: StoredRequest, outcome: ProviderOutcome) -> ProviderOutcome:
-        level = logging.WARNING if outcome.kind is OutcomeKind.UNKNOWN else logging.INFO
-        log.log(level, "cardco create attempt_id=%s outcome=%s reason=%s http_status=%s replayed=%s",
-                stored.attempt_id, outcome.kind.value, outcome.reason, outcome.http_status, outcome.replayed)
-        return outcome
 
     # -- lookups ------------------------------------------------------------
 
@@ -439,10 +283,8 @@ class CardcoClient(events.CardcoEvents):
     ) -> LookupResult:
         """Send one ``GET`` lookup; ``found`` reads the JSON of a 200."""
         limit_s, limit_name = self._call_limit(budget_s)
-        acct = self._accounts.get(provider_account)
-        if acct is None:
-            return LookupResult("failed", reason="request.not-buildable.account-not-configured")
         try:
+            acct = self._configured(provider_account)
             headers = auth_headers(acct, acct.api_version)
         except NotBuildable as exc:
             return LookupResult("failed", reason=f"request.not-buildable.{exc.reason}")
@@ -450,63 +292,14 @@ class CardcoClient(events.CardcoEvents):
         if limit_s <= 0:
             return LookupResult("failed", reason=f"provider.no-response.{limit_name}")
 
-        try:
-            async with self._clock.budget(limit_s):
-                response = await self._http.send(request)
-        except TimeoutError:
-            return LookupResult("failed", reason=f"provider.no-response.{limit_name}")
-        except httpx.TransportError as exc:
-            return LookupResult("failed", reason=f"provider.transport.{type(exc).__name__}")
-        except httpx.DecodingError:
-            return LookupResult("failed", reason="provider.body-unreadable")
+        response = await send_once(self._http, request, self._clock, limit_s, limit_name)
+        if isinstance(response, str):
+            return LookupResult("failed", reason=response)
+        return lookup_result(response.status_code, response.content,
+                             retry_after_seconds(response, self._clock.now()), found=found,
+                             not_found_on_404=not_found_on_404)
 
-        status = response.status_code
-        if status == 200:
-            body = read_json(response.content)
-            if body is UNREADABLE:
-                return LookupResult("failed", reason="provider.body-unreadable")
-            return found(body)
-        if status == 404 and not_found_on_404:
-            return LookupResult("not_found")
-        if status == 429:
-            retry_after = retry_after_seconds(response, self._clock.now())
-            return LookupResult(
-                "rate_limited",
-                retry_after_s=DEFAULT_RETRY_AFTER_S if retry_after is None else retry_after,
-                reason="provider.rate-limited",
-            )
-        if status in (401, 403):
-            return LookupResult("failed", reason="provider.rejected.auth")
-        if 500 <= status <= 599:
-            return LookupResult("failed", reason=f"provider.http-{status}")
-        return LookupResult("failed", reason=f"provider.unexpected-status-{status}")
+    # -- notifications (verification: events.WebhookVerifier) -------------------
 
-    @staticmethod
-    def _lookup_logged(operation: str, provider_account: str, result: LookupResult) -> LookupResult:
-        level = logging.INFO if result.kind in ("found", "not_found") else logging.WARNING
-        log.log(level, "cardco %s account=%s result=%s reason=%s",
-                operation, provider_account, result.kind, result.reason)
-        return result
-
-    # -- notifications (parsing and keys: events.CardcoEvents) ----------------
-
-    def check_notification_secrets(self) -> None:
-        self._verifier()
-
-    def verify_notification(self, headers: Mapping[str, str], body: bytes, *,
-                            now: datetime) -> VerifiedDelivery:
-        return self._verifier().verify(headers, body, now=now)
-
-    def verify_deliveries(self, headers: Mapping[str, str], body: bytes, *,
-                          now: datetime) -> tuple[VerifiedDelivery, ...]:
-        return (self.verify_notification(headers, body, now=now),)  # one event per delivery
-
-    @property
-    def acknowledgement(self) -> tuple[bytes, str] | None:
-        return None
-
-    def _verifier(self) -> events.WebhookVerifier:
-        # Built on first use: checkout and recovery never receive webhooks and need no secret.
-        if self._webhooks is None:
-            self._webhooks = events.WebhookVerifier(self._accounts.values())
-        return self._webhooks
+    def _new_verifier(self, accounts: Iterable[ProviderAccountConfig]) -> DeliveryVerifier:
+        return events.WebhookVerifier(accounts)

@@ -18,6 +18,7 @@ import orjson
 
 from paycore.config import ConfigError, ProviderAccountConfig
 from paycore.pgtext import json_problem
+from paycore.providers.adapter import EventFormat, OneEventPerDelivery
 from paycore.providers.base import (
     InvalidNotification,
     Notification,
@@ -126,22 +127,11 @@ def notification_key(n: Notification) -> str | None:
     return standard_notification_key(n)
 
 
-class CardcoEvents:
-    """How Cardco's notifications read (:class:`~paycore.providers.base.NotificationFormat`).
-
-    Needs no account or secret: a stored event is re-parsed with it.
-    """
-
-    name: Final = NAME
-
-    def parse_notification(self, body: bytes) -> Notification:
-        return parse_event(body)
-
-    def notification_key(self, n: Notification) -> str | None:
-        return notification_key(n)
+# How Cardco's notifications read (a stored event is re-parsed with it: no account needed).
+CARDCO_EVENTS: Final = EventFormat(NAME, parse_event, notification_key)
 
 
-class WebhookVerifier:
+class WebhookVerifier(OneEventPerDelivery):
     """Verifies a delivery against every configured Cardco account's webhook secrets (the current
     one, and during a rotation the previous one: :mod:`paycore.providers.webhook_secrets`), then
     parses it.

@@ -13,16 +13,10 @@ import httpx
 import orjson
 
 from paycore.config import ProviderAccountConfig
+from paycore.errors import InvalidPaymentMethod
 from paycore.providers.base import StoredRequest
-from paycore.providers.cardco.wire import (
-    CURRENCY_RE,
-    DEFAULT_PORTS,
-    MAX_IDEMPOTENCY_KEY_LEN,
-    NotBuildable,
-    auth_headers,
-    origin,
-    sf_string,
-)
+from paycore.providers.cardco.wire import CURRENCY_RE, MAX_IDEMPOTENCY_KEY_LEN, auth_headers, sf_string
+from paycore.providers.http import stored_body, stored_url
 
 
 def build_request_body(
@@ -48,16 +42,16 @@ def build_request_body(
     :param description: Optional free text.
     :param return_url: Optional URL the customer returns to after an action.
     :return: The JSON text.
-    :raises ValueError: A value the contract would reject.
+    :raises InvalidPaymentMethod: A value the contract would reject (a ``ValueError``).
     """
     if isinstance(amount_minor, bool) or not isinstance(amount_minor, int) or amount_minor <= 0:
-        raise ValueError("amount_minor must be a positive integer")
+        raise InvalidPaymentMethod("amount_minor must be a positive integer")
     if not CURRENCY_RE.fullmatch(currency):
-        raise ValueError("currency must be three upper-case letters")
+        raise InvalidPaymentMethod("currency must be three upper-case letters")
     if not payment_method:
-        raise ValueError("payment_method must not be empty")
+        raise InvalidPaymentMethod("payment_method must not be empty")
     if not 1 <= len(reference) <= 64:
-        raise ValueError("reference must be 1 to 64 characters")
+        raise InvalidPaymentMethod("reference must be 1 to 64 characters")
     body: dict[str, Any] = {
         "amount": amount_minor,
         "currency": currency,
@@ -77,28 +71,10 @@ def create_request(stored: StoredRequest, acct: ProviderAccountConfig) -> httpx.
     :raises NotBuildable: the endpoint left the account's origin, or a stored header
         or body cannot be sent as stored.
     """
-    try:
-        url = httpx.URL(stored.endpoint)
-        base = httpx.URL(acct.base_url)
-    except httpx.InvalidURL:
-        raise NotBuildable("endpoint-changed") from None
-    if (
-        url.scheme not in DEFAULT_PORTS
-        or not url.host
-        # httpx would turn userinfo into Basic auth, replacing our credentials.
-        or url.userinfo
-        or origin(url) != origin(base)
-    ):
-        raise NotBuildable("endpoint-changed")
-    if not 0 < len(stored.idempotency_key) <= MAX_IDEMPOTENCY_KEY_LEN:
-        raise NotBuildable("invalid-header")
+    url = stored_url(stored, acct.base_url, max_key_length=MAX_IDEMPOTENCY_KEY_LEN)
     headers = {
         "Idempotency-Key": sf_string(stored.idempotency_key),
         "Content-Type": "application/json",
         **auth_headers(acct, stored.api_version),
     }
-    try:
-        content = stored.request_body.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: not a body we can send as stored
-        raise NotBuildable("invalid-body") from None
-    return httpx.Request("POST", url, headers=headers, content=content)
+    return httpx.Request("POST", url, headers=headers, content=stored_body(stored))

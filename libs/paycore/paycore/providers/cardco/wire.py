@@ -19,6 +19,7 @@ import httpx
 from paycore.config import MAX_BUDGET_S, ProviderAccountConfig
 from paycore.domain import ProviderOutcome
 from paycore.evidence import Claim
+from paycore.providers.http import NotBuildable, header_token
 from paycore.providers.json_body import UNREADABLE as UNREADABLE  # re-exported: the client compares with it
 from paycore.providers.json_body import Unreadable as Unreadable
 from paycore.providers.json_body import is_int as _is_int
@@ -42,17 +43,9 @@ REJECTION_CODES: Final = frozenset(
 # anyway, so it is refused before sending.
 MAX_IDEMPOTENCY_KEY_LEN: Final = 255
 
-# When a 429 carries no usable Retry-After.
-DEFAULT_RETRY_AFTER_S: Final = 1.0
-
 CURRENCY_RE: Final = re.compile(r"[A-Z]{3}")
 # RFC 9651 sf-string: printable ASCII; '"' and '\\' are escaped when serialised.
 _SF_STRING_CHARS_RE: Final = re.compile(r"[\x20-\x7e]*")
-# A header value we write must be visible ASCII with no whitespace at all:
-# API version, account id and API key are all tokens.
-_TOKEN_RE: Final = re.compile(r"[\x21-\x7e]+")
-
-DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 
 # ---------------------------------------------------------------------------
@@ -252,18 +245,6 @@ def is_replayed(response: httpx.Response) -> bool:
 # Headers we write, from stored and configured values
 
 
-class NotBuildable(Exception):
-    """A stored value cannot be applied; ``reason`` is the suffix of the outcome reason."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def origin(url: httpx.URL) -> tuple[str, str, int | None]:
-    return url.scheme, url.host, url.port or DEFAULT_PORTS.get(url.scheme)
-
-
 def sf_string(value: str) -> str:
     """``value`` as an RFC 9651 Structured Field String: quoted, ``\\`` and ``"`` escaped."""
     if not _SF_STRING_CHARS_RE.fullmatch(value):
@@ -271,17 +252,11 @@ def sf_string(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _token(value: str) -> str:
-    if not _TOKEN_RE.fullmatch(value):
-        raise NotBuildable("invalid-header")
-    return value
-
-
 def auth_headers(acct: ProviderAccountConfig, api_version: str) -> dict[str, str]:
-    """Credentials and version for ``acct``, read from configuration now."""
+    """Credentials and version for ``acct``, read from configuration now: API version, account id
+    and API key are all tokens."""
     return {
-        "Authorization": "Bearer " + _token(acct.api_key.reveal()),
-        "Cardco-Account": _token(acct.account),
-        "Cardco-Version": _token(api_version),
+        "Authorization": "Bearer " + header_token(acct.api_key.reveal()),
+        "Cardco-Account": header_token(acct.account),
+        "Cardco-Version": header_token(api_version),
     }
-

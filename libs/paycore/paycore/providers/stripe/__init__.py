@@ -14,12 +14,21 @@ from paycore.providers.stripe.client import (
     DEFAULT_API_VERSION,
     StripeProvider,
 )
-from paycore.providers.stripe.events import StripeEvents, parse_event, signature_header
+from paycore.providers.stripe.events import STRIPE_EVENTS, parse_event, signature_header
 from paycore.providers.stripe.request import build_request_body
 from paycore.providers.stripe.wire import NAME, PaymentIntent, key_environment, parse_intent
 
 __all__ = [
-    "CAPABILITIES", "DEFAULT_API_BASE", "DEFAULT_API_VERSION", "NAME", "PaymentIntent", "StripeEvents",
-    "StripeProvider", "build_request_body", "key_environment", "parse_event", "parse_intent",
+    "CAPABILITIES",
+    "DEFAULT_API_BASE",
+    "DEFAULT_API_VERSION",
+    "NAME",
+    "STRIPE_EVENTS",
+    "PaymentIntent",
+    "StripeProvider",
+    "build_request_body",
+    "key_environment",
+    "parse_event",
+    "parse_intent",
     "signature_header",
 ]

@@ -27,9 +27,7 @@ import dataclasses
 import logging
 import re
 import ssl
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
-from types import TracebackType
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -41,6 +39,7 @@ from paycore.clock import Clock
 from paycore.config import MAX_BUDGET_S, ProviderAccountConfig
 from paycore.domain import OutcomeKind, ProviderOutcome
 from paycore.evidence import judge
+from paycore.providers.adapter import DeliveryVerifier, ProviderClient
 from paycore.providers.base import (
     Capabilities,
     LookupResult,
@@ -48,18 +47,11 @@ from paycore.providers.base import (
     PaymentRecord,
     ReferenceLookup,
     StoredRequest,
-    VerifiedDelivery,
 )
-from paycore.providers.limits import accounts_of, call_limit, checked_ceiling
+from paycore.providers.http import NotBuildable, lookup_result
 from paycore.providers.stripe import events
-from paycore.providers.stripe.request import (
-    NotBuildable,
-    build_request_body,
-    check_idempotency_key,
-    stored_params,
-)
+from paycore.providers.stripe.request import build_request_body, check_idempotency_key, stored_params
 from paycore.providers.stripe.wire import (
-    NAME,
     REFERENCE_KEY,
     UNREADABLE,
     is_replayed,
@@ -71,13 +63,10 @@ from paycore.providers.stripe.wire import (
     retry_after_seconds,
 )
 
-log = logging.getLogger("paycore.providers.stripe")
-
 CREATE_PATH: Final = "/v1/payment_intents"
 DEFAULT_API_BASE: Final = "https://api.stripe.com"
 # The SDK's pinned API version: what an attempt is stamped with unless configured otherwise.
 DEFAULT_API_VERSION: Final[str] = stripe.api_version
-DEFAULT_RETRY_AFTER_S: Final = 1.0
 # A PaymentIntent id is one path segment of letters, digits and underscores.
 _INTENT_ID_RE: Final = re.compile(r"pi_[A-Za-z0-9_]{1,250}")
 
@@ -109,14 +98,13 @@ if not any(isinstance(f, _DropBodies) for f in logging.getLogger("stripe").filte
 
 
 class PaycoreHTTPXClient(stripe.HTTPXClient):
-    """The SDK's httpx client with paycore's pool: no timeout (the per-call budget is the
-    deadline), no retries, no redirects, no proxy from the environment, and the body
-    sent as raw ``content`` (the SDK passes ``data=``, which httpx would re-process).
-
-    :param transport: Replaces the HTTP transport (an override, never a mock in tests).
+    """The SDK's httpx client on paycore's pool (:func:`paycore.providers.http.no_retry_client`: no
+    timeout, the per-call budget is the deadline; no retries, no redirects, no proxy from the
+    environment), with the body sent as raw ``content`` (the SDK passes ``data=``, which httpx
+    would re-process). The pool is the provider's: it closes it.
     """
 
-    def __init__(self, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, pool: httpx.AsyncClient) -> None:
         # HTTPXClient.__init__ would build its own AsyncClient (trusting the environment);
         # the base class sets what the retry loop and telemetry need.
         stripe.HTTPClient.__init__(self)
@@ -124,19 +112,7 @@ class PaycoreHTTPXClient(stripe.HTTPXClient):
         self.anyio = anyio
         self._client = None
         self._timeout = None
-        verify = ssl.create_default_context(cafile=stripe.ca_bundle_path)
-        self._client_async = httpx.AsyncClient(
-            transport=transport or httpx.AsyncHTTPTransport(
-                verify=verify, http1=True, http2=False, retries=0,
-                # Below the common 5 s server idle timeout, as Cardco's pool.
-                limits=httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=4.0),
-            ),
-            timeout=None, follow_redirects=False, trust_env=False,
-        )
-
-    async def aclose(self) -> None:
-        """Close the pool (the SDK's own ``close_async`` is untyped)."""
-        await self._client_async.aclose()
+        self._client_async = pool
 
     def _get_request_args_kwargs(self, method: str, url: str, headers: Mapping[str, str],
                                  post_data: Any) -> list[Any]:
@@ -152,74 +128,53 @@ class _Answer:
     headers: Mapping[str, str]
 
 
-class StripeProvider(events.StripeEvents):
+class StripeProvider(ProviderClient[tuple[ProviderAccountConfig, dict[str, str]], _Answer]):
     """Stripe's :class:`~paycore.providers.base.Provider`, for every configured Stripe account.
 
-    :param accounts: Configured provider accounts; those whose provider is not
-        ``stripe`` are ignored. Each stored request names its account.
-    :param clock: The clock budgets run on.
-    :param max_call_duration_s: The client's own ceiling for one call.
-    :param transport: Replaces the httpx transport (its own pool settings then apply).
-    :raises ValueError: A bad ceiling; two accounts share an id.
+    Its pool (with the SDK's CA bundle), budgets, logs and webhook side are
+    :class:`~paycore.providers.adapter.ProviderClient`'s, as are its parameters; on top, one
+    ``stripe.StripeClient`` per account, built on first use.
     """
+
+    FORMAT = events.STRIPE_EVENTS
+    CAPABILITIES = CAPABILITIES
 
     def __init__(self, accounts: Sequence[ProviderAccountConfig], clock: Clock, *, max_call_duration_s: float,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
-        ceiling_s = checked_ceiling(max_call_duration_s)
-        self._accounts: dict[str, ProviderAccountConfig] = accounts_of(NAME, accounts)
-        self._clock = clock
-        self._max_call_duration_s = ceiling_s
-        self._transport = transport
-        self._http: PaycoreHTTPXClient | None = None
+        super().__init__(accounts, clock, max_call_duration_s=max_call_duration_s, transport=transport)
+        self._sdk_http: PaycoreHTTPXClient | None = None
         self._clients: dict[str, stripe.StripeClient] = {}
-        self._webhooks: events.WebhookVerifier | None = None
+
+    def _tls(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=stripe.ca_bundle_path)
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
-        if self._http is not None:
-            http, self._http = self._http, None
-            self._clients.clear()
-            await http.aclose()
-
-    async def __aenter__(self) -> StripeProvider:
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.aclose()
-
-    # -- what Stripe is -------------------------------------------------------
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return CAPABILITIES
-
-    def capabilities_of(self, provider_account: str) -> Capabilities:
-        return CAPABILITIES
+        """Close the connection pool (and forget the SDK clients on it)."""
+        self._sdk_http = None
+        self._clients.clear()
+        await super().aclose()
 
     def build_request_body(self, account: ProviderAccountConfig, *, amount_minor: int, currency: str,
                            payment_method: PaymentMethod, reference: str,
                            description: str | None = None) -> str:
         """:func:`paycore.providers.stripe.request.build_request_body`, with ``account``'s ``return_url``.
 
-        :raises ValueError: As the body builder; an account this provider does not serve.
+        :raises InvalidPaymentMethod: As the body builder.
+        :raises NotBuildable: ``account-not-configured``: an account this provider does not serve.
         """
-        acct = self._accounts.get(account.provider_account)
-        if acct is None:
-            raise ValueError(f"provider account {account.provider_account} is not configured")
+        acct = self._configured(account.provider_account)
         return build_request_body(amount_minor=amount_minor, currency=currency, payment_method=payment_method,
                                   reference=reference, description=description, return_url=acct.return_url)
 
-    # -- budgets and the SDK ---------------------------------------------------
-
-    def _call_limit(self, budget_s: float | None) -> tuple[float, str]:
-        """Seconds this call may take, and which limit that is (for the reason)."""
-        return call_limit(budget_s, self._max_call_duration_s)
+    # -- the account and the SDK -----------------------------------------------
 
     def _account(self, provider_account: str) -> ProviderAccountConfig:
-        acct = self._accounts.get(provider_account)
-        if acct is None:
-            raise NotBuildable("account-not-configured")
+        """The account, if a call may be made on it now.
+
+        :raises NotBuildable: Not configured, a key that is no Stripe key or of the other mode,
+            or a base URL the SDK cannot reach (``endpoint-changed``).
+        """
+        acct = self._configured(provider_account)
         api_key = acct.api_key.reveal()
         if not is_token(api_key) or key_environment(api_key) is None:
             raise NotBuildable("invalid-api-key")
@@ -231,12 +186,12 @@ class StripeProvider(events.StripeEvents):
         return acct
 
     def _client(self, acct: ProviderAccountConfig) -> stripe.StripeClient:
-        if self._http is None:
-            self._http = PaycoreHTTPXClient(transport=self._transport)
+        if self._sdk_http is None:
+            self._sdk_http = PaycoreHTTPXClient(self._http)
         client = self._clients.get(acct.provider_account)
         if client is None:
             client = stripe.StripeClient(
-                acct.api_key.reveal(), http_client=self._http,
+                acct.api_key.reveal(), http_client=self._sdk_http,
                 # The SDK joins base and path; a base ending in "/" would double it.
                 base_addresses={"api": acct.base_url.rstrip("/")},
                 max_network_retries=0, stripe_version=acct.api_version,
@@ -262,7 +217,10 @@ class StripeProvider(events.StripeEvents):
             return "provider.body-unreadable"
         except stripe.StripeError as exc:
             if exc.http_status is None:
-                return "provider.body-unreadable"
+                # Every error the SDK raises once a request reached the wire carries its status;
+                # only its own refusals before sending carry none (e.g. "No API key provided"),
+                # and _account rules those out. So this is a bug: it surfaces, never an outcome.
+                raise
             return _Answer(exc.http_status, exc.http_body, exc.headers or {})
         return _Answer(response.code, response.body, response.headers)
 
@@ -283,33 +241,10 @@ class StripeProvider(events.StripeEvents):
                    "stripe_version": stored.api_version}
         return acct, {**params, **options}
 
-    def unbuildable_reason(self, stored: StoredRequest) -> str | None:
-        """Why the stored request cannot be sent as it is now configured, or ``None``."""
-        try:
-            self._build_create(stored)
-        except NotBuildable as exc:
-            return exc.reason
-        return None
-
-    async def create_payment(self, stored: StoredRequest, *, budget_s: float | None,
-                             first_send: bool) -> ProviderOutcome:
-        """Send the stored ``POST /v1/payment_intents`` once and classify the answer.
-
-        :param first_send: ``True`` only if no earlier send of this attempt can have
-            happened: only then may a documented rejection be ``not_applied``.
-        :raises ValueError: ``budget_s`` is NaN.
-        """
-        limit_s, limit_name = self._call_limit(budget_s)
-        try:
-            acct, params = self._build_create(stored)
-        except NotBuildable as exc:
-            return self._logged(stored, ProviderOutcome.unknown(f"request.not-buildable.{exc.reason}"))
-        if limit_s <= 0:
-            return self._logged(stored, ProviderOutcome.unknown(f"provider.no-response.{limit_name}"))
-        answer = await self._send(self._client(acct), "post", CREATE_PATH, params, limit_s, limit_name)
-        if isinstance(answer, str):
-            return self._logged(stored, ProviderOutcome.unknown(answer))
-        return self._logged(stored, self._classify_create(stored, answer, first_send=first_send))
+    async def _send_create(self, request: tuple[ProviderAccountConfig, dict[str, str]], limit_s: float,
+                           limit_name: str) -> _Answer | str:
+        acct, params = request
+        return await self._send(self._client(acct), "post", CREATE_PATH, params, limit_s, limit_name)
 
     def _classify_create(self, stored: StoredRequest, answer: _Answer, *,
                          first_send: bool) -> ProviderOutcome:
@@ -364,8 +299,8 @@ class StripeProvider(events.StripeEvents):
             if error.type == "idempotency_error":
                 # The stored body never changes: a key reused with other parameters is our bug
                 # (or a key collision), never the customer's. Escalation-worthy.
-                log.error("stripe create attempt_id=%s: idempotency key reused with different parameters",
-                          stored.attempt_id)
+                self._log.error("stripe create attempt_id=%s: idempotency key reused with different "
+                                "parameters", stored.attempt_id)
                 return ProviderOutcome.unknown("provider.idempotency-error", **meta)
             if error.type != "invalid_request_error":
                 return ProviderOutcome.unknown("provider.body-unrecognized", **meta)
@@ -421,13 +356,6 @@ class StripeProvider(events.StripeEvents):
                 outcome = dataclasses.replace(outcome, reason=reason)
         return dataclasses.replace(outcome, **meta)
 
-    @staticmethod
-    def _logged(stored: StoredRequest, outcome: ProviderOutcome) -> ProviderOutcome:
-        level = logging.WARNING if outcome.kind is OutcomeKind.UNKNOWN else logging.INFO
-        log.log(level, "stripe create attempt_id=%s outcome=%s reason=%s http_status=%s replayed=%s",
-                stored.attempt_id, outcome.kind.value, outcome.reason, outcome.http_status, outcome.replayed)
-        return outcome
-
     # -- lookups ------------------------------------------------------------
 
     async def get_payment(self, provider_account: str, payment_id: str, *,
@@ -477,53 +405,15 @@ class StripeProvider(events.StripeEvents):
         answer = await self._send(self._client(acct), "get", path, query, limit_s, limit_name)
         if isinstance(answer, str):
             return LookupResult("failed", reason=answer)
-        status = answer.status
-        if status == 200:
-            body = read_json(answer.body)
-            if body is UNREADABLE:
-                return LookupResult("failed", reason="provider.body-unreadable")
-            return found(body)
-        if status == 404 and not_found_on_404:
-            return LookupResult("not_found")
-        if status == 429:
-            retry_after = retry_after_seconds(answer.headers)
-            return LookupResult("rate_limited", reason="provider.rate-limited",
-                                retry_after_s=DEFAULT_RETRY_AFTER_S if retry_after is None
-                                else min(retry_after, MAX_BUDGET_S))
-        if status in (401, 403):
-            return LookupResult("failed", reason="provider.rejected.auth")
-        if 500 <= status <= 599:
-            return LookupResult("failed", reason=f"provider.http-{status}")
-        return LookupResult("failed", reason=f"provider.unexpected-status-{status}")
+        retry_after = retry_after_seconds(answer.headers)
+        return lookup_result(answer.status, answer.body,
+                             None if retry_after is None else min(retry_after, MAX_BUDGET_S), found=found,
+                             not_found_on_404=not_found_on_404)
 
-    @staticmethod
-    def _lookup_logged(operation: str, provider_account: str, result: LookupResult) -> LookupResult:
-        level = logging.INFO if result.kind in ("found", "not_found") else logging.WARNING
-        log.log(level, "stripe %s account=%s result=%s reason=%s", operation, provider_account, result.kind,
-                result.reason)
-        return result
+    # -- notifications (verification: events.WebhookVerifier) -------------------
 
-    # -- notifications (parsing and keys: events.StripeEvents) -----------------
-
-    def check_notification_secrets(self) -> None:
-        self._verifier()
-
-    def verify_notification(self, headers: Mapping[str, str], body: bytes, *,
-                            now: datetime) -> VerifiedDelivery:
-        return self._verifier().verify(headers, body, now=now)
-
-    def verify_deliveries(self, headers: Mapping[str, str], body: bytes, *,
-                          now: datetime) -> tuple[VerifiedDelivery, ...]:
-        return (self.verify_notification(headers, body, now=now),)  # one event per delivery
-
-    @property
-    def acknowledgement(self) -> tuple[bytes, str] | None:
-        return None  # any 2xx
-
-    def _verifier(self) -> events.WebhookVerifier:
-        if self._webhooks is None:
-            self._webhooks = events.WebhookVerifier(self._accounts.values())
-        return self._webhooks
+    def _new_verifier(self, accounts: Iterable[ProviderAccountConfig]) -> DeliveryVerifier:
+        return events.WebhookVerifier(accounts)
 
 
 def _intent_found(body: Any) -> LookupResult:

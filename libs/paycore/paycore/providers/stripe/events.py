@@ -26,6 +26,7 @@ from typing import Final
 import orjson
 
 from paycore.config import ConfigError, ProviderAccountConfig
+from paycore.providers.adapter import EventFormat, OneEventPerDelivery
 from paycore.providers.base import (
     InvalidNotification,
     Notification,
@@ -109,19 +110,8 @@ def notification_key(n: Notification) -> str | None:
     return n.event_id
 
 
-class StripeEvents:
-    """How Stripe's notifications read (:class:`~paycore.providers.base.NotificationFormat`).
-
-    Needs no account or secret: a stored event is re-parsed with it.
-    """
-
-    name: Final = NAME
-
-    def parse_notification(self, body: bytes) -> Notification:
-        return parse_event(body)
-
-    def notification_key(self, n: Notification) -> str | None:
-        return notification_key(n)
+# How Stripe's notifications read (a stored event is re-parsed with it: no account needed).
+STRIPE_EVENTS: Final = EventFormat(NAME, parse_event, notification_key)
 
 
 def _parse_signature_header(value: str) -> tuple[int, list[str]] | None:
@@ -166,7 +156,7 @@ def delivery_id(body: bytes) -> str:
     return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
-class WebhookVerifier:
+class WebhookVerifier(OneEventPerDelivery):
     """Verifies a delivery against every configured Stripe account's secrets (the current one, and
     during a rotation the previous one: :mod:`paycore.providers.webhook_secrets`), then parses it.
 

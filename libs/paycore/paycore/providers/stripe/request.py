@@ -17,7 +17,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode
 
+from paycore.errors import InvalidPaymentMethod
 from paycore.payment_methods import contains_card_number
+from paycore.providers.http import NotBuildable, header_token
 from paycore.providers.stripe.wire import MAX_IDEMPOTENCY_KEY_LEN, REFERENCE_KEY
 
 # Stripe's maximum charge amount is eight digits in most currencies
@@ -39,14 +41,6 @@ ALLOWED_PARAMS: Final = frozenset({
 })
 
 
-class NotBuildable(Exception):
-    """A stored value cannot be sent as stored; ``reason`` is the suffix of the outcome reason."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
 def encode_form(pairs: list[tuple[str, str]]) -> str:
     """The SDK's form encoding of ordered pairs (``stripe._api_requestor``: ``urlencode``, then
     the bracket escapes turned back into ``[`` and ``]``)."""
@@ -62,29 +56,29 @@ def build_request_body(*, amount_minor: int, currency: str, payment_method: str 
     when the account has one, else ``payment_method_types[]=card`` (a card-only
     intent needs no return URL: https://docs.stripe.com/api/payment_intents/create).
 
-    :raises ValueError: A value Stripe would reject, or anything that looks like a
-        raw card number (only a ``pm_…`` id is ever accepted).
+    :raises InvalidPaymentMethod: A value Stripe would reject, or anything that looks like a
+        raw card number (only a ``pm_…`` id is ever accepted); a ``ValueError``.
     """
     if (isinstance(amount_minor, bool) or not isinstance(amount_minor, int)
             or not 0 < amount_minor <= MAX_AMOUNT_MINOR):
-        raise ValueError(f"amount_minor must be an integer from 1 to {MAX_AMOUNT_MINOR}")
+        raise InvalidPaymentMethod(f"amount_minor must be an integer from 1 to {MAX_AMOUNT_MINOR}")
     if not isinstance(currency, str) or not _CURRENCY_RE.fullmatch(currency):
-        raise ValueError("currency must be three upper-case letters")
+        raise InvalidPaymentMethod("currency must be three upper-case letters")
     if not isinstance(payment_method, str):
-        raise ValueError("a Stripe payment method is a PaymentMethod id (pm_…), not an object")
+        raise InvalidPaymentMethod("a Stripe payment method is a PaymentMethod id (pm_…), not an object")
     for name, value in (("payment_method", payment_method), ("reference", reference),
                         ("description", description or "")):
         if contains_card_number(value):
-            raise ValueError(f"{name} looks like a card number; send a PaymentMethod id (pm_…)")
+            raise InvalidPaymentMethod(f"{name} looks like a card number; send a PaymentMethod id (pm_…)")
     if not _PAYMENT_METHOD_RE.fullmatch(payment_method):
-        raise ValueError("payment_method must be a PaymentMethod id (pm_…)")
+        raise InvalidPaymentMethod("payment_method must be a PaymentMethod id (pm_…)")
     if not _REFERENCE_RE.fullmatch(reference):
-        raise ValueError("reference must be 1 to 64 characters, without quotes, backslashes or control "
-                         "characters")
+        raise InvalidPaymentMethod("reference must be 1 to 64 characters, without quotes, backslashes or "
+                                   "control characters")
     if description is not None and not 0 < len(description) <= 1000:
-        raise ValueError("description must be 1 to 1000 characters")
+        raise InvalidPaymentMethod("description must be 1 to 1000 characters")
     if return_url is not None and not return_url.startswith(("https://", "http://")):
-        raise ValueError("return_url must be an http(s) URL")
+        raise InvalidPaymentMethod("return_url must be an http(s) URL")
     pairs = [
         ("amount", str(amount_minor)),
         ("currency", currency.lower()),
@@ -123,8 +117,11 @@ def stored_params(request_body: str) -> dict[str, str]:
 def check_idempotency_key(key: str) -> str:
     """The stored key, as a header value Stripe accepts.
 
+    An empty key is refused too: the SDK would send a POST without one under a key it invents
+    (``stripe._api_requestor``), which no later send could repeat.
+
     :raises NotBuildable: ``invalid-header``.
     """
-    if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY_LEN or not re.fullmatch(r"[\x21-\x7e]+", key):
+    if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY_LEN:
         raise NotBuildable("invalid-header")
-    return key
+    return header_token(key)

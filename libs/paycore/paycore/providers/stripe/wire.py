@@ -16,12 +16,15 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypeGuard
-
-import orjson
+from typing import Any, Final
 
 from paycore.domain import ProviderOutcome
 from paycore.evidence import Claim
+from paycore.providers.http import is_token as is_token  # re-exported: the client checks header values
+from paycore.providers.json_body import UNREADABLE as UNREADABLE  # re-exported: the client compares with it
+from paycore.providers.json_body import is_int as _is_int
+from paycore.providers.json_body import optional_str as _optional_str
+from paycore.providers.json_body import read_json as read_json
 
 NAME: Final = "stripe"
 
@@ -39,7 +42,6 @@ MAX_IDEMPOTENCY_KEY_LEN: Final = 255
 
 # A Stripe secret or restricted key says its mode in its prefix.
 _KEY_MODE_RE: Final = re.compile(r"(?:sk|rk)_(test|live)_[A-Za-z0-9_]+")
-_TOKEN_RE: Final = re.compile(r"[\x21-\x7e]+")
 _CURRENCY_RE: Final = re.compile(r"[a-zA-Z]{3}")
 
 
@@ -47,20 +49,6 @@ def key_environment(api_key: str) -> str | None:
     """``test`` or ``live`` from a secret (``sk_``) or restricted (``rk_``) key's prefix, else ``None``."""
     match = _KEY_MODE_RE.fullmatch(api_key)
     return match.group(1) if match else None
-
-
-def is_token(value: str) -> bool:
-    """Visible ASCII, no whitespace: what a header value we write must be."""
-    return _TOKEN_RE.fullmatch(value) is not None
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    # bool is an int subclass; an amount of `true` is not an amount.
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _optional_str(value: object) -> tuple[bool, str | None]:
-    return (value is None or isinstance(value, str)), (value if isinstance(value, str) else None)
 
 
 # ---------------------------------------------------------------------------
@@ -143,7 +131,7 @@ def _reference_of(obj: Mapping[str, Any]) -> tuple[bool, str | None]:
         return True, None
     if not isinstance(metadata, dict):
         return False, None
-    return _optional_str(metadata.get(REFERENCE_KEY))
+    return _optional_str(metadata, REFERENCE_KEY)
 
 
 def _common_fields(obj: Any, prefix: str) -> tuple[str, int, str, bool | None, str | None] | None:
@@ -180,8 +168,8 @@ def parse_intent(obj: Any) -> PaymentIntent | None:
         return None
     failure_code: str | None = None
     if error is not None:
-        ok_decline, decline = _optional_str(error.get("decline_code"))
-        ok_code, code = _optional_str(error.get("code"))
+        ok_decline, decline = _optional_str(error, "decline_code")
+        ok_code, code = _optional_str(error, "code")
         if not (ok_decline and ok_code):
             return None
         failure_code = decline or code
@@ -250,26 +238,6 @@ def parse_charge(obj: Any) -> Charge | None:
 # Bodies and errors
 
 
-class Unreadable:
-    """Marker: the body is empty or not JSON."""
-
-
-UNREADABLE: Final = Unreadable()
-
-
-def read_json(body: bytes | str | None) -> Any:
-    """The parsed body, or ``UNREADABLE``."""
-    if body is None:
-        return UNREADABLE
-    raw = body.encode("utf-8", "surrogateescape") if isinstance(body, str) else body
-    if not raw.strip():
-        return UNREADABLE
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:  # also invalid UTF-8
-        return UNREADABLE
-
-
 @dataclass(frozen=True)
 class StripeErrorBody:
     """The ``error`` object of a Stripe error response (https://docs.stripe.com/api/errors)."""
@@ -286,7 +254,7 @@ def parse_error(obj: Any) -> StripeErrorBody | None:
     if not isinstance(obj, dict) or not isinstance(obj.get("error"), dict):
         return None
     err = obj["error"]
-    fields = [_optional_str(err.get(k)) for k in ("type", "code", "param", "decline_code")]
+    fields = [_optional_str(err, k) for k in ("type", "code", "param", "decline_code")]
     if not all(ok for ok, _ in fields):
         return None
     (_, type_), (_, code), (_, param), (_, decline) = fields

@@ -1,0 +1,62 @@
+"""localstripe, started with its state in a file of the caller's choosing.
+
+Usage: ``python tests/support/localstripe_server.py STATE_FILE --port PORT --from-scratch``
+
+localstripe (1.15.10) keeps its whole store in ``/tmp/localstripe.pickle``, a path it
+hard-codes (``localstripe.resources.Store``) and writes on every POST: two suites on one
+machine would share it, and one user's file would make another's writes fail. This
+launcher points the store's two file methods at ``STATE_FILE`` (the tests give each run a
+private directory), then starts localstripe's own server unchanged.
+
+One more change, the only one to what localstripe answers: it refuses a PaymentIntent's
+``description`` (``400 Unexpected description``), a documented PaymentIntent field that
+checkout always sends (``order <id>``). The launcher lets a PaymentIntent take and keep it.
+Nothing else differs: localstripe still ignores ``Idempotency-Key`` and ``Stripe-Version``,
+has no Search, and signs its webhooks itself.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from typing import Any
+
+from localstripe import resources, server
+
+
+def _private_state(path: str) -> None:
+    def load(store: resources.Store) -> None:
+        try:
+            with open(path, "rb") as f:
+                old = pickle.load(f)  # our own file, written below
+        except FileNotFoundError:
+            return
+        store.clear()
+        store.update(old)
+
+    def dump(store: resources.Store) -> None:
+        with open(path, "wb") as f:
+            pickle.dump(store, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+    resources.Store.try_load_from_disk = load
+    resources.Store.dump_to_disk = dump
+
+
+def _payment_intents_take_a_description() -> None:
+    original = resources.PaymentIntent.__init__
+
+    def init(self: resources.PaymentIntent, description: str | None = None, **kwargs: Any) -> None:
+        original(self, **kwargs)
+        self.description = description
+
+    resources.PaymentIntent.__init__ = init
+
+
+def main() -> None:
+    _private_state(sys.argv.pop(1))
+    _payment_intents_take_a_description()
+    server.start()  # reads --port and --from-scratch from sys.argv
+
+
+if __name__ == "__main__":
+    main()
