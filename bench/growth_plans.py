@@ -193,7 +193,7 @@ async def checkout_and_intake(conn: asyncpg.Connection, plans: Plans, s: Sample,
                   "{}")
     await explain(conn, plans, "intake.lock_order_of_attempt", orders.LOCK_ORDER_OF_ATTEMPT, s.attempt_id)
     await explain(conn, plans, "recovery.history", events.SELECT_HISTORY, s.attempt_id)
-    await explain(conn, plans, "recovery.latest_send_event", events.LATEST_SEND_EVENT, s.attempt_id)
+    await explain(conn, plans, "recovery.pass_facts", events.PASS_FACTS, s.attempt_id, account, now)
 
 
 async def claim(conn: asyncpg.Connection, plans: Plans, batch: int, now: datetime, lease_s: float) -> None:
@@ -215,4 +215,4 @@ async def relay_statements(conn: asyncpg.Connection, plans: Plans, batch: int, n
     await explain(conn, plans, "relay.claim_heads", relay.CLAIM_HEADS, now, batch)
     await explain(conn, plans, "relay.followers", relay.FOLLOWERS, list(keys), now)
     ids = [r["message_id"] for r in await conn.fetch(PENDING_OF_KEYS, list(keys))]
-    await explain(conn, plans, "relay.mark_dispatched", relay.MARK_DISPATCHED, ids, now)
+    await explain(conn, plans, "relay.mark_dispatched", outbox.MARK_DISPATCHED, ids, now)

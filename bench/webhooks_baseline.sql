@@ -54,14 +54,10 @@ SET state = 'Succeeded',
     provider_payment_id = COALESCE(provider_payment_id, 'pay_bench_' || :n::text),
     next_check_at = now() + interval '60 seconds',
     version = version + 1,
-    recovery_owner    = CASE WHEN recovery_owner = NULL AND lease_token = NULL
-                             THEN NULL ELSE recovery_owner END,
-    lease_acquired_at = CASE WHEN recovery_owner = NULL AND lease_token = NULL
-                             THEN NULL ELSE lease_acquired_at END,
-    lease_expires_at  = CASE WHEN recovery_owner = NULL AND lease_token = NULL
-                             THEN NULL ELSE lease_expires_at END,
-    lease_token       = CASE WHEN recovery_owner = NULL AND lease_token = NULL
-                             THEN NULL ELSE lease_token END
+    recovery_owner = CASE WHEN recovery_owner = NULL AND lease_token = NULL THEN NULL ELSE recovery_owner END,
+    lease_token = CASE WHEN recovery_owner = NULL AND lease_token = NULL THEN NULL ELSE lease_token END,
+    lease_acquired_at = CASE WHEN recovery_owner = NULL AND lease_token = NULL THEN NULL ELSE lease_acquired_at END,
+    lease_expires_at = CASE WHEN recovery_owner = NULL AND lease_token = NULL THEN NULL ELSE lease_expires_at END
 WHERE attempt_id = :attempt_id AND version = 1 AND state = 'Started'
 RETURNING *;
 -- from: paycore.escalations.RESOLVE_FOR_ATTEMPT

@@ -1,12 +1,18 @@
 """The packages' edges: the library imports no service, no command and no development stack,
-and does not depend on the embedded servers (docs/architecture.md, "Packages")."""
+and does not depend on the embedded servers (docs/architecture.md, "Packages"); the benches
+stand on harness/ and the services, never on tests/; services call the library's functions
+and never take its SQL; the live states are spelled once."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
+
+from paycore.domain import LIVE_STATES
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = ROOT / "libs" / "paycore"
@@ -52,3 +58,76 @@ def test_the_library_does_not_depend_on_the_embedded_servers_nor_declare_the_com
     names = {re.split(r"[<>=!~;\[ ]", dep, maxsplit=1)[0].lower() for dep in project["dependencies"]}
     assert names & NOT_DEPENDED_ON == set()
     assert "scripts" not in project
+
+
+def _sources(*folders: str) -> Iterator[tuple[Path, ast.AST]]:
+    for folder in folders:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            yield path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def test_the_benches_import_nothing_from_the_tests() -> None:
+    found = {str(path.relative_to(ROOT)): "tests" for path, tree in _sources("bench")
+             if "tests" in _imported(tree)}
+    assert found == {}
+
+
+SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b", re.I)
+
+
+def _paycore_sql_names(tree: ast.AST) -> set[str]:
+    """``module.NAME`` of every upper-case SQL string a module takes from paycore, whether by
+    ``from paycore.x import NAME`` or as ``x.NAME`` of an imported paycore module."""
+    taken: set[tuple[str, str]] = set()
+    modules: dict[str, str] = {}  # local name -> paycore module
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.partition(".")[0] == "paycore":
+            for alias in node.names:
+                local = alias.asname or alias.name
+                try:
+                    importlib.import_module(f"{node.module}.{alias.name}")
+                    modules[local] = f"{node.module}.{alias.name}"
+                except ImportError:
+                    taken.add((node.module, alias.name))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.partition(".")[0] == "paycore" and alias.asname:
+                    modules[alias.asname] = alias.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+            taken.add((modules[node.value.id], node.attr))
+    values = {(module, name): getattr(importlib.import_module(module), name, None) for module, name in taken}
+    return {f"{module}.{name}" for (module, name), value in values.items()
+            if name.isupper() and isinstance(value, str) and SQL.match(value)}
+
+
+def test_the_services_call_the_librarys_functions_and_never_take_its_sql() -> None:
+    found = {str(path.relative_to(ROOT)): sorted(names) for path, tree in _sources("services")
+             if (names := _paycore_sql_names(tree))}
+    assert found == {}
+
+
+def _live_state_spellings(tree: ast.AST) -> list[int]:
+    """Lines spelling the live states themselves: an SQL ``IN (...)`` list or a Python tuple,
+    list or set of exactly those state names."""
+    live = {s.value for s in LIVE_STATES}
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for listed in re.findall(r"\bIN\s*\(([^()]*)\)", node.value, re.I):
+                if set(re.findall(r"'(\w+)'", listed)) == live:
+                    lines.append(node.lineno)
+        elif isinstance(node, ast.Tuple | ast.List | ast.Set) and node.elts and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+            if {e.value for e in node.elts if isinstance(e, ast.Constant)} == live:
+                lines.append(node.lineno)
+    return lines
+
+
+def test_the_live_states_are_spelled_once_in_paycore_domain() -> None:
+    domain = ROOT / "libs" / "paycore" / "paycore" / "domain.py"
+    found = {str(path.relative_to(ROOT)): lines for path, tree in _sources("libs", "services")
+             if (lines := _live_state_spellings(tree)) and path != domain}
+    assert found == {}
+    assert _live_state_spellings(ast.parse(domain.read_text(encoding="utf-8")))  # the one spelling

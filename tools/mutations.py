@@ -40,6 +40,7 @@ INTAKE = "services/webhooks/paycore_webhooks/app.py"
 RELAY = "services/dispatcher/paycore_dispatcher/relay.py"
 CONSUMER = "libs/paycore/paycore/consumer.py"
 CONFIG = "libs/paycore/paycore/config.py"
+DISPATCHER_SETTINGS = "services/dispatcher/paycore_dispatcher/settings.py"
 ACCOUNTS = "libs/paycore/paycore/accounts.py"
 EVIDENCE_RULES = "libs/paycore/paycore/evidence.py"
 EVENTS = "libs/paycore/paycore/providers/cardco/events.py"
@@ -194,14 +195,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "finish-ownership", LEASES,
-        'OWNED = "recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $4"',
+        'OWNED = held_by("$2", "$3") + " AND lease_expires_at > $4"',
         'OWNED = "(recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $4 OR TRUE)"',
         t(REC_CLAIMS, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
         "ownership (one predicate): only the owner's unexpired lease finishes, escalates or sends",
     ),
     Mutation(
         "finish-token", LEASES,
-        'OWNED = "recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $4"',
+        'OWNED = held_by("$2", "$3") + " AND lease_expires_at > $4"',
         'OWNED = "recovery_owner = $2 AND (lease_token = $3 OR TRUE) AND lease_expires_at > $4"',
         t(REC_CLAIMS, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
         'a stale worker with the same name but an old token owns nothing',
@@ -677,8 +678,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "close-evidence-escalations", DEAD_ENDS,
-        "WHERE (attempt_id = $1 AND (reason IN ('mismatch',",
-        "WHERE (attempt_id = $1 AND FALSE AND (reason IN ('mismatch',",
+        "WHERE (attempt_id = $1 AND (reason = ANY ($4::text[])",
+        "WHERE (attempt_id = $1 AND FALSE AND (reason = ANY ($4::text[])",
         t(OPS_DEAD_ENDS, "test_any_evidence_of_a_payment_refuses_the_close[mismatch_escalation]"),
         "an escalation about a payment (mismatch, provider-id conflict, several payments) is evidence",
     ),
@@ -987,7 +988,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "after sign-in, never redirect off the site",
     ),
     Mutation(
-        'inbox-outlives-the-topic', CONFIG,
+        'inbox-outlives-the-topic', DISPATCHER_SETTINGS,
         "    if inbox_retention <= kafka_retention:",
         "    if inbox_retention < kafka_retention:",
         t(INBOX_RETENTION, "test_a_horizon_not_above_the_topics_retention_is_refused"),
@@ -999,6 +1000,23 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    cutoff = now\n    return await delete_in_batches(",
         t(INBOX_RETENTION, "test_rows_past_the_horizon_go_in_batches_and_recent_ones_stay"),
         "inbox retention deletes only rows past the horizon",
+    ),
+    # -- i10 (one place per rule) ---------------------------------------------------------------
+    Mutation(
+        "apply-outcome-releases-only-its-claim", ATTEMPTS,
+        'leases.release_if_held_by("$11", "$12")',
+        'leases.release_if_held_by("recovery_owner", "lease_token").replace('
+        '"THEN NULL", "OR ($11::text, $12::uuid) IS NULL OR TRUE THEN NULL")',
+        t(RECORD, "test_a_worker_with_a_stale_lease_token_records_the_outcome_but_cannot_release_the_new_owners_lease"),
+        "an outcome write releases the writer's own claim only, never the lease of whoever claimed since",
+    ),
+    Mutation(
+        "identity-conflict-decided", EVIDENCE_RULES,
+        "    if by_reference is not None and by_payment_id is not None \\\n",
+        "    if False and by_reference is not None and by_payment_id is not None \\\n",
+        (*t("tests/unit/test_evidence.py", "test_an_identity_conflict_names_both_attempts"),
+         *t(NOTE, "test_identity_conflict_is_recorded_escalated_with_both_attempts_and_applied_to_neither")),
+        "a notification whose reference and payment id name two attempts is applied to neither",
     ),
     # -- issue 8's edges (worktree i8): poison input, outages, identity providers ----------------
     Mutation(
@@ -1273,7 +1291,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     # -- i12: deployment (retention chain, Kafka security) --------------------------------------------
     Mutation(
-        'topics-outlive-the-outbox-horizon', CONFIG,
+        'topics-outlive-the-outbox-horizon', "services/dispatcher/paycore_dispatcher/settings.py",
         "    if kafka_retention < outbox_retention:",
         "    if kafka_retention < 0:",
         t(INBOX_RETENTION, "test_the_topics_keep_their_records_at_least_as_long_as_the_outbox_remembers_them"),

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Where each component's settings are declared, and the document that lists them.
 DECLARED_IN: dict[str, tuple[str, ...]] = {
-    "README.md": ("paycore_cli.common", "paycore.config", "paycore.account_settings", "paycore.operators",
+    "README.md": ("paycore_cli.common", "paycore.config", "paycore_dispatcher.settings",
+                  "paycore.account_settings", "paycore.operators",
                   "paycore.console_auth", "paycore_console.settings"),
     "docs/recovery.md": ("paycore_recovery.settings",),
     "docs/dispatcher.md": ("paycore_incidents.settings",),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from uuid import UUID
@@ -73,11 +74,12 @@ def cmd_outbox(args: argparse.Namespace) -> int:
 
     from paycore import outbox_admin
     from paycore.clock import SystemClock
+    from paycore_dispatcher.settings import OUTBOX_RETENTION
 
     async def act(settings: Any, pool: Any) -> tuple[Any, str]:
         now = SystemClock().now()
         if args.outbox_command == "purge":
-            older = args.older_than if args.older_than is not None else settings.outbox_retention_s
+            older = args.older_than if args.older_than is not None else OUTBOX_RETENTION.read(os.environ)
             r = await outbox_admin.purge_dispatched(pool, now=now, older_than=timedelta(seconds=older))
             return None, f"deleted {r.deleted} dispatched rows; kept {r.archived} dedup keys"
         action = outbox_admin.requeue if args.outbox_command == "requeue" else outbox_admin.skip

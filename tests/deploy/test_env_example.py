@@ -8,6 +8,7 @@ from pathlib import Path
 
 from paycore.config import load_settings
 from paycore.kafka import kafka_settings
+from paycore_dispatcher.settings import load_dispatcher_settings
 from tools.deploy_check.compose_file import read_env_file
 
 ENV_EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "env.example"
@@ -17,7 +18,8 @@ def test_the_example_keeps_the_retention_chain_and_a_valid_kafka_security() -> N
     env = {k: v for k, v in read_env_file(ENV_EXAMPLE).items()
            if not k.startswith(("PAYCORE_CARDCO_", "PAYCORE_ALERT_", "PAYCORE_CONSOLE_"))}
     settings = load_settings(env, require_account=False)
-    assert settings.outbox_retention_s <= settings.kafka_retention_s < settings.consumer_inbox_retention_s
+    dispatcher = load_dispatcher_settings(settings, env)
+    assert dispatcher.outbox_retention_s <= settings.kafka_retention_s < dispatcher.consumer_inbox_retention_s
     ks = kafka_settings(settings)
     assert (ks.security.protocol, ks.security.mechanism) == ("SASL_SSL", "SCRAM-SHA-512")
     assert "sslmode=verify-full&sslrootcert=" in (settings.database_url or "")

@@ -19,6 +19,7 @@ from paycore import consumer
 from paycore.clock import FakeClock
 from paycore.config import ConfigError, load_settings
 from paycore.kafka import KafkaSettings
+from paycore_dispatcher.settings import load_dispatcher_settings
 from paycore_dispatcher.worker import run_dispatcher
 from tests.support.stack import checkout_settings
 
@@ -65,29 +66,36 @@ async def test_a_row_held_by_a_consumer_in_flight_is_left_for_the_next_run(pool:
 
 
 def test_a_horizon_not_above_the_topics_retention_is_refused() -> None:
-    defaults = load_settings(ACCOUNT)
-    assert defaults.consumer_inbox_retention_s > defaults.kafka_retention_s
+    app = load_settings(ACCOUNT)
+    assert load_dispatcher_settings(app, ACCOUNT).consumer_inbox_retention_s > app.kafka_retention_s
+    # The outbox's horizon is a week too, so only the inbox's horizon breaks the chain.
+    week = {**ACCOUNT, "PAYCORE_OUTBOX_RETENTION_S": "604800", "PAYCORE_KAFKA_RETENTION_S": "604800",
+            "PAYCORE_CONSUMER_INBOX_RETENTION_S": "604800"}
     with pytest.raises(ConfigError, match="PAYCORE_CONSUMER_INBOX_RETENTION_S"):
-        load_settings({**ACCOUNT, "PAYCORE_KAFKA_RETENTION_S": "604800",
-                       "PAYCORE_CONSUMER_INBOX_RETENTION_S": "604800"})
+        load_dispatcher_settings(load_settings(week), week)
 
 
 def test_the_topics_keep_their_records_at_least_as_long_as_the_outbox_remembers_them() -> None:
     """outbox horizon <= topics' retention < inbox retention: the defaults keep the chain, and a
     retention below the outbox's horizon is refused (a consumer that fell behind by less than the
     horizon would find effects the outbox holds as dispatched already gone from Kafka)."""
-    defaults = load_settings(ACCOUNT)
-    assert defaults.outbox_retention_s <= defaults.kafka_retention_s < defaults.consumer_inbox_retention_s
-    assert (defaults.outbox_retention_s, defaults.kafka_retention_s, defaults.consumer_inbox_retention_s) \
-        == (30 * 86_400, 35 * 86_400, 40 * 86_400)
+    def horizons(env: dict[str, str]) -> tuple[float, float, float]:
+        app = load_settings(env)
+        dispatcher = load_dispatcher_settings(app, env)
+        return dispatcher.outbox_retention_s, app.kafka_retention_s, dispatcher.consumer_inbox_retention_s
+
+    outbox, topics, inbox = horizons(ACCOUNT)
+    assert outbox <= topics < inbox
+    assert (outbox, topics, inbox) == (30 * 86_400, 35 * 86_400, 40 * 86_400)
     with pytest.raises(ConfigError, match=r"PAYCORE_KAFKA_RETENTION_S.*below PAYCORE_OUTBOX_RETENTION_S"):
-        load_settings({**ACCOUNT, "PAYCORE_KAFKA_RETENTION_S": str(7 * 86_400)})
-    equal = load_settings({**ACCOUNT, "PAYCORE_KAFKA_RETENTION_S": str(30 * 86_400)})
-    assert equal.kafka_retention_s == equal.outbox_retention_s
-    shorter = load_settings({**ACCOUNT, "PAYCORE_OUTBOX_RETENTION_S": str(7 * 86_400),
+        horizons({**ACCOUNT, "PAYCORE_KAFKA_RETENTION_S": str(7 * 86_400),
+                  "PAYCORE_CONSUMER_INBOX_RETENTION_S": str(14 * 86_400)})
+    outbox, topics, _ = horizons({**ACCOUNT, "PAYCORE_KAFKA_RETENTION_S": str(30 * 86_400)})
+    assert topics == outbox
+    _, topics, _ = horizons({**ACCOUNT, "PAYCORE_OUTBOX_RETENTION_S": str(7 * 86_400),
                              "PAYCORE_KAFKA_RETENTION_S": str(7 * 86_400),
                              "PAYCORE_CONSUMER_INBOX_RETENTION_S": str(14 * 86_400)})
-    assert shorter.kafka_retention_s == 7 * 86_400
+    assert topics == 7 * 86_400
 
 
 async def test_the_dispatchers_retention_pass_purges_the_inbox(pool: asyncpg.Pool, db_dsn: str,

@@ -59,7 +59,7 @@ async def dead_lettered(pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt) 
         await conn.execute("UPDATE outbox_messages SET delivery_attempts = 10, last_error = 'broker down',"
                            " dead_lettered_at = $2 WHERE message_id = $1", mid, clock.now())
         eid = await escalations.raise_escalation(
-            conn, key=outbox_admin.dead_letter_escalation_key(mid), reason="outbox-dead-letter",
+            conn, key=escalations.dead_letter_key(mid), reason="outbox-dead-letter",
             attempt_id=attempt.attempt_id, now=clock.now(), reminder_interval=REMINDER)
     assert eid is not None
     return mid, eid

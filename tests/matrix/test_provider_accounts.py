@@ -12,12 +12,15 @@ import asyncio
 import os
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import asyncpg
+import orjson
 import pytest
 
 from paycore.accounts import AccountConfigurationDiffers, apply_provider_account, register_provider_accounts
 from paycore.clock import FakeClock
+from paycore.config import load_settings
 from tests.support.stack import checkout_settings
 
 BASE_URL = "http://127.0.0.1:9"
@@ -47,6 +50,40 @@ async def test_a_start_with_settings_that_differ_from_the_registered_account_is_
     assert "paycore accounts apply" in message
     # Nothing moved: attempts started from now on are stamped from the registered settings.
     assert await registered_retention(pool) == timedelta(days=1)
+
+
+async def test_an_account_of_another_provider_is_refused_naming_its_own_providers_variables(
+    pool: asyncpg.Pool, clock: FakeClock
+) -> None:
+    stripe = {"PAYCORE_DEFAULT_PROVIDER": "stripe", "PAYCORE_STRIPE_API_KEY": "sk_test_store"}
+    await register_provider_accounts(pool, load_settings(stripe).accounts, clock.now())
+    drifted = load_settings({**stripe, "PAYCORE_STRIPE_KEY_RETENTION_S": "3600",
+                             "PAYCORE_STRIPE_LOOKUP_RATE_PER_S": "5"})
+    with pytest.raises(AccountConfigurationDiffers) as refused:
+        await register_provider_accounts(pool, drifted.accounts, clock.now())
+    message = str(refused.value)
+    assert refused.value.variable == "PAYCORE_STRIPE_KEY_RETENTION_S"
+    assert "PAYCORE_STRIPE_LOOKUP_RATE_PER_S" in message and "PAYCORE_CARDCO" not in message
+
+
+async def test_a_setting_no_variable_sets_is_named_by_its_accounts_file_field(
+    pool: asyncpg.Pool, clock: FakeClock, tmp_path: Path
+) -> None:
+    adyen = {"PAYCORE_DEFAULT_PROVIDER": "adyen", "PAYCORE_ADYEN_API_KEY": "adyen-key",
+             "PAYCORE_ADYEN_MERCHANT_ACCOUNT": "StoreECOM", "PAYCORE_ADYEN_RETURN_URL": "https://shop.example/back"}
+    accounts_file = tmp_path / "accounts.json"
+    entry = {"provider": "adyen", "account": "StoreECOM", "environment": "test", "api_key_env": "ADYEN_KEY",
+             "lookup_rate_per_s": 5, "return_url": "https://shop.example/back"}
+    accounts_file.write_bytes(orjson.dumps([entry]))
+    from_file = load_settings({"PAYCORE_DEFAULT_PROVIDER": "adyen", "ADYEN_KEY": "adyen-key",
+                               "PAYCORE_ACCOUNTS_FILE": str(accounts_file)})
+    await register_provider_accounts(pool, from_file.accounts, clock.now())
+    with pytest.raises(AccountConfigurationDiffers) as refused:  # the default account paces at 20/s
+        await register_provider_accounts(pool, load_settings(adyen).accounts, clock.now())
+    assert refused.value.variable == "PAYCORE_ACCOUNTS_FILE"
+    assert [d.variable for d in refused.value.differences] == [None]
+    assert "(lookup_rate_per_s in its PAYCORE_ACCOUNTS_FILE entry)" in str(refused.value)
+    assert "PAYCORE_CARDCO" not in str(refused.value)
 
 
 async def test_changing_a_registered_account_is_an_explicit_action_that_every_later_start_must_match(

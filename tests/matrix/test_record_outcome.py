@@ -21,6 +21,7 @@ from paycore.attempts import Attempt, Lease, OutcomeNotConfirmed
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
 from paycore.domain import AttemptState, ProviderOutcome
+from paycore.errors import AttemptNotFound
 from tests.support.timings import REMINDER_INTERVAL
 
 from .helpers import (
@@ -100,6 +101,17 @@ async def race_against_writer(
             await tx.commit()
     assert "UPDATE payment_attempts" in blocked["query"] and "SET state = $4" in blocked["query"], blocked
     return task
+
+
+async def test_an_outcome_for_no_such_attempt_is_refused_as_attempt_not_found_and_writes_nothing(
+    pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt
+) -> None:
+    stranger = uuid.uuid4()
+    with pytest.raises(AttemptNotFound, match=str(stranger)):
+        await attempts.record_outcome(pool, stranger, succeeded(attempt), now=clock.now(), actor="endpoint",
+                                      recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)
+    assert await pool.fetchval("SELECT count(*) FROM outbox_messages") == 0
+    assert await attempts.get_attempt(pool, attempt.attempt_id) == attempt
 
 
 # --- Succeeded and its effects -------------------------------------------------------------------------
@@ -470,6 +482,23 @@ async def test_recording_an_outcome_with_the_matching_lease_releases_it(
     done = await record(pool, clock, attempt, succeeded(attempt), actor="recovery-1", from_send=False,
                         lease=Lease("recovery-1", token))
     assert done.state is AttemptState.SUCCEEDED
+    assert (done.recovery_owner, done.lease_token, done.lease_acquired_at, done.lease_expires_at) == (
+        None, None, None, None)
+
+
+async def test_an_outcome_after_the_writers_lease_expired_unclaimed_is_recorded_and_clears_that_lease(
+    pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt
+) -> None:
+    # The release asks for the writer's claim (owner and token), not an unexpired lease: no one
+    # claimed since (a claim writes a fresh token), so the lease is nobody else's to keep.
+    token = uuid.uuid4()
+    await _set_lease(pool, clock, attempt, "recovery-1", token)
+    clock.advance(31)  # the 30 s lease has expired; nobody claimed it
+    result = await attempts.record_outcome(
+        pool, attempt.attempt_id, succeeded(attempt), now=clock.now(), actor="recovery-1", from_send=False,
+        lease=Lease("recovery-1", token), recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)
+    assert result.written and result.attempt.state is AttemptState.SUCCEEDED
+    done = result.attempt
     assert (done.recovery_owner, done.lease_token, done.lease_acquired_at, done.lease_expires_at) == (
         None, None, None, None)
 

@@ -138,7 +138,7 @@ async def test_resolving_an_attempt_resolves_its_open_escalations_so_no_reminder
     # The original request turns up at the provider after all (a late arrival), inside the sandbox's
     # key window; recovery's next lookup finds it and resolves the attempt.
     late = rec.worker("late-original").client
-    outcome = await late.create_payment(StoredRequest.from_record(dataclasses.asdict(attempt)), budget_s=15,
+    outcome = await late.create_payment(StoredRequest.from_attempt(attempt), budget_s=15,
                                         first_send=True)
     assert outcome.kind.value == "succeeded", outcome
     rec.clock.advance(60)  # before the first reminder

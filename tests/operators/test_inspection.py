@@ -405,7 +405,7 @@ async def test_dead_letters_are_listed_oldest_first_by_kind_with_their_error_and
             for i, kind in enumerate(["order-confirmation", "operator-alert", "order-confirmation",
                                       "order-confirmation"])]
     ep = await episode(pool, clock.now(), "outbox-dead-letter",
-                       key=outbox_admin.dead_letter_escalation_key(dead[0]))
+                       key=escalations.dead_letter_key(dead[0]))
 
     async def confirmations(**kw: Any) -> Any:
         return await inspection.dead_letters(pool, kind="order-confirmation", **kw)

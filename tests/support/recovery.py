@@ -8,7 +8,6 @@ a checkout call whose response is lost, dropped, or arrives late.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -82,7 +81,7 @@ class RecoveryStack:
         """Started, sent (the provider charged), and recorded Unknown as if the answer was lost."""
         attempt = await self.started_attempt(provider_account, customer)
         client = self.worker("sender").client
-        outcome = await client.create_payment(StoredRequest.from_record(dataclasses.asdict(attempt)),
+        outcome = await client.create_payment(StoredRequest.from_attempt(attempt),
                                               budget_s=15, first_send=True)
         assert outcome.kind.value == "succeeded", outcome
         return (await record_outcome(self.pool, attempt.attempt_id,

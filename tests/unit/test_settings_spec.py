@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from paycore.settings_spec import (
     Text,
     Url,
 )
+from paycore_dispatcher.relay import RelayConfig
+from paycore_dispatcher.settings import DispatcherSettings, load_alert_settings, load_dispatcher_settings
 from paycore_recovery.settings import load_recovery_settings
 
 
@@ -141,11 +144,10 @@ def test_a_group_declares_each_paycore_variable_once() -> None:
 
 
 @pytest.mark.parametrize(("variable", "raw"), [
-    ("PAYCORE_OUTBOX_BATCH_SIZE", "0"), ("PAYCORE_OUTBOX_BATCH_SIZE", "100001"),
     ("PAYCORE_KAFKA_EFFECTS_PARTITIONS", "10001"), ("PAYCORE_KAFKA_EFFECTS_TOPIC", "payments effects"),
     ("PAYCORE_PROCESSING_ALLOWANCE_S", "-1"),
-    ("PAYCORE_RECHECK_AFTER_S", "0"), ("PAYCORE_ALERT_FORMAT", "email"), ("PAYCORE_KAFKA_IDEMPOTENT", "2"),
-    ("PAYCORE_OUTBOX_RETENTION_S", "forever"), ("PAYCORE_JWKS_URL", "keys.example"),
+    ("PAYCORE_RECHECK_AFTER_S", "0"), ("PAYCORE_KAFKA_IDEMPOTENT", "2"),
+    ("PAYCORE_JWKS_URL", "keys.example"),
 ])
 def test_library_settings_refuse_a_bad_value_naming_the_variable(variable: str, raw: str) -> None:
     with pytest.raises(ConfigError) as refused:
@@ -153,18 +155,47 @@ def test_library_settings_refuse_a_bad_value_naming_the_variable(variable: str, 
     assert refused.value.variable == variable
 
 
+@pytest.mark.parametrize(("variable", "raw"), [
+    ("PAYCORE_OUTBOX_BATCH_SIZE", "0"), ("PAYCORE_OUTBOX_BATCH_SIZE", "100001"),
+    ("PAYCORE_OUTBOX_RETENTION_S", "forever"), ("PAYCORE_OUTBOX_BACKOFF_MAX_S", "0.5"),
+    ("PAYCORE_ALERT_FORMAT", "email"),
+])
+def test_dispatcher_settings_refuse_a_bad_value_naming_the_variable(variable: str, raw: str) -> None:
+    app = load_settings({}, require_account=False)
+    with pytest.raises(ConfigError) as refused:
+        load_dispatcher_settings(app, {variable: raw})
+        load_alert_settings({variable: raw})
+    assert refused.value.variable == variable
+
+
 def test_library_settings_are_read_into_the_same_attributes() -> None:
     settings = load_settings({
-        "PAYCORE_PROCESSING_ALLOWANCE_S": "12", "PAYCORE_OUTBOX_BATCH_SIZE": "50",
-        "PAYCORE_RECHECK_AFTER_S": "7", "PAYCORE_ALERT_FORMAT": "PAGERDUTY",
-        "PAYCORE_ALERT_WEBHOOK_URL": "https://events.example/v2/", "PAYCORE_PAGERDUTY_ROUTING_KEY": "rk",
+        "PAYCORE_PROCESSING_ALLOWANCE_S": "12", "PAYCORE_RECHECK_AFTER_S": "7",
         "PAYCORE_JWT_AUDIENCE": "a, b", "PAYCORE_KAFKA_IDEMPOTENT": "off",
+        "PAYCORE_KAFKA_PAGES_TOPIC": "ops.pages.eu",
     }, require_account=False)
-    assert (settings.processing_allowance_s, settings.outbox_batch_size, settings.recheck_after_s) \
-        == (12.0, 50, 7.0)
-    assert (settings.alert_format, settings.alert_webhook_url) == ("pagerduty", "https://events.example/v2")
+    assert (settings.processing_allowance_s, settings.recheck_after_s) == (12.0, 7.0)
     assert settings.jwt_claims.audiences == ("a", "b")
     assert settings.kafka_idempotent is False
+    assert settings.kafka_pages_topic == "ops.pages.eu"
+
+
+def test_dispatcher_settings_are_read_into_their_own_attributes() -> None:
+    app = load_settings({}, require_account=False)
+    env = {"PAYCORE_OUTBOX_BATCH_SIZE": "50", "PAYCORE_ALERT_FORMAT": "PAGERDUTY",
+           "PAYCORE_ALERT_WEBHOOK_URL": "https://events.example/v2/", "PAYCORE_PAGERDUTY_ROUTING_KEY": "rk"}
+    assert load_dispatcher_settings(app, env).batch_size == 50
+    alerts = load_alert_settings(env)
+    assert (alerts.format, alerts.webhook_url) == ("pagerduty", "https://events.example/v2")
+    assert alerts.pagerduty_routing_key is not None and alerts.pagerduty_routing_key.reveal() == "rk"
+    with pytest.raises(ConfigError) as refused:
+        load_alert_settings({**env, "PAYCORE_PAGERDUTY_ROUTING_KEY": ""})
+    assert refused.value.variable == "PAYCORE_PAGERDUTY_ROUTING_KEY"
+    assert load_dispatcher_settings(app, {}) == DispatcherSettings()  # the declared defaults
+    # The relay's own defaults are the declarations', not a copy of them.
+    relay = RelayConfig(effects_topic="e", alerts_topic="a", reminder_interval=timedelta(seconds=1))
+    assert (relay.batch_size, relay.max_delivery_attempts, relay.send_timeout_s, relay.backoff_base_s,
+            relay.backoff_max_s) == (500, 10, 10.0, 1.0, 300.0)
     assert load_settings({}, require_account=False) == Settings(
         database_url=None, kafka_bootstrap=None, jwt_secret=None, jwks_url=None, accounts=())
 
@@ -233,11 +264,12 @@ def test_recovery_settings_keep_their_defaults_and_have_no_upper_bound() -> None
 def test_the_outbox_retention_can_be_set_to_its_own_default_and_beyond() -> None:
     # A horizon in days is a SQL interval, not an asyncio budget: the budget bound
     # (int32 milliseconds, ~24.8 days) refused the documented default of 30 days.
-    thirty_days = str(30 * 86_400)
-    assert load_settings({"PAYCORE_OUTBOX_RETENTION_S": thirty_days},
-                         require_account=False).outbox_retention_s == 30 * 86_400.0
+    thirty_days = {"PAYCORE_OUTBOX_RETENTION_S": str(30 * 86_400)}
+    assert load_dispatcher_settings(load_settings(thirty_days, require_account=False),
+                                    thirty_days).outbox_retention_s == 30 * 86_400.0
     # A longer horizon needs the topics (and so the inboxes) to keep their records as long.
-    assert load_settings({"PAYCORE_OUTBOX_RETENTION_S": str(90 * 86_400),
-                          "PAYCORE_KAFKA_RETENTION_S": str(90 * 86_400),
-                          "PAYCORE_CONSUMER_INBOX_RETENTION_S": str(95 * 86_400)},
-                         require_account=False).outbox_retention_s == 90 * 86_400.0
+    longer = {"PAYCORE_OUTBOX_RETENTION_S": str(90 * 86_400),
+              "PAYCORE_KAFKA_RETENTION_S": str(90 * 86_400),
+              "PAYCORE_CONSUMER_INBOX_RETENTION_S": str(95 * 86_400)}
+    assert load_dispatcher_settings(load_settings(longer, require_account=False),
+                                    longer).outbox_retention_s == 90 * 86_400.0

@@ -141,12 +141,15 @@ def validate_settings(svc: Service) -> str | None:
             load_recovery_settings(settings, env)  # validates against the app settings
         elif svc.runs("run"):
             from paycore.kafka import kafka_settings
+            from paycore_dispatcher.settings import load_alert_settings, load_dispatcher_settings
 
             settings = load_settings(env, require_account=False)
             if settings.database_url is None:
                 return "PAYCORE_DATABASE_URL is required"
             kafka_settings(settings)
-            if svc.runs("run", "alerts") and settings.alert_webhook_url is None:
+            if svc.runs("run", "dispatcher"):
+                load_dispatcher_settings(settings, env)
+            if svc.runs("run", "alerts") and load_alert_settings(env).webhook_url is None:
                 return "PAYCORE_ALERT_WEBHOOK_URL is required (where alerts are posted)"
             if svc.runs("run", "incidents"):
                 from paycore_incidents import settings as incident_settings
@@ -193,6 +196,7 @@ def check_kafka_topics(services: dict[str, Service]) -> list[Problem]:
     no more replicas than brokers, and the effects outlive the outbox's replay horizon."""
     from paycore.config import ConfigError, load_settings
     from paycore.kafka import kafka_settings, new_topics
+    from paycore_dispatcher.settings import OUTBOX_RETENTION
 
     brokers = sum(1 for s in services.values()
                   if "broker" in s.env.get("KAFKA_PROCESS_ROLES", "") and command_of(s.raw) is None)
@@ -207,8 +211,8 @@ def check_kafka_topics(services: dict[str, Service]) -> list[Problem]:
         if not any(svc.runs("run", worker) for worker in TOPIC_CREATORS):
             continue
         try:
-            settings = load_settings(svc.env, require_account=False)
-            ks = kafka_settings(settings)
+            ks = kafka_settings(load_settings(svc.env, require_account=False))
+            horizon_ms = OUTBOX_RETENTION.read(svc.env) * 1000
         except ConfigError:
             continue  # reported by check_settings
         if ks.replication_factor > brokers:
@@ -229,7 +233,6 @@ def check_kafka_topics(services: dict[str, Service]) -> list[Problem]:
                 problems.append(Problem(svc.name, "kafka-topics",
                                         f"{wanted.name} is created with {', '.join(differs)}"))
         kept = _int(created.get(ks.effects_topic, CreatedTopic(None, None, {})).configs.get("retention.ms"))
-        horizon_ms = settings.outbox_retention_s * 1000
         if kept is not None and 0 <= kept < horizon_ms:  # -1: kept forever
             problems.append(Problem(svc.name, "kafka-topics",
                                     f"{ks.effects_topic} keeps {kept} ms, less than the outbox's replay "
@@ -337,7 +340,8 @@ def _dashboard_metrics(name: str, dashboard: Path) -> list[Problem]:
 def check_alert_grouping(services: dict[str, Service]) -> list[Problem]:
     """Alert delivery reads the pages topic (grouping on) only where the incident agent runs too:
     in every profile that starts alerts, an incidents service starts, or nothing is delivered."""
-    from paycore.config import ALERT_INCIDENT_GROUPING, ConfigError
+    from paycore.config import ConfigError
+    from paycore_dispatcher.settings import ALERT_INCIDENT_GROUPING
 
     agents = [s for s in services.values() if s.runs("run", "incidents")]
     problems: list[Problem] = []

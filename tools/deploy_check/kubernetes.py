@@ -148,10 +148,12 @@ def _recovery_bound(env: Mapping[str, str]) -> float:
 
 def _relay_bound(env: Mapping[str, str]) -> float:
     from paycore_dispatcher.relay import liveness_bound_s
+    from paycore_dispatcher.settings import load_dispatcher_settings
     from paycore_dispatcher.worker import relay_config
 
     settings = load_settings(env, require_account=False)
-    return liveness_bound_s(relay_config(settings, kafka_settings(settings)))
+    dispatcher = load_dispatcher_settings(settings, env)
+    return liveness_bound_s(relay_config(settings, kafka_settings(settings), dispatcher))
 
 
 def _consumer_bound(env: Mapping[str, str]) -> float:
@@ -309,9 +311,18 @@ def _validate_kafka_worker(env: Mapping[str, str]) -> None:
     kafka_settings(load_settings(env, require_account=False))  # as paycore_dispatcher.commands
 
 
-def _validate_alerts(env: Mapping[str, str]) -> None:
+def _validate_dispatcher(env: Mapping[str, str]) -> None:
+    from paycore_dispatcher.settings import load_dispatcher_settings
+
     _validate_kafka_worker(env)
-    if load_settings(env, require_account=False).alert_webhook_url is None:
+    load_dispatcher_settings(load_settings(env, require_account=False), env)
+
+
+def _validate_alerts(env: Mapping[str, str]) -> None:
+    from paycore_dispatcher.settings import load_alert_settings
+
+    _validate_kafka_worker(env)
+    if load_alert_settings(env).webhook_url is None:
         raise ConfigError("PAYCORE_ALERT_WEBHOOK_URL", "is required (where alerts are posted)")
 
 
@@ -338,7 +349,7 @@ STARTUP_VALIDATION: dict[str, Callable[[Mapping[str, str]], None]] = {
     "checkout": _validate_checkout,
     "webhooks": _validate_webhooks,
     "recovery": _validate_recovery,
-    "dispatcher": _validate_kafka_worker,
+    "dispatcher": _validate_dispatcher,
     "consumer-fulfillment": _validate_kafka_worker,
     "consumer-email": _validate_kafka_worker,
     "alerts": _validate_alerts,

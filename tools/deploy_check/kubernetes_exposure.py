@@ -16,8 +16,9 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from urllib.parse import parse_qs, urlsplit
 
-from paycore.config import ALERT_INCIDENT_GROUPING, KAFKA_SSL_CA_FILE
+from paycore.config import KAFKA_SSL_CA_FILE
 from paycore.settings_spec import ConfigError
+from paycore_dispatcher.settings import ALERT_INCIDENT_GROUPING
 from tools.deploy_check.kubernetes_model import (
     PUBLIC,
     Manifests,

@@ -255,6 +255,29 @@ _FIELD_NAMES: Final = frozenset(f.key for f in ACCOUNTS_FILE_FIELDS)
 MARKERS: Final[Mapping[str, Setting[Any]]] = {
     "cardco": CARDCO_BASE_URL, "stripe": STRIPE_API_KEY, "adyen": ADYEN_API_KEY}
 
+# The settings an account registers (paycore.accounts), each as the variable that sets it for
+# the provider's default account -- None where only an accounts-file entry can (Adyen has no
+# lookups to pace). An accounts-file entry sets each with the field of the same name.
+REGISTERED_SETTINGS: Final = ("base_url", "api_version", "key_retention_s", "escalation_margin_s",
+                              "lookup_rate_per_s")
+REGISTERED_BY: Final[Mapping[str, Mapping[str, Setting[Any] | None]]] = {
+    "cardco": {"base_url": CARDCO_BASE_URL, "api_version": CARDCO_API_VERSION_SETTING,
+               "key_retention_s": CARDCO_KEY_RETENTION, "escalation_margin_s": CARDCO_ESCALATION_MARGIN,
+               "lookup_rate_per_s": CARDCO_LOOKUP_RATE},
+    "stripe": {"base_url": STRIPE_API_BASE, "api_version": STRIPE_API_VERSION_SETTING,
+               "key_retention_s": STRIPE_KEY_RETENTION, "escalation_margin_s": STRIPE_ESCALATION_MARGIN,
+               "lookup_rate_per_s": STRIPE_LOOKUP_RATE},
+    "adyen": {"base_url": ADYEN_BASE_URL, "api_version": ADYEN_API_VERSION_SETTING,
+              "key_retention_s": ADYEN_KEY_RETENTION, "escalation_margin_s": ADYEN_ESCALATION_MARGIN,
+              "lookup_rate_per_s": None},
+}
+
+
+def registered_setting_variable(provider: str, setting: str) -> str | None:
+    """The variable that sets ``setting`` for ``provider``'s default account, if one does."""
+    declared = REGISTERED_BY[provider][setting]
+    return declared.name if declared is not None else None
+
 
 # --------------------------------------------------------------------------- the rules of one account
 

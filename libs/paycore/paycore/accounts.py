@@ -20,6 +20,7 @@ from typing import Any
 
 import asyncpg
 
+from paycore.account_settings import ACCOUNTS_FILE, REGISTERED_SETTINGS, registered_setting_variable
 from paycore.config import ConfigError, ProviderAccountConfig
 from paycore.operator_actions import ActionKind, OperatorAction, record_action
 
@@ -54,15 +55,9 @@ SET base_url = $2, api_version = $3, key_retention = make_interval(secs => $4),
 WHERE provider_account = $1
 """
 
-# Each compared setting, and the variable that sets it for the default Cardco account
-# (an account from PAYCORE_ACCOUNTS_FILE sets it with the field of the same name).
-SETTINGS: tuple[tuple[str, str], ...] = (
-    ("base_url", "PAYCORE_CARDCO_BASE_URL"),
-    ("api_version", "PAYCORE_CARDCO_API_VERSION"),
-    ("key_retention_s", "PAYCORE_CARDCO_KEY_RETENTION_S"),
-    ("escalation_margin_s", "PAYCORE_CARDCO_ESCALATION_MARGIN_S"),
-    ("lookup_rate_per_s", "PAYCORE_CARDCO_LOOKUP_RATE_PER_S"),
-)
+# Each compared setting; the variable that sets it is the account's provider's
+# (paycore.account_settings.REGISTERED_BY), and an accounts-file entry's field has its name.
+SETTINGS = REGISTERED_SETTINGS
 
 
 def configured_settings(acct: ProviderAccountConfig) -> dict[str, Any]:
@@ -77,14 +72,15 @@ def configured_settings(acct: ProviderAccountConfig) -> dict[str, Any]:
 class Difference:
     provider_account: str
     setting: str
-    variable: str
+    variable: str | None  # the provider's variable for it; None: only an accounts-file entry sets it
     registered: Any
     configured: Any
 
     def describe(self) -> str:
+        where = f"{self.setting} in its {ACCOUNTS_FILE.name} entry"
         return (f"{self.provider_account}: {self.setting} is registered as {self.registered!r} but this "
-                f"service is configured with {self.configured!r} ({self.variable}, or {self.setting} "
-                "in its PAYCORE_ACCOUNTS_FILE entry)")
+                f"service is configured with {self.configured!r} "
+                f"({f'{self.variable}, or {where}' if self.variable else where})")
 
 
 class AccountConfigurationDiffers(ConfigError):
@@ -94,7 +90,7 @@ class AccountConfigurationDiffers(ConfigError):
         self.differences = tuple(differences)
         lines = "; ".join(d.describe() for d in differences)
         super().__init__(
-            differences[0].variable,
+            differences[0].variable or ACCOUNTS_FILE.name,
             f"provider account settings differ from the registered ones: {lines}. Configure the "
             "registered values, or change them for every service with `paycore accounts apply "
             "--operator NAME --reason TEXT` (recorded; started attempts keep their stamped deadlines).",
@@ -104,13 +100,14 @@ class AccountConfigurationDiffers(ConfigError):
 async def _registered(conn: asyncpg.Connection | asyncpg.Pool,
                       ids: list[str]) -> dict[str, dict[str, Any]]:
     rows = await conn.fetch(SELECT_ACCOUNT_SETTINGS, ids)
-    return {r["provider_account"]: {k: r[k] for k, _ in SETTINGS} for r in rows}
+    return {r["provider_account"]: {k: r[k] for k in SETTINGS} for r in rows}
 
 
 def differences(registered: dict[str, Any], acct: ProviderAccountConfig) -> list[Difference]:
     configured = configured_settings(acct)
-    return [Difference(acct.provider_account, name, variable, registered[name], configured[name])
-            for name, variable in SETTINGS if registered[name] != configured[name]]
+    return [Difference(acct.provider_account, name, registered_setting_variable(acct.provider, name),
+                       registered[name], configured[name])
+            for name in SETTINGS if registered[name] != configured[name]]
 
 
 async def register_provider_accounts(

@@ -36,7 +36,7 @@ from paycore.domain import (
     ProviderOutcome,
     can_transition,
 )
-from paycore.errors import OutcomeNotConfirmed, TransitionRefused
+from paycore.errors import OutcomeNotConfirmed, PaycoreError, TransitionRefused
 from paycore.events import EventKind, append_event, append_events
 from paycore.evidence import Verdict, judge
 from paycore.leases import Lease
@@ -99,8 +99,9 @@ WHERE a.attempt_id = $1 AND a.version = $2 AND a.state = 'NotStarted'
 RETURNING a.*
 """
 
-# Conditional on the state and version read. The lease is released only when
-# the caller presents the current owner and token ($11, $12).
+# Conditional on the state and version read, never on a lease: evidence is written whoever
+# brings it. The lease is released only when the row still carries the caller's claim
+# (owner $11 and token $12; expired or not, see paycore.leases).
 APPLY_OUTCOME = """
 UPDATE payment_attempts
 SET state = $4,
@@ -111,14 +112,7 @@ SET state = $4,
     provider_payment_id = COALESCE(provider_payment_id, $9),
     next_check_at = $10,
     version = version + 1,
-    recovery_owner    = CASE WHEN recovery_owner = $11 AND lease_token = $12
-                             THEN NULL ELSE recovery_owner END,
-    lease_acquired_at = CASE WHEN recovery_owner = $11 AND lease_token = $12
-                             THEN NULL ELSE lease_acquired_at END,
-    lease_expires_at  = CASE WHEN recovery_owner = $11 AND lease_token = $12
-                             THEN NULL ELSE lease_expires_at END,
-    lease_token       = CASE WHEN recovery_owner = $11 AND lease_token = $12
-                             THEN NULL ELSE lease_token END
+    """ + leases.release_if_held_by("$11", "$12") + """
 WHERE attempt_id = $1 AND version = $2 AND state = $3
 RETURNING *
 """
@@ -137,7 +131,7 @@ class StartResult(enum.Enum):
     ORDER_NOT_PAYABLE = "order-not-payable"  # cancelled or paid under the order lock
 
 
-class _LostRace(Exception):
+class _LostRace(PaycoreError):
     """The conditional write matched no row: another writer moved the attempt first."""
 
 
@@ -585,7 +579,7 @@ async def _queue_success_effects(
 CLOSE_NEVER_SENT = """
 UPDATE payment_attempts
 SET state = 'NotApplied', outcome_reason = 'never-sent', next_check_at = $4, version = version + 1,
-    recovery_owner = NULL, lease_token = NULL, lease_acquired_at = NULL, lease_expires_at = NULL
+    """ + leases.RELEASED + """
 WHERE attempt_id = $1 AND version = $5 AND state = 'NotStarted' AND """ + leases.OWNED + """
 RETURNING *
 """

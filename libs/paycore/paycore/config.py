@@ -5,8 +5,9 @@ component it governs; :func:`load_settings` reads them all into
 :class:`Settings`, then checks the rules that tie two of them together. A bad
 value stops the process with a :class:`ConfigError` that names the variable.
 Secrets (API keys, webhook and JWT secrets) are held in :class:`Secret` so that
-neither ``repr`` nor a log line can print them. Recovery's and the sandbox's own
-settings are declared in those services, beside the code they govern.
+neither ``repr`` nor a log line can print them. Recovery's, the dispatcher's and the
+sandbox's own settings are declared in those services, beside the code they govern; the
+Kafka topics are here because the library's consumer helper and every Kafka worker read them.
 """
 
 from __future__ import annotations
@@ -152,75 +153,41 @@ class KafkaTopic:
         return "Kafka topic name"
 
 
-DISPATCHER = Group("dispatcher: Kafka and the outbox relay (docs/dispatcher.md)")
-KAFKA_IDEMPOTENT = DISPATCHER.declare(
+KAFKA = Group("every Kafka worker: the topics, and the dispatcher's producer (docs/dispatcher.md)")
+KAFKA_IDEMPOTENT = KAFKA.declare(
     "PAYCORE_KAFKA_IDEMPOTENT", Flag(), None, "idempotent producer",
     shown_default="true; false when `paycore up` started the local broker")
-KAFKA_EFFECTS_TOPIC = DISPATCHER.declare(
+KAFKA_EFFECTS_TOPIC = KAFKA.declare(
     "PAYCORE_KAFKA_EFFECTS_TOPIC", KafkaTopic(), "payments.effects", "business effects, keyed by attempt")
-KAFKA_ALERTS_TOPIC = DISPATCHER.declare(
+KAFKA_ALERTS_TOPIC = KAFKA.declare(
     "PAYCORE_KAFKA_ALERTS_TOPIC", KafkaTopic(), "ops.alerts", "operator alerts, keyed by escalation")
-KAFKA_EFFECTS_PARTITIONS = DISPATCHER.declare(
+KAFKA_EFFECTS_PARTITIONS = KAFKA.declare(
     "PAYCORE_KAFKA_EFFECTS_PARTITIONS", Count(maximum=10_000), 12,
     "partitions of the effects topic when the dispatcher creates it")
-KAFKA_ALERTS_PARTITIONS = DISPATCHER.declare(
+KAFKA_ALERTS_PARTITIONS = KAFKA.declare(
     "PAYCORE_KAFKA_ALERTS_PARTITIONS", Count(maximum=10_000), 3,
     "partitions of the alerts topic when the dispatcher creates it")
-KAFKA_MAX_REQUEST_SIZE = DISPATCHER.declare(
+KAFKA_MAX_REQUEST_SIZE = KAFKA.declare(
     "PAYCORE_KAFKA_MAX_REQUEST_SIZE", Count(), 1_048_576, "producer `max_request_size`, bytes")
-KAFKA_REPLICATION_FACTOR = DISPATCHER.declare(
+KAFKA_REPLICATION_FACTOR = KAFKA.declare(
     "PAYCORE_KAFKA_REPLICATION_FACTOR", Count(maximum=32), 3,
     "replicas of each topic when the dispatcher creates it (1 only for a single-broker development cluster)")
-KAFKA_MIN_INSYNC_REPLICAS = DISPATCHER.declare(
+KAFKA_MIN_INSYNC_REPLICAS = KAFKA.declare(
     "PAYCORE_KAFKA_MIN_INSYNC_REPLICAS", Count(maximum=32), 2,
     "`min.insync.replicas` of each topic the dispatcher creates: with `acks=all` a record is acknowledged "
     "only once this many replicas hold it; at most the replication factor")
-# The three horizons are one chain, checked at start-up: outbox rows (the replay horizon) <= the
-# topics' retention < consumer inbox rows. While the outbox remembers an effect as dispatched it is
-# still in Kafka for a consumer that was down or rewinds, and a record still in Kafka still finds
-# its inbox row. Days, not asyncio budgets: the budget bound (~24.8 days) would refuse them.
-KAFKA_RETENTION = DISPATCHER.declare(
+# Days, not an asyncio budget: the budget bound (~24.8 days) would refuse it. One of a chain the
+# dispatcher checks at start-up (paycore_dispatcher.settings): outbox rows (the replay horizon) <=
+# the topics' retention < consumer inbox rows.
+KAFKA_RETENTION = KAFKA.declare(
     "PAYCORE_KAFKA_RETENTION_S", Number("seconds", maximum=None), 35 * 86_400.0,
     "`retention.ms` of each topic the dispatcher creates (set the same on topics you create): the "
     "longest a consumer may stay behind; not below PAYCORE_OUTBOX_RETENTION_S")
-OUTBOX_BATCH_SIZE = DISPATCHER.declare(
-    "PAYCORE_OUTBOX_BATCH_SIZE", Count(maximum=100_000), 500, "outbox rows a relay claims at a time")
-OUTBOX_MAX_DELIVERY_ATTEMPTS = DISPATCHER.declare(
-    "PAYCORE_OUTBOX_MAX_DELIVERY_ATTEMPTS", Count(maximum=1_000), 10,
-    "failed sends of one row before it is dead-lettered (and escalated)")
-OUTBOX_SEND_TIMEOUT = DISPATCHER.declare(
-    "PAYCORE_OUTBOX_SEND_TIMEOUT_S", SECONDS, 10.0, "one send's deadline, on the application clock")
-OUTBOX_BACKOFF_BASE = DISPATCHER.declare(
-    "PAYCORE_OUTBOX_BACKOFF_BASE_S", SECONDS, 1.0, "first retry delay after a failed send; doubles")
-OUTBOX_BACKOFF_MAX = DISPATCHER.declare(
-    "PAYCORE_OUTBOX_BACKOFF_MAX_S", SECONDS, 300.0, "longest retry delay; not below the base")
-OUTBOX_RETENTION = DISPATCHER.declare(
-    "PAYCORE_OUTBOX_RETENTION_S", Number("seconds", maximum=None), 30 * 86_400.0,
-    "`paycore outbox purge` deletes rows dispatched longer ago (the replay horizon)")
-CONSUMER_INBOX_RETENTION = DISPATCHER.declare(
-    "PAYCORE_CONSUMER_INBOX_RETENTION_S", Number("seconds", maximum=None), 40 * 86_400.0,
-    "the dispatcher's hourly retention deletes consumer inbox rows processed longer ago; "
-    "above PAYCORE_KAFKA_RETENTION_S, since a record still in its topic can be redelivered")
-
-ALERTS = Group("`paycore run alerts`: operator-alert delivery (docs/dispatcher.md)")
-ALERT_WEBHOOK_URL = ALERTS.declare(
-    "PAYCORE_ALERT_WEBHOOK_URL", Url(), None, "where alerts are posted",
-    shown_default="— (required by `paycore run alerts`)")
-ALERT_FORMAT = ALERTS.declare(
-    "PAYCORE_ALERT_FORMAT", Choice(("slack", "pagerduty"), case="lower"), "slack",
-    "Slack-compatible incoming webhook, or PagerDuty Events v2")
-PAGERDUTY_ROUTING_KEY = ALERTS.declare(
-    "PAYCORE_PAGERDUTY_ROUTING_KEY", SecretText(), None, "the PagerDuty integration key",
-    shown_default="— (required with `pagerduty`)")
-# Incident grouping (issue 14): `paycore run incidents` reads ops.alerts and writes the pages
-# topic; with grouping on, `paycore run alerts` delivers that topic instead of ops.alerts.
-KAFKA_PAGES_TOPIC = ALERTS.declare(
+# Incident grouping (issue 14): `paycore run incidents` writes the pages, `paycore run alerts`
+# delivers them when PAYCORE_ALERT_INCIDENT_GROUPING says so (paycore_dispatcher.settings).
+KAFKA_PAGES_TOPIC = KAFKA.declare(
     "PAYCORE_KAFKA_PAGES_TOPIC", KafkaTopic(), "ops.pages",
     "pages after incident grouping: per-attempt alerts passed through, and incident open/closed pages")
-ALERT_INCIDENT_GROUPING = ALERTS.declare(
-    "PAYCORE_ALERT_INCIDENT_GROUPING", Flag(), False,
-    "`paycore run alerts` delivers the pages topic (grouped by `paycore run incidents`) "
-    "instead of ops.alerts (docs/dispatcher.md, \"Incident grouping\")")
 
 # --------------------------------------------------------------------------- what they make
 
@@ -299,7 +266,7 @@ class Settings:
     reminder_interval_s: float = REMINDER_INTERVAL.default
     # After acknowledgement: the interval for an acknowledged but still open episode.
     reminder_ack_interval_s: float = REMINDER_ACK_INTERVAL.default
-    # Kafka and the outbox dispatcher (issue 5). None = decide from the broker:
+    # Kafka (issue 5). None = decide from the broker:
     # on for real Kafka, off when paycore started the local broker itself.
     kafka_idempotent: bool | None = KAFKA_IDEMPOTENT.default
     kafka_effects_topic: str = KAFKA_EFFECTS_TOPIC.default
@@ -311,18 +278,7 @@ class Settings:
     kafka_min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS.default
     kafka_retention_s: float = KAFKA_RETENTION.default
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
-    outbox_batch_size: int = OUTBOX_BATCH_SIZE.default
-    outbox_max_delivery_attempts: int = OUTBOX_MAX_DELIVERY_ATTEMPTS.default
-    outbox_send_timeout_s: float = OUTBOX_SEND_TIMEOUT.default
-    outbox_backoff_base_s: float = OUTBOX_BACKOFF_BASE.default
-    outbox_backoff_max_s: float = OUTBOX_BACKOFF_MAX.default
-    outbox_retention_s: float = OUTBOX_RETENTION.default  # the replay horizon for dispatched rows
-    consumer_inbox_retention_s: float = CONSUMER_INBOX_RETENTION.default  # outlives the topics' retention
-    alert_webhook_url: str | None = None
-    alert_format: str = ALERT_FORMAT.default  # or "pagerduty"
-    pagerduty_routing_key: Secret | None = None
     kafka_pages_topic: str = KAFKA_PAGES_TOPIC.default
-    alert_incident_grouping: bool = ALERT_INCIDENT_GROUPING.default
 
     @property
     def reminder_interval(self) -> timedelta:
@@ -382,7 +338,7 @@ def load_settings(env: Mapping[str, str] | None = None, *, require_account: bool
         recheck_after_s=RECHECK_AFTER.read(env),
         reminder_interval_s=REMINDER_INTERVAL.read(env),
         reminder_ack_interval_s=REMINDER_ACK_INTERVAL.read(env),
-        **_dispatcher_settings(env),
+        **_kafka_settings(env),
     )
 
 
@@ -412,37 +368,13 @@ def _jwt_claims(env: Mapping[str, str], *, jwks: bool) -> JwtClaimRules:
                          leeway_s=JWT_LEEWAY.read(env))
 
 
-def _dispatcher_settings(env: Mapping[str, str]) -> dict[str, Any]:
-    """The optional Kafka, outbox relay and alert-delivery settings."""
-    alert_url = ALERT_WEBHOOK_URL.get(env)
-    alert_format = ALERT_FORMAT.read(env)
-    routing_key = PAGERDUTY_ROUTING_KEY.get(env)
-    if alert_format == "pagerduty" and alert_url is not None and routing_key is None:
-        raise ConfigError(PAGERDUTY_ROUTING_KEY.name, "is required when PAYCORE_ALERT_FORMAT=pagerduty")
+def _kafka_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """The optional Kafka settings (topics, partitions, replication, the producer)."""
     replication = KAFKA_REPLICATION_FACTOR.read(env)
     min_insync = KAFKA_MIN_INSYNC_REPLICAS.read(env)
     if min_insync > replication:  # every acks=all send would fail with NOT_ENOUGH_REPLICAS
         raise ConfigError(KAFKA_MIN_INSYNC_REPLICAS.name,
                           f"is {min_insync}, above PAYCORE_KAFKA_REPLICATION_FACTOR ({replication})")
-    base = OUTBOX_BACKOFF_BASE.read(env)
-    ceiling = OUTBOX_BACKOFF_MAX.read(env)
-    if ceiling < base:
-        raise ConfigError(OUTBOX_BACKOFF_MAX.name, "must not be below PAYCORE_OUTBOX_BACKOFF_BASE_S")
-    kafka_retention = KAFKA_RETENTION.read(env)
-    inbox_retention = CONSUMER_INBOX_RETENTION.read(env)
-    if inbox_retention <= kafka_retention:  # a redelivered record would find no inbox row: a repeated effect
-        raise ConfigError(CONSUMER_INBOX_RETENTION.name,
-                          f"is {inbox_retention:.0f} s, not above PAYCORE_KAFKA_RETENTION_S "
-                          f"({kafka_retention:.0f} s): a record still in its topic could be redelivered "
-                          "after its inbox row is gone and its effect repeated")
-    outbox_retention = OUTBOX_RETENTION.read(env)
-    if kafka_retention < outbox_retention:  # a consumer behind by less than the horizon would miss effects
-        raise ConfigError(KAFKA_RETENTION.name,
-                          f"is {kafka_retention:.0f} s, below PAYCORE_OUTBOX_RETENTION_S "
-                          f"({outbox_retention:.0f} s): "
-                          "an effect the outbox still holds as dispatched would be gone from Kafka for a "
-                          "consumer that fell behind; raise it (and retention.ms of topics you created), or "
-                          "lower the outbox's horizon")
     return {
         "kafka_security": _kafka_security(env),
         "kafka_idempotent": KAFKA_IDEMPOTENT.get(env),
@@ -453,19 +385,8 @@ def _dispatcher_settings(env: Mapping[str, str]) -> dict[str, Any]:
         "kafka_max_request_size": KAFKA_MAX_REQUEST_SIZE.read(env),
         "kafka_replication_factor": replication,
         "kafka_min_insync_replicas": min_insync,
-        "kafka_retention_s": kafka_retention,
-        "outbox_batch_size": OUTBOX_BATCH_SIZE.read(env),
-        "outbox_max_delivery_attempts": OUTBOX_MAX_DELIVERY_ATTEMPTS.read(env),
-        "outbox_send_timeout_s": OUTBOX_SEND_TIMEOUT.read(env),
-        "outbox_backoff_base_s": base,
-        "outbox_backoff_max_s": ceiling,
-        "outbox_retention_s": outbox_retention,
-        "consumer_inbox_retention_s": inbox_retention,
-        "alert_webhook_url": alert_url,
-        "alert_format": alert_format,
-        "pagerduty_routing_key": routing_key,
+        "kafka_retention_s": KAFKA_RETENTION.read(env),
         "kafka_pages_topic": KAFKA_PAGES_TOPIC.read(env),
-        "alert_incident_grouping": ALERT_INCIDENT_GROUPING.read(env),
     }
 
 

@@ -52,6 +52,7 @@ from paycore import contracts, escalations, kafka, pgtext, tracing
 from paycore.clock import Clock
 from paycore.config import REMINDER_INTERVAL
 from paycore.db import delete_in_batches
+from paycore.errors import PaycoreError
 from paycore.kafka import KafkaSettings
 from paycore.liveness import SLACK_S, Liveness, beat
 from paycore.logs import bind_log_context
@@ -99,7 +100,7 @@ Handler = Callable[[asyncpg.Connection, Message], Awaitable[None]]
 Hook = Callable[[Message], Awaitable[None]]
 
 
-class RetryLater(Exception):
+class RetryLater(PaycoreError):
     """Raised by a handler: roll back and retry this message after a backoff."""
 
 
@@ -302,7 +303,9 @@ class InboxConsumer:
             names = {"kind": None, "dedup_key": None}
         async with self.pool.acquire() as conn, conn.transaction():
             await escalations.raise_escalation(
-                conn, key=f"consumer:{self.group_id}:poison:{where}", reason="consumer-poison-message",
+                conn, key=escalations.consumer_poison_key(self.group_id, message.topic, message.partition,
+                                                          message.offset),
+                reason="consumer-poison-message",
                 now=self.clock.now(), reminder_interval=self.reminder_interval,
                 detail={"consumer_group": self.group_id, "topic": message.topic,
                         "partition": message.partition, "offset": message.offset, **names,

@@ -33,12 +33,13 @@ from uuid import UUID
 
 import asyncpg
 
-from paycore import escalations
+from paycore import escalations, leases
 from paycore.attempt_row import Attempt, get_attempt
 from paycore.db import transaction_on
 from paycore.domain import AttemptState, can_transition
 from paycore.errors import PaycoreError
 from paycore.events import EventKind, append_event
+from paycore.evidence import Reason
 from paycore.operator_actions import (
     REASON_MAX_LENGTH,
     ActionKind,
@@ -91,11 +92,17 @@ ORDER BY escalation_id
 FOR NO KEY UPDATE
 """
 
+# Escalation reasons that say a payment exists: every verdict against a piece of evidence
+# (paycore.evidence.Reason: mismatch, provider-id conflict, identity conflict, several
+# payments), a final outcome contradicting the recorded one, a success after a cancellation.
+PAYMENT_REASONS = (*(reason.value for reason in Reason), "contradiction")
+PAYMENT_REASON_PREFIXES = ("succeeded-",)
+
 # Any sign that a payment exists for this attempt, in its history or its escalations, open or
 # not: a notification matched to it, or one naming its reference that matched no attempt or
 # two (an identity conflict stores it unmatched); a lookup that found a payment; a send answer
 # that carried a payment id, a provider status or another payment; an escalation about a
-# payment (mismatch, provider-id conflict, several payments, identity conflict naming it).
+# payment ($4, $5: PAYMENT_REASONS and its prefixes), or an identity conflict ($6) naming it.
 SELECT_PAYMENT_EVIDENCE = """
 SELECT 'event ' || event_id || ' (' || kind || ')' AS what FROM payment_attempt_events
 WHERE (attempt_id = $1 AND (
@@ -109,11 +116,9 @@ WHERE (attempt_id = $1 AND (
        AND detail ->> 'reference' = $3)
 UNION ALL
 SELECT 'escalation ' || escalation_id || ' (' || reason || ')' FROM payment_escalations
-WHERE (attempt_id = $1 AND (reason IN ('mismatch', 'provider-id-conflict', 'identity-conflict',
-                                       'multiple-provider-payments', 'contradiction')
-                            OR reason LIKE 'succeeded-%'))
-   OR (reason = 'identity-conflict' AND (detail ->> 'reference_attempt_id' = $1::text
-                                         OR detail ->> 'provider_payment_id_attempt_id' = $1::text))
+WHERE (attempt_id = $1 AND (reason = ANY ($4::text[]) OR reason LIKE ANY ($5::text[])))
+   OR (reason = $6 AND (detail ->> 'reference_attempt_id' = $1::text
+                        OR detail ->> 'provider_payment_id_attempt_id' = $1::text))
 """
 
 
@@ -125,7 +130,8 @@ async def payment_evidence(conn: asyncpg.Connection | asyncpg.Pool, attempt: Att
     if attempt.provider_status is not None:
         found.append(f"provider status {attempt.provider_status}")
     rows = await conn.fetch(SELECT_PAYMENT_EVIDENCE, attempt.attempt_id, attempt.provider_account,
-                            attempt.client_reference)
+                            attempt.client_reference, list(PAYMENT_REASONS),
+                            [p + "%" for p in PAYMENT_REASON_PREFIXES], Reason.IDENTITY_CONFLICT.value)
     return found + [r["what"] for r in rows]
 
 
@@ -135,8 +141,7 @@ async def payment_evidence(conn: asyncpg.Connection | asyncpg.Pool, attempt: Att
 CLOSE_AS_NOT_CHARGED = """
 UPDATE payment_attempts
 SET state = 'Failed', outcome_reason = $4, next_check_at = $5, version = version + 1,
-    next_action = NULL, next_action_expires_at = NULL,
-    recovery_owner = NULL, lease_token = NULL, lease_acquired_at = NULL, lease_expires_at = NULL
+    next_action = NULL, next_action_expires_at = NULL, """ + leases.RELEASED + """
 WHERE attempt_id = $1 AND version = $2 AND state = $3
 RETURNING *
 """

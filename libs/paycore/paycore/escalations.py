@@ -7,6 +7,8 @@ the reusable reason, so a condition that recurs after resolution alerts again.
 
 :func:`acknowledge` and :func:`resolve` are operator actions: each runs in its own
 transaction and records itself in ``operator_actions`` (:mod:`paycore.operator_actions`).
+Reminders are claimed here too (:func:`due_reminders`, :func:`remind`); recovery's
+reminder job only decides which interval applies. Every escalation key is built here.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from uuid import UUID
 import asyncpg
 
 from paycore import outbox
+from paycore.errors import PaycoreError
 from paycore.operator_actions import (
     ActionKind,
     OperatorAction,
@@ -51,6 +54,22 @@ def identity_conflict_key(provider_account: str, notification_key: str | None,
     if subject is None:
         raise ValueError("an identity conflict requires a provider payment id")
     return f"notification:{provider_account}:{subject}:identity-conflict"
+
+
+def unparseable_key(provider_account: str, body_sha256: str) -> str:
+    """A verified notification PostgreSQL cannot store as parsed: one episode per body
+    (redeliveries, even under new webhook-ids, carry the same bytes)."""
+    return f"notification:{provider_account}:unparseable:{body_sha256}"
+
+
+def dead_letter_key(message_id: int) -> str:
+    """An outbox row the relay gave up on (and its operator decision, which resolves it)."""
+    return f"outbox:{message_id}:dead-letter"
+
+
+def consumer_poison_key(consumer_group: str, topic: str, partition: int, offset: int) -> str:
+    """A record a consumer can never handle: one episode per record (a redelivery finds it open)."""
+    return f"consumer:{consumer_group}:poison:{topic}/{partition}@{offset}"
 
 
 RAISE_ESCALATION = """
@@ -98,7 +117,7 @@ async def raise_escalation(
     escalation_id: int = row["escalation_id"]
     await outbox.enqueue(
         conn,
-        dedup_key=f"escalation:{escalation_id}:initial",
+        dedup_key=outbox.initial_alert_key(escalation_id),
         kind="operator-alert",
         payload={
             "escalation_id": escalation_id,
@@ -121,7 +140,57 @@ async def resolve_for_attempt(conn: asyncpg.Connection, attempt_id: UUID, now: d
     return [r["escalation_id"] for r in rows]
 
 
-class EscalationActionRefused(Exception):
+# -- reminders: due episodes, and one conditional claim per reminder ---------------------------
+
+DUE_REMINDERS = """
+SELECT e.escalation_id, e.escalation_key, e.attempt_id, e.reason, e.next_reminder_at, e.acknowledged_at,
+       -- the account the alert is about (pages group by account and reason)
+       COALESCE((SELECT a.provider_account FROM payment_attempts a WHERE a.attempt_id = e.attempt_id),
+                e.detail ->> 'provider_account') AS provider_account
+FROM payment_escalations e
+WHERE e.resolved_at IS NULL AND e.next_reminder_at <= $1
+ORDER BY e.next_reminder_at
+LIMIT $2
+"""
+
+# Only the UPDATE that still sees the next_reminder_at it read changes the row: two
+# instances racing one episode send one reminder.
+CLAIM_REMINDER = """
+UPDATE payment_escalations
+SET reminder_count = reminder_count + 1, next_reminder_at = $3
+WHERE escalation_id = $1 AND resolved_at IS NULL AND next_reminder_at = $2
+RETURNING reminder_count
+"""
+
+
+async def due_reminders(conn: asyncpg.Connection | asyncpg.Pool, now: datetime,
+                        limit: int) -> list[asyncpg.Record]:
+    """Open episodes whose next reminder is due at ``now``, the longest overdue first."""
+    rows: list[asyncpg.Record] = await conn.fetch(DUE_REMINDERS, now, limit)
+    return rows
+
+
+async def remind(conn: asyncpg.Connection, episode: asyncpg.Record, *, now: datetime,
+                 next_reminder_at: datetime) -> int | None:
+    """Queue the next reminder of a due ``episode`` (a :func:`due_reminders` row) and schedule the
+    one after it, in the caller's transaction; its number, or ``None`` when another instance
+    reminded first or the episode was resolved meanwhile (nothing is queued)."""
+    count: int | None = await conn.fetchval(CLAIM_REMINDER, episode["escalation_id"],
+                                            episode["next_reminder_at"], next_reminder_at)
+    if count is None:
+        return None
+    await outbox.enqueue(
+        conn, dedup_key=outbox.reminder_alert_key(episode["escalation_id"], count), kind="operator-alert",
+        payload={"escalation_id": episode["escalation_id"], "escalation_key": episode["escalation_key"],
+                 "reason": episode["reason"], "alert": "reminder", "reminder": count,
+                 "attempt_id": str(episode["attempt_id"]) if episode["attempt_id"] else None,
+                 "provider_account": episode["provider_account"]},
+        now=now, attempt_id=episode["attempt_id"], ordering=None,
+    )
+    return count
+
+
+class EscalationActionRefused(PaycoreError):
     """The episode does not exist or is already resolved; nothing was changed or recorded."""
 
 

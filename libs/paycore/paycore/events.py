@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -88,25 +89,39 @@ async def history(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID) -> 
 
 # -- what recovery reads from an attempt's history -------------------------------------------
 
-LATEST_SEND_EVENT = """
-SELECT kind FROM payment_attempt_events
-WHERE attempt_id = $1 AND kind IN ('send_intent', 'send_result', 'send_abandoned')
-ORDER BY event_id DESC
-LIMIT 1
+@dataclass(frozen=True)
+class PassFacts:
+    """What a recovery pass reads before it looks an attempt up. Nothing is decided here."""
+
+    latest_send: EventKind | None  # the latest send_intent / send_result / send_abandoned: an intent
+    # alone is an ambiguous send boundary
+    lookups_so_far: int  # the backoff step
+    paused_until: datetime | None  # the scope's 429 pause (paycore.rate_limits), if it is paused now
+
+
+# $1 attempt, $2 the account's rate-limit scope, $3 now. Three reads in one round trip: at
+# thousands of due attempts the round trips, not the reads, were a pass's cost; the scope's
+# pause (provider_rate_limit_pauses, written by paycore.rate_limits) rides along for that reason.
+PASS_FACTS = """
+SELECT
+    (SELECT kind FROM payment_attempt_events
+     WHERE attempt_id = $1 AND kind IN ('send_intent', 'send_result', 'send_abandoned')
+     ORDER BY event_id DESC
+     LIMIT 1) AS latest_send,
+    (SELECT count(*) FROM payment_attempt_events WHERE attempt_id = $1 AND kind = 'lookup') AS lookups,
+    (SELECT paused_until FROM provider_rate_limit_pauses
+     WHERE scope = $2 AND paused_until > $3) AS paused_until
 """
 
 
-async def latest_send_event(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID) -> EventKind | None:
-    """The latest of send_intent / send_result / send_abandoned (an intent alone: an ambiguous send)."""
-    kind: str | None = await conn.fetchval(LATEST_SEND_EVENT, attempt_id)
-    return EventKind(kind) if kind is not None else None
-
-
-COUNT_LOOKUPS = "SELECT count(*) FROM payment_attempt_events WHERE attempt_id = $1 AND kind = 'lookup'"
-
-
-async def lookups_so_far(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID) -> int:
-    return int(await conn.fetchval(COUNT_LOOKUPS, attempt_id))
+async def pass_facts(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID, scope: str,
+                     now: datetime) -> PassFacts:
+    """The attempt's latest send event and lookup count, and whether ``scope`` is paused at ``now``."""
+    row = await conn.fetchrow(PASS_FACTS, attempt_id, scope, now)
+    assert row is not None  # a SELECT of scalar sub-selects always returns its one row
+    latest = row["latest_send"]
+    return PassFacts(latest_send=EventKind(latest) if latest is not None else None,
+                     lookups_so_far=int(row["lookups"]), paused_until=row["paused_until"])
 
 
 # A resend the provider refused as invalid before executing it (paycore.attempts records

@@ -12,7 +12,9 @@ records nothing on the attempt, and a person is told.
 uses it to never hand a foreign payment's id or status back as this attempt's;
 :func:`paycore.attempts.apply_outcome`, the one writer of outcomes, enforces it
 and escalates a rejected verdict under its reason; the webhook handler and the
-recovery loop ask the same question to say what happened.
+recovery loop ask the same question to say what happened. Before any attempt is
+chosen, :func:`identify` decides which attempt a notification's two identities
+name (the webhook handler matches each independently).
 
 The reasons (each an escalation reason, ``attempt:<id>:<reason>[:<evidence key>]``):
 
@@ -33,7 +35,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
 
 
@@ -149,3 +151,37 @@ def _first_mismatch(subject: Subject, claim: Claim) -> str | None:
 def distinct_payments(claims: Iterable[Claim]) -> list[str]:
     """The distinct payment ids among ``claims`` (several for one reference: a person must look)."""
     return sorted({c.provider_payment_id for c in claims if c.provider_payment_id is not None})
+
+
+class Identified(Protocol):
+    """An attempt a notification's reference or payment id matched."""
+
+    @property
+    def attempt_id(self) -> UUID: ...
+
+
+A = TypeVar("A", bound=Identified)
+
+
+@dataclass(frozen=True)
+class Identification(Generic[A]):
+    """Which attempt a notification is about, from its two identities matched independently."""
+
+    attempt: A | None  # the one attempt named; None when none is (unmatched) or two are (a conflict)
+    verdict: Verdict = ACCEPTED  # IDENTITY_CONFLICT when the two identities name different attempts
+
+
+def identify(by_reference: A | None, by_payment_id: A | None) -> Identification[A]:
+    """The attempt a notification's reference and payment id name, or an identity conflict.
+
+    Two different attempts -- the reference names one, the payment id another -- is a
+    conflict: the notification is evidence about neither and a person must choose (the
+    detail names both). Otherwise the attempt either names, or none.
+    """
+    if by_reference is not None and by_payment_id is not None \
+            and by_reference.attempt_id != by_payment_id.attempt_id:
+        return Identification(None, Verdict(
+            Reason.IDENTITY_CONFLICT, "attempt",
+            {"reference_attempt_id": str(by_reference.attempt_id),
+             "provider_payment_id_attempt_id": str(by_payment_id.attempt_id)}))
+    return Identification(by_reference or by_payment_id)

@@ -35,8 +35,9 @@ import asyncpg
 import orjson
 
 from paycore import escalations, events
+from paycore.domain import LIVE_STATE_PREDICATE, LIVE_STATES, AttemptState
+from paycore.errors import PaycoreError
 from paycore.operator_actions import OperatorAction, list_actions
-from paycore.outbox_admin import dead_letter_escalation_key
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 500
@@ -48,7 +49,7 @@ NESTING_SHOWN = 1  # a detail's own fields and the fields of the objects in it; 
 Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
 
-class InvalidCursor(ValueError):
+class InvalidCursor(PaycoreError, ValueError):
     """The cursor was not made by this listing (or was altered); no page is returned."""
 
 
@@ -228,7 +229,7 @@ SELECT state,
             ELSE 3 END AS bucket,
        count(*) AS n
 FROM payment_attempts
-WHERE state IN ('NotStarted', 'Started', 'Unknown')
+WHERE """ + LIVE_STATE_PREDICATE + """
 GROUP BY 1, 2
 """
 
@@ -311,7 +312,7 @@ async def overview(conn: Conn, now: datetime) -> Overview:
     """The state of the system at ``now``: live attempts by age, the oldest Unknown, unresolved
     escalations by reason and account, the outbox backlog, paused provider scopes, and the last
     24 hours of attempts entering Unknown and escalations raised, per hour."""
-    ages: dict[str, list[int]] = {s: [0, 0, 0, 0] for s in ("NotStarted", "Started", "Unknown")}
+    ages: dict[str, list[int]] = {s.value: [0, 0, 0, 0] for s in AttemptState if s in LIVE_STATES}
     for r in await conn.fetch(LIVE_ATTEMPTS_BY_AGE, now):
         ages[r["state"]][r["bucket"]] = r["n"]
     oldest = await conn.fetchrow(OLDEST_UNKNOWN)
@@ -686,7 +687,7 @@ async def dead_letters(
     """Dead-lettered outbox rows (waiting for requeue or skip), oldest first; and the next cursor."""
     after = _decode_cursor(cursor, (int,))[0] if cursor is not None else None
     rows = await conn.fetch(SELECT_DEAD_LETTERS, kind, after, _page_limit(limit) + 1)
-    keys = [dead_letter_escalation_key(r["message_id"]) for r in rows[:limit]]
+    keys = [escalations.dead_letter_key(r["message_id"]) for r in rows[:limit]]
     open_by_key = {e["escalation_key"]: e["escalation_id"]
                    for e in await conn.fetch(SELECT_OPEN_EPISODES_BY_KEY, keys)}
     items = []

@@ -50,6 +50,7 @@ from paycore.config import (
     KafkaSecurity,
     Settings,
 )
+from paycore.errors import PaycoreError
 
 log = logging.getLogger("paycore.kafka")
 
@@ -124,7 +125,7 @@ def checked_security(security: KafkaSecurity) -> KafkaSecurity:
     return security
 
 
-class BrokerUnreachable(ConnectionError):
+class BrokerUnreachable(PaycoreError, ConnectionError):
     """No broker answered at start-up; the message says what was tried and what to check."""
 
 

@@ -7,6 +7,14 @@ this claim, and a lease that has not expired, at the application clock's
 re-checked in Python after the row was read. Claiming and scheduling are not
 state changes: they never change ``version``. Every release presents the token,
 so a worker whose lease expired cannot clear the new owner's lease.
+
+An outcome write is the one release that asks less (:func:`release_if_held_by`, used by
+:data:`paycore.attempts.APPLY_OUTCOME`): evidence is never refused for want of a lease
+(the write is conditional on the attempt's version and state alone, so an outcome
+is never lost), and it clears the lease only while the row still carries the
+writer's claim -- owner and token, expired or not. A claim always writes a fresh
+token, so a token that still matches means nobody has claimed since: clearing that
+lease takes nothing from anyone, and leaves the row as :func:`finish` would have.
 """
 
 from __future__ import annotations
@@ -38,8 +46,26 @@ def new_lease(owner: str) -> Lease:
     return Lease(owner=owner, token=uuid.uuid4())
 
 
+# The columns a lease occupies, set and cleared together (the schema's CHECK refuses half a lease).
+LEASE_COLUMNS = ("recovery_owner", "lease_token", "lease_acquired_at", "lease_expires_at")
+# A release, in an UPDATE's SET list: no owner, no token, no lease.
+RELEASED = ", ".join(f"{column} = NULL" for column in LEASE_COLUMNS)
+
+
+def held_by(owner: str, token: str) -> str:
+    """SQL: the row carries this claim (owner and token, the given parameters), expired or not."""
+    return f"recovery_owner = {owner} AND lease_token = {token}"
+
+
+def release_if_held_by(owner: str, token: str) -> str:
+    """SQL for an UPDATE's SET list: clear the lease if the row carries this claim, else keep it."""
+    held = held_by(owner, token)
+    return ",\n    ".join(f"{column} = CASE WHEN {held} THEN NULL ELSE {column} END"
+                          for column in LEASE_COLUMNS)
+
+
 # Owned by this worker, at :now. In every statement: $1 attempt, $2 owner, $3 token, $4 now.
-OWNED = "recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $4"
+OWNED = held_by("$2", "$3") + " AND lease_expires_at > $4"
 
 # Due, unresolved, and free or expired, at :now. In both claims: $3 now.
 CLAIMABLE = (LIVE_STATE_PREDICATE
@@ -88,8 +114,7 @@ OWNS = "SELECT EXISTS (SELECT 1 FROM payment_attempts WHERE attempt_id = $1 AND 
 # Schedules the next check and releases the lease in one conditional write; $5 the next check.
 FINISH = """
 UPDATE payment_attempts
-SET next_check_at = $5,
-    recovery_owner = NULL, lease_token = NULL, lease_acquired_at = NULL, lease_expires_at = NULL
+SET next_check_at = $5, """ + RELEASED + """
 WHERE attempt_id = $1 AND """ + OWNED
 
 # FOR NO KEY UPDATE: the strongest lock a row update needs, and one that does not

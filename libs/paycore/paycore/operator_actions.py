@@ -27,6 +27,8 @@ from uuid import UUID
 import asyncpg
 import orjson
 
+from paycore.errors import PaycoreError
+
 log = logging.getLogger("paycore.operator_actions")
 
 OPERATOR_MAX_LENGTH = 64
@@ -54,7 +56,7 @@ class ActionKind(enum.StrEnum):
 REASON_OPTIONAL = frozenset({ActionKind.ESCALATION_ACKNOWLEDGE, ActionKind.OPERATOR_ADD})
 
 
-class InvalidOperatorAction(ValueError):
+class InvalidOperatorAction(PaycoreError, ValueError):
     """The operator handle, the reason or the target is not acceptable; nothing was done."""
 
 

@@ -14,14 +14,15 @@ from uuid import UUID
 import asyncpg
 
 from paycore.domain import LIVE_STATE_PREDICATE, OrderStatus
+from paycore.errors import AttemptNotFound, NotFound, PaycoreError
 from paycore.payment_methods import contains_card_number
 
 
-class OrderNotFound(LookupError):
+class OrderNotFound(NotFound):
     """No such order for this customer (another customer's order is not found either)."""
 
 
-class OrderNotPayable(Exception):
+class OrderNotPayable(PaycoreError):
     """The order is paid, cancelled or has a cancellation requested."""
 
     def __init__(self, order_id: str, why: str) -> None:
@@ -128,10 +129,11 @@ async def lock_order(conn: asyncpg.Connection, order_id: str, customer_id: str |
 
 
 async def lock_order_of_attempt(conn: asyncpg.Connection, attempt_id: UUID) -> Order:
-    """Lock the order of ``attempt_id`` (first in the lock order); raises ``LookupError`` if none."""
+    """Lock the order of ``attempt_id`` (first in the lock order); raises
+    :class:`~paycore.errors.AttemptNotFound` if there is no such attempt."""
     row = await conn.fetchrow(LOCK_ORDER_OF_ATTEMPT, attempt_id)
     if row is None:
-        raise LookupError(f"attempt {attempt_id} not found")
+        raise AttemptNotFound(f"attempt {attempt_id} not found")
     return Order.from_record(row)
 
 

@@ -53,6 +53,17 @@ def ordering_key(attempt_id: UUID) -> str:
     return f"attempt:{attempt_id}"
 
 
+def initial_alert_key(escalation_id: int) -> str:
+    """The dedup key of an episode's first alert: the episode, not its reusable reason key, so a
+    condition that recurs after resolution alerts again."""
+    return f"escalation:{escalation_id}:initial"
+
+
+def reminder_alert_key(escalation_id: int, reminder: int) -> str:
+    """The dedup key of an episode's ``reminder``-th reminder (its stored count: sent once)."""
+    return f"escalation:{escalation_id}:reminder:{reminder}"
+
+
 async def enqueue(
     conn: asyncpg.Connection,
     *,
@@ -109,3 +120,46 @@ async def enqueue_effect(
         attempt_id=attempt_id,
         ordering=ordering_key(attempt_id),
     )
+
+
+# -- the relay's marks, in its pass's transaction (services/dispatcher/paycore_dispatcher/relay.py) ---
+# Each is conditional on the row still being pending: a row an operator skipped or requeued
+# meanwhile is not overwritten.
+
+# One statement for every acknowledged row of a pass (one 10,000-id update cost less per row
+# than one per wave: docs/dispatcher.md, "Benchmark").
+MARK_DISPATCHED = """
+UPDATE outbox_messages
+SET dispatched_at = $2
+WHERE message_id = ANY($1::bigint[]) AND dispatched_at IS NULL AND dead_lettered_at IS NULL
+"""
+
+MARK_FAILED = """
+UPDATE outbox_messages
+SET delivery_attempts = delivery_attempts + 1, last_error = $2, next_attempt_at = $3
+WHERE message_id = $1 AND dispatched_at IS NULL AND dead_lettered_at IS NULL
+RETURNING delivery_attempts
+"""
+
+MARK_DEAD = """
+UPDATE outbox_messages
+SET delivery_attempts = delivery_attempts + 1, last_error = $2, dead_lettered_at = $3
+WHERE message_id = $1 AND dispatched_at IS NULL AND dead_lettered_at IS NULL
+RETURNING delivery_attempts
+"""
+
+
+async def mark_dispatched(conn: asyncpg.Connection, message_ids: list[int], now: datetime) -> None:
+    """The broker acknowledged these rows: they are finished."""
+    await conn.execute(MARK_DISPATCHED, message_ids, now)
+
+
+async def mark_failed(conn: asyncpg.Connection, message_id: int, error: str, *, retry_at: datetime) -> None:
+    """A send of this row failed: count it, keep the error, try again at ``retry_at``."""
+    await conn.execute(MARK_FAILED, message_id, error, retry_at)
+
+
+async def mark_dead_lettered(conn: asyncpg.Connection, message_id: int, error: str, now: datetime) -> None:
+    """The relay gives up on this row: it waits for an operator (``paycore.outbox_admin``) and keeps
+    blocking its attempt's later rows; the caller raises its escalation in the same transaction."""
+    await conn.execute(MARK_DEAD, message_id, error, now)

@@ -27,6 +27,8 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
+from paycore import escalations
+from paycore.errors import PaycoreError
 from paycore.operator_actions import (
     ActionKind,
     OperatorAction,
@@ -44,13 +46,6 @@ FOR NO KEY UPDATE
 
 # What an operator decision changes; recorded before and after.
 DISPATCH_FIELDS = ("dead_lettered_at", "dispatched_at", "delivery_attempts", "next_attempt_at", "last_error")
-
-RESOLVE_DEAD_LETTER_ESCALATION = """
-UPDATE payment_escalations
-SET resolved_at = $2, next_reminder_at = NULL
-WHERE escalation_key = $1 AND resolved_at IS NULL
-RETURNING escalation_id
-"""
 
 REQUEUE = """
 UPDATE outbox_messages
@@ -90,7 +85,7 @@ SELECT (SELECT count(*) FROM deleted) AS deleted, (SELECT count(*) FROM archived
 PURGE_KEYS = "DELETE FROM outbox_dedup_keys WHERE dispatched_at < $1"
 
 
-class OutboxActionRefused(Exception):
+class OutboxActionRefused(PaycoreError):
     """The row does not exist or is not in a state the action applies to."""
 
 
@@ -100,10 +95,6 @@ class ActionResult:
     action: str
     resolved_escalations: list[int]
     recorded: OperatorAction
-
-
-def dead_letter_escalation_key(message_id: int) -> str:
-    return f"outbox:{message_id}:dead-letter"
 
 
 async def _act(
@@ -128,8 +119,7 @@ async def _act(
             note = f"skipped by operator {operator}: {why}; last error: {row['last_error']}"
             after = await conn.fetchrow(SKIP, message_id, now, note[:2000])
         assert after is not None  # the row is locked and undispatched
-        resolved = [r["escalation_id"] for r in await conn.fetch(
-            RESOLVE_DEAD_LETTER_ESCALATION, dead_letter_escalation_key(message_id), now)]
+        resolved = await escalations.resolve_by_key(conn, escalations.dead_letter_key(message_id), now)
         recorded = await record_action(
             conn, action=action, operator=operator, reason=why, now=now,
             before={f: row[f] for f in DISPATCH_FIELDS}, after={f: after[f] for f in DISPATCH_FIELDS},

@@ -2,7 +2,8 @@
 
 A pause names the scope the provider's limit applies to (here: one provider
 account), so lookups in that scope stop until it passes and every other scope
-goes on.
+goes on. Recovery reads a scope's pause with the attempt's other facts, in one
+statement (:func:`paycore.events.pass_facts`).
 """
 
 from __future__ import annotations
@@ -10,10 +11,6 @@ from __future__ import annotations
 from datetime import datetime
 
 import asyncpg
-
-PAUSED_UNTIL = """
-SELECT paused_until FROM provider_rate_limit_pauses WHERE scope = $1 AND paused_until > $2
-"""
 
 # A later pause never shortens an earlier, longer one.
 PAUSE_SCOPE = """
@@ -23,12 +20,6 @@ ON CONFLICT (scope) DO UPDATE
 SET paused_until = GREATEST(provider_rate_limit_pauses.paused_until, EXCLUDED.paused_until),
     reason = EXCLUDED.reason, updated_at = EXCLUDED.updated_at
 """
-
-
-async def paused_until(conn: asyncpg.Connection | asyncpg.Pool, scope: str, now: datetime) -> datetime | None:
-    """When the pause of ``scope`` ends, if it is paused at ``now``."""
-    value: datetime | None = await conn.fetchval(PAUSED_UNTIL, scope, now)
-    return value
 
 
 async def pause(conn: asyncpg.Connection | asyncpg.Pool, scope: str, until: datetime, reason: str,

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, Generic, Literal, Protocol, TypeVar
 from urllib.parse import urlsplit
 
+from paycore.errors import PaycoreError
+
 # asyncio accepts any finite float, but a budget beyond int32 milliseconds is a
 # misconfiguration; the same conservative bound the reference validates.
 MAX_BUDGET_S = 2_147_483.647
@@ -28,7 +30,7 @@ U = TypeVar("U")
 T_co = TypeVar("T_co", covariant=True)
 
 
-class ConfigError(ValueError):
+class ConfigError(PaycoreError, ValueError):
     """A setting is missing or invalid; ``variable`` names it."""
 
     def __init__(self, variable: str, message: str) -> None:
@@ -59,7 +61,7 @@ class Secret:
         return hash(self._value)
 
 
-class Invalid(ValueError):
+class Invalid(PaycoreError, ValueError):
     """A kind refuses a raw value; the message completes ``<VARIABLE>: ``."""
 
 

@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
 
+from paycore.errors import PaycoreError
+
 TOLERANCE_S = 300
 SECRET_PREFIX = "whsec_"
 K = TypeVar("K")
 
 
-class InvalidSecret(ValueError):
+class InvalidSecret(PaycoreError, ValueError):
     """A webhook secret that is not ``whsec_`` + base64."""
 
 
@@ -65,7 +67,7 @@ def signed_headers(secret: str, msg_id: str, timestamp: int, body: bytes) -> dic
     }
 
 
-class VerificationFailed(Exception):
+class VerificationFailed(PaycoreError):
     """Why a delivery was not verified (never includes secrets or signatures)."""
 
     def __init__(self, reason: str) -> None:

@@ -25,7 +25,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from paycore.attempts import (
     Attempt,
-    OutcomeNotConfirmed,
     StartResult,
     get_attempt,
     get_or_create_live_attempt,
@@ -35,17 +34,13 @@ from paycore.attempts import (
 )
 from paycore.clock import Clock
 from paycore.config import ProviderAccountConfig, Settings
-from paycore.db import DATABASE_ERRORS
 from paycore.domain import AttemptState, ProviderOutcome
+from paycore.errors import MAY_HAVE_COMMITTED
 from paycore.logs import bind, bind_log_context
 from paycore.orders import OrderNotPayable, get_order, order_account
 from paycore.providers.base import PaymentCalls, PaymentMethod, StoredRequest
 
 log = logging.getLogger("paycore.checkout")
-
-# Database failures and budget expiry: the write may or may not have committed.
-UNCONFIRMED_WRITE: tuple[type[BaseException], ...] = (*DATABASE_ERRORS, OutcomeNotConfirmed)
-
 
 
 @dataclass(frozen=True)
@@ -155,7 +150,7 @@ class CheckoutPayments:
                     next_check_at=now + timedelta(seconds=budgets.call_s + budgets.record_s
                                                   + self.settings.processing_allowance_s),
                 )
-        except UNCONFIRMED_WRITE as exc:
+        except MAY_HAVE_COMMITTED as exc:
             self.metrics.unconfirmed.labels("start").inc()
             log.warning("start of attempt %s not confirmed (%s); reporting durable state",
                         attempt.attempt_id, type(exc).__name__)
@@ -176,7 +171,7 @@ class CheckoutPayments:
                     recheck_after_s=self.settings.recheck_after_s,
                     reminder_interval=self.settings.reminder_interval,
                 )).attempt
-        except UNCONFIRMED_WRITE as exc:
+        except MAY_HAVE_COMMITTED as exc:
             self._report_outcome_not_recorded(started, outcome, exc)
             return await self._reload(started)
         self.metrics.outcomes.labels(recorded.state.value, outcome.reason or "").inc()

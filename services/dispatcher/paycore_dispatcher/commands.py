@@ -22,6 +22,7 @@ from paycore.db import create_pool
 from paycore.kafka import KafkaSettings
 from paycore_dispatcher.alerts import AlertSender, alert_consumer
 from paycore_dispatcher.demo_consumers import demo_consumer
+from paycore_dispatcher.settings import ALERT_WEBHOOK_URL, load_alert_settings, load_dispatcher_settings
 from paycore_dispatcher.worker import install_stop_signals, run_dispatcher
 
 log = logging.getLogger("paycore.dispatcher")
@@ -37,12 +38,14 @@ def _settings() -> tuple[Settings, KafkaSettings]:
 def run_dispatcher_command(*, relays: int, metrics_host: str, metrics_port: int | None,
                            retention_every_s: float | None) -> int:
     settings, ks = _settings()
+    dispatcher = load_dispatcher_settings(settings)
 
     async def main() -> None:
         stop = asyncio.Event()
         install_stop_signals(stop)
-        await run_dispatcher(settings, ks, stop, relays=relays, metrics_host=metrics_host,
-                             metrics_port=metrics_port, retention_every_s=retention_every_s)
+        await run_dispatcher(settings, ks, stop, dispatcher=dispatcher, relays=relays,
+                             metrics_host=metrics_host, metrics_port=metrics_port,
+                             retention_every_s=retention_every_s)
 
     asyncio.run(main())
     return 0
@@ -73,8 +76,9 @@ def run_consumer_command(name: str, *, instance_id: str | None, metrics_host: st
 def run_alerts_command(*, instance_id: str | None, metrics_host: str = "127.0.0.1",
                        metrics_port: int | None = None) -> int:
     settings, ks = _settings()
-    if settings.alert_webhook_url is None:
-        raise ConfigError("PAYCORE_ALERT_WEBHOOK_URL", "is required (where alerts are posted)")
+    alerts = load_alert_settings()
+    if alerts.webhook_url is None:
+        raise ConfigError(ALERT_WEBHOOK_URL.name, "is required (where alerts are posted)")
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -83,14 +87,14 @@ def run_alerts_command(*, instance_id: str | None, metrics_host: str = "127.0.0.
         pool = await create_pool(settings.database_url or "", max_size=2)
         try:
             async with httpx.AsyncClient(timeout=10.0) as http:
-                key = settings.pagerduty_routing_key.reveal() if settings.pagerduty_routing_key else None
-                sender = AlertSender(http, settings.alert_webhook_url or "", SystemClock(),
-                                     format=settings.alert_format, routing_key=key)
-                topic = settings.kafka_pages_topic if settings.alert_incident_grouping else ks.alerts_topic
+                key = alerts.pagerduty_routing_key.reveal() if alerts.pagerduty_routing_key else None
+                sender = AlertSender(http, alerts.webhook_url or "", SystemClock(),
+                                     format=alerts.format, routing_key=key)
+                topic = settings.kafka_pages_topic if alerts.incident_grouping else ks.alerts_topic
                 consumer = alert_consumer(pool, ks, sender, SystemClock(), topic=topic,
                                           instance_id=instance_id,
                                           reminder_interval=settings.reminder_interval)
-                log.info("alert delivery running (%s format) from %s", settings.alert_format, topic)
+                log.info("alert delivery running (%s format) from %s", alerts.format, topic)
                 await run_with_health(consumer, stop, worker="alerts", metrics_host=metrics_host,
                                       metrics_port=metrics_port)
         finally:

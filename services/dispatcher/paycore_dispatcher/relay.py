@@ -23,7 +23,8 @@ One pass, in one transaction:
    A wave is handed to the producer in one loop (:meth:`Publisher.publish`) and its
    acknowledgements awaited together: no task, no current span, per row; while they
    are on their way the next wave's records are built (contract check, JSON).
-5. Mark: acknowledged rows get ``dispatched_at`` in a conditional update; a failed
+5. Mark (:mod:`paycore.outbox`, beside the table's other writes): acknowledged rows get
+   ``dispatched_at`` in one conditional update; a failed
    row gets ``delivery_attempts + 1``, ``last_error`` and ``next_attempt_at`` with
    exponential backoff and jitter -- or, at the limit, ``dead_lettered_at`` and an
    escalation ``outbox:<message_id>:dead-letter`` whose alert is an ordinary
@@ -51,12 +52,12 @@ import orjson
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 from opentelemetry.trace import Span, Status, StatusCode
 
-from paycore import contracts, escalations, tracing
+from paycore import contracts, escalations, outbox, tracing
 from paycore.clock import Clock
 from paycore.db import DATABASE_ERRORS
 from paycore.liveness import SLACK_S, Liveness, beat
 from paycore.logs import bind_log_context
-from paycore.outbox_admin import dead_letter_escalation_key
+from paycore_dispatcher import settings
 
 log = logging.getLogger("paycore.dispatcher")
 
@@ -148,26 +149,6 @@ WHERE message_id = ANY($1::bigint[])
 FOR NO KEY UPDATE SKIP LOCKED
 """  # noqa: S608 -- constant column list
 
-MARK_DISPATCHED = """
-UPDATE outbox_messages
-SET dispatched_at = $2
-WHERE message_id = ANY($1::bigint[]) AND dispatched_at IS NULL AND dead_lettered_at IS NULL
-"""
-
-MARK_FAILED = """
-UPDATE outbox_messages
-SET delivery_attempts = delivery_attempts + 1, last_error = $2, next_attempt_at = $3
-WHERE message_id = $1 AND dispatched_at IS NULL AND dead_lettered_at IS NULL
-RETURNING delivery_attempts
-"""
-
-MARK_DEAD = """
-UPDATE outbox_messages
-SET delivery_attempts = delivery_attempts + 1, last_error = $2, dead_lettered_at = $3
-WHERE message_id = $1 AND dispatched_at IS NULL AND dead_lettered_at IS NULL
-RETURNING delivery_attempts
-"""
-
 
 Record = tuple[str, bytes, bytes, list[tuple[str, bytes]]]  # topic, key, value, headers
 
@@ -215,12 +196,12 @@ class RelayConfig:
     effects_topic: str
     alerts_topic: str
     reminder_interval: timedelta  # a dead letter's escalation: PAYCORE_REMINDER_INTERVAL_S
-    batch_size: int = 500
-    max_chain: int = 50
-    max_delivery_attempts: int = 10
-    send_timeout_s: float = 10.0
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 300.0
+    batch_size: int = settings.OUTBOX_BATCH_SIZE.default
+    max_chain: int = 50  # rows of one key claimed behind its head in one pass
+    max_delivery_attempts: int = settings.OUTBOX_MAX_DELIVERY_ATTEMPTS.default
+    send_timeout_s: float = settings.OUTBOX_SEND_TIMEOUT.default
+    backoff_base_s: float = settings.OUTBOX_BACKOFF_BASE.default
+    backoff_max_s: float = settings.OUTBOX_BACKOFF_MAX.default
 
 
 @dataclass
@@ -316,7 +297,7 @@ class Relay:
             # Each alert is its own chain of one; each key's chain is sent in order.
             sent, failures = await self._publish([[a] for a in alerts] + chains)
             if sent:
-                await conn.execute(MARK_DISPATCHED, [r.message_id for r in sent], now)
+                await outbox.mark_dispatched(conn, [r.message_id for r in sent], now)
             for row in sent:
                 result.published_by_kind[row.kind] = result.published_by_kind.get(row.kind, 0) + 1
             result.published = len(sent)
@@ -468,11 +449,11 @@ class Relay:
         attempts = row.delivery_attempts + 1
         if attempts < self.config.max_delivery_attempts and not permanent:
             delay = backoff(attempts, self.config.backoff_base_s, self.config.backoff_max_s, self.rng)
-            await conn.execute(MARK_FAILED, row.message_id, error, now + timedelta(seconds=delay))
+            await outbox.mark_failed(conn, row.message_id, error, retry_at=now + timedelta(seconds=delay))
             log.warning("%s: outbox message %d (%s) failed attempt %d: %s; retrying in %.1f s",
                         self.name, row.message_id, row.kind, attempts, error, delay)
             return False
-        await conn.execute(MARK_DEAD, row.message_id, error, now)
+        await outbox.mark_dead_lettered(conn, row.message_id, error, now)
         log.error("%s: outbox message %d (%s, %s) dead-lettered after attempt %d: %s",
                   self.name, row.message_id, row.kind, row.dedup_key, attempts, error)
         if row.ordering_key is None and str(_payload_get(row, "escalation_key")).startswith("outbox:"):
@@ -482,7 +463,7 @@ class Relay:
                          self.name, _payload_get(row, "escalation_key"))
             return True
         await escalations.raise_escalation(
-            conn, key=dead_letter_escalation_key(row.message_id), reason="outbox-dead-letter",
+            conn, key=escalations.dead_letter_key(row.message_id), reason="outbox-dead-letter",
             attempt_id=row.attempt_id, now=now, reminder_interval=self.config.reminder_interval,
             detail={"message_id": row.message_id, "dedup_key": row.dedup_key, "kind": row.kind,
                     "ordering_key": row.ordering_key, "delivery_attempts": attempts, "last_error": error},

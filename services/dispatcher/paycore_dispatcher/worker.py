@@ -34,31 +34,39 @@ from paycore_dispatcher.relay import (
     RelayConfig,
     liveness_bound_s,
 )
+from paycore_dispatcher.settings import DispatcherSettings
 
 log = logging.getLogger("paycore.dispatcher")
 
 METRICS_REFRESH_S = 5.0
 
 
-def relay_config(settings: Settings, ks: KafkaSettings) -> RelayConfig:
+def relay_config(settings: Settings, ks: KafkaSettings,
+                 dispatcher: DispatcherSettings | None = None) -> RelayConfig:
+    """The relays' configuration: the topics, the library's reminder interval (a dead letter's
+    escalation) and the dispatcher's own settings (their declared defaults when not given)."""
+    dispatcher = dispatcher or DispatcherSettings()
     return RelayConfig(
         effects_topic=ks.effects_topic, alerts_topic=ks.alerts_topic,
         reminder_interval=settings.reminder_interval,
-        batch_size=settings.outbox_batch_size,
-        max_delivery_attempts=settings.outbox_max_delivery_attempts,
-        send_timeout_s=settings.outbox_send_timeout_s,
-        backoff_base_s=settings.outbox_backoff_base_s,
-        backoff_max_s=settings.outbox_backoff_max_s,
+        batch_size=dispatcher.batch_size,
+        max_delivery_attempts=dispatcher.max_delivery_attempts,
+        send_timeout_s=dispatcher.send_timeout_s,
+        backoff_base_s=dispatcher.backoff_base_s,
+        backoff_max_s=dispatcher.backoff_max_s,
     )
 
 
 async def run_dispatcher(
-    settings: Settings, ks: KafkaSettings, stop: asyncio.Event, *, clock: Clock | None = None,
-    relays: int = 1, metrics_host: str = "127.0.0.1", metrics_port: int | None = None,
+    settings: Settings, ks: KafkaSettings, stop: asyncio.Event, *,
+    dispatcher: DispatcherSettings | None = None, clock: Clock | None = None, relays: int = 1,
+    metrics_host: str = "127.0.0.1", metrics_port: int | None = None,
     retention_every_s: float | None = 3600.0, pool: asyncpg.Pool | None = None,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> None:
-    """``monotonic`` times the relays' liveness (a test passes a fake one)."""
+    """``dispatcher`` defaults to the declared defaults; ``monotonic`` times the relays' liveness
+    (a test passes a fake one)."""
+    dispatcher = dispatcher or DispatcherSettings()
     clock = clock or SystemClock()
     own_pool = pool is None
     if pool is None:
@@ -71,7 +79,7 @@ async def run_dispatcher(
         await kafka.ensure_topics(ks)
         await producer.start()
         publisher = KafkaPublisher(producer)
-        config = relay_config(settings, ks)
+        config = relay_config(settings, ks, dispatcher)
 
         def observe(result: PassResult) -> None:
             metrics.observe(result)
@@ -93,12 +101,12 @@ async def run_dispatcher(
             if retention_every_s is not None:
                 async def purge() -> None:
                     r = await outbox_admin.purge_dispatched(
-                        p, now=clock.now(), older_than=timedelta(seconds=settings.outbox_retention_s))
+                        p, now=clock.now(), older_than=timedelta(seconds=dispatcher.outbox_retention_s))
                     if r.deleted:
                         log.info("retention: deleted %d dispatched rows, kept %d dedup keys",
                                  r.deleted, r.archived)
-                    inbox = await consumer.purge_inbox(
-                        p, now=clock.now(), older_than=timedelta(seconds=settings.consumer_inbox_retention_s))
+                    horizon = timedelta(seconds=dispatcher.consumer_inbox_retention_s)
+                    inbox = await consumer.purge_inbox(p, now=clock.now(), older_than=horizon)
                     if inbox:
                         log.info("retention: deleted %d consumer inbox rows processed before the horizon",
                                  inbox)

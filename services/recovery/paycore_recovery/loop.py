@@ -35,15 +35,11 @@ from paycore.liveness import SLACK_S, Liveness, beat
 from paycore.logs import bind_log_context
 from paycore.orders import find_order
 from paycore.providers.base import LookupResult, PaymentCalls, ReferenceLookup, StoredRequest
-from paycore_recovery.facts import read_pass_facts
 from paycore_recovery.metrics import RecoveryMetrics
 from paycore_recovery.pacing import Pacer
 from paycore_recovery.settings import RecoverySettings
 
 log = logging.getLogger("paycore.recovery")
-
-# Database failures and budget expiry while committing an intent: the write may have committed.
-UNCONFIRMED = MAY_HAVE_COMMITTED
 
 
 class Pass(enum.StrEnum):
@@ -174,7 +170,7 @@ class RecoveryWorker:
                 beat(self.liveness)
                 try:
                     claimed = await claims.next()
-                except UNCONFIRMED:
+                except MAY_HAVE_COMMITTED:
                     # Unknown whether the claim committed: its leases simply expire.
                     log.exception("claiming the next due attempts failed; ending this lane's sweep")
                     self.metrics.failures.inc()
@@ -195,7 +191,7 @@ class RecoveryWorker:
             try:
                 await self.run_pass()
                 await self.metrics.refresh(self.pool, self.clock.now())
-            except UNCONFIRMED:
+            except MAY_HAVE_COMMITTED:
                 log.exception("recovery sweep failed; retrying after the interval")
             try:
                 await asyncio.wait_for(stop.wait(), timeout=self.recovery.interval_s)
@@ -262,9 +258,10 @@ class RecoveryWorker:
             if await attempts.close_never_sent(self.pool, attempt, lease, now, self.actor) is not None:
                 self.metrics.closed_never_sent.inc()
                 return Pass.CLOSED_NEVER_SENT
-            # The endpoint started it first: schedule it for its new state, once.
+            # The endpoint started it first: schedule it for its new state, once (finish
+            # releases only a lease this worker still owns).
             current = await get_attempt(self.pool, attempt.attempt_id)
-            if current.state in LIVE_STATES and await leases.owns(self.pool, current.attempt_id, lease, now):
+            if current.state in LIVE_STATES:
                 started = current.state is AttemptState.STARTED
                 delay = self._settle_s() if started else self.recovery.backoff(0)
                 await leases.finish(self.pool, current.attempt_id, lease, now, delay)
@@ -313,7 +310,7 @@ class RecoveryWorker:
         attempt_id = attempt.attempt_id
         scope = attempt.provider_account
         # Send history, backoff step and the scope's pause, read in one round trip.
-        facts = await read_pass_facts(self.pool, attempt_id, scope, self.clock.now())
+        facts = await events.pass_facts(self.pool, attempt_id, scope, self.clock.now())
         # Send history first: an intent with neither result nor abandonment is an
         # ambiguous boundary. It is reconciled by the lookup below; no new intent is
         # appended unless every resend condition holds again.
@@ -524,7 +521,7 @@ class RecoveryWorker:
         try:
             committed, why = await attempts.commit_send_intent(self.pool, attempt, lease, self.clock.now(),
                                                              self.actor)
-        except UNCONFIRMED as exc:
+        except MAY_HAVE_COMMITTED as exc:
             # Unknown commit: send nothing and do not finish (ownership cannot be confirmed).
             # The next claimed pass finds the intent present or absent and acts on that.
             log.warning("send intent for %s unconfirmed (%s)", attempt_id, type(exc).__name__)

@@ -15,10 +15,12 @@ from datetime import datetime
 import asyncpg
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from paycore.domain import LIVE_STATE_PREDICATE, LIVE_STATES, AttemptState
+
 OPEN_BY_STATE = """
 SELECT state, count(*) AS n, min(created_at) AS oldest
 FROM payment_attempts
-WHERE state IN ('NotStarted', 'Started', 'Unknown')
+WHERE """ + LIVE_STATE_PREDICATE + """
 GROUP BY state
 """
 
@@ -92,13 +94,13 @@ class RecoveryMetrics:
         rows = await pool.fetch(OPEN_BY_STATE)
         oldest_open = 0.0
         self.oldest_unknown.set(0)
-        for state in ("NotStarted", "Started", "Unknown"):
-            self.open_attempts.labels(state).set(0)
+        for state in LIVE_STATES:
+            self.open_attempts.labels(state.value).set(0)
         for row in rows:
             age = (now - row["oldest"]).total_seconds()
             self.open_attempts.labels(row["state"]).set(row["n"])
             oldest_open = max(oldest_open, age)
-            if row["state"] == "Unknown":
+            if row["state"] == AttemptState.UNKNOWN:
                 self.oldest_unknown.set(age)
         self.oldest_open.set(oldest_open)
         await self._refresh_escalations(pool, now)

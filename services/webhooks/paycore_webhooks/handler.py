@@ -5,7 +5,8 @@
    transaction, a byte-identical replay of a delivery already handled (same
    webhook-id and timestamp, inside the signature tolerance) is a duplicate too.
 1. Match by account + client reference and by account + provider payment id,
-   independently (one query, two answers).
+   independently (one query, two answers); :func:`paycore.evidence.identify` says
+   which attempt they name, or that they name two.
 2. Record the notification first (``ON CONFLICT … DO NOTHING``); a duplicate
    returns before any transition, alert or outbox row.
 3. Identity conflict -> escalation naming both attempts, applied to neither.
@@ -34,7 +35,7 @@ import asyncpg
 from paycore import escalations
 from paycore.attempts import find_by_reference_and_payment_id
 from paycore.config import ProviderAccountConfig
-from paycore.evidence import Reason
+from paycore.evidence import Reason, identify
 from paycore.logs import bind, bind_log_context
 from paycore.notifications import apply_notification, event_detail, is_recorded, record_notification
 from paycore.orders import lock_order
@@ -85,9 +86,8 @@ async def _handle(
     provider_account = account.provider_account
     by_reference, by_payment_id = await find_by_reference_and_payment_id(
         conn, provider_account, n.reference or None, n.payment_id or None)
-    conflict = (by_reference is not None and by_payment_id is not None
-                and by_reference.attempt_id != by_payment_id.attempt_id)
-    attempt = None if conflict else (by_reference or by_payment_id)
+    identified = identify(by_reference, by_payment_id)
+    attempt = identified.attempt
     if attempt is not None:
         # The fixed lock order (order, then attempt, then event rows) holds here too.
         await lock_order(conn, attempt.order_id)
@@ -100,15 +100,14 @@ async def _handle(
     if recorded.is_duplicate:
         return DeliveryResult.DUPLICATE
 
-    if conflict:
-        assert by_reference is not None and by_payment_id is not None
+    if not identified.verdict.accepted:  # an identity conflict (paycore.evidence.identify)
+        assert by_reference is not None and identified.verdict.reason is not None
         await escalations.raise_escalation(
             conn, key=escalations.identity_conflict_key(provider_account, key, n.payment_id),
-            reason=Reason.IDENTITY_CONFLICT.value,
+            reason=identified.verdict.reason.value,
             attempt_id=by_reference.attempt_id, now=now, reminder_interval=reminder_interval,
             detail={
-                "reference_attempt_id": str(by_reference.attempt_id),
-                "provider_payment_id_attempt_id": str(by_payment_id.attempt_id),
+                **identified.verdict.detail,  # both attempts
                 "provider_account": provider_account,
                 "client_reference": n.reference,
                 "provider_payment_id": n.payment_id,
@@ -155,11 +154,6 @@ def storage_problem(n: Notification) -> str | None:
     return None
 
 
-def unparseable_key(provider_account: str, body_sha256: str) -> str:
-    """One episode per body: redeliveries (even under new webhook-ids) carry the same bytes."""
-    return f"notification:{provider_account}:unparseable:{body_sha256}"
-
-
 async def record_unparseable(
     pool: asyncpg.Pool, *, account: ProviderAccountConfig, webhook_id: str | None, body: bytes, why: str,
     now: datetime, reminder_interval: timedelta, delivery: SignedDelivery | None = None,
@@ -190,8 +184,9 @@ async def record_unparseable(
             if recorded.is_duplicate:
                 return DeliveryResult.DUPLICATE
             await escalations.raise_escalation(
-                conn, key=unparseable_key(provider_account, digest), reason="unparseable-notification",
-                attempt_id=None, now=now, reminder_interval=reminder_interval,
+                conn, key=escalations.unparseable_key(provider_account, digest),
+                reason="unparseable-notification", attempt_id=None, now=now,
+                reminder_interval=reminder_interval,
                 detail={"provider_account": provider_account, "webhook_id": key, "why": why,
                         "body_sha256": digest, "notification_event_id": recorded.event_id},
             )

@@ -24,6 +24,7 @@ from typing import Any
 from jsonschema import Draft202012Validator, ValidationError
 
 from paycore.contracts.fast import Check, compile_accept
+from paycore.errors import PaycoreError
 
 SCHEMA_VERSION = 1  # what paycore.outbox.enqueue stamps on every payload
 SCHEMAS_DIR = Path(__file__).parent / "schemas"
@@ -31,7 +32,7 @@ _FILE = re.compile(r"^(?P<kind>[a-z][a-z0-9-]*)\.v(?P<version>[1-9][0-9]*)\.json
 _MAX_PROBLEMS = 5
 
 
-class ContractViolation(Exception):
+class ContractViolation(PaycoreError):
     """A payload does not conform to its kind's schema (or its kind/version has none)."""
 
     def __init__(self, problems: list[str]) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 
+from paycore.errors import PaycoreError
 from paycore.http.problems import Problem
 
 
@@ -54,7 +55,7 @@ async def read_json_object(request: Request, limit: int, *, allow_empty: bool = 
     return value
 
 
-class _DuplicateKey(Exception):
+class _DuplicateKey(PaycoreError):
     def __init__(self, key: str) -> None:
         super().__init__(key)
         self.key = key

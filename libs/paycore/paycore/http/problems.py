@@ -16,11 +16,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from paycore.errors import PaycoreError
+
 PROBLEM_JSON = "application/problem+json"
 PROBLEM_BASE = "https://paycore.dev/problems/"
 
 
-class Problem(Exception):
+class Problem(PaycoreError):
     """Raise to answer with a problem document; caught by :func:`problem_handler`."""
 
     def __init__(
