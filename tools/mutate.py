@@ -58,8 +58,9 @@ def copy_tree(root: Path, dest: Path) -> None:
 
 
 def package_dirs(tree: Path) -> list[Path]:
-    """Every workspace package directory (libs/*, services/*) of the copy."""
-    found = [*tree.glob("libs/*/pyproject.toml"), *tree.glob("services/*/pyproject.toml")]
+    """Every workspace package directory (libs/*, services/*, and the development stack) of the copy."""
+    found = [*tree.glob("libs/*/pyproject.toml"), *tree.glob("services/*/pyproject.toml"),
+             *tree.glob("devstack/pyproject.toml")]
     return sorted(p.parent for p in found)
 
 
