@@ -53,7 +53,9 @@ async def short_run(embedded_dir: Path, *, provider: str, seed: int, orders: int
             raise AssertionError(f"the chaos run did not end in {RUN_WITHIN_S} s:\n"
                                  + log_path.read_text(errors="replace")[-6000:]) from None
     text = log_path.read_text(errors="replace")
-    assert proc.returncode == 0, text[-6000:]
+    # A process that exited on its own is the usual cause: its last lines first, then the table.
+    exits = [line[:4000] for line in text.splitlines() if "exited on its own" in line]
+    assert proc.returncode == 0, "\n".join([*exits, text[-6000:]])
 
     [report_file] = runs.glob("*/chaos-report.json")
     print(report_file.with_name("chaos-table.txt").read_text())  # shown when the test fails
