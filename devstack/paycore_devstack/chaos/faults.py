@@ -56,7 +56,9 @@ LOOKUP_FAULTS: tuple[tuple[str, int], ...] = (
     ("rate_limit", 2), ("malformed_body", 1), ("empty_body", 1), ("lookup_stale", 3),
 )
 # Stripe's Search lags behind its writes: some lookups by reference miss a payment that exists.
-SEARCH_FAULTS: tuple[tuple[str, int], ...] = (("search_stale", 2),)
+# Weighed heavier than the others: only a search that would find a payment consults it, and
+# recovery searches only when the id is unknown or missed (at weight 2, a 200-order run met none).
+SEARCH_FAULTS: tuple[tuple[str, int], ...] = (("search_stale", 5),)
 WEBHOOK_FAULTS: tuple[tuple[str, int], ...] = (
     ("webhook_duplicate", 3), ("webhook_delay", 3), ("webhook_drop_first", 3),
     ("webhook_unstable_ids", 1),

@@ -292,7 +292,7 @@ def _verdict(record: RunRecord) -> str:
         return "THE RUN FAILED"
     if not record.results:
         return "invariants not checked"
-    return "all invariants hold" if not broken else f"{broken} invariant{'s' if broken > 1 else ''} BROKEN"
+    return "all checks hold" if not broken else f"{broken} check{'s' if broken > 1 else ''} BROKEN"
 
 
 def timeline(record: RunRecord, path: Path) -> Path:
@@ -338,7 +338,7 @@ def timeline(record: RunRecord, path: Path) -> Path:
         for ax in (top, bottom):
             ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
         o = record.options
-        fig.suptitle(f"paycore chaos - seed {o.seed}, {o.orders} orders, {o.clients} clients, "
+        fig.suptitle(f"paycore chaos - {o.provider}, seed {o.seed}, {o.orders} orders, {o.clients} clients, "
                      f"fault rate {o.fault_rate:g}, {o.kills} kills per kind - {_verdict(record)}",
                      fontsize=11)
         fig.tight_layout(rect=(0, 0, 1, 0.97))
