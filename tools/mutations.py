@@ -53,6 +53,10 @@ ADAPTER = "libs/paycore/paycore/providers/adapter.py"  # what every provider cli
 PROVIDER_HTTP = "libs/paycore/paycore/providers/http.py"  # the pool and the stored request's rules
 DEAD_ENDS = "libs/paycore/paycore/dead_ends.py"
 CONFLICTS = "libs/paycore/paycore/conflicts.py"
+CHAOS_INVARIANTS = "devstack/paycore_devstack/chaos/invariants.py"  # i9
+CHAOS_KILLS = "devstack/paycore_devstack/chaos/kills.py"  # i9
+CHAOS_PROVIDERS = "devstack/paycore_devstack/chaos/providers.py"  # i9
+SANDBOX_FAULTS = "services/sandbox/paycore_sandbox/faults.py"  # i9
 
 RECORD = "tests/matrix/test_record_outcome.py"
 REPO = "tests/matrix/test_live_attempt_repository.py"
@@ -79,6 +83,8 @@ STRIPE_CLIENT = "tests/unit/test_stripe_client.py"
 INTAKE_ROUTES = "tests/webhooks/test_intake_routes.py"
 OPS_DEAD_ENDS = "tests/operators/test_dead_ends.py"
 OPS_CONFLICTS = "tests/operators/test_conflicts.py"
+CHAOS_CHECKS = "tests/chaos/test_invariants.py"  # i9
+CHAOS_STACK = "tests/chaos/test_stack.py"  # i9
 
 
 # The console's sign-in (issue 13). The migrations' CHECKs are SQL files, not modules whose
@@ -1317,5 +1323,48 @@ MUTATIONS: tuple[Mutation, ...] = (
         "",
         t(KAFKA_SECURITY_TESTS, "test_the_incident_agents_faust_app_gets_the_same"),
         "the incident agent's faust clients connect with TLS/SASL when the settings say so",
+    ),
+    # -- i9 (worktree i9): the chaos run's own checks; a run that skips what it claims is not clean --
+    Mutation(
+        'chaos-unsettled-run-is-not-clean', CHAOS_INVARIANTS,
+        '    if settled is True:\n',
+        '    if settled is not None:\n',
+        t(CHAOS_CHECKS, "test_a_run_is_clean_only_when_it_settled_within_its_bound_and_made_every_kill_it_planned"),
+        "a chaos run that did not settle within its bound does not pass",
+    ),
+    Mutation(
+        'chaos-planned-kill-not-carried-out', CHAOS_KILLS,
+        'if k.get("outcome") != CARRIED_OUT]',
+        'if k.get("outcome") == "never"]',
+        t(CHAOS_CHECKS, "test_a_run_is_clean_only_when_it_settled_within_its_bound_and_made_every_kill_it_planned"),
+        "a chaos run that skipped a planned kill does not pass",
+    ),
+    Mutation(
+        'chaos-kills-go-round-the-instances', CHAOS_KILLS,
+        'target = instances[(first + n) % len(instances)]',
+        'target = instances[first]',
+        t(CHAOS_STACK, "test_the_kill_plan_is_the_seeds_each_kind_killed_n_times_mid_load_and_the_database_once"),
+        "with kills >= instances, every instance of a kind is killed",
+    ),
+    Mutation(
+        'chaos-resend-version-on-every-wire', CHAOS_INVARIANTS,
+        'if provider.version_of(q) != attempt.api_version:',
+        'if provider.version_header is not None and provider.version_of(q) != attempt.api_version:',
+        t(CHAOS_CHECKS, "test_an_adyen_resend_keeps_its_version_path_merchant_account_and_key_mode"),
+        "a resend under another API version (Adyen's is in the path) is counted",
+    ),
+    Mutation(
+        'chaos-resend-stripe-form-reference', CHAOS_PROVIDERS,
+        '        if self.body_format == "form":\n',
+        '        if False:\n',
+        t(CHAOS_CHECKS, "test_a_stripe_resend_is_its_form_bytes_key_version_and_key_mode"),
+        "Stripe's creates are matched to their attempts by the form body's reference",
+    ),
+    Mutation(
+        'sandbox-fault-fired-count', SANDBOX_FAULTS,
+        '            rule.fired += 1\n',
+        '',
+        t("tests/sandbox/test_faults.py", "test_each_rule_says_how_often_it_fired"),
+        "the faults a run reports as met are the ones the sandbox applied",
     ),
 )

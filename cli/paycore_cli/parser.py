@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from paycore.account_settings import PROVIDERS
 from paycore_cli.arguments import (
     admin_port_number,
     duration,
@@ -311,7 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "clients through them while the sandbox injects faults and services and the database "
                     "are killed and restarted, let recovery settle, and check every money invariant against "
                     "the sandbox's ledger and the database. Prints the table and writes a JSON report and a "
-                    "PNG timeline; exits 1 if any invariant is broken. Development only (docs/chaos.md).")
+                    "PNG timeline; exits 1 if any check is broken or the run failed. Development only "
+                    "(docs/chaos.md).")
     chaos.add_argument("--orders", type=positive_int, default=2000,
                        help="orders in all (default %(default)s)")
     chaos.add_argument("--clients", type=positive_int, default=16,
@@ -324,7 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     chaos.add_argument("--kills", type=int, default=3, choices=range(0, 21), metavar="N",
                        help="SIGKILL and restart each service kind N times (default %(default)s)")
     chaos.add_argument("--seed", type=int, default=1, help="the plan's seed (default %(default)s)")
-    chaos.add_argument("--provider", choices=["cardco"], default="cardco", help="the provider to run against")
+    chaos.add_argument("--provider", choices=PROVIDERS, default="cardco",
+                       help="the provider the run configures, in the sandbox's dialect for it "
+                            "(default %(default)s)")
     chaos.add_argument("--no-db-kill", action="store_true", help="do not kill -9 the PostgreSQL postmaster")
     chaos.add_argument("--settle-within", type=duration, default=240.0, metavar="SECONDS",
                        help="how long recovery may take to settle after the faults stop "

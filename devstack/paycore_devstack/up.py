@@ -163,37 +163,50 @@ def _http_probe(url: str, *, any_status: bool) -> Callable[[], Awaitable[bool]]:
     return probe
 
 
-def _use_local_sandbox(env: dict[str, str], urls: Mapping[str, str]) -> list[str]:
-    """Point every provider that is not configured at the local sandbox, which speaks each one's
-    wire (its dialects) with built-in development credentials, and have the sandbox deliver each
-    provider's webhooks to the local intake's route for it. Returns the providers so pointed."""
+def sandbox_provider_env(name: str, sandbox_url: str, checkout_url: str) -> dict[str, str]:
+    """``PAYCORE_<PROVIDER>_*`` for the local sandbox's test account, in ``name``'s dialect.
+
+    The sandbox speaks each provider's wire with built-in development credentials;
+    ``checkout_url`` is where a redirected customer comes back (Adyen requires one).
+    """
     from paycore_sandbox.dialects import adyen_webhooks
     from paycore_sandbox.settings import SandboxSettings
 
     [acct] = [a for a in SandboxSettings.default().accounts
               if a.account == SANDBOX_ACCOUNT and a.environment == SANDBOX_ENVIRONMENT]
-    sandbox, intake = urls["sandbox"], urls["webhooks"]
     local = {
-        "cardco": {"PAYCORE_CARDCO_BASE_URL": sandbox, "PAYCORE_CARDCO_ACCOUNT": acct.account,
+        "cardco": {"PAYCORE_CARDCO_BASE_URL": sandbox_url, "PAYCORE_CARDCO_ACCOUNT": acct.account,
                    "PAYCORE_CARDCO_ENVIRONMENT": acct.environment, "PAYCORE_CARDCO_API_KEY": acct.api_key,
                    "PAYCORE_CARDCO_WEBHOOK_SECRET": acct.webhook_secret},
-        "stripe": {"PAYCORE_STRIPE_API_BASE": sandbox, "PAYCORE_STRIPE_ACCOUNT": acct.account,
+        "stripe": {"PAYCORE_STRIPE_API_BASE": sandbox_url, "PAYCORE_STRIPE_ACCOUNT": acct.account,
                    "PAYCORE_STRIPE_API_KEY": acct.api_key,
                    "PAYCORE_STRIPE_WEBHOOK_SECRET": acct.webhook_secret},
-        "adyen": {"PAYCORE_ADYEN_BASE_URL": sandbox, "PAYCORE_ADYEN_MERCHANT_ACCOUNT": acct.account,
+        "adyen": {"PAYCORE_ADYEN_BASE_URL": sandbox_url, "PAYCORE_ADYEN_MERCHANT_ACCOUNT": acct.account,
                   "PAYCORE_ADYEN_ENVIRONMENT": acct.environment, "PAYCORE_ADYEN_API_KEY": acct.api_key,
                   "PAYCORE_ADYEN_HMAC_KEY": adyen_webhooks.hmac_key(acct),
                   "PAYCORE_ADYEN_WEBHOOK_USERNAME": adyen_webhooks.WEBHOOK_USERNAME,
                   "PAYCORE_ADYEN_WEBHOOK_PASSWORD": adyen_webhooks.webhook_password(acct),
-                  "PAYCORE_ADYEN_RETURN_URL": urls["checkout"] + "/"},
+                  "PAYCORE_ADYEN_RETURN_URL": checkout_url + "/"},
     }
-    chosen = [name for name in local if MARKERS[name].get(env) is None]
+    return local[name]
+
+
+def sandbox_webhook_endpoint(name: str, intake_url: str) -> str:
+    """The ``PAYCORE_SANDBOX_WEBHOOK_URLS`` entry sending ``name``'s webhooks to the intake's route."""
+    url = f"{intake_url}/webhooks/{name}"
+    return url if name == "cardco" else f"{name}={url}"
+
+
+def _use_local_sandbox(env: dict[str, str], urls: Mapping[str, str]) -> list[str]:
+    """Point every provider that is not configured at the local sandbox, which speaks each one's
+    wire (its dialects) with built-in development credentials, and have the sandbox deliver each
+    provider's webhooks to the local intake's route for it. Returns the providers so pointed."""
+    chosen = [name for name in MARKERS if MARKERS[name].get(env) is None]
     for name in chosen:
-        env.update(local[name])
+        env.update(sandbox_provider_env(name, urls["sandbox"], urls["checkout"]))
     if chosen:
-        routes = [f"{intake}/webhooks/{name}" if name == "cardco" else f"{name}={intake}/webhooks/{name}"
-                  for name in chosen]
-        env.setdefault("PAYCORE_SANDBOX_WEBHOOK_URLS", ",".join(routes))
+        env.setdefault("PAYCORE_SANDBOX_WEBHOOK_URLS",
+                       ",".join(sandbox_webhook_endpoint(name, urls["webhooks"]) for name in chosen))
     return chosen
 
 

@@ -200,8 +200,78 @@ def test_live_attempts_deadlines_requests_and_resends_on_hand_made_facts() -> No
     assert requests.examples == ("att-1 (2 requests, 1 send intents)", "att-2 (1 requests, 0 send intents)",
                                  "att-3 (1 requests, 0 send intents)",
                                  "key key-9 (1 requests, no attempt has it)")
-    assert invariants.resends_not_under_original_key_and_bytes(f).examples == (
-        "att-2 (body)", "att-4 (key, version)")
+    resends = invariants.resends_not_under_original_key_and_bytes(f)
+    assert resends.examples == ("att-2 (body)", "att-4 (key, version)")
+    assert resends.note == "1 resends of 1 attempts examined, with 4 creates of 3 attempts"
+    assert resends.examined == 1
+    alone = invariants.resends_not_under_original_key_and_bytes(facts([], [a1], creates=f.creates[:1]))
+    assert alone.count == 0 and alone.examined == 0
+    assert alone.note.startswith("no resend was examined (1 creates")
+
+
+STRIPE_ACCOUNT = "stripe:acct_store:test"
+ADYEN_ACCOUNT = "adyen:acct_store:test"
+
+
+def test_a_stripe_resend_is_its_form_bytes_key_version_and_key_mode() -> None:
+    form = ("amount=4999&currency=eur&payment_method=pm_card_visa&confirm=true"
+            "&metadata[paycore_reference]=ord_a-a1")
+    a1 = AttemptFacts("att-1", "ord_a", "Unknown", STRIPE_ACCOUNT, "ord_a-a1", "key-1", form,
+                      "2026-10-28.endive")
+
+    def sent(body: str = form, **headers: str) -> dict[str, Any]:
+        return {"method": "POST", "path": "/v1/payment_intents", "body": body,
+                "headers": {"idempotency-key": "key-1", "stripe-version": "2026-10-28.endive",
+                            "authorization": "sk_test", **headers}}
+
+    ok = facts([], [a1], provider="stripe", creates=[sent(), sent()])
+    # Stripe's wire names no account (the key is the account): nothing to compare.
+    assert invariants.resends_not_under_original_key_and_bytes(ok).count == 0
+    bad = facts([], [a1], provider="stripe", creates=[
+        sent(), sent(form.replace("4999", "5000")), sent(**{"stripe-version": "2025-01-01"}),
+        sent(authorization="sk_live"), sent(**{"idempotency-key": "key-2"})])
+    assert invariants.resends_not_under_original_key_and_bytes(bad).examples == (
+        "att-1 (api key mode, body, key, version)",)
+    assert invariants.provider_requests_without_send_intent(ok).examples == (
+        "att-1 (2 requests, 0 send intents)",)
+
+
+def test_an_adyen_resend_keeps_its_version_path_merchant_account_and_key_mode() -> None:
+    def adyen_body(account: str = "acct_store", amount: int = 4999) -> str:
+        return orjson.dumps({"amount": {"value": amount, "currency": "EUR"}, "reference": "ord_a-a1",
+                             "merchantAccount": account, "returnUrl": "https://shop.example/"}).decode()
+
+    a1 = AttemptFacts("att-1", "ord_a", "Unknown", ADYEN_ACCOUNT, "ord_a-a1", "key-1", adyen_body(), "v71")
+
+    def sent(body: str, path: str = "/v71/payments", mode: str = "sk_test") -> dict[str, Any]:
+        return {"method": "POST", "path": path, "body": body,
+                "headers": {"idempotency-key": "key-1", "x-api-key": mode}}
+
+    ok = facts([], [a1], provider="adyen", creates=[sent(adyen_body()), sent(adyen_body())])
+    assert invariants.resends_not_under_original_key_and_bytes(ok).count == 0
+    bad = facts([], [a1], provider="adyen", creates=[
+        sent(adyen_body(), "/v70/payments"), sent(adyen_body(account="acct_other")),
+        sent(adyen_body(), mode="sk_live")])
+    assert invariants.resends_not_under_original_key_and_bytes(bad).examples == (
+        "att-1 (account, api key mode, body, version)",)
+
+
+def test_a_run_is_clean_only_when_it_settled_within_its_bound_and_made_every_kill_it_planned() -> None:
+    record = RunRecord(ChaosOptions(settle_within_s=150))
+    assert invariants.unsettled_when_the_bound_passed(record).examples == ("settling was never checked",)
+    record.extra.update(settled=False, settle_remains=["3 webhook deliveries pending", "1 outbox rows"])
+    unsettled = invariants.unsettled_when_the_bound_passed(record)
+    assert (unsettled.count, unsettled.note) == (2, "after 150 s")
+    record.extra.update(settled=True, settle_remains=[])
+    record.phases["settle"] = 12.25
+    assert invariants.unsettled_when_the_bound_passed(record).note == "settled after 12.2 s of 150 s"
+
+    record.extra["kill_plan"] = [{"at": 0.1, "target": "webhooks", "outcome": "carried out"},
+                                 {"at": 0.2, "target": "checkout-2", "outcome": "failed: ChaosStackError: x"},
+                                 {"at": 0.3, "target": "postgres", "down_s": 3.0, "outcome": "under way"}]
+    kills = invariants.planned_kills_not_carried_out(record)
+    assert kills.examples == ("checkout-2@0.20 (failed: ChaosStackError: x)", "postgres@0.30 (under way)")
+    assert kills.note == "1 of 3 planned kills carried out"
 
 
 # -- against the real system -------------------------------------------------------------------------
@@ -252,8 +322,15 @@ async def _handled(consumers: list[InboxConsumer], n: int, duplicates: int = 0) 
 
 
 def counts(results: list[Any]) -> list[int]:
-    assert len(results) == 11
+    assert len(results) == 13
     return [r.count for r in results]
+
+
+def settled_run() -> RunRecord:
+    """A run's record as it is when the invariants are checked: settled, its kills carried out."""
+    record = RunRecord(ChaosOptions())
+    record.extra.update(settled=True, settle_remains=[], kill_plan=[])
+    return record
 
 
 async def test_a_clean_paid_order_breaks_no_invariant_and_duplicates_on_the_wire_are_counted_apart(
@@ -266,9 +343,9 @@ async def test_a_clean_paid_order_breaks_no_invariant_and_duplicates_on_the_wire
         assert await relay_once(hooks, ks) == 2
         await eventually(lambda: _handled(consumers, 2, duplicates=2), what="the copies deduplicated")
 
-    results = await invariants.check(endpoints, RunRecord(ChaosOptions()))
+    results = await invariants.check(endpoints, settled_run())
 
-    assert counts(results) == [0] * 11, results
+    assert counts(results) == [0] * 13, results
     fulfillment = results[5]
     assert fulfillment.note == ("on the wire: 2 fulfillment messages, 1 of them more than once "
                                 "(1 extra copies), deduplicated by the consumer's inbox")
@@ -314,10 +391,10 @@ async def create_directly(hooks: WebhookStack, reference: str) -> httpx.Response
 async def test_each_invariant_broken_on_purpose_is_counted(
         hooks: WebhookStack, pool: asyncpg.Pool, db_dsn: str, ks: KafkaSettings) -> None:
     endpoints = endpoints_of(hooks, db_dsn, ks)
-    record = RunRecord(ChaosOptions())
+    record = settled_run()
     async with demo_consumers(pool, ks) as consumers:
         order_id, attempt_id = await a_clean_paid_order(hooks, ks, consumers)
-    assert counts(await invariants.check(endpoints, record)) == [0] * 11
+    assert counts(await invariants.check(endpoints, record)) == [0] * 13
 
     # 6: the consumer applied the fulfillment twice.
     await pool.execute("INSERT INTO demo_fulfillments (dedup_key, kind, attempt_id, received_at) "
@@ -335,7 +412,7 @@ async def test_each_invariant_broken_on_purpose_is_counted(
     for n in (1, 2):
         await insert_attempt(pool, hooks, doubled, n, "NotStarted", ["NotStarted"])
     results = await invariants.check(endpoints, record)
-    assert counts(results) == [0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0], results
+    assert counts(results) == [0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0], results
     assert results[3].examples == (doubled,) and results[4].examples == (stuck,)
     assert results[6].examples == (
         f"{attempt_id} (transition 4 starts at Unknown, the history was at Succeeded)",)
@@ -344,7 +421,7 @@ async def test_each_invariant_broken_on_purpose_is_counted(
     # 2, 3, 8: a charge nobody asked for, under a reference no attempt has.
     assert (await create_directly(hooks, "ord_nobody-a1")).status_code == 201
     await eventually(hooks.deliveries_settled, what="its webhook delivered (and escalated unmatched)")
-    assert counts(await invariants.check(endpoints, record)) == [0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0]
+    assert counts(await invariants.check(endpoints, record)) == [0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0]
 
     # 1, 3, 8, 9: the paid attempt's reference charged again under another key (a second payment).
     # Its webhook names the reference with another payment id: intake escalates the attempt
@@ -354,8 +431,17 @@ async def test_each_invariant_broken_on_purpose_is_counted(
     # 10, 11: from the run's record.
     record.answers.append(ClientAnswer(3.0, 0, PAY, 500, "internal", order_id=order_id))
     record.exited_on_own.append(("recovery-1", 1))
+    # 12, 13: a run that did not settle, and a kill it planned but never made.
+    record.extra.update(settled=False, settle_remains=["2 outbox rows not dispatched"])
+    record.extra["kill_plan"] = [{"at": 0.5, "target": "recovery-2", "outcome": "carried out"},
+                                 {"at": 0.8, "target": "recovery-1",
+                                  "outcome": "not carried out: the load ended at 60%"}]
     results = await invariants.check(endpoints, record)
-    assert counts(results) == [1, 1, 2, 1, 1, 1, 1, 2, 1, 1, 1], results
+    assert counts(results) == [1, 1, 2, 1, 1, 1, 1, 2, 1, 1, 1, 1, 1], results
+    assert results[11].examples == ("2 outbox rows not dispatched",)
+    assert results[12].examples == ("recovery-1@0.80 (not carried out: the load ended at 60%)",)
+    assert results[12].note == "1 of 2 planned kills carried out"
+
     assert results[0].examples == (order_id,)
     assert "1 unrecorded by an attempt with an open escalation (allowed" in results[1].note
     assert results[8].examples == (f"{attempt_id} (body, key)",)
@@ -379,6 +465,8 @@ async def test_settle_waits_for_the_system_and_says_what_remains_when_it_does_no
         assert record.incidents[-1].detail == (
             f"not settled: 1 live attempts neither resolved nor escalated (1 Unknown; e.g. {stuck})")
         assert record.extra["settled"] is False
+        assert record.extra["settle_remains"] == [
+            f"1 live attempts neither resolved nor escalated (1 Unknown; e.g. {stuck})"]
 
         # Escalated past its deadline, and a 3-D Secure step nobody completes: both may stay live.
         await pool.execute("INSERT INTO payment_escalations (escalation_key, attempt_id, reason, raised_at) "

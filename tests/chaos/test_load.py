@@ -5,24 +5,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
 from typing import Any
 
 import asyncpg
 import httpx
+import orjson
 import pytest
 
 from harness.servers import free_port, serve_asgi
 from paycore import currencies
+from paycore.config import load_settings
 from paycore_checkout.app import create_app as create_checkout_app
 from paycore_devstack.chaos import faults, load
 from paycore_devstack.chaos.load import Progress
 from paycore_devstack.chaos.model import ChaosOptions, Endpoints, RunRecord
+from paycore_devstack.chaos.providers import PROVIDERS
+from paycore_devstack.up import sandbox_provider_env
 from paycore_sandbox.app import create_app as create_sandbox_app
+from paycore_sandbox.faults import ALL_FAULTS, TRANSPORT_FAULTS
 from paycore_sandbox.settings import SandboxSettings
 from paycore_webhooks.app import create_app as create_webhooks_app
-from tests.support.stack import JWT_SECRET, Sandbox, checkout_settings
-from tests.support.webhooks import TEST, intake_settings, sandbox_secrets
+from tests.support.stack import JWT_SECRET, Sandbox
 
 
 async def test_progress_waits_idle_until_the_orders_or_the_end_come() -> None:
@@ -87,15 +92,41 @@ def test_the_scripts_come_from_the_seed_alone_and_cover_every_token_and_behaviou
     assert len(load.draw_stray_webhooks(ChaosOptions(orders=30))) == 1
 
 
-def test_the_fault_rules_come_from_the_seed_and_add_up_to_the_fault_rate() -> None:
-    options = ChaosOptions(fault_rate=0.3, seed=5)
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
+def test_every_provider_plays_the_same_scripts_with_its_own_methods_for_each_outcome(name: str) -> None:
+    options = ChaosOptions(orders=400, clients=16, seed=11, provider=name)
+    provider = PROVIDERS[name]
+    scripts = load.draw_scripts(options)
+    cardco = load.draw_scripts(dataclasses.replace(options, provider="cardco"))
+    # The same customers whichever provider runs (amounts only capped by the provider's ceiling).
+    assert [dataclasses.replace(s, amount_minor=0) for s in scripts] == \
+        [dataclasses.replace(s, amount_minor=0) for s in cardco]
+    if provider.max_amount_minor is not None:
+        assert max(s.amount_minor for s in scripts) <= provider.max_amount_minor
+    assert set(provider.methods) == {t for t, _ in load.TOKENS}
+    sent = {orjson.dumps(provider.method(s.token, s.variant)) for s in scripts}
+    assert sent == {orjson.dumps(m) for methods in provider.methods.values() for m in methods}
+    assert {s.status for s in load.draw_stray_webhooks(options)} <= set(provider.stray_statuses)
+
+
+# Faults only a lookup meets, and the one only a lagging search index (Stripe's) has.
+LOOKUP_ONLY = frozenset({"lookup_stale", "search_stale"})
+
+
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
+def test_the_fault_rules_come_from_the_seed_and_add_up_to_the_fault_rate(name: str) -> None:
+    options = ChaosOptions(fault_rate=0.3, seed=5, provider=name)
+    provider = PROVIDERS[name]
     rules = faults.plan_rules(options)
     assert rules == faults.plan_rules(options)
     assert rules != faults.plan_rules(dataclasses.replace(options, seed=6))
-    wanted = {name for table in (faults.CREATE_FAULTS, faults.LOOKUP_FAULTS, faults.WEBHOOK_FAULTS)
-              for name, _ in table}
-    assert {r["fault"] for r in rules} == wanted
-    assert len(wanted) == 14  # every fault the sandbox has
+    # Every fault the sandbox has that this provider's wire can meet, and only its dialect's.
+    can_meet = ALL_FAULTS - (set() if provider.search_lags else {"search_stale"}) \
+        - (set() if provider.lookups else LOOKUP_ONLY)
+    assert {r["fault"] for r in rules} == can_meet
+    assert {r["match"]["dialect"] for r in rules} == {name}
+    operations = {r["match"].get("operation", "webhook") for r in rules}
+    assert operations == ({"create", "lookup", "webhook"} if provider.lookups else {"create", "webhook"})
     for operation, shares in faults.effective_shares(rules).items():
         assert sum(shares.values()) == pytest.approx(0.3, abs=0.002), operation
     for rule in rules:
@@ -106,6 +137,11 @@ def test_the_fault_rules_come_from_the_seed_and_add_up_to_the_fault_rate() -> No
     assert faults.plan_rules(dataclasses.replace(options, fault_rate=0.0)) == []
     with pytest.raises(ValueError):
         faults.plan_rules(dataclasses.replace(options, fault_rate=1.5))
+
+
+def test_the_runs_together_meet_every_fault_the_sandbox_has() -> None:
+    met = {r["fault"] for name in PROVIDERS for r in faults.plan_rules(ChaosOptions(provider=name))}
+    assert met == ALL_FAULTS
 
 
 # -- against a real stack ------------------------------------------------------------------------
@@ -124,35 +160,43 @@ def _counting(app: Any, seen: list[str]) -> ASGI:
 
 
 @contextlib.asynccontextmanager
-async def _stack(pool: asyncpg.Pool, db_dsn: str) -> AsyncIterator[tuple[Endpoints, list[str]]]:
-    """The sandbox, two checkouts and the intake as real HTTP servers, on the real clock."""
+async def _stack(pool: asyncpg.Pool, db_dsn: str,
+                 provider: str = "cardco") -> AsyncIterator[tuple[Endpoints, list[str]]]:
+    """The sandbox, two checkouts and the intake as real HTTP servers, on the real clock,
+    configured with ``provider``'s account as ``paycore chaos`` configures it."""
     sandbox_settings = dataclasses.replace(SandboxSettings.default(), webhook_time_scale=WEBHOOK_TIME_SCALE,
                                            async_delay_s=0.2)
     async with serve_asgi(create_sandbox_app(sandbox_settings)) as sandbox_url:
-        settings = dataclasses.replace(
-            checkout_settings(sandbox_url, db_dsn, PAYCORE_CALL_BUDGET_S="3"),
-            accounts=intake_settings(sandbox_url, db_dsn).accounts)
+        provider_env = sandbox_provider_env(provider, sandbox_url, "https://shop.example")
+        settings = load_settings({"PAYCORE_DATABASE_URL": db_dsn, "PAYCORE_JWT_SECRET": JWT_SECRET,
+                                  "PAYCORE_CALL_BUDGET_S": "3", "PAYCORE_DEFAULT_PROVIDER": provider,
+                                  **provider_env})
         seen: list[str] = []
         async with serve_asgi(_counting(create_checkout_app(settings, pool=pool), seen)) as one, \
                 serve_asgi(_counting(create_checkout_app(settings, pool=pool), seen)) as two, \
                 serve_asgi(create_webhooks_app(settings, pool=pool)) as intake_url:
             async with httpx.AsyncClient(base_url=sandbox_url, timeout=10) as http:
                 r = await http.post("/_sandbox/webhooks/endpoints",
-                                    json={"url": intake_url + "/webhooks/cardco"})
+                                    json={"url": f"{intake_url}/webhooks/{provider}", "dialect": provider})
                 r.raise_for_status()
+            secret, basic_auth = PROVIDERS[provider].webhook_credentials(provider_env)
             yield Endpoints(dsn=db_dsn, sandbox_url=sandbox_url, checkout_urls=(one, two),
-                            intake_url=intake_url, jwt_secret=JWT_SECRET, provider_account=TEST,
-                            webhook_secret=sandbox_secrets()[TEST]), seen
+                            intake_url=intake_url, jwt_secret=JWT_SECRET,
+                            provider_account=settings.default_account.provider_account,
+                            webhook_secret=secret, provider=provider, webhook_basic_auth=basic_auth), seen
 
 
 CHECKOUT_ROUTES = {load.CREATE, load.PAY, load.STATUS, load.CANCEL}
 
 
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
 async def test_the_load_under_faults_records_every_order_and_every_exchange(
-        pool: asyncpg.Pool, db_dsn: str) -> None:
-    options = ChaosOptions(orders=30, clients=6, fault_rate=0.3, seed=3)
+        pool: asyncpg.Pool, db_dsn: str, provider: str) -> None:
+    # Fewer orders for the providers added later: the same code path, a shorter run.
+    options = ChaosOptions(orders=30 if provider == "cardco" else 20, clients=6, fault_rate=0.3, seed=3,
+                           provider=provider)
     record = RunRecord(options)
-    async with _stack(pool, db_dsn) as (endpoints, seen):
+    async with _stack(pool, db_dsn, provider) as (endpoints, seen):
         sandbox = Sandbox(endpoints.sandbox_url)
         await faults.install(endpoints, options, record, webhook_time_scale=WEBHOOK_TIME_SCALE)
         listed = (await sandbox.http.get("/_sandbox/faults")).json()["rules"]
@@ -162,19 +206,30 @@ async def test_the_load_under_faults_records_every_order_and_every_exchange(
         progress = load.Progress(total=options.orders)
         await load.run(endpoints, options, record, progress, poll_budget_s=4)
 
-        faulted = [q for q in await sandbox.requests() if q["fault"] is not None]
+        requests = await sandbox.requests()
+        faulted = [q for q in requests if q["fault"] is not None]
         await faults.clear(endpoints, record)
         assert (await sandbox.http.get("/_sandbox/faults")).json()["rules"] == []
         await sandbox.aclose()
 
     assert faulted, "no provider request met a fault"
     assert [i.kind for i in record.incidents] == ["faults-on", "faults-off"]
-    assert progress.done == progress.total == 30
+    # What fired is what the sandbox did: each transport fault as often as its request log shows it.
+    fired = record.extra["faults_fired"]
+    assert set(fired) == {r["match"].get("operation", "webhook") for r in listed}
+    transport: Counter[str] = Counter()
+    for operation in ("create", "lookup"):
+        transport.update({f: n for f, n in fired.get(operation, {}).items() if f in TRANSPORT_FAULTS})
+    assert +transport == Counter(q["fault"] for q in faulted)
+    # Every POST the provider got is a create the invariants will recognise as one.
+    posts = [q for q in requests if q["method"] == "POST"]
+    assert posts and [q for q in requests if PROVIDERS[provider].is_create(q)] == posts
+    assert progress.done == progress.total == options.orders
     assert record.extra.get("client_errors", 0) == 0
 
     spare = set(record.extra["spare_orders"])
     planned = {k: p for k, p in record.orders.items() if k not in spare}
-    assert len(planned) == 30 and all(p.done and p.tokens for p in planned.values())
+    assert len(planned) == options.orders and all(p.done and p.tokens for p in planned.values())
     assert all(p.done and not p.tokens for k, p in record.orders.items() if k in spare)
 
     # Every request a checkout received is a recorded answer (or a recorded no-answer).
@@ -186,8 +241,9 @@ async def test_the_load_under_faults_records_every_order_and_every_exchange(
            if a.status is not None and a.status >= 500 and not (a.status == 503 and a.retry_after)]
     assert bad == []
 
+    # The stray webhook, in the provider's format on its route: answered, and escalated.
     [stray] = record.extra["unknown_webhooks"]
-    assert stray["result"] == "unmatched"
+    assert stray["result"] == ("[accepted]" if provider == "adyen" else "unmatched")
     assert [(a.status, a.client) for a in record.answers if a.route == load.WEBHOOK] == [(200, -1)]
     escalated = await pool.fetchval(
         "SELECT count(*) FROM payment_escalations WHERE reason = 'unmatched-payment'"

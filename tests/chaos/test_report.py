@@ -28,7 +28,9 @@ NAMES = ("orders with more than one succeeded provider payment",
          "provider requests without a recorded send intent",
          "resends not under the original key and bytes",
          "client answers 5xx other than 503 with Retry-After",
-         "processes that exited on their own")
+         "processes that exited on their own",
+         "things not settled within the bound",
+         "planned kills not carried out")
 
 
 def a_run(tmp_path: Path, *, broken: bool = False) -> RunRecord:
@@ -60,6 +62,18 @@ def a_run(tmp_path: Path, *, broken: bool = False) -> RunRecord:
         record.answers.append(ClientAnswer(73.0, 4, "POST /orders", 500, "internal"))
     record.orders["ord_1"] = OrderPlan("ord_1", 2, "cus_2", 4999, "EUR", tokens=["tok_3ds"], action="abandon")
     record.phases.update(load=149.5, settle=20.5)
+    record.extra["kill_plan"] = [
+        {"at": 0.1, "target": "checkout-1", "outcome": "carried out"},
+        {"at": 0.2, "target": "checkout-2", "outcome": "carried out"},
+        {"at": 0.3, "target": "recovery-2", "outcome": "carried out"},
+        {"at": 0.4, "target": "postgres", "down_s": 8.0, "outcome": "carried out"},
+        {"at": 0.9, "target": "recovery-1", "outcome": "not carried out: the load ended at 85%"}]
+    record.extra["fault_rules"] = [
+        {"fault": "lose_response", "match": {"operation": "create", "dialect": "cardco"}},
+        {"fault": "malformed_body", "match": {"operation": "create", "dialect": "cardco"}},
+        {"fault": "webhook_duplicate", "match": {"any": True, "dialect": "cardco"}}]
+    record.extra["faults_fired"] = {"create": {"lose_response": 7, "malformed_body": 0},
+                                    "webhook": {"webhook_duplicate": 3}}
     record.results = [InvariantResult(name, 0, note="noted" if n == 5 else "")
                       for n, name in enumerate(NAMES)]
     if broken:
@@ -87,6 +101,10 @@ def test_write_produces_the_table_the_json_and_a_png_timeline(tmp_path: Path) ->
     assert body["clean"] is True and body["options"]["seed"] == 7
     assert body["options"]["out_dir"] == str(tmp_path)
     assert body["figures"]["kills"] == 6 and body["figures"]["restarts"] == 6
+    assert (body["figures"]["kills_planned"], body["figures"]["kills_carried_out"]) == (5, 4)
+    assert body["figures"]["kills_by_instance"]["recovery-1"] == [1, 0]
+    assert body["figures"]["faults_never_fired"] == ["create:malformed_body"]
+    assert body["error"] is None
     assert body["figures"]["db_outage_s"] == 8.0
     assert body["figures"]["orders_created"] == 568 and body["phases"] == {"load": 149.5, "settle": 20.5}
     kill = next(i for i in body["incidents"] if i["kind"] == "db-kill")
@@ -107,7 +125,7 @@ def test_the_table_lists_every_invariant_with_its_count_then_the_runs_figures(tm
         assert name in text
     assert re.search(r"\nclient answers 5xx other than 503 with Retry-After +1  <-- BROKEN\n", text)
     assert "e.g. POST /orders 500 internal at 73.0 s" in text
-    assert "10 of 11 invariants hold; 1 BROKEN" in text
+    assert "12 of 13 checks hold; 1 BROKEN" in text
     assert "    noted" in text  # a note is shown under its invariant
     figures = text.split("figures\n", 1)[1]
     assert "568 created of 600 planned, 414 paid; the clients worked 1 and finished 0" in figures
@@ -117,6 +135,11 @@ def test_the_table_lists_every_invariant_with_its_count_then_the_runs_figures(tm
     assert "load 149.5 s, settle 20.5 s" in figures
     assert "3.8 over the load phase" in figures
     assert "settled after 20.5 s" in figures
+    # What was planned against what happened: kills and faults.
+    assert ("4 of 5 planned kills carried out (checkout-1 1/1, checkout-2 1/1, postgres 1/1, recovery-1 0/1, "
+            "recovery-2 1/1)") in figures
+    assert ("create: lose_response 7; webhook: webhook_duplicate 3; planned but never fired: "
+            "create:malformed_body") in figures
 
 
 def test_orders_per_second_spreads_an_outage_instead_of_spiking_after_it() -> None:
@@ -136,3 +159,14 @@ def test_an_empty_record_still_writes_a_readable_report(tmp_path: Path) -> None:
     assert "no invariants were checked" in paths["table"].read_text()
     assert json.loads(paths["json"].read_text())["invariants"] == []
     png_size(paths["timeline"].read_bytes())
+
+
+def test_a_failed_run_says_so_first_in_the_table_and_in_the_json(tmp_path: Path) -> None:
+    record = RunRecord(ChaosOptions(out_dir=tmp_path))
+    record.extra["error"] = "ChaosStackError: consumer-email exited before it was ready"
+    paths = report.write(record, tmp_path)
+    text = paths["table"].read_text()
+    assert text.startswith("THE RUN FAILED: ChaosStackError: consumer-email exited before it was ready\n")
+    assert "not recorded (the run ended before the faults were turned off)" in text
+    body = json.loads(paths["json"].read_text())
+    assert body["error"] == record.extra["error"] and body["clean"] is False

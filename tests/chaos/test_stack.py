@@ -7,7 +7,9 @@ test: starting it costs about 20 s, so the checks share it.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import signal
 import sys
 import time
@@ -22,7 +24,10 @@ import pytest
 from paycore_devstack.chaos import kills
 from paycore_devstack.chaos.load import Progress
 from paycore_devstack.chaos.model import ChaosOptions, Endpoints, RunRecord
+from paycore_devstack.chaos.providers import PROVIDERS
+from paycore_devstack.chaos.run import run_chaos
 from paycore_devstack.chaos.stack import CHAOS_ENV, ChaosStack, ChaosStackError
+from paycore_devstack.up import sandbox_provider_env
 from tests.support.stack import eventually
 from tests.support.up import wait_gone
 
@@ -147,7 +152,7 @@ def _process(pid: int) -> psutil.Process | None:
 
 
 @pytest.mark.slow
-async def test_a_service_that_cannot_start_fails_the_stack_with_its_log_and_leaves_nothing_running(
+async def test_a_service_that_cannot_start_fails_the_run_with_its_log_a_report_and_nothing_running(
         embedded_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started: set[tuple[str, int]] = set()
     real_service = ChaosStack._service
@@ -167,13 +172,22 @@ async def test_a_service_that_cannot_start_fails_the_stack_with_its_log_and_leav
 
     monkeypatch.setattr(ChaosStack, "_service", broken_email)
     monkeypatch.setattr(ChaosStack, "_start_service", noting)
-    stack = ChaosStack(ChaosOptions(out_dir=embedded_dir), RunRecord(ChaosOptions(out_dir=embedded_dir)))
-    with pytest.raises(ChaosStackError, match=r"(?s)consumer-email exited before it was ready.*no broker"):
-        async with stack:
-            pass
+    record = await run_chaos(ChaosOptions(out_dir=embedded_dir, seed=5))
+
+    error = record.extra["error"]
+    assert re.match(r"(?s)ChaosStackError: consumer-email exited before it was ready.*no broker",
+                    error), error
+    assert not record.clean and record.results == []
     assert {"postgres", "tansu", "checkout-1", "consumer-fulfillment"} <= {name for name, _ in started}
     left = await wait_gone([p for _, pid in started if (p := _process(pid)) is not None], within_s=15)
     assert left == [], f"still running after the failed start: {left}"
+    # What it has is written all the same, next to the logs that say why.
+    report_file = Path(record.extra["report_dir"]) / "chaos-report.json"
+    assert report_file.parent.parent == embedded_dir and report_file.parent.name.endswith("-seed5")
+    body = json.loads(report_file.read_text())
+    assert body["error"] == error and body["clean"] is False
+    assert (report_file.parent / "logs" / "consumer-email.log").exists()
+    assert (report_file.parent / "chaos-table.txt").read_text().startswith("THE RUN FAILED: ChaosStackError")
 
 
 KINDS = {"checkout": ["checkout-1", "checkout-2"], "webhooks": ["webhooks"],
@@ -189,7 +203,14 @@ def test_the_kill_plan_is_the_seeds_each_kind_killed_n_times_mid_load_and_the_da
     assert [k.at for k in plan] == sorted(k.at for k in plan)
     service_kills = [k for k in plan if k.target != "postgres"]
     for kind, instances in KINDS.items():
-        assert sum(k.target in instances for k in service_kills) == 3, kind
+        killed = [k.target for k in service_kills if k.target in instances]
+        assert len(killed) == 3, kind
+        assert set(killed) == set(instances), kind  # round the instances: every one dies
+    # One kill per kind: the seed picks which instance; over seeds, each of them.
+    for kind, instances in KINDS.items():
+        picked = {k.target for seed in range(20) for k in kills.plan(KINDS, ChaosOptions(kills=1, seed=seed))
+                  if k.target in instances}
+        assert picked == set(instances), kind
     assert all(0.05 < k.at < 0.85 and k.down_s is None for k in service_kills)
     [db] = [k for k in plan if k.target == "postgres"]
     assert 0.3 < db.at < 0.7 and db.down_s is not None and 2 < db.down_s < 5
@@ -236,21 +257,54 @@ async def test_kills_follow_the_progress_without_waiting_for_each_other_and_stop
     stack.release.set()
     await asyncio.wait_for(running, timeout=10)
     assert len(stack.calls) == len(half) < len(plan)
-    assert [k["target"] for k in record.extra["kill_plan"]] == [k.target for k in plan]
+    entries = record.extra["kill_plan"]
+    assert [k["target"] for k in entries] == [k.target for k in plan]
+    # What happened to each: the ones made, and the rest, shown as not carried out.
+    assert [k["outcome"] for k in entries[:len(half)]] == ["carried out"] * len(half)
+    assert {k["outcome"] for k in entries[len(half):]} == {"not carried out: the load ended at 50%"}
+    assert kills.not_carried_out(record) == entries[len(half):]
+
+
+async def test_a_kill_that_fails_is_recorded_as_not_carried_out() -> None:
+    options = ChaosOptions(orders=10, kills=1, seed=3, db_kill=False)
+    record = RunRecord(options)
+    progress = Progress(total=10)
+
+    class Failing(_Killed):
+        async def kill(self, instance: str) -> None:
+            raise ChaosStackError(f"{instance} did not come back")
+
+    running = asyncio.create_task(kills.run(Failing(progress), options, record, progress))  # type: ignore[arg-type]
+    for _ in range(10):
+        await progress.advance()
+    progress.finished.set()
+    await asyncio.wait_for(running, timeout=10)
+    outcomes = {k["outcome"] for k in record.extra["kill_plan"]}
+    assert outcomes == {f"failed: ChaosStackError: {k['target']} did not come back"
+                        for k in record.extra["kill_plan"]}
 
 
 async def _true(value: bool) -> bool:
     return value
 
 
-def test_the_runs_timings_put_deadlines_inside_the_run_and_every_resend_inside_the_providers_window() -> None:
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_the_runs_timings_put_deadlines_inside_the_run_and_every_resend_inside_the_providers_window(
+        provider: str) -> None:
     from paycore.config import load_settings
     from paycore_recovery.settings import load_recovery_settings
+    from paycore_sandbox.dialects.adyen_wire import KEY_RETENTION_S as ADYEN_SANDBOX_RETENTION_S
+    from paycore_sandbox.settings import SandboxSettings
 
-    env = {**CHAOS_ENV, "PAYCORE_CARDCO_BASE_URL": "http://127.0.0.1:1",
-           "PAYCORE_CARDCO_ACCOUNT": "acct_store", "PAYCORE_CARDCO_API_KEY": "sk_test_acct_store_local"}
+    env = {**CHAOS_ENV, "PAYCORE_DEFAULT_PROVIDER": provider,
+           **sandbox_provider_env(provider, "http://127.0.0.1:1", "http://127.0.0.1:2")}
     settings = load_settings(env)  # valid values, consistent with each other
-    load_recovery_settings(settings, env)  # the lease outlives a worst-case pass
-    account = settings.default_account
-    assert int(env["PAYCORE_SANDBOX_KEY_RETENTION_S"]) >= account.key_retention_s
+    recovery = load_recovery_settings(settings, env)  # the lease outlives a worst-case pass
+    [account] = settings.accounts  # the run configures its one provider, nothing else
+    assert account.provider == provider == settings.default_account.provider
+    sandbox = SandboxSettings.from_env(env)
+    kept_s = ADYEN_SANDBOX_RETENTION_S if provider == "adyen" else sandbox.key_retention_s
+    assert kept_s >= account.key_retention_s  # every resend before the deadline is inside the window
     assert account.key_retention_s - account.escalation_margin_s == 90
+    # A Search miss is evidence only once the sandbox's index lag has surely passed.
+    assert settings.budgets.call_s + recovery.search_lag_s > sandbox.stripe_search_lag_s

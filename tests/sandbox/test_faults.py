@@ -260,6 +260,7 @@ async def test_times_and_probability(client: httpx.AsyncClient) -> None:
     assert statuses == [429, 429, 201]
     rules = (await client.get("/_sandbox/faults")).json()["rules"]
     assert [r["fault"] for r in rules] == ["not_processed_503"]  # exhausted rule removed
+    assert rules[0]["fired"] == 0  # listed with how often it fired: never, at probability 0
     cleared = await client.delete("/_sandbox/faults")
     assert cleared.json() == {"rules": []}
 
@@ -293,3 +294,14 @@ async def test_invalid_rules_are_rejected_whole(client: httpx.AsyncClient, rules
     assert response.status_code == 400
     assert error_of(response)["param"] == param
     assert (await client.get("/_sandbox/faults")).json() == {"rules": []}
+
+
+async def test_each_rule_says_how_often_it_fired(client: httpx.AsyncClient) -> None:
+    await add_faults(client, {"fault": "rate_limit", "match": {"operation": "create"}, "probability": 1},
+                     {"fault": "lookup_stale", "match": {"any": True}},
+                     {"fault": "webhook_duplicate", "match": {"any": True}, "times": 2})
+    assert [(await create(client, payment_body())).status_code for _ in range(3)] == [429, 429, 429]
+    listed = (await client.get("/_sandbox/faults")).json()["rules"]
+    # Fired when it acted, and only then: no lookup met lookup_stale, no event was sent.
+    assert [(r["fault"], r["fired"]) for r in listed] == [
+        ("rate_limit", 3), ("lookup_stale", 0), ("webhook_duplicate", 0)]

@@ -31,8 +31,13 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     print(table(record))
     report_dir = record.extra.get("report_dir", str(out_dir))
     print(f"report: {report_dir}/chaos-table.txt, chaos-report.json, chaos-timeline.png")
+    if record.extra.get("error"):
+        print(f"paycore: the chaos run failed: {record.extra['error']} (logs in {report_dir}/logs)",
+              file=sys.stderr)
+        return 1
     if not record.clean:
-        print("paycore: chaos run found broken invariants (see the table); keep the seed "
-              f"{options.seed} as a regression run", file=sys.stderr)
+        print("paycore: chaos run found broken checks (see the table); once the cause is fixed, keep "
+              f"--provider {options.provider} --seed {options.seed} as a regression run "
+              "(docs/chaos.md, Regressions)", file=sys.stderr)
         return 1
     return 0

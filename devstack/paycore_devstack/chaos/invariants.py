@@ -26,13 +26,13 @@ from typing import Any
 
 import asyncpg
 import httpx
-import orjson
 from aiokafka import TopicPartition
 
 from paycore import kafka
 from paycore.db import DATABASE_ERRORS
 from paycore.domain import AttemptState, can_transition
 from paycore.kafka import KafkaSettings
+from paycore_devstack.chaos.kills import not_carried_out
 from paycore_devstack.chaos.model import (
     ChaosOptions,
     ClientAnswer,
@@ -41,6 +41,7 @@ from paycore_devstack.chaos.model import (
     RunRecord,
     Sample,
 )
+from paycore_devstack.chaos.providers import provider as chaos_provider
 
 log = logging.getLogger("paycore.chaos")
 
@@ -254,12 +255,14 @@ async def settle(endpoints: Endpoints, options: ChaosOptions, record: RunRecord)
                     log.info("settled after %.1f s", waited)
                     record.incident("settled", "system", f"settled after {waited:.1f} s")
                     record.extra["settled"] = True
+                    record.extra["settle_remains"] = []
                     return
                 if time.monotonic() >= deadline:
                     what = "; ".join(remains)
                     log.warning("not settled within %.0f s: %s", options.settle_within_s, what)
                     record.incident("settled", "system", f"not settled: {what}")
                     record.extra["settled"] = False
+                    record.extra["settle_remains"] = remains
                     return
                 if time.monotonic() - last_log >= SETTLE_LOG_EVERY_S:
                     last_log = time.monotonic()
@@ -317,8 +320,9 @@ class Facts:
     fulfillments: dict[str, int] = field(default_factory=dict)  # dedup key -> rows the consumer wrote
     dead_lettered_fulfillments: int = 0
     ledger: list[dict[str, Any]] = field(default_factory=list)  # GET /_sandbox/payments
-    creates: list[dict[str, Any]] = field(default_factory=list)  # POST /v1/payments of the request log
+    creates: list[dict[str, Any]] = field(default_factory=list)  # the provider's creates in the request log
     wire: WireCopies | str | None = None  # str: why the wire could not be read
+    provider: str = "cardco"  # whose wire the creates speak (chaos.providers)
 
     @cached_property
     def by_reference(self) -> dict[tuple[str, str], AttemptFacts]:
@@ -462,11 +466,13 @@ async def wire_copies(endpoints: Endpoints) -> WireCopies | str:
 
 async def gather_facts(endpoints: Endpoints) -> Facts:
     """The ledger, the create requests, the database snapshot and the wire, read once."""
-    facts = Facts(now=datetime.now().astimezone())
+    provider = chaos_provider(endpoints.provider)
+    facts = Facts(now=datetime.now().astimezone(), provider=provider.name)
     async with httpx.AsyncClient(base_url=endpoints.sandbox_url, timeout=HTTP_TIMEOUT_S) as http:
+        # Every dialect's payments are in the one ledger (Adyen's too: it has no lookup,
+        # but the sandbox, being the provider, lists what it holds).
         facts.ledger = await _sandbox_list(http, "/_sandbox/payments")
-        facts.creates = [q for q in await _sandbox_list(http, "/_sandbox/requests")
-                         if q.get("method") == "POST" and q.get("path") == "/v1/payments"]
+        facts.creates = [q for q in await _sandbox_list(http, "/_sandbox/requests") if provider.is_create(q)]
     conn = await asyncpg.connect(endpoints.dsn, timeout=CONNECT_TIMEOUT_S, command_timeout=120)
     try:
         await _database_facts(conn, facts)
@@ -479,8 +485,8 @@ async def gather_facts(endpoints: Endpoints) -> Facts:
 # -- the invariants: each a pure function ---------------------------------------------------------
 
 
-def _result(name: str, bad: Sequence[str], note: str = "") -> InvariantResult:
-    return InvariantResult(name, len(bad), tuple(bad[:MAX_EXAMPLES]), note)
+def _result(name: str, bad: Sequence[str], note: str = "", examined: int | None = None) -> InvariantResult:
+    return InvariantResult(name, len(bad), tuple(bad[:MAX_EXAMPLES]), note, examined)
 
 
 def orders_with_more_than_one_succeeded_payment(f: Facts) -> InvariantResult:
@@ -668,47 +674,51 @@ def provider_requests_without_send_intent(f: Facts) -> InvariantResult:
     return _result("provider requests without a recorded send intent", bad, note)
 
 
-def _reference_of(body: str) -> str | None:
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    reference = parsed.get("reference") if isinstance(parsed, dict) else None
-    return reference if isinstance(reference, str) else None
-
-
-def _mode(provider_account: str) -> str:
-    return "sk_live" if provider_account.endswith(":live") else "sk_test"
-
-
 def resends_not_under_original_key_and_bytes(f: Facts) -> InvariantResult:
     """Every create request carrying an attempt's reference is that attempt's stored request.
 
-    Same idempotency key, byte-identical body, and the same ``Cardco-Version``,
-    ``Cardco-Account`` and key mode as the attempt was recorded with.
+    Same idempotency key, byte-identical body, and the same API version, account and key
+    mode as the attempt was recorded with, where the provider's wire carries them
+    (chaos.providers: Cardco's ``Cardco-Version`` and ``Cardco-Account`` headers,
+    Stripe's ``Stripe-Version``, Adyen's version in the path and ``merchantAccount``).
+    The note says how many resends (creates after an attempt's first) were examined:
+    a run without any proves nothing about them.
     """
+    provider = chaos_provider(f.provider)
     by_reference = {a.client_reference: a for a in f.attempts.values()}
     wrong: dict[str, set[str]] = defaultdict(set)
+    sends: Counter[str] = Counter()
     for q in f.creates:
         body = str(q.get("body") or "")
         headers: Mapping[str, str] = q.get("headers") or {}
-        reference = _reference_of(body)
+        reference = provider.reference_of(body)
         attempt = by_reference.get(reference) if reference is not None else None
         if attempt is None:
             continue  # no attempt's reference: provider_requests_without_send_intent counts it
+        sends[attempt.attempt_id] += 1
         if idempotency_key_of(headers.get("idempotency-key")) != attempt.idempotency_key:
             wrong[attempt.attempt_id].add("key")
         if body != attempt.request_body:
             wrong[attempt.attempt_id].add("body")
-        if headers.get("cardco-version") != attempt.api_version:
+        if provider.version_of(q) != attempt.api_version:
             wrong[attempt.attempt_id].add("version")
-        parts = attempt.provider_account.split(":")  # cardco:<account>:<environment>
-        if len(parts) != 3 or headers.get("cardco-account") != parts[1]:
+        parts = attempt.provider_account.split(":")  # <provider>:<account>:<environment>
+        if len(parts) != 3 or (provider.names_account and provider.account_of(q) != parts[1]):
             wrong[attempt.attempt_id].add("account")
-        if headers.get("authorization") != _mode(attempt.provider_account):
+        if provider.key_mode_of(q) != _mode(attempt.provider_account):
             wrong[attempt.attempt_id].add("api key mode")
     bad = [f"{a} ({', '.join(sorted(what))})" for a, what in sorted(wrong.items())]
-    return _result("resends not under the original key and bytes", bad)
+    resends = sum(n - 1 for n in sends.values())
+    resent = sum(1 for n in sends.values() if n > 1)
+    note = (f"{resends} resends of {resent} attempts examined, with {sum(sends.values())} creates "
+            f"of {len(sends)} attempts" if resends else
+            f"no resend was examined ({sum(sends.values())} creates, each an attempt's first): "
+            "this run proves nothing about resends")
+    return _result("resends not under the original key and bytes", bad, note, examined=resends)
+
+
+def _mode(provider_account: str) -> str:
+    return "sk_live" if provider_account.endswith(":live") else "sk_test"
 
 
 def server_errors_without_retry_after(answers: Iterable[ClientAnswer]) -> InvariantResult:
@@ -733,8 +743,35 @@ def processes_exited_on_their_own(exited: Iterable[tuple[str, int]]) -> Invarian
     return _result("processes that exited on their own", bad)
 
 
+def unsettled_when_the_bound_passed(record: RunRecord) -> InvariantResult:
+    """What still moved when ``--settle-within`` passed: a run that does not settle proves nothing.
+
+    The invariants after it are read from a system still at work, so a run that did
+    not settle is not clean, whatever they say.
+    """
+    bound = f"{record.options.settle_within_s:g} s"
+    settled = record.extra.get("settled")
+    if settled is True:
+        took = record.phases.get("settle")
+        return _result("things not settled within the bound", [],
+                       f"settled after {took:.1f} s of {bound}" if took is not None else f"within {bound}")
+    if settled is None:
+        return _result("things not settled within the bound", ["settling was never checked"])
+    remains = [str(r) for r in record.extra.get("settle_remains") or ["(not recorded)"]]
+    return _result("things not settled within the bound", remains, f"after {bound}")
+
+
+def planned_kills_not_carried_out(record: RunRecord) -> InvariantResult:
+    """Every kill the plan drew happened: a run that skipped its kills did not test what it says."""
+    plan = record.extra.get("kill_plan", [])
+    bad = [f"{k.get('target')}@{float(k.get('at', 0)):.2f} ({k.get('outcome')})"
+           for k in not_carried_out(record)]
+    return _result("planned kills not carried out", bad,
+                   f"{len(plan) - len(bad)} of {len(plan)} planned kills carried out")
+
+
 def evaluate(f: Facts, record: RunRecord) -> list[InvariantResult]:
-    """Every invariant, in the issue's order."""
+    """Every invariant, in the issue's order; then whether the run did what it says (settled, killed)."""
     return [
         orders_with_more_than_one_succeeded_payment(f),
         provider_payments_not_linked_to_one_attempt(f),
@@ -747,6 +784,8 @@ def evaluate(f: Facts, record: RunRecord) -> list[InvariantResult]:
         resends_not_under_original_key_and_bytes(f),
         server_errors_without_retry_after(record.answers),
         processes_exited_on_their_own(record.exited_on_own),
+        unsettled_when_the_bound_passed(record),
+        planned_kills_not_carried_out(record),
     ]
 
 

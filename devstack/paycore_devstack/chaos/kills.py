@@ -3,9 +3,15 @@
 The plan is drawn from ``options.rng("kills")`` as points of progress (the
 share of orders done), so a run kills at the same moments of its load
 whatever the machine's speed: for each service kind, ``options.kills`` kills
-of a random instance of that kind somewhere in the middle of the load, and,
-with ``options.db_kill``, one ``kill -9`` of the PostgreSQL postmaster around
-the middle, down for 2 to 5 seconds.
+somewhere in the middle of the load, going round its instances from one the
+seed picks (so with at least as many kills as instances, every instance of
+the kind dies once), and, with ``options.db_kill``, one ``kill -9`` of the
+PostgreSQL postmaster around the middle, down for 2 to 5 seconds.
+
+Each planned kill's outcome is recorded in ``record.extra["kill_plan"]``:
+``carried out``, ``failed: ...`` (it did not come back: the stack also counts
+it as exited) or ``not carried out: the load ended at N %``; the report counts
+every planned kill that was not carried out.
 
 Kills run as their moments come without waiting for earlier ones to finish
 (a restart takes seconds); the stack lets only one kill of an instance run at
@@ -19,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from paycore_devstack.chaos.load import Progress
 from paycore_devstack.chaos.model import ChaosOptions, RunRecord
@@ -30,6 +37,8 @@ SERVICE_KILLS_BETWEEN = (0.05, 0.85)  # not before the load has started, nor aft
 DB_KILL_BETWEEN = (0.3, 0.7)  # in the thick of it
 DB_DOWN_S = (2.0, 5.0)
 DATABASE = "postgres"
+CARRIED_OUT = "carried out"
+NOT_REACHED = "not reached"
 
 
 @dataclass(frozen=True)
@@ -45,8 +54,9 @@ def plan(kinds: dict[str, list[str]], options: ChaosOptions) -> list[PlannedKill
     kills: list[PlannedKill] = []
     for kind in sorted(kinds):  # sorted: the draws do not depend on the stack's start order
         instances = sorted(kinds[kind])
-        for _ in range(options.kills):
-            target = rng.choice(instances)
+        first = rng.randrange(len(instances))
+        for n in range(options.kills):
+            target = instances[(first + n) % len(instances)]
             kills.append(PlannedKill(rng.uniform(*SERVICE_KILLS_BETWEEN), target))
     if options.db_kill:
         kills.append(PlannedKill(rng.uniform(*DB_KILL_BETWEEN), DATABASE, rng.uniform(*DB_DOWN_S)))
@@ -60,21 +70,26 @@ async def run(stack: ChaosStack, options: ChaosOptions, record: RunRecord, progr
     the stack's own deadlines), so the system is whole again before it settles.
     """
     kills = plan(stack.kinds(), options)
-    record.extra["kill_plan"] = [
-        {"at": round(k.at, 4), "target": k.target, **({"down_s": round(k.down_s, 2)} if k.down_s else {})}
+    entries: list[dict[str, Any]] = [
+        {"at": round(k.at, 4), "target": k.target, **({"down_s": round(k.down_s, 2)} if k.down_s else {}),
+         "outcome": NOT_REACHED}
         for k in kills
     ]
+    record.extra["kill_plan"] = entries
     log.info("kill plan: %s", ", ".join(f"{k.target}@{k.at:.2f}" for k in kills) or "none")
     in_flight: set[asyncio.Task[None]] = set()
     try:
-        for done, kill in enumerate(kills):
+        for done, (kill, entry) in enumerate(zip(kills, entries, strict=True)):
             if not await progress.reached(kill.at):
                 skipped = len(kills) - done
-                log.info("the load ended at %.0f%%; %d planned kill(s) not carried out",
-                         100 * progress.fraction, skipped)
+                log.warning("the load ended at %.0f%%; %d planned kill(s) not carried out",
+                            100 * progress.fraction, skipped)
+                for left in entries[done:]:
+                    left["outcome"] = f"not carried out: the load ended at {100 * progress.fraction:.0f}%"
                 break
             log.info("progress %.0f%%: killing %s", 100 * progress.fraction, kill.target)
-            task = asyncio.create_task(_carry_out(stack, record, kill), name=f"kill-{kill.target}")
+            entry["outcome"] = "under way"
+            task = asyncio.create_task(_carry_out(stack, kill, entry), name=f"kill-{kill.target}")
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
     finally:
@@ -82,13 +97,21 @@ async def run(stack: ChaosStack, options: ChaosOptions, record: RunRecord, progr
             await asyncio.gather(*in_flight, return_exceptions=True)
 
 
-async def _carry_out(stack: ChaosStack, record: RunRecord, kill: PlannedKill) -> None:
+async def _carry_out(stack: ChaosStack, kill: PlannedKill, entry: dict[str, Any]) -> None:
     try:
         if kill.target == DATABASE:
             assert kill.down_s is not None
             await stack.kill_database(kill.down_s)
         else:
             await stack.kill(kill.target)
-    except Exception:
+    except Exception as exc:
         # The stack recorded it (an instance that does not come back counts as exited).
         log.exception("the kill of %s failed", kill.target)
+        entry["outcome"] = f"failed: {type(exc).__name__}: {exc}"[:300]
+    else:
+        entry["outcome"] = CARRIED_OUT
+
+
+def not_carried_out(record: RunRecord) -> list[dict[str, Any]]:
+    """The planned kills that did not happen as planned (skipped, failed or never finished)."""
+    return [k for k in record.extra.get("kill_plan", ()) if k.get("outcome") != CARRIED_OUT]

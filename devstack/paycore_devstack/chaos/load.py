@@ -3,6 +3,9 @@
 Every order's *script* is drawn from ``options.rng("load")`` before any client
 runs (:func:`draw_scripts`), so the seed fixes what each customer means to do
 whatever the processes' interleaving; what they see is recorded as it comes.
+A script names the sandbox *outcome* it asks for by the sandbox core's token
+(``tok_visa``, ``tok_3ds`` ...); the storefront sends the run's provider's
+payment method for it (:mod:`.providers`), so one script plays on every provider.
 
 A client is one asyncio task with its own HTTP client and its own signed JWT
 (one customer). It sends each request to the next checkout instance in turn;
@@ -14,13 +17,15 @@ invariant flags it) and the client moves on. Every exchange, answered or not,
 becomes a :class:`~.model.ClientAnswer`.
 
 Besides the storefront, a few signed webhooks for payments that do not exist
-are delivered to the intake during the load (:func:`deliver_unknown_webhooks`):
-each must be answered 200 ``unmatched`` and escalated.
+are delivered to the intake's route for the provider, in its format, during the
+load (:func:`deliver_unknown_webhooks`): each must be answered 200 (``unmatched``;
+Adyen's ``[accepted]``) and escalated.
 
 What a run's record gets from here: ``record.orders`` (one :class:`~.model.OrderPlan`
 per order a client got: ``tokens`` are the tokens it sent, ``done`` once its
 client finished with it, ``last_state`` the last attempt state it saw, final or
-not), ``record.answers``, and in ``record.extra``: ``spare_orders`` (orders a
+not; the outcome tokens, whatever the provider), ``record.answers``, and in
+``record.extra``: ``spare_orders`` (orders a
 bare ``POST /orders`` retry created besides the one paid; in ``record.orders``
 too, with no tokens), ``orders_not_created`` (script indexes whose order no
 create answered 201), ``unknown_webhooks`` (each stray event's ids and the
@@ -32,13 +37,16 @@ Waiting here is the mechanism, on the real clock: every wait has a bound.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import random
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import httpx
@@ -48,11 +56,14 @@ import orjson
 from paycore import currencies
 from paycore.webhook_signatures import signed_headers
 from paycore_devstack.chaos.model import ChaosOptions, ClientAnswer, Endpoints, OrderPlan, RunRecord
+from paycore_devstack.chaos.providers import ChaosProvider
+from paycore_devstack.chaos.providers import provider as chaos_provider
 
 log = logging.getLogger("paycore.chaos.load")
 
 # -- what the customers do (drawn up front) ---------------------------------------------------
 
+# The sandbox outcomes, by the core's tokens (each provider's methods for them: .providers).
 TOKENS: tuple[tuple[str, int], ...] = (
     ("tok_visa", 50), ("tok_decline", 8), ("tok_insufficient_funds", 7), ("tok_3ds", 15),
     ("tok_async", 10), ("tok_expired", 10),
@@ -85,26 +96,34 @@ class Script:
     cancel: CancelPlan
     cancel_after_s: float  # while-paying: how long after the payment POST the cancel goes
     pay_again: bool  # after a Failed or NotApplied outcome, a second attempt with tok_visa
+    # Which of the provider's methods for the token (where it has several), from its own
+    # stream: the other draws are the same whichever provider runs.
+    variant: int = 0
 
 
 def _weighted(rng: random.Random, table: tuple[tuple[str, int], ...]) -> str:
     return rng.choices([name for name, _ in table], weights=[w for _, w in table])[0]
 
 
-def _amount(rng: random.Random, currency: str) -> int:
+def _amount(rng: random.Random, currency: str, ceiling: int | None = None) -> int:
     exponent = currencies.EXPONENTS[currency]
-    if rng.random() < 0.02:  # now and then a very large order, up to the currency's limit
-        return rng.randint(currencies.max_amount_minor(currency) // 10, currencies.max_amount_minor(currency))
+    if rng.random() < 0.02:  # now and then a very large order, up to the currency's limit ...
+        top = currencies.max_amount_minor(currency)
+        amount = rng.randint(top // 10, top)
+        # ... scaled under the provider's own (the same draw, so the other draws stay the same).
+        return amount if ceiling is None or top <= ceiling else max(1, amount * ceiling // top)
     return rng.randint(1, 2_000 * 10**exponent)
 
 
 def draw_scripts(options: ChaosOptions) -> list[Script]:
     """Every order's script, from the seed alone (the same list on every call)."""
     rng = options.rng("load")
+    variants = options.rng("method-variants")
+    ceiling = chaos_provider(options.provider).max_amount_minor
     scripts = []
     for index in range(options.orders):
         currency = _weighted(rng, CURRENCIES)
-        amount = _amount(rng, currency)
+        amount = _amount(rng, currency, ceiling)
         token = _weighted(rng, TOKENS)
         action: ActionPlan = "none"
         if token == "tok_3ds":
@@ -127,6 +146,7 @@ def draw_scripts(options: ChaosOptions) -> list[Script]:
             cancel=cancel,
             cancel_after_s=round(rng.uniform(0.0, 0.3), 3),
             pay_again=may_fail and cancel == "none" and rng.random() < 0.6,
+            variant=variants.randrange(12),
         ))
     return scripts
 
@@ -183,7 +203,7 @@ PAY = "POST /orders/{id}/payment"
 STATUS = "GET /orders/{id}/payment/status"
 CANCEL = "POST /orders/{id}/cancel"
 ACTION = "POST /_sandbox/payments/{id}/action"
-WEBHOOK = "POST /webhooks/cardco"
+WEBHOOK = "POST /webhooks/{provider}"
 
 
 def _problem_type(response: httpx.Response) -> str | None:
@@ -245,6 +265,7 @@ class Storefront:
     def __init__(self, client: int, endpoints: Endpoints, record: RunRecord, http: httpx.AsyncClient,
                  poll_budget_s: float) -> None:
         self.client = client
+        self.provider = chaos_provider(endpoints.provider)
         self.customer_id = f"cus_chaos_{client:03d}"
         self.endpoints = endpoints
         self.record = record
@@ -366,7 +387,7 @@ class Storefront:
         plan.tokens.append(token)
         key = str(uuid.uuid4()) if script.keys else None  # a new attempt is a new request
         path = f"/orders/{order_id}/payment"
-        body = {"payment_method": token}
+        body = {"payment_method": self.provider.method(token, script.variant)}
         clicks = [self.send("POST", path, PAY, order_id=order_id, body=body, key=key)]
         if first:
             # Extra clicks are the same request at once; a page does not retry them.
@@ -458,42 +479,124 @@ class StrayWebhook:
 
 def draw_stray_webhooks(options: ChaosOptions) -> list[StrayWebhook]:
     rng = options.rng("unknown-webhooks")  # its own stream: the orders' scripts stay as they are
+    provider = chaos_provider(options.provider)
     count = max(1, round(options.orders * UNKNOWN_WEBHOOK_SHARE))
     strays = []
     for _ in range(count):
         currency = _weighted(rng, CURRENCIES)
         strays.append(StrayWebhook(
-            at_fraction=round(rng.uniform(0.05, 0.95), 4), amount_minor=_amount(rng, currency),
-            currency=currency, status=rng.choice(("succeeded", "succeeded", "declined", "processing"))))
+            at_fraction=round(rng.uniform(0.05, 0.95), 4),
+            amount_minor=_amount(rng, currency, provider.max_amount_minor), currency=currency,
+            status=rng.choice(provider.stray_statuses)))
     return sorted(strays, key=lambda s: s.at_fraction)
 
 
-def _stray_event(endpoints: Endpoints, stray: StrayWebhook) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StrayMessage:
+    """One stray webhook as the provider sends it: its ids, its bytes, and how each send is signed."""
+
+    event_id: str  # the event's id (Adyen's items carry none: its pspReference)
+    payment_id: str
+    reference: str
+    body: bytes
+    sign: Callable[[int], dict[str, str]]  # headers for a send at this unix time
+
+
+def _cardco_stray(endpoints: Endpoints, stray: StrayWebhook, nonce: str, now: int) -> StrayMessage:
     _, account, environment = endpoints.provider_account.split(":")
-    nonce = uuid.uuid4().hex[:20]  # per run: a reused database would see a replay otherwise
     live = environment == "live"
+    reference = f"chaos-unknown-{nonce}"
     payment = {
         "id": f"pay_unknown{nonce}", "object": "payment", "account": account, "livemode": live,
-        "amount": stray.amount_minor, "currency": stray.currency, "reference": f"chaos-unknown-{nonce}",
+        "amount": stray.amount_minor, "currency": stray.currency, "reference": reference,
         "status": stray.status, "decline_code": "card_declined" if stray.status == "declined" else None,
-        "amount_refunded": 0, "next_action": None, "created": int(time.time()),
+        "amount_refunded": 0, "next_action": None, "created": now,
     }
-    return {"id": f"evt_unknown{nonce}", "type": f"payment.{stray.status}", "created": int(time.time()),
-            "account": account, "livemode": live, "sequence": 1, "data": {"object": payment}}
+    event_id = f"evt_unknown{nonce}"
+    body = orjson.dumps({"id": event_id, "type": f"payment.{stray.status}", "created": now,
+                         "account": account, "livemode": live, "sequence": 1, "data": {"object": payment}})
+    return StrayMessage(event_id, str(payment["id"]), reference, body,
+                        lambda at: signed_headers(endpoints.webhook_secret, event_id, at, body))
+
+
+STRIPE_STRAY = {"succeeded": ("payment_intent.succeeded", "succeeded"),
+                "declined": ("payment_intent.payment_failed", "requires_payment_method"),
+                "processing": ("payment_intent.processing", "processing")}
+
+
+def _stripe_stray(endpoints: Endpoints, stray: StrayWebhook, nonce: str, now: int) -> StrayMessage:
+    from paycore_sandbox.dialects.stripe_wire import signature_header  # the provider's signing
+
+    live = endpoints.provider_account.endswith(":live")
+    reference = f"chaos-unknown-{nonce}"
+    event_type, status = STRIPE_STRAY[stray.status]
+    declined = {"type": "card_error", "code": "card_declined", "decline_code": "generic_decline"}
+    intent = {
+        "id": f"pi_unknown{nonce}", "object": "payment_intent", "amount": stray.amount_minor,
+        "currency": stray.currency.lower(), "status": status, "livemode": live, "created": now,
+        "metadata": {"paycore_reference": reference}, "next_action": None,
+        "last_payment_error": declined if stray.status == "declined" else None,
+    }
+    event_id = f"evt_unknown{nonce}"
+    body = orjson.dumps({"id": event_id, "object": "event", "type": event_type, "created": now,
+                         "livemode": live, "data": {"object": intent}})
+    return StrayMessage(event_id, str(intent["id"]), reference, body, lambda at: {
+        "Stripe-Signature": signature_header(endpoints.webhook_secret, at, body),
+        "Content-Type": "application/json"})
+
+
+def _adyen_stray(endpoints: Endpoints, stray: StrayWebhook, nonce: str, now: int) -> StrayMessage:
+    from paycore_sandbox.dialects.adyen_webhooks import sign_item  # the provider's signing
+
+    _, account, environment = endpoints.provider_account.split(":")
+    reference = f"chaos-unknown-{nonce}"
+    psp = f"U{nonce[:15].upper()}"  # 16 characters, as Adyen's pspReferences
+    item: dict[str, Any] = {
+        "amount": {"currency": stray.currency, "value": stray.amount_minor},
+        "eventCode": "AUTHORISATION", "success": "true" if stray.status == "succeeded" else "false",
+        "eventDate": datetime.fromtimestamp(now, UTC).isoformat(), "merchantAccountCode": account,
+        "merchantReference": reference, "paymentMethod": "visa", "pspReference": psp,
+    }
+    if stray.status != "succeeded":
+        item["reason"] = "Refused"
+    item["additionalData"] = {"hmacSignature": sign_item(item, endpoints.webhook_secret)}
+    body = orjson.dumps({"live": "true" if environment == "live" else "false",
+                         "notificationItems": [{"NotificationRequestItem": item}]})
+    assert endpoints.webhook_basic_auth is not None, "Adyen's notifications carry basic auth"
+    user, password = endpoints.webhook_basic_auth
+    basic = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return StrayMessage(psp, psp, reference, body,
+                        lambda at: {"Authorization": basic, "Content-Type": "application/json"})
+
+
+STRAY_FORMATS: dict[str, Callable[[Endpoints, StrayWebhook, str, int], StrayMessage]] = {
+    "cardco": _cardco_stray, "stripe": _stripe_stray, "adyen": _adyen_stray}
+
+
+def stray_message(endpoints: Endpoints, stray: StrayWebhook) -> StrayMessage:
+    """The stray event in the run's provider's format, signed as that provider signs."""
+    nonce = uuid.uuid4().hex[:20]  # per run: a reused database would see a replay otherwise
+    return STRAY_FORMATS[endpoints.provider](endpoints, stray, nonce, int(time.time()))
+
+
+def _answered_unmatched(provider: ChaosProvider, response: httpx.Response) -> str | None:
+    """What the intake's 2xx says about the stray: its ``result``, or Adyen's acknowledgement."""
+    if provider.name == "adyen":  # Adyen takes exactly [accepted]; the escalation says the rest
+        return "[accepted]" if response.content == b"[accepted]" else None
+    found = _body(response).get("result")
+    return found if isinstance(found, str) else None
 
 
 async def _deliver_stray(endpoints: Endpoints, record: RunRecord, http: httpx.AsyncClient,
                          stray: StrayWebhook) -> None:
-    event = _stray_event(endpoints, stray)
-    raw = orjson.dumps(event)
-    payment_id = event["data"]["object"]["id"]
+    provider = chaos_provider(endpoints.provider)
+    message = stray_message(endpoints, stray)
     result: str | None = None
     status: int | None = None
     for send in range(WEBHOOK_SENDS):  # a provider redelivers what was not answered 2xx
-        headers = signed_headers(endpoints.webhook_secret, event["id"], int(time.time()), raw)
         try:
-            response = await http.post(f"{endpoints.intake_url}/webhooks/cardco", content=raw,
-                                       headers=headers)
+            response = await http.post(endpoints.intake_url + provider.webhook_route, content=message.body,
+                                       headers=message.sign(int(time.time())))
         except httpx.TransportError as exc:
             record.answers.append(ClientAnswer(record.now(), -1, WEBHOOK, None, error=type(exc).__name__))
             await asyncio.sleep(_backoff_s(send + 2))
@@ -503,15 +606,14 @@ async def _deliver_stray(endpoints: Endpoints, record: RunRecord, http: httpx.As
             record.now(), -1, WEBHOOK, status, problem_type=_problem_type(response),
             retry_after="retry-after" in response.headers))
         if 200 <= status < 300:
-            found = _body(response).get("result")
-            result = found if isinstance(found, str) else None
+            result = _answered_unmatched(provider, response)
             break
         await asyncio.sleep(_retry_after_s(response) or _backoff_s(send + 2))
     record.extra.setdefault("unknown_webhooks", []).append({
-        "event_id": event["id"], "payment_id": payment_id,
-        "reference": event["data"]["object"]["reference"], "status": status, "result": result})
-    if result != "unmatched":
-        log.warning("webhook for unknown payment %s answered %s %s", payment_id, status, result)
+        "event_id": message.event_id, "payment_id": message.payment_id, "reference": message.reference,
+        "status": status, "result": result})
+    if result not in ("unmatched", "[accepted]"):
+        log.warning("webhook for unknown payment %s answered %s %s", message.payment_id, status, result)
 
 
 async def deliver_unknown_webhooks(endpoints: Endpoints, options: ChaosOptions, record: RunRecord,

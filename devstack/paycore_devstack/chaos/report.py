@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from paycore_devstack.chaos.kills import CARRIED_OUT
 from paycore_devstack.chaos.model import Incident, RunRecord, Sample
 
 TABLE_FILE = "chaos-table.txt"
@@ -71,6 +72,8 @@ def figures(record: RunRecord) -> dict[str, Any]:
     created = last_up.orders_created if last_up else 0
     load_s = record.phases.get("load")
     settled = [i.detail for i in record.incidents if i.kind == "settled"]
+    plan = record.extra.get("kill_plan", [])
+    carried = [k for k in plan if k.get("outcome") == CARRIED_OUT]
     return {
         "orders_planned": record.options.orders,
         "orders_by_clients": len(record.orders),
@@ -81,6 +84,14 @@ def figures(record: RunRecord) -> dict[str, Any]:
         "answers_503_with_retry_after": retry_503,
         "kills": sum(kills.values()),
         "kills_by_kind": dict(sorted(kills.items())),
+        "kills_planned": len(plan),
+        "kills_carried_out": len(carried),
+        # Per instance: (planned, carried out), so an instance the plan never reached shows.
+        "kills_by_instance": {target: [sum(1 for k in plan if k.get("target") == target),
+                                       sum(1 for k in carried if k.get("target") == target)]
+                              for target in sorted({str(k.get("target")) for k in plan})},
+        "faults_fired": record.extra.get("faults_fired"),
+        "faults_never_fired": never_fired(record),
         "restarts": restarts,
         "db_outages_s": [round(b - a, 2) for a, b in spans],
         "db_outage_s": round(sum(b - a for a, b in spans), 2),
@@ -89,8 +100,40 @@ def figures(record: RunRecord) -> dict[str, Any]:
         "orders_per_s": round(created / load_s, 2) if load_s else None,
         "settled": settled[-1] if settled else None,
         "exited_on_own": [f"{name} ({code})" for name, code in record.exited_on_own],
+        "error": record.extra.get("error"),
         "clean": record.clean,
     }
+
+
+def never_fired(record: RunRecord) -> list[str]:
+    """``operation:fault`` of every planned rule the sandbox never fired (None before the faults end)."""
+    fired = record.extra.get("faults_fired")
+    if fired is None:
+        return []
+    planned = {(r.get("match", {}).get("operation", "webhook"), r["fault"])
+               for r in record.extra.get("fault_rules", [])}
+    return sorted(f"{op}:{fault}" for op, fault in planned if not fired.get(op, {}).get(fault))
+
+
+def _fired_row(f: dict[str, Any]) -> str:
+    fired = f["faults_fired"]
+    if fired is None:
+        return "not recorded (the run ended before the faults were turned off)"
+    parts = []
+    for operation, counts in sorted(fired.items()):
+        each = ", ".join(f"{name} {n}" for name, n in sorted(counts.items()) if n)
+        parts.append(f"{operation}: {each or 'none'}")
+    text = "; ".join(parts) or "none (no fault rules)"
+    if f["faults_never_fired"]:
+        text += f"; planned but never fired: {', '.join(f['faults_never_fired'])}"
+    return text
+
+
+def _kills_row(f: dict[str, Any]) -> str:
+    each = ", ".join(f"{target} {carried}/{planned}" for target, (planned, carried)
+                     in f["kills_by_instance"].items())
+    return (f"{f['kills_carried_out']} of {f['kills_planned']} planned kills carried out"
+            + (f" ({each})" if each else ""))
 
 
 # -- the table ------------------------------------------------------------------------------------
@@ -100,6 +143,7 @@ def table(record: RunRecord) -> str:
     """Every invariant with its count (and notes), then the run's figures, as readable text."""
     o = record.options
     lines = [
+        *([f"THE RUN FAILED: {record.extra['error']}", ""] if record.extra.get("error") else []),
         f"paycore chaos - seed {o.seed}, {o.orders} orders, {o.clients} clients, "
         f"fault rate {o.fault_rate:g}, {o.kills} kills per service kind, "
         f"database kill {'on' if o.db_kill else 'off'}, "
@@ -119,7 +163,7 @@ def table(record: RunRecord) -> str:
         lines.append("(no invariants were checked: the run ended before the check)")
     broken = sum(1 for r in record.results if r.count)
     lines += ["-" * (NAME_WIDTH + 7),
-              f"{len(record.results) - broken} of {len(record.results)} invariants hold"
+              f"{len(record.results) - broken} of {len(record.results)} checks hold"
               + ("" if not broken else f"; {broken} BROKEN"), ""]
 
     f = figures(record)
@@ -135,6 +179,8 @@ def table(record: RunRecord) -> str:
                    f"and finished {f['orders_done_by_clients']}"),
         ("client answers", f"{answers} ({f['answers_503_with_retry_after']} were 503 with Retry-After)"),
         ("kills / restarts", f"{f['kills']} / {f['restarts']} ({kills})"),
+        ("planned kills", _kills_row(f)),
+        ("faults fired", _fired_row(f)),
         ("database outage", f"{outage}; {f['samples_db_down']} samples could not reach it"),
         ("phases", phases),
         ("orders/s", f"{f['orders_per_s']:.1f} over the load phase" if f["orders_per_s"] else "n/a"),
@@ -167,6 +213,7 @@ def report_json(record: RunRecord) -> dict[str, Any]:
         "options": options,
         "started": record.started_wall.isoformat(timespec="milliseconds"),
         "clean": record.clean,
+        "error": record.extra.get("error"),
         "figures": figures(record),
         "phases": {k: round(v, 3) for k, v in record.phases.items()},
         "invariants": [dataclasses.asdict(r) for r in record.results],
@@ -241,9 +288,11 @@ _KIND_COLOURS = ("tab:brown", "tab:cyan", "tab:olive", "tab:pink", "tab:gray", "
 
 def _verdict(record: RunRecord) -> str:
     broken = sum(1 for r in record.results if r.count)
+    if record.extra.get("error"):
+        return "THE RUN FAILED"
     if not record.results:
         return "invariants not checked"
-    return "all invariants hold" if not broken else f"{broken} invariant{'s' if broken > 1 else ''} BROKEN"
+    return "all checks hold" if not broken else f"{broken} check{'s' if broken > 1 else ''} BROKEN"
 
 
 def timeline(record: RunRecord, path: Path) -> Path:
@@ -289,7 +338,7 @@ def timeline(record: RunRecord, path: Path) -> Path:
         for ax in (top, bottom):
             ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
         o = record.options
-        fig.suptitle(f"paycore chaos - seed {o.seed}, {o.orders} orders, {o.clients} clients, "
+        fig.suptitle(f"paycore chaos - {o.provider}, seed {o.seed}, {o.orders} orders, {o.clients} clients, "
                      f"fault rate {o.fault_rate:g}, {o.kills} kills per kind - {_verdict(record)}",
                      fontsize=11)
         fig.tight_layout(rect=(0, 0, 1, 0.97))

@@ -9,8 +9,11 @@
 4. Run the storefront clients; meanwhile kill and restart every service kind,
    and the database once, at points of progress drawn from the seed.
 5. Turn the faults off; let recovery settle within a bound.
-6. Check every money invariant against the sandbox's ledger and the database.
-7. Write the table, the JSON report and the PNG timeline.
+6. Check every money invariant against the sandbox's ledger and the database,
+   and that the run did what it says: it settled within its bound and carried
+   out every kill it planned.
+7. Write the table, the JSON report and the PNG timeline, also when a step
+   failed (with the error).
 """
 
 from __future__ import annotations
@@ -27,14 +30,36 @@ log = logging.getLogger("paycore.chaos")
 
 
 async def run_chaos(options: ChaosOptions) -> RunRecord:
-    """Run it; the record holds every observation and, at the end, the invariants' results."""
+    """Run it; the record holds every observation and, at the end, the invariants' results.
+
+    A run that fails (a service that does not start, a sandbox that refuses the faults,
+    a check that cannot read the ledger) still writes what it has, with the error in
+    ``record.extra["error"]`` and in the report; the record is then returned (never
+    clean). An interruption (Ctrl-C, SIGTERM) writes it too, then goes on.
+    """
     record = RunRecord(options)
     options.out_dir.mkdir(parents=True, exist_ok=True)
+    stack = ChaosStack(options, record)
+    report_dir = stack.run_dir  # logs, the database's data and the report, per run
+    record.extra["report_dir"] = str(report_dir)
+    try:
+        await _run(stack, options, record)
+    except Exception as exc:
+        log.exception("the chaos run failed")
+        record.extra["error"] = f"{type(exc).__name__}: {exc}"
+    except BaseException as exc:
+        record.extra["error"] = f"interrupted ({type(exc).__name__})"
+        report.write(record, report_dir)
+        raise
+    # 7
+    report.write(record, report_dir)
+    return record
+
+
+async def _run(stack: ChaosStack, options: ChaosOptions, record: RunRecord) -> None:
     # 1
-    async with ChaosStack(options, record) as stack:
+    async with stack:
         endpoints = stack.endpoints
-        report_dir = stack.run_dir  # logs, the database's data and the report, per run
-        record.extra["report_dir"] = str(report_dir)
         # 2
         stop_sampling = asyncio.Event()
         sampler = asyncio.create_task(invariants.sample_loop(endpoints, record, stop_sampling))
@@ -64,6 +89,3 @@ async def run_chaos(options: ChaosOptions) -> RunRecord:
             stop_sampling.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
-    # 7
-    report.write(record, report_dir)
-    return record

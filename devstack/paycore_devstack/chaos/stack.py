@@ -52,15 +52,10 @@ import httpx
 import orjson
 
 from paycore_cli.common import LOOPBACK
-from paycore_cli.sandbox import (
-    SANDBOX_ACCOUNT,
-    SANDBOX_API_KEY,
-    SANDBOX_ENVIRONMENT,
-    WEBHOOK_PATH,
-    sandbox_webhook_secret,
-)
+from paycore_cli.sandbox import SANDBOX_ACCOUNT, SANDBOX_ENVIRONMENT
 from paycore_devstack._process import die_with_parent_preexec, free_port, port_is_free
 from paycore_devstack.chaos.model import ChaosOptions, Endpoints, RunRecord
+from paycore_devstack.chaos.providers import provider as chaos_provider
 from paycore_devstack.embedded import (
     EmbeddedPostgres,
     TansuBroker,
@@ -72,6 +67,7 @@ from paycore_devstack.embedded import (
     start_tansu,
     stop_unheld_server,
 )
+from paycore_devstack.up import sandbox_provider_env, sandbox_webhook_endpoint
 
 log = logging.getLogger("paycore.chaos")
 
@@ -91,10 +87,21 @@ CHAOS_ENV: dict[str, str] = {
     "PAYCORE_ABANDONMENT_THRESHOLD_S": "5",
     # The provider's processing time before recovery looks at an unanswered call.
     "PAYCORE_PROCESSING_ALLOWANCE_S": "2",
-    # The key window paycore assumes: same-key resends inside it are safe ...
+    # The key window paycore assumes, per provider (a run configures one): same-key
+    # resends inside it are safe ...
     "PAYCORE_CARDCO_KEY_RETENTION_S": "120",
+    "PAYCORE_STRIPE_KEY_RETENTION_S": "120",
+    "PAYCORE_ADYEN_KEY_RETENTION_S": "120",
     # ... until the deadline, first send + 120 - 30 = 90 s, where it escalates instead.
     "PAYCORE_CARDCO_ESCALATION_MARGIN_S": "30",
+    "PAYCORE_STRIPE_ESCALATION_MARGIN_S": "30",
+    "PAYCORE_ADYEN_ESCALATION_MARGIN_S": "30",
+    # Stripe's Search indexes a new PaymentIntent 2 s after it was created (the sandbox's
+    # lag, beyond which its search_stale faults hide payments longer) ...
+    "PAYCORE_SANDBOX_STRIPE_SEARCH_LAG_S": "2",
+    # ... and recovery takes a miss by reference as evidence only 5 s (plus the call
+    # budget) after the send, not after the production default of 300 s.
+    "PAYCORE_RECOVERY_SEARCH_LAG_S": "5",
     # An attempt checkout or the intake leaves unresolved is looked at again this soon ...
     "PAYCORE_RECHECK_AFTER_S": "2",
     # ... then lookups 1, 2, 3, 5 s after each other, then the slow cadence: many passes per attempt.
@@ -119,7 +126,8 @@ CHAOS_ENV: dict[str, str] = {
     # Tansu rejects the idempotent producer's InitProducerId (as `paycore up` sets it).
     "PAYCORE_KAFKA_IDEMPOTENT": "false",
     # The provider keeps keys at least as long as paycore assumes, so every same-key
-    # resend paycore makes before its deadline is inside the provider's window.
+    # resend paycore makes before its deadline is inside the provider's window (the
+    # sandbox's Adyen keeps its keys 31 days, as Adyen does, whatever this says).
     "PAYCORE_SANDBOX_KEY_RETENTION_S": "120",
     # Webhook retries and webhook_delay faults at 1/100 of their real delays.
     "PAYCORE_SANDBOX_WEBHOOK_TIME_SCALE": "0.01",
@@ -232,28 +240,30 @@ class ChaosStack:
         urls = [f"http://{LOOPBACK}:{p}" for p in ports]
         sandbox_url, checkout_1, checkout_2, intake_url, recovery_1, recovery_2, dispatcher = urls
         jwt_secret = secrets.token_urlsafe(36)  # 48 characters; HS256 wants >= 32
-        webhook_secret = sandbox_webhook_secret()
         sandbox_config = self.run_dir / "sandbox.json"
         sandbox_config.write_bytes(orjson.dumps(CHAOS_SANDBOX_CONFIG))
+        # The run's one provider, configured as `make run` configures it against the sandbox.
+        provider = chaos_provider(self.options.provider)
+        name = provider.name
+        provider_env = sandbox_provider_env(name, sandbox_url, checkout_1)
+        webhook_secret, webhook_auth = provider.webhook_credentials(provider_env)
         self._env = self._child_env({
             "PAYCORE_HOME": str(self.run_dir),
             "PAYCORE_DATABASE_URL": self._pg.dsn,
             "PAYCORE_KAFKA_BOOTSTRAP": self._broker.bootstrap,
             "PAYCORE_JWT_SECRET": jwt_secret,
-            "PAYCORE_CARDCO_BASE_URL": sandbox_url,
-            "PAYCORE_CARDCO_ACCOUNT": SANDBOX_ACCOUNT,
-            "PAYCORE_CARDCO_ENVIRONMENT": SANDBOX_ENVIRONMENT,
-            "PAYCORE_CARDCO_API_KEY": SANDBOX_API_KEY,
-            "PAYCORE_CARDCO_WEBHOOK_SECRET": webhook_secret,
-            "PAYCORE_SANDBOX_WEBHOOK_URLS": intake_url + WEBHOOK_PATH,
+            "PAYCORE_DEFAULT_PROVIDER": name,
+            **provider_env,
+            "PAYCORE_SANDBOX_WEBHOOK_URLS": sandbox_webhook_endpoint(name, intake_url),
             "PAYCORE_SANDBOX_CONFIG": str(sandbox_config),
         })
         await self._register_account()
         self._endpoints = Endpoints(
             dsn=self._pg.dsn, sandbox_url=sandbox_url, checkout_urls=(checkout_1, checkout_2),
             intake_url=intake_url, jwt_secret=jwt_secret,
-            provider_account=f"cardco:{SANDBOX_ACCOUNT}:{SANDBOX_ENVIRONMENT}",
+            provider_account=f"{name}:{SANDBOX_ACCOUNT}:{SANDBOX_ENVIRONMENT}",
             webhook_secret=webhook_secret, kafka_bootstrap=self._broker.bootstrap,
+            provider=name, webhook_basic_auth=webhook_auth,
         )
 
         cli = [sys.executable, "-m", "paycore_cli"]

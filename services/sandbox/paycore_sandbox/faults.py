@@ -121,6 +121,7 @@ class FaultRule:
     probability: float = 1.0
     times: int | None = None  # None: unlimited
     delay_ms: int = DEFAULT_DELAY_MS
+    fired: int = 0  # how often it fired: what a run's faults really were, not what was planned
 
     @property
     def delay_s(self) -> float:
@@ -129,7 +130,7 @@ class FaultRule:
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "fault": self.fault, "match": self.match.to_json(),
                 "probability": self.probability, "times": self.times,
-                "delay_ms": self.delay_ms}
+                "delay_ms": self.delay_ms, "fired": self.fired}
 
 
 class FaultBook:
@@ -163,6 +164,7 @@ class FaultBook:
                 continue
             if self._rng.random() >= rule.probability:
                 continue
+            rule.fired += 1
             if consume and rule.times is not None:
                 rule.times -= 1
                 if rule.times <= 0:
