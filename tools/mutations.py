@@ -1367,4 +1367,22 @@ MUTATIONS: tuple[Mutation, ...] = (
         t("tests/sandbox/test_faults.py", "test_each_rule_says_how_often_it_fired"),
         "the faults a run reports as met are the ones the sandbox applied",
     ),
+    # -- worktree i14 (issue 14 audit: observability and contracts) --
+    Mutation(
+        'incidents-consumer-copies-active-partitions', "services/incidents/paycore_incidents/recovery.py",
+        "fixed = None if active_partitions is None else set(active_partitions)",
+        "fixed = active_partitions",
+        t("tests/incidents/test_incident_agent.py",
+          "test_alerts_published_while_the_agent_is_down_or_starting_are_all_paged"),
+        "an alert waiting while the incident agent restarts is paged, never dropped by faust's start-up",
+    ),
+    Mutation(
+        'logs-outbound-url-origin-only', "libs/paycore/paycore/logs.py",
+        '"logger": record.name, "message": _message(record),',
+        '"logger": record.name, "message": record.getMessage(),',
+        t("tests/unit/test_logs.py", "test_an_outbound_request_line_keeps_the_url_origin_only")
+        + t("tests/observability/test_worker_log_hygiene.py",
+            "test_consumers_alerts_and_the_incident_agent_log_json_lines_without_secrets"),
+        "an alert webhook URL (a Slack webhook's secret path) never reaches a log line",
+    ),
 )

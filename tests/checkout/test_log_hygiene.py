@@ -32,8 +32,9 @@ from tests.support.up import BANNER_END, running_up, up_env
 FAST_PREFIXES = ("PAYCORE_RECOVERY", "PAYCORE_RECHECK", "PAYCORE_PROCESSING", "PAYCORE_SANDBOX_WEBHOOK")
 FAST = {k: v for k, v in CHAOS_ENV.items() if k.startswith(FAST_PREFIXES)}
 PREFIXED = re.compile(r"^(?P<service>[a-z]+) +\| (?P<line>.*)$")
-# A run of 13-19 digits, alone or in groups joined by a space or dash, not part of a longer word.
-DIGITS = re.compile(r"(?<![0-9A-Za-z_])[0-9](?:[ -]?[0-9]){12,18}(?![0-9A-Za-z_])")
+# A run of 13-19 digits, alone or in groups joined by a space or dash, not part of a longer word
+# nor the fraction of a decimal number (a timer's drift=0.9998985270012781 is not a card).
+DIGITS = re.compile(r"(?<![0-9A-Za-z_])(?<![0-9]\.)[0-9](?:[ -]?[0-9]){12,18}(?![0-9A-Za-z_])")
 NOW_MS_WINDOW = 10 * 86_400_000  # epoch milliseconds near now are timestamps, not cards
 
 
@@ -94,7 +95,7 @@ def test_the_scan_catches_each_kind_of_leak() -> None:
     assert leaks(['{"message":"card 4242 4242 4242 4242"}'], {})
     assert leaks(['{"message":"card 4000-0000-0000-0002"}'], {})
     clean = [f'{{"ts":"x","n":{int(time.time() * 1000)},"attempt_id":"0f1e2d3c4b5a69788796a5b4c3d2e1f0",'
-             '"order_id":"ord_7Qm2","message":"port 43151 pid 1234567"}']
+             '"order_id":"ord_7Qm2","message":"port 43151 pid 1234567 new_interval=0.9998985270012781"}']
     assert leaks(clean, secrets) == []
 
 

@@ -1,6 +1,6 @@
 """Every process's /metrics and /healthz on its admin port, apart from its public API.
 
-``paycore serve checkout`` and ``paycore run recovery`` as real processes, their
+``paycore serve checkout``, ``paycore serve console`` and ``paycore run recovery`` as real processes, their
 admin port from ``PAYCORE_METRICS_PORT`` (no flag: the admin server is on by
 default); the request-duration histogram in process, labelled by route template.
 """
@@ -72,6 +72,23 @@ async def test_checkout_serves_metrics_on_its_admin_port_only(db_dsn: str) -> No
         # The public /metrics that answered 404 was timed like any request no route matched.
         assert ('paycore_http_request_duration_seconds_count{method="GET",route="<unmatched>",'
                 'service="checkout",status="404"} 1.0') in text
+
+
+async def test_the_console_serves_metrics_on_its_admin_port_only(db_dsn: str) -> None:
+    public, admin = free_port(), free_port()
+    env = {"PAYCORE_DATABASE_URL": db_dsn, "PAYCORE_CONSOLE_SECRET": "console-secret-for-tests-0123456789",
+           "PAYCORE_METRICS_PORT": str(admin)}
+    async with paycore("serve", "console", "--port", str(public), env=env) as proc, \
+            httpx.AsyncClient(timeout=5) as http:
+        await answered(http, f"http://127.0.0.1:{public}/healthz", proc)
+        assert (await http.get(f"http://127.0.0.1:{public}/metrics")).status_code == 404
+        assert (await answered(http, f"http://127.0.0.1:{admin}/healthz", proc)).text == "ok"
+        text = (await answered(http, f"http://127.0.0.1:{admin}/metrics", proc,
+                               containing='service="console"')).text
+        assert ('paycore_http_request_duration_seconds_count{method="GET",route="/healthz",'
+                'service="console",status="200"}') in text
+        assert ('paycore_http_request_duration_seconds_count{method="GET",route="<unmatched>",'
+                'service="console",status="404"} 1.0') in text
 
 
 async def test_a_worker_serves_healthz_and_its_database_gauges_without_a_flag(db_dsn: str) -> None:

@@ -18,7 +18,7 @@ from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
 from paycore.domain import AttemptState, ProviderOutcome
 from paycore_recovery.metrics import RecoveryMetrics
-from tests.matrix.helpers import RECHECK_S, seed_account, started_attempt
+from tests.matrix.helpers import RECHECK_S, live_attempt, new_order, seed_account, started_attempt
 from tests.support.timings import REMINDER_INTERVAL
 
 
@@ -116,3 +116,42 @@ async def test_paused_provider_scopes_count_until_their_pause_ends(
     assert value(await refreshed(pool, clock), "paycore_provider_scopes_paused") == 1
     clock.advance(60)
     assert value(await refreshed(pool, clock), "paycore_provider_scopes_paused") == 0
+
+
+async def test_open_attempts_by_state_and_the_oldest_unknown_and_open_ages(
+    pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig
+) -> None:
+    registry = await refreshed(pool, clock)
+    for state in ("NotStarted", "Started", "Unknown"):  # zero, not absent: a graph has a line
+        assert value(registry, "paycore_recovery_open_attempts", state=state) == 0
+    assert value(registry, "paycore_recovery_oldest_open_age_seconds") == 0
+
+    await live_attempt(pool, clock, account, await new_order(pool, clock, customer="cus_ns"))  # NotStarted
+    clock.advance(100)
+    unknown = await unknown_attempt(pool, clock, account, "cus_u1")
+    clock.advance(50)
+    await unknown_attempt(pool, clock, account, "cus_u2")
+    await started_attempt(pool, clock, account, customer="cus_s")
+    paid = await started_attempt(pool, clock, account, customer="cus_paid")  # final: not open
+    await record_outcome(pool, paid.attempt_id, ProviderOutcome.succeeded("pay_1", paid.amount_minor,
+                                                                          paid.currency),
+                         now=clock.now(), actor="endpoint", recheck_after_s=RECHECK_S,
+                         reminder_interval=REMINDER_INTERVAL, from_send=True)
+    clock.advance(10)
+    registry = await refreshed(pool, clock)
+    assert value(registry, "paycore_recovery_open_attempts", state="NotStarted") == 1
+    assert value(registry, "paycore_recovery_open_attempts", state="Started") == 1
+    assert value(registry, "paycore_recovery_open_attempts", state="Unknown") == 2
+    states = {sample.labels["state"] for metric in registry.collect()
+              if metric.name == "paycore_recovery_open_attempts" for sample in metric.samples}
+    assert states == {"NotStarted", "Started", "Unknown"}  # a final attempt is no state of its own
+    assert value(registry, "paycore_recovery_oldest_unknown_age_seconds") == 60  # the first Unknown's age
+    assert value(registry, "paycore_recovery_oldest_open_age_seconds") == 160  # the NotStarted one's
+
+    evidence = ProviderOutcome.succeeded("pay_2", unknown.amount_minor, unknown.currency)
+    resolved = await record_outcome(pool, unknown.attempt_id, evidence, now=clock.now(), actor="recovery",
+                                    recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)
+    assert resolved.attempt.state is AttemptState.SUCCEEDED
+    registry = await refreshed(pool, clock)
+    assert value(registry, "paycore_recovery_open_attempts", state="Unknown") == 1
+    assert value(registry, "paycore_recovery_oldest_unknown_age_seconds") == 10

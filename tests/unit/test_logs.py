@@ -9,9 +9,15 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import orjson
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
+from harness.servers import serve_asgi
 from paycore.http.request_id import request_id_from
 from paycore.logs import bind, bind_log_context, configure_logging, log_context
 from paycore_cli.common import LOG_FORMAT
@@ -148,3 +154,20 @@ def test_a_consumed_message_binds_its_attempt_and_order_only_when_well_formed() 
     good = message({"attempt_id": "12af8b67-93fe-45bb-9414-876fec6b2021"}, {"order_id": "ord_1"})
     assert correlation(good) == {"attempt_id": "12af8b67-93fe-45bb-9414-876fec6b2021", "order_id": "ord_1"}
     assert correlation(message({"attempt_id": "x\ny"}, {"order_id": 7})) == {}
+
+
+async def test_an_outbound_request_line_keeps_the_url_origin_only(out: io.StringIO) -> None:
+    """httpx logs each request's URL at INFO; a Slack webhook URL is a secret, so only its origin stays."""
+    async def hook(request: Request) -> Response:
+        return Response(status_code=202)
+
+    path = "/services/T000/B000/XXXXsecretXXXX"
+    app = Starlette(routes=[Route(path, hook, methods=["POST"])])
+    async with serve_asgi(app) as base, httpx.AsyncClient() as http:
+        origin = base.removeprefix("http://")
+        sent = await http.post(f"http://user:pw@{origin}{path}?token=abc", json={})
+    assert sent.status_code == 202
+    [line] = [p for p in lines(out) if p["logger"] == "httpx"]
+    assert line["message"] == f'HTTP Request: POST http://{origin}/… "HTTP/1.1 202 Accepted"'
+    logged = out.getvalue()
+    assert "secret" not in logged and "token=abc" not in logged and "pw@" not in logged

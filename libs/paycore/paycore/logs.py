@@ -12,7 +12,9 @@ OpenTelemetry's current span when that package is installed and a span is record
 
 What is logged must never hold secrets, tokens or card data: the formatter cannot
 tell, so callers log ids, states and counts only (tests/checkout/test_log_hygiene.py
-scans a whole scenario's lines).
+scans a whole scenario's lines). The one thing it does cut is a library's: httpx logs
+every outbound request's full URL at INFO, and a URL can be a secret (a Slack incoming
+webhook's path, a key in a query string), so that line keeps the URL's origin only.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Iterator, Mapping
 from contextvars import ContextVar, Token
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -90,6 +93,23 @@ def _trace_fields() -> dict[str, str]:
     return {"trace_id": format(ctx.trace_id, "032x"), "span_id": format(ctx.span_id, "016x")}
 
 
+def _origin(url: object) -> str:
+    """``https://hooks.slack.com/…``: scheme, host and port; no credentials, path or query."""
+    parts = urlsplit(str(url))
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/…" if parts.scheme else "…"
+
+
+def _message(record: logging.LogRecord) -> str:
+    """The record's text; httpx's ``HTTP Request: <method> <url> ...`` with the URL's origin only."""
+    if record.name == "httpx" and isinstance(record.args, tuple) and len(record.args) >= 2:
+        args = (record.args[0], _origin(record.args[1]), *record.args[2:])
+        try:
+            return str(record.msg) % args
+        except (TypeError, ValueError):
+            return f"HTTP request to {_origin(record.args[1])}"
+    return record.getMessage()
+
+
 def _timestamp(record: logging.LogRecord) -> str:
     """UTC, ISO 8601, milliseconds, ``Z``: 2026-12-01T16:00:35.123Z."""
     stamp = datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
@@ -125,7 +145,7 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
             "ts": _timestamp(record), "level": record.levelname, "service": self.service,
-            "logger": record.name, "message": record.getMessage(),
+            "logger": record.name, "message": _message(record),
         }
         for key, value in _extras(record).items():
             line.setdefault(key, value)
@@ -148,7 +168,7 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = _timestamp(record).replace("T", " ")
-        text = f"{stamp} {record.levelname:<7} {self.service} {record.name}: {record.getMessage()}"
+        text = f"{stamp} {record.levelname:<7} {self.service} {record.name}: {_message(record)}"
         fields = {**_extras(record), **log_context()}
         if fields:
             text += " " + " ".join(f"{k}={_quoted(str(v))}" for k, v in fields.items())

@@ -21,7 +21,6 @@ seen, which is what makes faust's at-least-once processing safe here
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import tempfile
 import time
@@ -35,15 +34,24 @@ import orjson
 from faust.types.auth import CredentialsT
 from prometheus_client import CollectorRegistry, Counter
 
-from paycore.http.health_server import serve_health
 from paycore.kafka import KafkaSettings, ssl_context
-from paycore.liveness import SLACK_S, Liveness
+from paycore.liveness import SLACK_S
 from paycore_incidents import grouping
+from paycore_incidents.admin import AdminServer, TimerLiveness
+from paycore_incidents.recovery import faust_app, recovered
 from paycore_incidents.settings import IncidentSettings
 
 log = logging.getLogger("paycore.incidents")
 
 TABLE = "incidents"
+
+
+@dataclass(frozen=True)
+class Agent:
+    """The faust app and what its worker starts before it (the admin server, when asked for)."""
+
+    app: faust.App
+    admin: AdminServer | None
 
 
 @dataclass(frozen=True)
@@ -95,14 +103,14 @@ def broker_credentials(ks: KafkaSettings) -> CredentialsT | None:
 
 
 def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings, *,
-          admin_host: str = "127.0.0.1", admin_port: int | None = None) -> faust.App:
-    """The faust app, agents and timer registered; run it with :func:`run` (or faust's worker).
+          admin_host: str = "127.0.0.1", admin_port: int | None = None) -> Agent:
+    """The faust app, agents and timer registered; run it with :func:`run`.
 
-    With ``admin_port``, ``/healthz`` (the timer beats) and ``/metrics`` (pages by what they
-    are) are served there, as for every other worker.
+    With ``admin_port``, ``/healthz``, ``/readyz`` and ``/metrics`` (pages by what they are)
+    are served there from before faust starts (:mod:`.admin`).
     """
     session_s = settings.session_timeout_s
-    app = faust.App(
+    app = faust_app(  # whose end of recovery loses nothing it re-reads (paycore_incidents.recovery)
         settings.app_id,
         broker=f"kafka://{ks.bootstrap}",
         broker_credentials=broker_credentials(ks),
@@ -138,12 +146,17 @@ def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings, *,
     registry = CollectorRegistry()
     pages_sent = Counter("paycore_incident_pages", "Records written to the pages topic, by what they are",
                          ["page"], registry=registry)
-    liveness = Liveness("incident timer", bound_s=liveness_bound_s(settings))
+    first_tick: list[float] = []
 
-    @app.task  # type: ignore[untyped-decorator]
-    async def admin_server() -> None:
-        async with serve_health(registry, [liveness], admin_host, admin_port, worker="incidents"):
-            await asyncio.Event().wait()  # until faust stops the worker (cancels its tasks)
+    def waiting_for() -> str | None:
+        """Readiness: faust recovers the table, then starts its timers; not while rebalancing."""
+        if not recovered(app):
+            return "faust is joining its group and recovering the incidents table"
+        if not first_tick:
+            return "the incident timer has not run yet"
+        return "the consumer group is rebalancing" if app.rebalancing else None
+
+    liveness = TimerLiveness(liveness_bound_s(settings), waiting_for)
 
     @app.agent(alerts, name="rekey")
     async def rekey(stream: Any) -> AsyncIterator[None]:
@@ -195,8 +208,6 @@ def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings, *,
                 table[key] = new_state
             yield None
 
-    first_tick: list[float] = []
-
     @app.timer(interval=settings.tick_s)  # type: ignore[untyped-decorator]
     async def tick() -> None:
         liveness.beat()
@@ -211,11 +222,22 @@ def build(ks: KafkaSettings, topics: Topics, settings: IncidentSettings, *,
                 await by_group.send(key=key.encode() if isinstance(key, str) else key,
                                     value={"tick": now})
 
-    return app
+    admin = None if admin_port is None else AdminServer(registry, liveness, admin_host, admin_port)
+    return Agent(app, admin)
 
 
-def run(app: faust.App, loglevel: str = "info") -> None:
-    """Run the worker until SIGINT/SIGTERM (faust's own signal handling)."""
+def run(agent: Agent) -> None:
+    """Run the worker until SIGINT/SIGTERM (faust's own signal handling).
+
+    ``override_logging=False``: left to itself, mode's worker replaces the root logger's
+    handlers with its own coloured text on stdout (and redirects stdout into the log), so
+    every line after start-up would stop being paycore's JSON (or text) line. No spinner
+    either: it writes terminal escapes to stdout even when that is not a terminal. The admin
+    server is a service of the worker, started before the app.
+    """
     from faust.worker import Worker
 
-    Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
+    services = () if agent.admin is None else (agent.admin,)
+    worker = Worker(agent.app, *services, quiet=True, override_logging=False)
+    worker.spinner = None
+    worker.execute_from_commandline()

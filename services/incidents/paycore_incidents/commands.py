@@ -67,6 +67,5 @@ def run_incidents_command(*, metrics_host: str = "127.0.0.1",
     asyncio.run(ensure_topics(ks, topics, chosen.app_id))
     log.info("incident grouping: %s -> %s, %d alerts in %.0f s open an incident, %.0f s quiet close it",
              topics.alerts, topics.pages, chosen.threshold, chosen.window_s, chosen.quiet_s)
-    app = build(ks, topics, chosen, admin_host=metrics_host, admin_port=metrics_port)
-    run(app, loglevel=logging.getLevelName(logging.getLogger().level).lower())
+    run(build(ks, topics, chosen, admin_host=metrics_host, admin_port=metrics_port))
     return 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 import uvicorn
@@ -32,7 +32,12 @@ log = logging.getLogger("paycore.health")
 STOP_WITHIN_S = 5.0
 
 
-def health_app(registry: CollectorRegistry, loops: Sequence[Liveness]) -> Starlette:
+# None when ready, else what the worker still waits for.
+Readiness = Callable[[], str | None]
+
+
+def health_app(registry: CollectorRegistry, loops: Sequence[Liveness], ready: Readiness | None = None
+               ) -> Starlette:
     async def healthz(request: Request) -> PlainTextResponse:
         stale = [f"{lv.name} (no beat for {lv.age_s():.0f} s, bound {lv.bound_s:.0f} s)"
                  for lv in loops if not lv.alive()]
@@ -40,7 +45,16 @@ def health_app(registry: CollectorRegistry, loops: Sequence[Liveness]) -> Starle
             return PlainTextResponse("stale: " + ", ".join(stale), status_code=503)
         return PlainTextResponse("ok")
 
-    return Starlette(routes=[Route("/metrics", metrics_endpoint(registry)), Route("/healthz", healthz)])
+    async def readyz(request: Request) -> PlainTextResponse:
+        waiting = ready() if ready is not None else None
+        if waiting:
+            return PlainTextResponse(f"not ready: {waiting}", status_code=503)
+        return PlainTextResponse("ok")
+
+    routes = [Route("/metrics", metrics_endpoint(registry)), Route("/healthz", healthz)]
+    if ready is not None:
+        routes.append(Route("/readyz", readyz))
+    return Starlette(routes=routes)
 
 
 class _Server(uvicorn.Server):
@@ -54,12 +68,14 @@ class _Server(uvicorn.Server):
 @contextlib.asynccontextmanager
 async def serve_health(
     registry: CollectorRegistry, loops: Sequence[Liveness], host: str, port: int | None, *, worker: str,
+    ready: Readiness | None = None,
 ) -> AsyncIterator[None]:
-    """Serve ``/healthz`` and ``/metrics`` on ``host:port`` while inside; nothing when ``port`` is None."""
+    """Serve ``/healthz`` and ``/metrics`` (and ``/readyz`` with ``ready``) on ``host:port`` while
+    inside; nothing when ``port`` is None."""
     if port is None:
         yield
         return
-    server = _Server(uvicorn.Config(health_app(registry, loops), host=host, port=port,
+    server = _Server(uvicorn.Config(health_app(registry, loops, ready), host=host, port=port,
                                     log_config=None, log_level="warning", lifespan="off"))
     task = asyncio.create_task(server.serve())
     try:
