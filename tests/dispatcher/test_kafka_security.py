@@ -148,7 +148,7 @@ async def test_the_incident_agents_faust_app_gets_the_same(sasl_ssl_settings: Ka
     from paycore_incidents.app import Topics, broker_credentials, build
     from paycore_incidents.settings import IncidentSettings
 
-    app = build(sasl_ssl_settings, Topics("ops.alerts", "ops.pages", 3), IncidentSettings())
+    app = build(sasl_ssl_settings, Topics("ops.alerts", "ops.pages", 3), IncidentSettings()).app
     auth = credentials_to_aiokafka_auth(app.conf.broker_credentials, app.conf.ssl_context)
     assert {k: v for k, v in auth.items() if k != "ssl_context"} == {
         "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",

@@ -22,7 +22,7 @@ def test_the_data_directory_is_made_under_the_temp_dir_not_the_working_directory
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     app = build(KafkaSettings(bootstrap="127.0.0.1:9"), Topics("ops.alerts", "ops.pages", 3),
-                IncidentSettings(app_id="paycore-incidents"))
+                IncidentSettings(app_id="paycore-incidents")).app
     app._create_directories()  # what faust runs on first start
     assert (temp / "paycore-incidents-data").is_dir()
     assert list(cwd.iterdir()) == []
