@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 import asyncpg
 
 from harness.postgres import find_server_dsn, migrated_database
+from harness.servers import stop_process
 from paycore.accounts import register_provider_accounts
 from paycore.clock import SystemClock
 from paycore.config import load_settings
@@ -51,11 +52,7 @@ def paycore_process(args: list[str], env: dict[str, str]) -> Iterator[subprocess
     try:
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 class RawHTTP:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,7 +20,7 @@ import uvicorn
 # The library's own port picker (``paycore up`` and the chaos run use it): one way to choose a port.
 from paycore_devstack._process import free_port
 
-__all__ = ["free_port", "serve_asgi", "wait_http"]
+__all__ = ["free_port", "serve_asgi", "stop_process", "wait_http"]
 
 
 @contextlib.asynccontextmanager
@@ -61,3 +62,13 @@ async def wait_http(url: str, within_s: float = 30) -> None:
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.05)
+
+
+def stop_process(proc: subprocess.Popen[bytes], within_s: float = 10) -> None:
+    """SIGTERM ``proc`` and reap it; SIGKILL if it has not exited within ``within_s``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=within_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=within_s)

@@ -38,7 +38,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from harness.servers import free_port, serve_asgi
+from harness.servers import free_port, serve_asgi, stop_process
 from paycore.attempts import Attempt, get_attempt
 from paycore.clock import FakeClock
 from paycore.config import Settings, load_settings
@@ -77,12 +77,7 @@ def running_localstripe(workdir: Path) -> Iterator[str]:
         _wait_until_answering(base_url, proc, within_s=30)
         yield base_url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(proc)
 
 
 def _wait_until_answering(base_url: str, proc: subprocess.Popen[bytes], *, within_s: float) -> None:
