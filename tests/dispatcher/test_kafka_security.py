@@ -26,7 +26,7 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
-from harness.servers import free_port
+from harness.servers import free_port, stop_process
 from paycore import kafka
 from paycore.config import ConfigError, load_settings
 from paycore.kafka import BrokerUnreachable, KafkaSettings
@@ -201,8 +201,7 @@ def tansu_requiring_sasl() -> Iterator[str]:
             time.sleep(0.02)  # polling the port, with the deadline above
         yield f"127.0.0.1:{port}"
     finally:
-        process.terminate()
-        process.wait(10)
+        stop_process(process)
 
 
 async def test_a_plaintext_client_to_a_broker_requiring_sasl_stops_with_a_clear_error() -> None:
