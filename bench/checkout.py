@@ -69,7 +69,7 @@ async def pay_orders(port: int, token: str, prefix: str, orders: int, *, clients
     return lat, elapsed, errors
 
 
-async def run_checkout(dsn: str, workers: int) -> tuple[int, float, Latencies, int, CpuWindow]:
+async def run_checkout(dsn: str, workers: int) -> tuple[int, float, Latencies, int, CpuWindow, list[int]]:
     sandbox_port, checkout_port = free_port(), free_port()
     env = {
         "PAYCORE_DATABASE_URL": dsn,
@@ -84,12 +84,13 @@ async def run_checkout(dsn: str, workers: int) -> tuple[int, float, Latencies, i
     await conn.close()
     token = jwt.encode({"sub": "cus_bench", "exp": int(time.time()) + 3600}, JWT_SECRET, algorithm="HS256")
     with service("sandbox", sandbox_port, env), \
-            service("checkout", checkout_port, env, workers=workers):
+            service("checkout", checkout_port, env, workers=workers) as checkout:
         await wait_http(f"http://127.0.0.1:{sandbox_port}/_sandbox/payments")
         await wait_http(f"http://127.0.0.1:{checkout_port}/healthz")
         with CpuWindow() as cpu:
             lat, elapsed, errors = await pay_orders(checkout_port, token, "bench-", ORDERS)
-    return len(lat.samples), elapsed, lat, errors, cpu
+        by_worker = checkout.requests_by_worker()
+    return len(lat.samples), elapsed, lat, errors, cpu, by_worker
 
 
 async def run_sandbox_alone() -> tuple[float, Latencies]:
@@ -143,13 +144,16 @@ async def run() -> Stage:
     rates: dict[int, float] = {}
     for workers in WORKERS:
         async with bench_database() as dsn:
-            count, elapsed, lat, errors, cpu = await run_checkout(dsn, workers)
+            count, elapsed, lat, errors, cpu, by_worker = await run_checkout(dsn, workers)
         rates[workers] = count / elapsed
         stage.measures |= {f"x{workers} payments/s": rates[workers], f"x{workers} p50 ms": lat.p50_ms,
                            f"x{workers} p99 ms": lat.p99_ms, f"x{workers} not Succeeded": errors}
         print(f"  checkout x{workers}: {rates[workers]:8.1f} payments/s  p50 {lat.p50_ms:6.1f} ms  "
               f"p99 {lat.p99_ms:6.1f} ms  ({count} payments, {errors} not Succeeded)")
         stage.details.setdefault("cpu", {})[f"x{workers}"] = cpu.report(count, "payment")
+        if by_worker:
+            stage.details[f"x{workers} requests by worker"] = by_worker
+            print(f"    requests by worker: {' / '.join(map(str, by_worker))}")
     alone, alone_lat = await run_sandbox_alone()
     stage.measures |= {"sandbox alone payments/s": alone, "sandbox alone p50 ms": alone_lat.p50_ms}
     print(f"  sandbox alone: {alone:8.1f} payments/s  p50 {alone_lat.p50_ms:6.1f} ms  (the provider's own "

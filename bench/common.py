@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 import asyncpg
 
 from harness.postgres import find_server_dsn, migrated_database
-from harness.servers import stop_process
+from harness.servers import free_port, stop_process
 from paycore.accounts import register_provider_accounts
 from paycore.clock import SystemClock
 from paycore.config import load_settings
@@ -33,12 +34,55 @@ async def bench_database() -> AsyncIterator[str]:
         yield dsn
 
 
-def service(name: str, port: int, env: dict[str, str], *,
-            workers: int = 1) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
-    """``paycore serve NAME [--workers N]`` as a child process; terminated on exit."""
-    admin = [] if name == "sandbox" else ["--metrics-port", "0"]  # no admin port: benches run side by side
+@dataclass(frozen=True)
+class Served:
+    """A service the bench started: its process and, with ``--workers``, its admin port."""
+
+    process: subprocess.Popen[bytes]
+    admin_port: int | None
+
+    def requests_by_worker(self) -> list[int]:
+        """Requests each worker answered so far, largest first (``paycore_http_worker_requests``);
+        empty without ``--workers``."""
+        if self.admin_port is None:
+            return []
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+        return sorted((round(float(v)) for v in re.findall(r'^paycore_http_worker_requests\{[^}]*\} (\S+)$',
+                                                           text, re.M)), reverse=True)
+
+
+@contextlib.contextmanager
+def service(name: str, port: int, env: dict[str, str], *, workers: int = 1) -> Iterator[Served]:
+    """``paycore serve NAME [--workers N]`` as a child process; terminated on exit.
+
+    With ``--workers N`` it returns once the supervisor's admin port counts N live workers:
+    a load generator that connects as soon as the first worker answers could put every
+    keep-alive connection on it while the others are still starting."""
+    admin_port = free_port() if workers > 1 else None  # else none: benches run side by side
+    admin = [] if name == "sandbox" else ["--metrics-port", str(admin_port or 0)]
     more = ["--workers", str(workers)] if workers > 1 else []
-    return paycore_process(["serve", name, "--host", "127.0.0.1", "--port", str(port), *admin, *more], env)
+    args = ["serve", name, "--host", "127.0.0.1", "--port", str(port), *admin, *more]
+    with paycore_process(args, env) as proc:
+        if admin_port is not None:
+            wait_workers(proc, admin_port, workers)
+        yield Served(proc, admin_port)
+
+
+def wait_workers(proc: subprocess.Popen[bytes], admin_port: int, workers: int, within_s: float = 60) -> None:
+    """Poll the supervisor's ``/healthz`` until it says all ``workers`` live (a deadline, no fixed sleep)."""
+    url, want = f"http://127.0.0.1:{admin_port}/healthz", f"ok: {workers} of {workers} workers"
+    deadline = time.monotonic() + within_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the service exited {proc.returncode} before its workers were up")
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                if answer.read().decode() == want:
+                    return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url} never said {want!r} within {within_s:.0f} s")
+        time.sleep(0.1)
 
 
 @contextlib.contextmanager

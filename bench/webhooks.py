@@ -125,7 +125,8 @@ def tally(results: dict[str, int]) -> Callable[[int, bytes], None]:
     return count
 
 
-async def run_intake(dsn: str, workers: int) -> tuple[int, float, Latencies, dict[str, int], CpuWindow]:
+async def run_intake(dsn: str, workers: int
+                     ) -> tuple[int, float, Latencies, dict[str, int], CpuWindow, list[int]]:
     await seed(dsn, EVENTS)
     port = free_port()
     secret = webhook_secret()
@@ -138,7 +139,7 @@ async def run_intake(dsn: str, workers: int) -> tuple[int, float, Latencies, dic
         "PAYCORE_CARDCO_WEBHOOK_SECRET": secret,
     }
     results: dict[str, int] = {}
-    with service("webhooks", port, env, workers=workers):
+    with service("webhooks", port, env, workers=workers) as intake:
         await wait_http(f"http://127.0.0.1:{port}/healthz")
         # One keep-alive connection per sender, HTTP/1.1 written by hand: a general client
         # (httpx) costs more CPU per request than the intake, on the same cores.
@@ -147,7 +148,8 @@ async def run_intake(dsn: str, workers: int) -> tuple[int, float, Latencies, dic
                 port, CLIENTS, SECONDS,
                 signed_deliveries(delivery_order(EVENTS), secret, event_body, lambda n: f"evt_bench_{n}"),
                 tally(results))
-    return len(lat.samples), elapsed, lat, results, cpu
+        by_worker = intake.requests_by_worker()
+    return len(lat.samples), elapsed, lat, results, cpu, by_worker
 
 
 async def run_pgbench(dsn: str) -> tuple[float, float, CpuWindow] | None:
@@ -178,7 +180,7 @@ async def run() -> Stage:
     stage.details["cpu"] = {}
     for workers in WORKERS:
         async with bench_database() as dsn:
-            count, elapsed, lat, results, cpu = await run_intake(dsn, workers)
+            count, elapsed, lat, results, cpu, by_worker = await run_intake(dsn, workers)
         rates[workers] = count / elapsed
         stage.measures |= {f"x{workers} deliveries/s": rates[workers], f"x{workers} p50 ms": lat.p50_ms,
                            f"x{workers} p99 ms": lat.p99_ms}
@@ -186,6 +188,9 @@ async def run() -> Stage:
         print(f"  intake x{workers}: {rates[workers]:8.1f} deliveries/s  p50 {lat.p50_ms:6.1f} ms  "
               f"p99 {lat.p99_ms:6.1f} ms  ({count} deliveries: {results})")
         stage.details["cpu"][f"x{workers}"] = cpu.report(count, "delivery")
+        if by_worker:
+            stage.details[f"x{workers} requests by worker"] = by_worker
+            print(f"    requests by worker: {' / '.join(map(str, by_worker))}")
     async with bench_database() as dsn:
         baseline = await run_pgbench(dsn)
     if baseline is None:

@@ -37,10 +37,15 @@ APP_FACTORIES = {
     "webhooks": "paycore_webhooks.app:create_app_from_env",
     "console": "paycore_console.app:create_app_from_env",
 }
-# libuv's event loop (in the runtime lock): less CPU per request than asyncio's (docs/operations.md,
-# "Scale"). HTTP stays h11: httptools refuses a control byte in a header with a bare 400 before the
-# app, so such a request would get no X-Request-Id and no problem+json.
-SERVER_OPTIONS: dict[str, Any] = {"http": "h11", "loop": "uvloop"}
+
+
+def server_options() -> dict[str, Any]:
+    """What every ``serve`` runs uvicorn with: libuv's event loop (in the runtime lock), less CPU per
+    request than asyncio's (docs/operations.md, "Scale"); httptools' C parser, its refusals answered
+    as problem+json (paycore.http.protocol, imported here: importing the CLI loads no uvicorn)."""
+    from paycore.http.protocol import ProblemHttpToolsProtocol
+
+    return {"http": ProblemHttpToolsProtocol, "loop": "uvloop"}
 
 
 def _is_loopback(host: str) -> bool:
@@ -133,7 +138,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ConsoleSettings.from_env(os.environ)  # the secret, the database, the token settings: checked now
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
     options: dict[str, Any] = {"log_config": None, "log_level": level, "timeout_graceful_shutdown": 5,
-                               **SERVER_OPTIONS}
+                               **server_options()}
     workers: int = getattr(args, "workers", 1)
     if workers > 1:
         from paycore_cli.workers import serve_workers

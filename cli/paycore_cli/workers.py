@@ -1,10 +1,12 @@
 """``paycore serve checkout|webhooks --workers N``: N worker processes on one port, one admin port.
 
-uvicorn's supervisor binds the public port once and starts N worker processes
-with multiprocessing's *spawn*: each is a fresh interpreter, so logging, tracing
-(an OpenTelemetry exporter thread per worker) and the app with its own database
-pool are built in the worker, never inherited across a fork. The supervisor
-replaces a worker that dies and passes SIGTERM on to all of them.
+uvicorn's supervisor starts N worker processes with multiprocessing's *spawn*:
+each is a fresh interpreter, so logging, tracing (an OpenTelemetry exporter thread
+per worker) and the app with its own database pool are built in the worker, never
+inherited across a fork. The supervisor replaces a worker that dies and passes
+SIGTERM on to all of them. Each worker listens on a socket of its own on the one
+port (``SO_REUSEPORT``, :func:`listening_sockets`), so the kernel spreads
+connections over the workers instead of the first awake taking a whole burst.
 
 Metrics: N processes cannot all bind one admin port, and each has its own
 counters. So every worker writes its samples to files in a directory private to
@@ -20,14 +22,16 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import logging
 import os
 import re
 import shutil
+import socket
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Gauge
 from starlette.applications import Starlette
@@ -36,6 +40,10 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+if TYPE_CHECKING:
+    from uvicorn.supervisors.multiprocess import Multiprocess
+
+log = logging.getLogger("paycore.cli")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 STARTED_WITHIN_S = 10.0
 # A worker's sample files end in _<pid>.db (prometheus_client's naming).
@@ -169,9 +177,11 @@ def admin_server(directory: str, workers: int, host: str, port: int | None, *,
     import uvicorn
 
     from paycore.http.health_server import _Server
+    from paycore.http.protocol import ProblemHttpToolsProtocol
 
     server = _Server(uvicorn.Config(admin_app(directory, workers), host=host, port=port,
-                                    log_config=None, log_level="warning", lifespan="off"))
+                                    http=ProblemHttpToolsProtocol, log_config=None, log_level="warning",
+                                    lifespan="off"))
     thread = threading.Thread(target=server.run, name=f"{service}-admin", daemon=True)
     thread.start()
     deadline = time.monotonic() + STARTED_WITHIN_S
@@ -186,29 +196,126 @@ def admin_server(directory: str, workers: int, host: str, port: int | None, *,
         thread.join(timeout=5)
 
 
+def listening_sockets(host: str, port: int, count: int, backlog: int) -> list[socket.socket]:
+    """``count`` listening sockets on one ``host:port`` (``SO_REUSEPORT``): one per worker.
+
+    A shared socket lets whichever worker wakes first accept every connection that is
+    waiting (libuv accepts until the queue is empty), so a burst of keep-alive connections,
+    such as a load balancer's pool or the bench's four clients, lands on one worker while
+    the others idle (docs/performance.md, "Fourth pass"). With a socket each,
+    the kernel spreads new connections over the workers by a hash of their addresses.
+
+    A plain bind is tried first and closed: it fails while anything holds the port, so a
+    second supervisor started on the same port is refused as before instead of silently
+    joining this one's group (``SO_REUSEPORT`` admits only the same user's sockets).
+
+    :raises OSError: the port is in use or cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((host, port))
+            sock.listen(backlog)
+            sock.set_inheritable(True)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
 def serve_workers(service: str, workers: int, *, host: str, port: int, admin_host: str,
                   admin_port: int | None, uvicorn_options: dict[str, Any]) -> int:
     """Run ``service`` in ``workers`` processes until SIGTERM or Ctrl-C; the exit code."""
     import uvicorn
     from uvicorn.config import STARTUP_FAILURE
-    from uvicorn.supervisors import Multiprocess
 
     with multiprocess_metrics() as directory, admin_server(directory, workers, admin_host, admin_port,
                                                             service=service):
-        # uvicorn.run(workers=N) without its exit status: a worker that fails to start
-        # stops the supervisor, and that must not look like a clean stop.
         config = uvicorn.Config(WORKER_FACTORIES[service], factory=True, host=host, port=port,
                                 workers=workers, **uvicorn_options)
         try:
-            sock = config.bind_socket()
-        except SystemExit as exc:  # uvicorn exits on a port in use
-            code = exc.code
-            return code if isinstance(code, int) else 1
-        supervisor = Multiprocess(config, sockets=[sock])
+            sockets = listening_sockets(host, port, workers, config.backlog)
+        except OSError as exc:
+            log.error("serve %s --workers %d: cannot listen on %s:%d: %s", service, workers, host, port, exc)
+            return STARTUP_FAILURE
+        supervisor = _supervisor_class()(config, sockets)
         try:
             supervisor.run()
         finally:
-            sock.close()
+            for sock in sockets:
+                sock.close()
+        # uvicorn.run(workers=N) without its exit status: a worker that fails to start
+        # stops the supervisor, and that must not look like a clean stop.
         if any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes):
             return STARTUP_FAILURE
     return 0
+
+
+def _supervisor_class() -> type[Multiprocess]:
+    """uvicorn's supervisor, each worker slot with its own listening socket.
+
+    uvicorn hands every worker all of its sockets; here worker ``i`` gets ``sockets[i]``,
+    and the replacement of a dead worker gets the dead one's socket, which the supervisor
+    kept open meanwhile: connections the kernel queued on it wait for the replacement
+    (its start-up, a second or two) instead of being refused. The worker count is fixed
+    (SIGTTIN/SIGTTOU would need a socket more or less: they are ignored with a line in the log).
+    """
+    from uvicorn.config import STARTUP_FAILURE
+    from uvicorn.supervisors.multiprocess import Multiprocess, Process
+
+    class SocketPerWorker(Multiprocess):
+        def _start(self, idx: int) -> Process:
+            process = Process(self.config, [self.sockets[idx]])
+            process.start()
+            return process
+
+        def init_processes(self) -> None:
+            self.processes = [self._start(idx) for idx in range(len(self.sockets))]
+
+        def keep_subprocess_alive(self) -> None:  # uvicorn's, slot by slot
+            if self.should_exit.is_set():
+                return
+            for idx, process in enumerate(self.processes):
+                if process.is_alive(timeout=self.config.timeout_worker_healthcheck):
+                    continue
+                process.kill()  # hung, or already gone
+                process.join()
+                if process.exitcode == STARTUP_FAILURE:  # it would fail the same way again
+                    log.error("worker [%s] failed to start; stopping", process.pid)
+                    self.should_exit.set()
+                    return
+                if self.should_exit.is_set():
+                    return
+                log.warning("worker [%s] died; starting its replacement on the same socket", process.pid)
+                self.processes[idx] = self._start(idx)
+
+        def restart_all(self) -> None:  # SIGHUP: replace each worker, its socket kept
+            for idx, old in enumerate(self.processes):
+                if self.should_exit.is_set():
+                    return
+                new = self._start(idx)
+                if not new.wait_until_ready(self.config.timeout_worker_healthcheck, self.should_exit):
+                    new.kill()
+                    new.join()
+                    log.error("worker [%s] was not ready in time; keeping [%s]", new.pid, old.pid)
+                    return
+                old.terminate()
+                old.join()
+                self.processes[idx] = new
+
+        def handle_ttin(self) -> None:
+            log.warning("SIGTTIN ignored: --workers is fixed at %d (one socket each)", len(self.sockets))
+
+        def handle_ttou(self) -> None:
+            log.warning("SIGTTOU ignored: --workers is fixed at %d (one socket each)", len(self.sockets))
+
+    return SocketPerWorker

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import itertools
 import logging
 import random
 import time
@@ -464,7 +465,9 @@ class Storefront:
 # -- webhooks for payments that do not exist -------------------------------------------------------
 
 UNKNOWN_WEBHOOK_SHARE = 0.01
-WEBHOOK_SENDS = 6
+# A provider redelivers what was not answered 2xx for days; a stray event is redelivered for up to
+# this long (six sends, ~10 s, once ran out while a killed intake restarted under a loaded CI).
+STRAY_REDELIVER_WITHIN_S = 90.0
 
 
 @dataclass(frozen=True)
@@ -593,7 +596,10 @@ async def _deliver_stray(endpoints: Endpoints, record: RunRecord, http: httpx.As
     message = stray_message(endpoints, stray)
     result: str | None = None
     status: int | None = None
-    for send in range(WEBHOOK_SENDS):  # a provider redelivers what was not answered 2xx
+    give_up_at = time.monotonic() + STRAY_REDELIVER_WITHIN_S
+    for send in itertools.count():  # a provider redelivers what was not answered 2xx
+        if send and time.monotonic() >= give_up_at:
+            break
         try:
             response = await http.post(endpoints.intake_url + provider.webhook_route, content=message.body,
                                        headers=message.sign(int(time.time())))

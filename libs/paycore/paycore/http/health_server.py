@@ -25,6 +25,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from paycore.http.metrics import metrics_endpoint
+from paycore.http.protocol import ProblemHttpToolsProtocol
 from paycore.liveness import Liveness
 
 log = logging.getLogger("paycore.health")
@@ -76,7 +77,8 @@ async def serve_health(
         yield
         return
     server = _Server(uvicorn.Config(health_app(registry, loops, ready), host=host, port=port,
-                                    log_config=None, log_level="warning", lifespan="off"))
+                                    http=ProblemHttpToolsProtocol, log_config=None, log_level="warning",
+                                    lifespan="off"))
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:
