@@ -14,6 +14,7 @@ import signal
 import httpx
 import pytest
 
+from bench.common import RawHTTP
 from harness.servers import free_port, serve_asgi
 from paycore_cli.parser import build_parser
 from paycore_sandbox.app import create_app as create_sandbox_app
@@ -97,18 +98,8 @@ BURST = 24  # connections opened at once: all on one worker by chance has probab
 
 async def _keep_alive_requests(port: int, requests: int) -> int:
     """One keep-alive connection sending ``requests`` GET /healthz in turn; how many got 200."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    ok = 0
-    try:
-        for _ in range(requests):
-            writer.write(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = int(re.search(rb"content-length: (\d+)", head, re.I).group(1))  # type: ignore[union-attr]
-            await reader.readexactly(length)
-            ok += head.startswith(b"HTTP/1.1 200 ")
-    finally:
-        writer.close()
-    return ok
+    async with RawHTTP(port) as connection:
+        return sum([(await connection.request("GET", "/healthz"))[0] == 200 for _ in range(requests)])
 
 
 async def _requests_by_worker(http: httpx.AsyncClient, admin: int) -> dict[str, float]:
