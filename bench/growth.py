@@ -2,7 +2,8 @@
 
 The database is seeded with COPY (:mod:`bench.growth_seed`: orders, attempts in a realistic
 mix of states, ~10 history events each, outbox rows, escalations) to each size in
-``PAYCORE_BENCH_GROWTH_SIZES`` (default ``10000,100000,1000000``), cumulatively, and ANALYZEd.
+``PAYCORE_BENCH_GROWTH_SIZES`` (default ``10000,100000,1000000``), cumulatively, then VACUUMed
+(ANALYZE) and checkpointed, as a live table of that size would be.
 At each size, for ``PAYCORE_BENCH_GROWTH_SECONDS`` (default 10) each:
 
 - **claim**: recovery's claim statement (``paycore.leases.claim_due``, a batch of

@@ -27,6 +27,7 @@ import httpx
 
 from paycore.clock import Clock
 from paycore.errors import PaycoreError
+from paycore.providers.aiohttp_pool import aiohttp_transport
 from paycore.providers.base import LookupResult, StoredRequest
 from paycore.providers.json_body import UNREADABLE, read_json
 
@@ -61,15 +62,11 @@ def no_retry_client(transport: httpx.AsyncBaseTransport | None = None, *,
     :param verify: The TLS trust (Stripe's SDK brings its own CA bundle).
     """
     return httpx.AsyncClient(
-        transport=transport or httpx.AsyncHTTPTransport(
-            verify=verify, http1=True, http2=False,
-            # retries=0: httpx would otherwise be allowed to reconnect on its own.
-            retries=0,
-            # keepalive_expiry below the common 5 s server idle timeout (uvicorn's default), so we
-            # rarely reuse a connection the server is closing: that race would turn a healthy call
-            # into an Unknown.
-            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=4.0),
-        ),
+        # aiohttp's pool under httpx's transport (paycore.providers.aiohttp_pool): it never
+        # retries, adds no headers and reads each answer whole. keepalive_expiry below the
+        # common 5 s server idle timeout (uvicorn's default), so we rarely reuse a connection
+        # the server is closing: that race would turn a healthy call into an Unknown.
+        transport=transport or aiohttp_transport(max_connections=100, keepalive_expiry=4.0, verify=verify),
         timeout=None, follow_redirects=False, trust_env=False,
     )
 
