@@ -82,6 +82,23 @@ async def test_every_lookup_of_a_fallback_is_recorded_in_the_attempt_history(rec
         ("id", "not_found"), ("reference", "found")]
 
 
+async def test_the_lookups_that_resolve_an_attempt_commit_with_its_transition_and_before_it(
+    rec: RecoveryStack,
+) -> None:
+    attempt, payment = await charged_unknown_with_its_payment_id(rec)
+    await rec.sandbox.fault("lookup_stale", times=1, match={"reference": attempt.client_reference})
+    await rec.make_due(attempt)
+    assert await rec.worker().run_pass() == [Pass.RESOLVED]
+    rows = await rec.pool.fetch(
+        "SELECT kind, xmin::text AS tx, detail FROM payment_attempt_events"
+        " WHERE attempt_id = $1 AND kind IN ('lookup', 'transition') ORDER BY event_id", attempt.attempt_id)
+    written = rows[-3:]  # the pass's two lookups and the transition they brought
+    assert [(r["kind"], r["detail"].get("by"), r["detail"].get("to")) for r in written] == [
+        ("lookup", "id", None), ("lookup", "reference", None), ("transition", None, "Succeeded")]
+    assert len({r["tx"] for r in written}) == 1  # one transaction: one commit per resolution
+    assert (await rec.current(attempt)).provider_payment_id == payment["id"]
+
+
 async def charged_unknown_with_its_payment_id(rec: RecoveryStack) -> tuple[Attempt, dict[str, Any]]:
     """Unknown, charged (succeeded at the provider), the right provider payment id recorded."""
     attempt = await rec.charged_but_unknown()

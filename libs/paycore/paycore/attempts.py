@@ -14,7 +14,7 @@ import dataclasses
 import enum
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -328,17 +328,21 @@ async def record_outcome(
     escalated_recheck_after_s: float | None = None,
     evidence_key: str | None = None,
     max_reapply: int = MAX_REAPPLY,
+    evidence_events: Sequence[tuple[EventKind, dict[str, Any]]] = (),
 ) -> OutcomeResult:
     """Record a provider outcome in its own transaction; see :func:`apply_outcome`.
 
     This writer owns its transaction, so a lost race rolls the whole transaction back and
     reapplies in a new one, with no savepoint around each try (two round trips fewer).
+    ``evidence_events`` (recovery's lookups that found this outcome) are appended in the same
+    transaction, ahead of the write's own events, whatever the write decides; a write that
+    raises appends none of them.
     """
     return await _apply(
         pool, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
         reminder_interval=reminder_interval, from_send=from_send, lease=lease,
         escalated_recheck_after_s=escalated_recheck_after_s, evidence_key=evidence_key,
-        max_reapply=max_reapply,
+        max_reapply=max_reapply, evidence_events=evidence_events,
     )
 
 
@@ -411,6 +415,7 @@ async def _apply(
     escalated_recheck_after_s: float | None,
     evidence_key: str | None,
     max_reapply: int,
+    evidence_events: Sequence[tuple[EventKind, dict[str, Any]]] = (),
 ) -> OutcomeResult:
     """Tries of :func:`_apply_once` until one does not lose a race, at most ``max_reapply``.
 
@@ -423,7 +428,7 @@ async def _apply(
     for _ in range(max_reapply):
         try:
             async with transaction_on(db) as conn:
-                history: list[tuple[EventKind, dict[str, Any]]] = []
+                history: list[tuple[EventKind, dict[str, Any]]] = list(evidence_events)
                 result = await _apply_once(
                     conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
                     from_send=from_send, lease=lease, escalated_recheck_after_s=escalated_recheck_after_s,

@@ -29,7 +29,7 @@ from paycore.clock import Clock
 from paycore.config import Settings
 from paycore.domain import LIVE_STATES, AttemptState, OutcomeKind
 from paycore.errors import MAY_HAVE_COMMITTED
-from paycore.events import EventKind, append_event
+from paycore.events import EventKind, append_events
 from paycore.leases import Lease
 from paycore.liveness import SLACK_S, Liveness, beat
 from paycore.logs import bind_log_context
@@ -62,6 +62,7 @@ class Pass(enum.StrEnum):
 
 
 Checkpoint = Callable[[Attempt], Awaitable[None]]
+LookupEvent = tuple[EventKind, dict[str, object]]  # one lookup, as its history event
 
 
 async def _no_pause(attempt: Attempt) -> None:
@@ -301,9 +302,11 @@ class RecoveryWorker:
                                               budget_s=self.settings.budgets.call_s)
         if by_id.kind == "unsupported":
             return await self._waiting_for_customer(attempt, lease, now)
-        await self._record_lookup(attempt, by_id, "id", None)
+        looked = [self._lookup_event(by_id, "id", None)]
         if by_id.kind == "found" and by_id.payment is not None:
-            return await self._found(attempt, lease, by_id, self._action_delay(attempt, self.clock.now()))
+            return await self._found(attempt, lease, by_id, self._action_delay(attempt, self.clock.now()),
+                                     looked)
+        await self._record_lookups(attempt, looked)
         return await self._waiting_for_customer(attempt, lease, self.clock.now())
 
     async def _reconcile(self, attempt: Attempt, lease: Lease) -> Pass:
@@ -336,9 +339,12 @@ class RecoveryWorker:
         # When a miss by reference proves nothing yet (a search index still catching up), the
         # time from which it will; None when this pass's lookups hold no such miss.
         inconclusive_until = await self._search_lag_ends(attempt, lookups, now)
-        for result, how in lookups:
-            await self._record_lookup(attempt, result, how, inconclusive_until)
+        looked = [self._lookup_event(result, how, inconclusive_until) for result, how in lookups]
         lookup = lookups[-1][0]
+        if lookup.kind == "found":
+            # Recorded by the outcome write, in its transaction (one commit fewer per resolution).
+            return await self._found(attempt, lease, lookup, backoff, looked)
+        await self._record_lookups(attempt, looked)
 
         if lookup.kind == "failed":
             # Not "not found": the attempt stays as it is. Past the deadline a person
@@ -356,8 +362,6 @@ class RecoveryWorker:
             self.metrics.pauses.labels(scope).inc()
             await leases.finish(self.pool, attempt_id, lease, now, wait)
             return Pass.PAUSED
-        if lookup.kind == "found":
-            return await self._found(attempt, lease, lookup, backoff)
 
         # Not found, or the provider has no lookup by reference ("unsupported": then only a
         # notification or a same-key resend inside the key window can tell): it stays Unknown.
@@ -448,8 +452,9 @@ class RecoveryWorker:
         conclusive_from = sent_at + timedelta(seconds=lag_s)
         return conclusive_from if now < conclusive_from else None
 
-    async def _record_lookup(self, attempt: Attempt, lookup: LookupResult, how: str,
-                             inconclusive_until: datetime | None) -> None:
+    def _lookup_event(self, lookup: LookupResult, how: str,
+                      inconclusive_until: datetime | None) -> LookupEvent:
+        """The history event that records one lookup, counted as made."""
         self.metrics.lookups.labels(lookup.kind).inc()
         # Every payment as the provider answered it, matching or not: the evidence
         # an operator needs when this attempt is escalated.
@@ -461,14 +466,23 @@ class RecoveryWorker:
             if inconclusive_until is not None:
                 detail["reason"] = "search-lag"
                 detail["conclusive_from"] = inconclusive_until.isoformat()
-        async with self.pool.acquire() as conn:
-            await append_event(conn, attempt_id=attempt.attempt_id, kind=EventKind.LOOKUP, actor=self.actor,
-                               now=self.clock.now(), detail=detail)
+        return EventKind.LOOKUP, detail
 
-    async def _found(self, attempt: Attempt, lease: Lease, lookup: LookupResult, backoff: float) -> Pass:
+    async def _record_lookups(self, attempt: Attempt, looked: list[LookupEvent]) -> None:
+        """Append a pass's lookup events on their own, when no outcome write carries them."""
+        async with self.pool.acquire() as conn:
+            await append_events(conn, attempt_id=attempt.attempt_id, actor=self.actor, now=self.clock.now(),
+                                events=looked)
+
+    async def _found(self, attempt: Attempt, lease: Lease, lookup: LookupResult, backoff: float,
+                     looked: list[LookupEvent]) -> Pass:
+        """Apply what a lookup found. ``looked``: the pass's lookup events, appended in the outcome
+        write's transaction ahead of its own (a write that raises records them with nothing:
+        the pass fails, and the next one looks again)."""
         payments = lookup.payments
         distinct = evidence.distinct_payments(p.claim() for p in payments)
         if len(distinct) > 1:
+            await self._record_lookups(attempt, looked)
             # Several provider payments for one attempt's reference: a person must look.
             await self._escalate(attempt, lease, evidence.Reason.MULTIPLE_PAYMENTS.value,
                                  self.recovery.slow_cadence_s, {"provider_payment_ids": distinct})
@@ -484,7 +498,7 @@ class RecoveryWorker:
             self.pool, attempt.attempt_id, outcome, now=self.clock.now(), actor=self.actor,
             recheck_after_s=recheck, from_send=False, lease=lease,
             escalated_recheck_after_s=self.recovery.slow_cadence_s,
-            reminder_interval=self.settings.reminder_interval)
+            reminder_interval=self.settings.reminder_interval, evidence_events=looked)
         if not recorded.verdict.accepted:
             assert recorded.verdict.reason is not None
             self.metrics.escalations.labels(recorded.verdict.reason.value).inc()
