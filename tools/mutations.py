@@ -51,6 +51,8 @@ GATE = "libs/paycore/paycore/payment_methods.py"
 REGISTRY = "libs/paycore/paycore/providers/registry.py"
 ADAPTER = "libs/paycore/paycore/providers/adapter.py"  # what every provider client shares
 PROVIDER_HTTP = "libs/paycore/paycore/providers/http.py"  # the pool and the stored request's rules
+PROVIDER_POOL = "libs/paycore/paycore/providers/aiohttp_pool.py"  # the pool under httpx's transport
+POOL_TESTS = "tests/unit/test_aiohttp_pool.py"
 DEAD_ENDS = "libs/paycore/paycore/dead_ends.py"
 CONFLICTS = "libs/paycore/paycore/conflicts.py"
 CHAOS_INVARIANTS = "devstack/paycore_devstack/chaos/invariants.py"  # i9
@@ -1266,6 +1268,35 @@ MUTATIONS: tuple[Mutation, ...] = (
         "timeout=None, follow_redirects=True, trust_env=False,",
         (*t(CLIENT, "test_redirects_are_not_followed"), *t(ADYEN_CLIENT, "test_redirects_are_not_followed")),
         "a payment request never follows a redirect (the answer of another URL is not the provider's)",
+    ),
+    Mutation(
+        "provider-pool-no-resend", PROVIDER_POOL,
+        "session._retry_connection = False",
+        "session._retry_connection = True",
+        t(POOL_TESTS, "test_a_lookup_on_a_connection_the_provider_closed_is_not_resent"),
+        "a provider request is sent at most once: aiohttp's resend of an idempotent request stays off",
+    ),
+    Mutation(
+        "provider-pool-no-headers-of-its-own", PROVIDER_POOL,
+        "skip_auto_headers=_NO_AUTO_HEADERS, ",
+        "",
+        t(POOL_TESTS, "test_a_request_goes_out_exactly_as_httpx_built_it"),
+        "the pool sends the request as the adapter built it, with no header of its own",
+    ),
+    Mutation(
+        "provider-pool-reads-the-body-as-sent", PROVIDER_POOL,
+        "connector=connector, auto_decompress=False, trust_env=False,",
+        "connector=connector, auto_decompress=True, trust_env=False,",
+        (*t(CLIENT, "test_undecodable_content_encoding_is_unknown"),
+         *t(ADYEN_CLIENT, "test_undecodable_content_encoding_is_unknown")),
+        "the answer reaches httpx as the provider sent it (decoded once, there), so a broken body stays Unknown",
+    ),
+    Mutation(
+        "provider-pool-tls-verified", PROVIDER_POOL,
+        "keepalive_timeout=self._keepalive_expiry, ssl=self._ssl)",
+        "keepalive_timeout=self._keepalive_expiry, ssl=False)",
+        t(POOL_TESTS, "test_tls_is_verified_against_the_trust_given_and_refused_otherwise"),
+        "a payment request goes only to a provider whose certificate the configured trust verifies",
     ),
     Mutation(
         "adyen-api-key-header-value", "libs/paycore/paycore/providers/adyen/wire.py",
