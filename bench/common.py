@@ -131,13 +131,13 @@ class RawHTTP:
 
 Request = tuple[str, str, bytes, Mapping[str, str] | None]  # method, path, body, more headers
 
-# Requests a client sends on one connection before it opens the next: nginx's default
-# ``keepalive_requests``. With ``--workers N`` the kernel hands each new connection to a
-# worker by a hash of its addresses, so four connections kept for a whole run split 2/2,
-# 3/1 or 4/0 by chance and an ``xN`` number measured which; connections that turn over as
-# a proxy's do spread the run over the workers. A connect per 1,000 requests costs nothing
-# measurable.
-REQUESTS_PER_CONNECTION = int(os.environ.get("PAYCORE_BENCH_REQUESTS_PER_CONNECTION", "1000"))
+# Requests a client sends on one connection before it opens the next. With ``--workers N`` the
+# kernel hands each new connection to a worker by a hash of its addresses, so four connections
+# kept for a whole run split 2/2, 3/1 or 4/0 by chance and an ``xN`` number measured which.
+# Turning over every 100 requests, a 30 s stage draws ~100 connections and its split comes
+# out near even; at 1,000 (nginx's ``keepalive_requests``) a checkout stage drew ~11 and
+# still read 64/36. A connect per 100 requests is one round trip more per 100.
+REQUESTS_PER_CONNECTION = int(os.environ.get("PAYCORE_BENCH_REQUESTS_PER_CONNECTION", "100"))
 
 
 async def closed_loop(port: int, clients: int, seconds: float, next_request: Callable[[], Request | None],
