@@ -85,10 +85,7 @@ async def test_every_lookup_of_a_fallback_is_recorded_in_the_attempt_history(rec
 async def test_the_lookups_that_resolve_an_attempt_commit_with_its_transition_and_before_it(
     rec: RecoveryStack,
 ) -> None:
-    attempt, payment = await charged_unknown_with_its_payment_id(rec)
-    await rec.sandbox.fault("lookup_stale", times=1, match={"reference": attempt.client_reference})
-    await rec.make_due(attempt)
-    assert await rec.worker().run_pass() == [Pass.RESOLVED]
+    attempt, payment = await resolved_after_one_stale_id_read(rec)
     rows = await rec.pool.fetch(
         "SELECT kind, xmin::text AS tx, detail FROM payment_attempt_events"
         " WHERE attempt_id = $1 AND kind IN ('lookup', 'transition') ORDER BY event_id", attempt.attempt_id)
@@ -108,6 +105,16 @@ async def charged_unknown_with_its_payment_id(rec: RecoveryStack) -> tuple[Attem
                            attempt.attempt_id, payment["id"])
     attempt = await rec.current(attempt)
     assert attempt.state is AttemptState.UNKNOWN and attempt.provider_payment_id == payment["id"]
+    return attempt, payment
+
+
+async def resolved_after_one_stale_id_read(rec: RecoveryStack) -> tuple[Attempt, dict[str, Any]]:
+    """A charged Unknown attempt with its right payment id, whose by-id read answers 404 once
+    (a lagging read replica), after one recovery pass that resolved it from the reference."""
+    attempt, payment = await charged_unknown_with_its_payment_id(rec)
+    await rec.sandbox.fault("lookup_stale", times=1, match={"reference": attempt.client_reference})
+    await rec.make_due(attempt)
+    assert await rec.worker().run_pass() == [Pass.RESOLVED]
     return attempt, payment
 
 
@@ -140,10 +147,7 @@ async def test_a_payment_id_lookup_that_misses_through_replica_lag_resolves_from
 ) -> None:
     # The recorded id is right and the payment exists, but the by-id read answers 404 once
     # (a lagging read replica); the reference lookup sees the payment.
-    attempt, payment = await charged_unknown_with_its_payment_id(rec)
-    await rec.sandbox.fault("lookup_stale", times=1, match={"reference": attempt.client_reference})
-    await rec.make_due(attempt)
-    assert await rec.worker().run_pass() == [Pass.RESOLVED]
+    attempt, payment = await resolved_after_one_stale_id_read(rec)
     await assert_resolved_from_the_reference_without_a_resend(rec, attempt, payment)
     assert await active_faults(rec) == []  # the one stale read was used
 
