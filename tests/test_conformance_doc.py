@@ -35,3 +35,18 @@ def test_each_section_of_issue_8_names_its_tests() -> None:
     rows = re.findall(r"^\| (\d) [^|]+\|[^|]+\|(.+)\|$", section, re.M)
     assert sorted({int(n) for n, _ in rows}) == list(range(2, 9))
     assert [n for n, tests in rows if not REFERENCE.search(tests)] == []
+
+
+def test_each_guard_of_issue_26_names_its_test_and_a_listed_mutation() -> None:
+    """The guards the outside audit found unprotected stay named with what keeps them killed."""
+    from tools.mutations import MUTATIONS
+
+    doc = (ROOT / "docs" / "conformance.md").read_text(encoding="utf-8")
+    section = doc.split("## Beyond the matrix: the guards of issue 26", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| ([^|]+)\|([^|]+)\|([^|]+)\|$", section, re.M)[1:]  # after the header
+    assert len(rows) == 6
+    listed = {m.name for m in MUTATIONS}
+    for _, tests, mutations in rows:
+        assert REFERENCE.search(tests)
+        named = re.findall(r"`([a-z0-9-]+)`", mutations)
+        assert named and set(named) <= listed, named

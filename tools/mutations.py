@@ -146,6 +146,15 @@ WEB_OUTAGE = "tests/console/test_database_outage.py"
 DOMAIN = "libs/paycore/paycore/domain.py"
 NOTIFICATIONS = "libs/paycore/paycore/notifications.py"
 ATTACH_PREVIEW = "tests/operators/test_attach_preview.py"
+# Issue 26: the guards an outside mutation audit found unprotected.
+STRIPE_WIRE = "libs/paycore/paycore/providers/stripe/wire.py"
+STRIPE_EVENTS = "libs/paycore/paycore/providers/stripe/events.py"
+SIGNATURES = "libs/paycore/paycore/webhook_signatures.py"
+REC_LOOKUPS = "tests/matrix/test_recovery_lookups.py"
+SECRET_ROTATION = "tests/providers/test_secret_rotation.py"
+CHECKOUT_HTTP = "tests/checkout/test_http_api.py"
+INTAKE_HTTP = "tests/webhooks/test_intake_http.py"
+STRIPE_EVENT_TESTS = "tests/unit/test_stripe_events.py"
 
 
 def t(file: str, *names: str) -> tuple[str, ...]:
@@ -1397,6 +1406,65 @@ MUTATIONS: tuple[Mutation, ...] = (
         '',
         t("tests/sandbox/test_faults.py", "test_each_rule_says_how_often_it_fired"),
         "the faults a run reports as met are the ones the sandbox applied",
+    ),
+    # -- issue 26: six guards an outside audit found no test protecting -------------------------------
+    Mutation(
+        "recovery-multiple-payments", LOOP,
+        "        if len(distinct) > 1:",
+        "        if len(distinct) > 2:",
+        t(REC_LOOKUPS, "test_two_provider_payments_for_one_reference_escalate_and_resolve_nothing"),
+        "two provider payments for one attempt's reference (a possible double charge) go to a person",
+    ),
+    Mutation(
+        "attach-another-account", NOTIFICATIONS,
+        '    if row["provider_account"] != attempt.provider_account:',
+        "    if False:",
+        t(SECRET_ROTATION,
+          "test_a_notification_verified_for_another_account_cannot_be_attached_to_this_accounts_attempt"),
+        "an operator cannot attach another account's notification (a Stripe intent names no account)",
+    ),
+    Mutation(
+        "conflict-owner-another-account", CONFLICTS,
+        '        if stored["provider_account"] != owner.provider_account:',
+        "        if False:",
+        t(OPS_CONFLICTS,
+          "test_an_owner_of_another_account_than_the_notifications_is_refused_and_nothing_is_written"),
+        "a conflict's notification is applied only to an owner of the account that verified it",
+    ),
+    Mutation(
+        "pay-idempotency-key-across-orders", CHECKOUT_ROUTES,
+        '{"order_id": order_id, "body": body}',
+        '{"body": body}',
+        t(CHECKOUT_HTTP, "test_idempotency_key_reused_for_another_order_is_422_and_pays_nothing"),
+        "one Idempotency-Key used for another order is another intent: 422, never A's stored Succeeded",
+    ),
+    Mutation(
+        "relay-followers-in-id-order", RELAY,
+        "WHERE ordering_key = ANY($1::text[]) AND dispatched_at IS NULL\nORDER BY ordering_key, message_id\n",
+        "WHERE ordering_key = ANY($1::text[]) AND dispatched_at IS NULL\n",
+        t(OUTBOX, "test_an_attempts_rows_go_out_in_id_order_even_when_the_plan_reads_them_in_heap_order"),
+        "an attempt's effects go out in outbox order whatever plan reads them (no refund before fulfillment)",
+    ),
+    Mutation(
+        "stripe-refunded-at-most-charged", STRIPE_WIRE,
+        "if not _is_int(refunded) or not 0 <= refunded <= amount:",
+        "if not _is_int(refunded) or not 0 <= refunded:",
+        t(STRIPE_EVENT_TESTS, "test_a_charge_refunding_more_than_it_charged_or_less_than_nothing_is_invalid"),
+        "a Stripe charge claiming more refunded than charged is not read (no refund-request for it)",
+    ),
+    Mutation(
+        "signature-tolerance-both-ways", SIGNATURES,
+        "if abs(now.timestamp() - timestamp) > TOLERANCE_S:",
+        "if now.timestamp() - timestamp > TOLERANCE_S:",
+        t(INTAKE_HTTP, "test_a_signature_dated_ahead_of_the_tolerance_is_rejected"),
+        "a Standard Webhooks signature dated ahead of the tolerance does not verify",
+    ),
+    Mutation(
+        "stripe-signature-tolerance-both-ways", STRIPE_EVENTS,
+        "if abs(now.timestamp() - timestamp) > TOLERANCE_S:",
+        "if now.timestamp() - timestamp > TOLERANCE_S:",
+        t(STRIPE_EVENT_TESTS, "test_a_timestamp_outside_300_s_is_unverified"),
+        "a Stripe-Signature dated ahead of the tolerance does not verify",
     ),
     # -- worktree i14 (issue 14 audit: observability and contracts) --
     Mutation(

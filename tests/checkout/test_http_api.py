@@ -133,6 +133,20 @@ async def test_idempotency_key_with_a_different_request_is_422(stack: Stack) -> 
     assert_problem(other, 422)
 
 
+async def test_idempotency_key_reused_for_another_order_is_422_and_pays_nothing(stack: Stack) -> None:
+    # The same customer's key, first for order A, then for order B: B's request is another
+    # intent. Replaying A's stored "Succeeded" would tell the storefront B was paid.
+    order_a, order_b = await stack.shop.create_order(), await stack.shop.create_order()
+    headers = {"Idempotency-Key": "checkout-one-key-two-orders"}
+    first = await stack.shop.pay(order_a, headers=headers)
+    assert first.status_code == 200 and first.json()["order_id"] == order_a
+    other = await stack.shop.pay(order_b, headers=headers)
+    assert_problem(other, 422)
+    assert "idempotent-replayed" not in other.headers
+    assert (await stack.shop.status(order_b)).status_code == 404  # no attempt for B
+    assert len(await stack.sandbox.create_requests()) == 1
+
+
 async def test_idempotency_key_in_flight_is_409_with_retry_after(stack: Stack) -> None:
     await stack.sandbox.fault("delay", delay_ms=400, times=1)
     order = await stack.shop.create_order()

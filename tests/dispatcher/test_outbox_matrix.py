@@ -22,6 +22,7 @@ import pytest
 from paycore import contracts, escalations, outbox_admin
 from paycore.attempts import Attempt
 from paycore.clock import FakeClock
+from paycore.db import create_pool
 from paycore.kafka import KafkaSettings
 from paycore.logs import JsonFormatter
 from tests.matrix.helpers import seed_account, started_attempt
@@ -81,6 +82,38 @@ async def test_a_refund_queued_after_a_confirmation_for_the_same_attempt_is_neve
     for mid in (c_id, r_id):
         row = await outbox_row(pool, mid)
         assert row["dispatched_at"] == clock.now()
+
+
+async def test_an_attempts_rows_go_out_in_id_order_even_when_the_plan_reads_them_in_heap_order(
+    pool: asyncpg.Pool, db_dsn: str, clock: FakeClock, ks: KafkaSettings, attempts: list[Attempt]
+) -> None:
+    # An index scan happens to return id order; a bitmap heap or sequential scan (a large outbox,
+    # a cold cache) returns heap order. Only the queries' ORDER BY may decide the chain.
+    a = attempts[0]
+    ids = [await queue_effect(pool, clock, a.attempt_id, effect)
+           for effect in ("order-confirmation", "fulfillment-request", "refund-request")]
+    # A row whose indexed next_attempt_at changes (a backoff, a requeue) gets a new version in a new
+    # place: the fulfillment row now lies after the refund's, for every scan of the heap.
+    await pool.execute("UPDATE outbox_messages SET next_attempt_at = next_attempt_at - interval '1 second'"
+                       " WHERE message_id = $1", ids[1])
+    heap = await pool.fetch("SELECT message_id FROM outbox_messages ORDER BY ctid")
+    heap_order = [r["message_id"] for r in heap]
+    assert heap_order == [ids[0], ids[2], ids[1]]
+    joiner = "&" if "?" in db_dsn else "?"  # asyncpg passes unknown DSN parameters as server settings
+    no_index_scans = await create_pool(f"{db_dsn}{joiner}enable_indexscan=off&enable_indexonlyscan=off")
+    try:
+        plan = [r[0] for r in await no_index_scans.fetch(
+            "EXPLAIN SELECT message_id FROM outbox_messages WHERE ordering_key = ANY($1::text[])"
+            " AND dispatched_at IS NULL", [f"attempt:{a.attempt_id}"])]
+        [table_read] = [line.strip(" ->") for line in plan if " on outbox_messages " in line]
+        assert table_read.startswith(("Bitmap Heap Scan", "Seq Scan")), plan  # heap order
+        async with kafka_publisher(ks) as pub:
+            result = await relay(no_index_scans, pub, clock, ks).run_once()
+    finally:
+        await no_index_scans.close()
+    assert result.published == 3
+    assert keys_of(await effects(ks, 3)) == [
+        conf(a), f"attempt:{a.attempt_id}:fulfillment-request", refund(a)]
 
 
 # --------------------------------------------------------------------------- M54, checklist 21

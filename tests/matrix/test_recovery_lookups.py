@@ -8,11 +8,13 @@ The recovery matrix continued; setup as in test_recovery_matrix.py.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
 from paycore.attempts import Attempt
 from paycore.domain import AttemptState
+from paycore.providers.base import StoredRequest
 from paycore_recovery.loop import Pass
 from tests.support.recovery import RecoveryStack, seconds, settle_s
 from tests.support.webhooks import OTHER, TEST
@@ -230,6 +232,32 @@ async def test_a_found_payment_with_another_amount_escalates_a_mismatch_and_reso
     order = await rec.pool.fetchrow("SELECT status FROM orders WHERE order_id = $1", attempt.order_id)
     assert order["status"] == "Open"
     assert len(await rec.sends_for(attempt)) == 1 and len(await rec.payments_for(attempt)) == 1
+
+
+async def test_two_provider_payments_for_one_reference_escalate_and_resolve_nothing(
+    rec: RecoveryStack,
+) -> None:
+    # The attempt's own payment, and a second one carrying its reference under another key (a
+    # double charge's signature): the lookup by reference finds both, and a person must look.
+    attempt = await rec.charged_but_unknown()
+    second = dataclasses.replace(StoredRequest.from_attempt(attempt), idempotency_key="another-key-same-ref")
+    created = await rec.worker("sender").client.create_payment(second, budget_s=15, first_send=True)
+    assert created.kind.value == "succeeded", created
+    payments = await rec.payments_for(attempt)
+    assert len({p["id"] for p in payments}) == 2
+    await rec.make_due(attempt)
+    assert await rec.worker().run_pass() == [Pass.ESCALATED]
+    assert await rec.open_escalations() == [f"attempt:{attempt.attempt_id}:multiple-provider-payments"]
+    [esc] = await rec.escalation_rows()
+    assert esc["detail"]["provider_payment_ids"] == sorted(p["id"] for p in payments)
+    after = await rec.current(attempt)
+    assert after.state is AttemptState.UNKNOWN and after.provider_payment_id is None
+    assert after.recovery_owner is None
+    order = await rec.pool.fetchrow("SELECT status FROM orders WHERE order_id = $1", attempt.order_id)
+    assert order["status"] == "Open"  # not Paid on a payment that may be one of two
+    assert await rec.pool.fetchval("SELECT count(*) FROM outbox_messages WHERE kind <> 'operator-alert'") == 0
+    [looked] = await rec.lookup_events(attempt)
+    assert looked["result"] == "found" and len(looked["payments"]) == 2  # the evidence, for the person
 
 
 # -- Rate limits ----------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from paycore.domain import AttemptState
 from paycore.operator_actions import ActionKind, list_actions
 from tests.matrix.test_notification_matrix import live_attempt, succeeded_event
 from tests.support.timings import REMINDER_INTERVAL
-from tests.support.webhooks import WebhookStack
+from tests.support.webhooks import OTHER, WebhookStack
 
 
 async def resolve(hooks: WebhookStack, escalation_id: int, owner: Attempt | None) -> ConflictResolved:
@@ -35,12 +35,16 @@ async def is_open(hooks: WebhookStack, escalation_id: int) -> bool:
         "SELECT resolved_at IS NULL FROM payment_escalations WHERE escalation_id = $1", escalation_id))
 
 
-async def identity_conflict(hooks: WebhookStack, **event: Any) -> tuple[Attempt, Attempt, asyncpg.Record]:
-    """a (Unknown) and b (Started, owns pay_b); a notification with a's reference and b's payment id."""
+async def identity_conflict(hooks: WebhookStack, *, unnamed_account: bool = False,
+                            **event: Any) -> tuple[Attempt, Attempt, asyncpg.Record]:
+    """a (Unknown) and b (Started, owns pay_b); a notification with a's reference and b's payment id
+    (``unnamed_account``: naming no account, as a Stripe PaymentIntent never does)."""
     a = await live_attempt(hooks)
     b = await live_attempt(hooks, customer="cus_bob")
     await hooks.deliver(succeeded_event(b, "pay_b", status="processing", sequence=1))
     conflicting = succeeded_event(a, "pay_b", sequence=2, **event)
+    if unnamed_account:
+        conflicting["account"] = conflicting["data"]["object"]["account"] = None
     assert (await hooks.deliver(conflicting)).json()["result"] == "conflict"
     a, b = await get_attempt(hooks.pool, a.attempt_id), await get_attempt(hooks.pool, b.attempt_id)
     return a, b, await episode(hooks, "identity-conflict")
@@ -136,3 +140,24 @@ async def test_other_episodes_and_closed_ones_are_refused(hooks: WebhookStack) -
     other = await episode(hooks, "unmatched-payment")
     with pytest.raises(ConflictResolutionRefused, match="not an identity or provider-id conflict"):
         await resolve(hooks, other["escalation_id"], None)
+
+
+async def test_an_owner_of_another_account_than_the_notifications_is_refused_and_nothing_is_written(
+    hooks: WebhookStack,
+) -> None:
+    # The notification names no account (Stripe's never do; some Cardco deployments omit it), so
+    # the account whose secret verified it is the only barrier. An episode naming an attempt of
+    # another account (a hand-edited or mis-migrated row) must not let it be applied there.
+    _, _, esc = await identity_conflict(hooks, unnamed_account=True)
+    elsewhere = await live_attempt(hooks, OTHER, customer="cus_carol")
+    await hooks.pool.execute(
+        "UPDATE payment_escalations SET detail = detail || jsonb_build_object("
+        "'provider_payment_id_attempt_id', $2::text) WHERE escalation_id = $1",
+        esc["escalation_id"], str(elsewhere.attempt_id))
+    with pytest.raises(ConflictResolutionRefused, match="verified for another provider account"):
+        await resolve(hooks, esc["escalation_id"], elsewhere)
+    assert await get_attempt(hooks.pool, elsewhere.attempt_id) == elsewhere
+    assert await is_open(hooks, esc["escalation_id"])
+    assert await list_actions(hooks.pool, escalation_id=esc["escalation_id"]) == []
+    assert await hooks.count("SELECT count(*) FROM outbox_messages WHERE dedup_key = $1",
+                             f"attempt:{elsewhere.attempt_id}:order-confirmation") == 0

@@ -17,15 +17,18 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import asyncpg
 import orjson
 import pytest
 
 from paycore.accounts import register_provider_accounts
+from paycore.notifications import AttachRefused, attach_notification
 from paycore.settings_spec import Secret
 from tests.providers.test_flows import succeeded_event, wait_until
 from tests.support.providers import PROVIDERS, RETURN_URL, ProviderStack, adyen_batch, running_provider_stack
+from tests.support.timings import REMINDER_INTERVAL
 from tests.unit.test_stripe_events import account as stripe_account
 
 
@@ -230,6 +233,34 @@ async def test_another_accounts_previous_secret_never_verifies_for_this_account(
     await flows.subscribe()  # the provider's own delivery, with the store's secret, applies it
     await flows.sandbox.redeliver(event["id"])
     await wait_until(flows, attempt_id, "Succeeded")
+
+
+async def test_a_notification_verified_for_another_account_cannot_be_attached_to_this_accounts_attempt(
+    two_accounts: TwoAccounts,
+) -> None:
+    """The store's payment's event, verified by the other account's secret, is that account's
+    unmatched notification. An operator attaching it to the store's attempt is refused: for Stripe,
+    whose PaymentIntent names no account, the verifying account is the only barrier between it and
+    an order marked Paid with no money received."""
+    flows = two_accounts.stack
+    attempt_id, event = await pending_3ds(flows)
+    other = OTHER[flows.wire.name]
+    body, headers = signed(flows, event, secret=two_accounts.other_previous,
+                           password=two_accounts.other_previous_password)
+    r = await flows.intake.post(f"/webhooks/{flows.wire.name}", content=body, headers=headers)
+    assert r.status_code == 200, r.text
+    event_id = await flows.pool.fetchval(
+        "SELECT event_id FROM payment_attempt_events WHERE kind = 'notification' AND provider_account = $1"
+        " AND attempt_id IS NULL", other)
+    assert event_id is not None
+    with pytest.raises(AttachRefused, match="verified for another provider account"):
+        await attach_notification(flows.pool, event_id=event_id, attempt_id=UUID(attempt_id),
+                                  operator="ops-1", reason="looks like ours", now=flows.clock.now(),
+                                  reminder_interval=REMINDER_INTERVAL, recheck_after_s=60)
+    assert await state(flows, attempt_id) == "Started"
+    assert await flows.pool.fetchval("SELECT status FROM orders o JOIN payment_attempts a USING (order_id)"
+                                     " WHERE a.attempt_id = $1", attempt_id) == "Open"
+    assert await flows.pool.fetchval("SELECT count(*) FROM operator_actions") == 0
 
 
 # --------------------------------------------------------------------------- Stripe's own roll

@@ -278,6 +278,17 @@ def test_charge_refunded_is_about_its_payment_intent() -> None:
     assert n.outcome.evidence().provider_payment_id == INTENT_ID
 
 
+@pytest.mark.parametrize("refunded", [5000, 999_999, -1])
+def test_a_charge_refunding_more_than_it_charged_or_less_than_nothing_is_invalid(refunded: int) -> None:
+    # Taken as read, 999,999 refunded on a 4,999 charge would queue a refund-request for it.
+    charge = {"id": "ch_1", "object": "charge", "amount": 4999, "amount_refunded": refunded,
+              "currency": "eur", "livemode": False, "status": "succeeded", "refunded": True,
+              "payment_intent": INTENT_ID, "metadata": {"paycore_reference": REFERENCE}}
+    with pytest.raises(InvalidNotification, match="invalid-object"):
+        parse_event(event("charge.refunded", charge))
+    assert parse_event(event("charge.refunded", dict(charge, amount_refunded=4999))).amount_refunded == 4999
+
+
 def test_the_envelopes_mode_is_a_second_statement() -> None:
     n = parse_event(event(livemode=True))
     assert n.outcome.evidence().livemodes == (False, True)

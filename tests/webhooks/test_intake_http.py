@@ -6,6 +6,7 @@ Anything unverifiable or malformed is refused with problem+json and stores nothi
 from __future__ import annotations
 
 import base64
+import math
 import time
 from datetime import UTC, datetime
 
@@ -38,6 +39,23 @@ async def test_a_stale_signature_is_rejected(hooks: WebhookStack) -> None:
     r = await hooks.deliver(an_event(), timestamp=old)
     assert r.status_code == 401 and r.json()["detail"] == "timestamp-outside-tolerance"
     assert await stored(hooks) == 0
+
+
+@pytest.mark.parametrize("skew_s", [TOLERANCE_S + 1, 365 * 86_400])
+async def test_a_signature_dated_ahead_of_the_tolerance_is_rejected(hooks: WebhookStack, skew_s: int) -> None:
+    # The tolerance holds both ways (Standard Webhooks): a signature dated a year ahead is no
+    # fresher than one a year old.
+    ahead = int(hooks.clock.now().timestamp()) + skew_s
+    r = await hooks.deliver(an_event(), timestamp=ahead)
+    assert r.status_code == 401 and r.json()["detail"] == "timestamp-outside-tolerance"
+    assert await stored(hooks) == 0
+
+
+async def test_a_signature_at_the_edges_of_the_tolerance_verifies(hooks: WebhookStack) -> None:
+    now = hooks.clock.now().timestamp()  # headers carry whole seconds: stay inside by the fraction
+    for at in (math.ceil(now) - TOLERANCE_S, math.floor(now) + TOLERANCE_S):
+        r = await hooks.deliver(an_event(), timestamp=at)
+        assert r.status_code == 200, r.text
 
 
 async def test_a_delivery_replayed_later_with_its_old_timestamp_is_rejected(hooks: WebhookStack) -> None:
