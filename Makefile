@@ -23,10 +23,10 @@ CHROMIUM := /usr/bin/chromium
 # scraping a running stack): Debian's `prometheus` package ships both.
 PROMTOOL := /usr/bin/promtool
 
-.PHONY: help venv run test test-durations test-fast lint typecheck check docs screenshots bench chaos mutate lock clean
+.PHONY: help venv run test test-durations test-fast lint typecheck check docs screenshots bench chaos mutate mutate-generated lock clean
 
 help:  ## list targets
-	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 # pip installs uv alone (its pin and hashes taken from dev.lock), uv the locks (seconds, not a
 # minute: parallel downloads and no byte-compiling), pip the editable workspace packages.
@@ -102,6 +102,9 @@ chaos: $(STAMP)  ## the whole system under load, faults, kills and a DB crash; t
 
 mutate: $(STAMP)  ## break each money-guarding condition in a temp copy; its tests must fail (not in CI)
 	$(BIN)/python -m tools.mutate $(MUTATE_ARGS)
+
+mutate-generated: $(STAMP)  ## generated mutants (cosmic-ray, SQL) over the money modules; survivors judged (~2 h; not CI)
+	$(BIN)/python -m tools.mutate_generated $(MUTATE_ARGS)
 
 # uv keeps each pin already in a lock unless LOCK_ARGS=--upgrade (or --upgrade-package NAME).
 UV_COMPILE = ../$(BIN)/uv pip compile --quiet --generate-hashes --python $(PYTHON) \

@@ -68,6 +68,8 @@ DEV_TOOLS: tuple[tuple[str, str], ...] = (
     ("schemathesis", "tests/openapi fuzz the live services against their OpenAPI documents"),
     ("openapi-spec-validator", "tests/openapi check each service's document is valid OpenAPI 3.1"),
     ("py-spy", "profiling a running service (docs/operations.md, Scale)"),
+    ("cosmic-ray", "make mutate-generated: its mutation operators generate the Python mutants"),
+    ("coverage", "make mutate-generated: which tests execute each mutated line"),
     ("uv==0.13.8", "the lock tool: make lock runs `uv pip compile --generate-hashes`"),
 )
 

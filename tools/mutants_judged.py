@@ -1,0 +1,29 @@
+"""The survivors of ``make mutate-generated`` that were read and judged, each with why.
+
+A generated mutant that no test kills is either a missing test (write it: the mutant is then
+killed and does not belong here) or a change nobody can observe. Those are listed here, keyed
+by the file and the exact lines the mutant removes and adds (``diff``, as the report prints
+it), so a judgement follows the code when lines move and lapses when the code changes.
+
+Verdicts:
+
+- ``equivalent``: the mutant behaves exactly as the original (the same rows, the same answer);
+- ``unobservable``: it changes something no caller can see from outside (a log's wording, the
+  order of two independent writes in one transaction), and a test of it would test the code's
+  shape, not its behaviour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Judged:
+    file: str
+    diff: str  # the report's "- old" / "+ new" lines
+    verdict: str  # equivalent | unobservable
+    why: str
+
+
+JUDGED: tuple[Judged, ...] = ()
