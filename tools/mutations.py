@@ -808,8 +808,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         'auth-disable-recorded', OPERATORS,
-        'action=ActionKind.OPERATOR_DISABLE',
-        'action=ActionKind.OPERATOR_ADD',
+        'recorded = await _record(conn, ActionKind.OPERATOR_DISABLE,',
+        'recorded = await _record(conn, ActionKind.OPERATOR_ADD,',
         t(OPERATOR_ACCOUNTS_TESTS, 'test_a_disabled_operator_cannot_sign_in_even_with_the_right_password'),
         'disable recorded',
     ),
@@ -1003,6 +1003,51 @@ MUTATIONS: tuple[Mutation, ...] = (
         '',
         t(WEB_SIGN_IN, "test_the_sign_in_form_needs_its_own_token_and_next_stays_on_this_site"),
         "after sign-in, never redirect off the site",
+    ),
+    # -- issue 27: sessions kept server-side --
+    Mutation(
+        'console-ended-session-refused', CONSOLE_AUTH,
+        "        if stored.ended_at is not None:\n",
+        "        if False:\n",
+        t(WEB_SIGN_IN, "test_a_copied_session_cookie_is_refused_once_its_session_signed_out")
+        + t(CONSOLE_TESTS, "test_a_session_ended_by_signing_out_is_refused_when_its_token_comes_back"),
+        "a session that ended (signed out, a new password, an admin) opens nothing when its cookie comes back",
+    ),
+    Mutation(
+        'console-sign-out-ends-the-session', WEB_PAGES,
+        "        await c.auth.end_session(c.pool, caller.session, c.clock.now())",
+        "        pass",
+        t(WEB_SIGN_IN, "test_a_copied_session_cookie_is_refused_once_its_session_signed_out"),
+        "signing out ends the session server-side, not only in the browser",
+    ),
+    Mutation(
+        'console-idle-timeout', CONSOLE_AUTH,
+        "        if (now - stored.last_seen_at).total_seconds() > self.settings.session_idle_s:",
+        "        if False:",
+        t(WEB_SIGN_IN, "test_an_idle_session_ends_after_the_idle_timeout")
+        + t(CONSOLE_TESTS, "test_an_unused_session_ends_after_the_idle_timeout_and_a_used_one_lives_on"),
+        "a session unused for the idle timeout ends",
+    ),
+    Mutation(
+        'console-session-row-names-its-operator', CONSOLE_AUTH,
+        "        if stored is None or stored.operator != name:",
+        "        if stored is None:",
+        t(CONSOLE_TESTS, "test_a_signed_session_that_was_never_opened_is_refused"),
+        "a token signed for another name cannot ride someone's open session",
+    ),
+    Mutation(
+        'operator-new-password-ends-sessions', OPERATORS,
+        "        ended = await end_sessions_of(conn, handle, now, EndReason.PASSWORD_CHANGED, keep=keep_session)",
+        "        ended = 0",
+        t(CONSOLE_TESTS, "test_a_new_password_ends_the_accounts_other_sessions_and_keeps_the_one_that_changed_it"),
+        "a new password ends the account's other sessions (a leaked password ends there)",
+    ),
+    Mutation(
+        'operator-disable-ends-sessions', OPERATORS,
+        "        ended = await end_sessions_of(conn, handle, now, EndReason.OPERATOR_DISABLED)",
+        "        ended = 0",
+        t(CONSOLE_TESTS, "test_an_admin_ends_anyones_sessions_a_role_change_and_disabling_end_them_too"),
+        "disabling an account ends its sessions in the same transaction",
     ),
     Mutation(
         'inbox-outlives-the-topic', DISPATCHER_SETTINGS,

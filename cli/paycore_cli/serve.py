@@ -42,10 +42,13 @@ APP_FACTORIES = {
 def server_options() -> dict[str, Any]:
     """What every ``serve`` runs uvicorn with: libuv's event loop (in the runtime lock), less CPU per
     request than asyncio's (docs/operations.md, "Scale"); httptools' C parser, its refusals answered
-    as problem+json (paycore.http.protocol, imported here: importing the CLI loads no uvicorn)."""
+    as problem+json (paycore.http.protocol, imported here: importing the CLI loads no uvicorn); and
+    no proxy headers believed by default."""
     from paycore.http.protocol import ProblemHttpToolsProtocol
 
-    return {"http": ProblemHttpToolsProtocol, "loop": "uvloop"}
+    # No X-Forwarded-* from anyone by uvicorn's default trust of 127.0.0.1: a service that sits
+    # behind a proxy says which ones it trusts (PAYCORE_CONSOLE_TRUSTED_PROXIES).
+    return {"http": ProblemHttpToolsProtocol, "loop": "uvloop", "proxy_headers": False}
 
 
 def _is_loopback(host: str) -> bool:

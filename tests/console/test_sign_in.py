@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 
 from paycore.clock import FakeClock
+from paycore_console.auth import SESSION_COOKIE
 from tests.console.conftest import PASSWORD, ConsoleRig, MakeRig, hidden
 
 
@@ -111,6 +114,53 @@ async def test_signing_out_forgets_the_session(rig: ConsoleRig) -> None:
     assert (await browser.client.get("/")).status_code == 303
 
 
+async def test_a_copied_session_cookie_is_refused_once_its_session_signed_out(rig: ConsoleRig) -> None:
+    browser = await rig.browser()
+    copied = browser.client.cookies[SESSION_COOKIE]
+    thief = rig.client(cookies={SESSION_COOKIE: copied})
+    assert (await thief.get("/api/v1/overview")).status_code == 200  # a copy works while it lives
+    assert (await browser.post_form("/logout")).status_code == 303
+    for path in ("/", "/api/v1/overview"):
+        answer = await thief.get(path)
+        assert answer.status_code in (303, 401), (path, answer.status_code)
+    assert (await thief.get("/api/v1/overview")).headers["content-type"] == "application/problem+json"
+
+
+async def test_an_idle_session_ends_after_the_idle_timeout(make_rig: MakeRig, clock: FakeClock) -> None:
+    rig = await make_rig(clock, PAYCORE_CONSOLE_SESSION_IDLE_S="1800")
+    browser = await rig.browser()
+    clock.advance(1700)
+    assert (await browser.client.get("/")).status_code == 200  # used: its idle time starts again
+    clock.advance(1700)
+    assert (await browser.client.get("/")).status_code == 200
+    clock.advance(1801)
+    assert (await browser.client.get("/")).status_code == 303
+    assert await rig.pool.fetchval("SELECT end_reason FROM operator_sessions") == "idle"
+
+
+async def test_an_operator_sees_their_open_sessions_and_ends_the_others(rig: ConsoleRig) -> None:
+    here = await rig.browser("ops-1")
+    laptop, phone = rig.client(), rig.client()
+    for client in (laptop, phone):
+        assert (await rig.sign_in(client, "ops-1")).status_code == 303
+    page = await here.client.get("/sessions")
+    assert page.status_code == 200 and page.text.count('data-testid="session-row"') == 3
+    assert page.text.count('data-testid="this-session"') == 1
+    # Ending one of the others by its handle; then all the rest.
+    [handle, *_] = [h for h in re.findall(r'name="session" value="([0-9a-f]{16})"', page.text)]
+    assert "Session" in await here.flash_after(await here.post_form("/sessions/end", session=handle))
+    assert sum([(await c.get("/")).status_code == 303 for c in (laptop, phone)]) == 1
+    assert "Ended 1 other" in await here.flash_after(await here.post_form("/sessions/end", session="others"))
+    assert [(await c.get("/")).status_code for c in (laptop, phone)] == [303, 303]
+    assert (await here.client.get("/")).status_code == 200  # this one stays
+    [recorded] = await rig.pool.fetch("SELECT operator, target_operator FROM operator_actions"
+                                      " WHERE action = 'operator-end-sessions'")
+    assert (recorded["operator"], recorded["target_operator"]) == ("ops-1", "ops-1")
+    other = await rig.browser("ops-2")  # another operator cannot end ops-1's sessions by handle
+    refused = await other.post_form("/sessions/end", session=handle)
+    assert "Refused" in await other.flash_after(refused)
+
+
 async def test_the_sign_in_form_needs_its_own_token_and_next_stays_on_this_site(rig: ConsoleRig) -> None:
     await rig.add("ops-1")
     client = rig.client()
@@ -133,3 +183,63 @@ async def test_a_disabled_operators_session_stops_at_once(rig: ConsoleRig) -> No
     browser = await rig.browser()
     await disable_operator(rig.pool, "ops-1", rig.clock.now(), operator="root", reason="left the team")
     assert (await browser.client.get("/")).status_code == 303
+
+
+# -- behind a proxy ----------------------------------------------------------------------------
+
+PROXY = ("10.1.2.3", 443)  # the peer every request comes from behind a proxy
+
+
+async def test_behind_a_trusted_proxy_each_client_has_its_own_sign_in_throttle(
+    make_rig: MakeRig, clock: FakeClock,
+) -> None:
+    rig = await make_rig(clock, PAYCORE_CONSOLE_LOGIN_MAX_FAILURES="2", PAYCORE_CONSOLE_LOGIN_WINDOW_S="60",
+                         PAYCORE_CONSOLE_TRUSTED_PROXIES="10.0.0.0/8")
+    await rig.add("ops-1")
+    guesser = rig.client(client_address=PROXY, headers={"X-Forwarded-For": "198.51.100.66"})
+    colleague = rig.client(client_address=PROXY, headers={"X-Forwarded-For": "203.0.113.20"})
+    for _ in range(2):
+        assert (await rig.sign_in(guesser, "ops-1", "wrong password here")).status_code == 401
+    assert (await rig.sign_in(guesser, "ops-1")).status_code == 429
+    # The same proxy, another client: not locked out by the guesser.
+    assert (await rig.sign_in(colleague, "ops-1")).status_code == 303
+    clients = await rig.pool.fetch("SELECT DISTINCT client FROM operator_login_failures")
+    assert [r["client"] for r in clients] == ["198.51.100.66"]
+
+
+async def test_x_forwarded_for_from_an_untrusted_peer_is_ignored(make_rig: MakeRig, clock: FakeClock) -> None:
+    rig = await make_rig(clock, PAYCORE_CONSOLE_LOGIN_MAX_FAILURES="2", PAYCORE_CONSOLE_LOGIN_WINDOW_S="60",
+                         PAYCORE_CONSOLE_TRUSTED_PROXIES="10.0.0.0/8")
+    await rig.add("ops-1")
+    # Not from the proxy: a forged X-Forwarded-For would otherwise reset the throttle at will.
+    for forged in ("198.51.100.1", "198.51.100.2"):
+        direct = rig.client(client_address=("192.0.2.50", 5000), headers={"X-Forwarded-For": forged})
+        assert (await rig.sign_in(direct, "ops-1", "wrong password here")).status_code == 401
+    again = rig.client(client_address=("192.0.2.50", 5000), headers={"X-Forwarded-For": "198.51.100.3"})
+    assert (await rig.sign_in(again, "ops-1")).status_code == 429
+    clients = await rig.pool.fetch("SELECT DISTINCT client FROM operator_login_failures")
+    assert [r["client"] for r in clients] == ["192.0.2.50"]
+    # No proxies configured (the default): nobody's X-Forwarded-For is believed.
+    plain = await make_rig(clock)
+    proxied = plain.client(client_address=PROXY, headers={"X-Forwarded-For": "198.51.100.9"})
+    await plain.add("ops-2")
+    assert (await plain.sign_in(proxied, "ops-2", "wrong password here")).status_code == 401
+    seen = await plain.pool.fetchval("SELECT client FROM operator_login_failures WHERE name = 'ops-2'")
+    assert seen == "10.1.2.3"
+
+
+async def test_strict_transport_security_is_sent_over_https_only(make_rig: MakeRig, clock: FakeClock) -> None:
+    rig = await make_rig(clock, PAYCORE_CONSOLE_TRUSTED_PROXIES="10.0.0.0/8")
+    over_tls = await rig.client().get("/login")
+    assert over_tls.headers["strict-transport-security"] == "max-age=31536000"
+    plain = await rig.client(base_url="http://console.test").get("/login")
+    assert "strict-transport-security" not in plain.headers
+    # Plain http to the console from a TLS-terminating proxy that says the client used https.
+    terminated = rig.client(base_url="http://console.test", client_address=PROXY,
+                            headers={"X-Forwarded-Proto": "https"})
+    assert (await terminated.get("/login")).headers["strict-transport-security"] == "max-age=31536000"
+    liar = rig.client(base_url="http://console.test", client_address=("192.0.2.50", 5000),
+                      headers={"X-Forwarded-Proto": "https"})
+    assert "strict-transport-security" not in (await liar.get("/login")).headers
+    off = await make_rig(clock, PAYCORE_CONSOLE_HSTS_MAX_AGE_S="0")
+    assert "strict-transport-security" not in (await off.client().get("/login")).headers

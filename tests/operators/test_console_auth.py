@@ -10,6 +10,7 @@ import base64
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -31,7 +32,16 @@ from paycore.console_auth import (
     SessionRefused,
     require,
 )
-from paycore.operators import Role, add_operator, authenticate, disable_operator
+from paycore.operators import (
+    AuthenticationFailed,
+    Role,
+    add_operator,
+    authenticate,
+    disable_operator,
+    end_sessions,
+    set_password,
+    set_role,
+)
 from paycore.settings_spec import ConfigError, Secret
 from tests.support.identity_provider import IdentityProvider
 
@@ -50,7 +60,7 @@ async def signed_in(pool: asyncpg.Pool, clock: FakeClock, auth: ConsoleAuth, nam
                     role: str = "operator") -> str:
     await add_operator(pool, name, PASSWORD, role, clock.now(), operator="root")
     account = await authenticate(pool, name, PASSWORD, "203.0.113.7", clock.now())
-    return auth.issue_session(account.name, account.role, clock.now())
+    return await auth.issue_session(pool, account.name, account.role, clock.now())
 
 
 def _reshaped(token: str, **changes: Any) -> str:
@@ -67,7 +77,7 @@ def _reshaped(token: str, **changes: Any) -> str:
 async def test_a_session_names_its_operator_and_role_until_it_expires(
     pool: asyncpg.Pool, clock: FakeClock,
 ) -> None:
-    auth = console()
+    auth = console(PAYCORE_CONSOLE_SESSION_IDLE_S="86400")  # the lifetime alone ends it here
     token = await signed_in(pool, clock, auth)
     issued = clock.now()
     session = await auth.verify_session(pool, token, clock.now())
@@ -133,12 +143,105 @@ async def test_a_session_of_a_role_the_account_no_longer_has_is_refused(
         await auth.verify_session(pool, token, clock.now())
 
 
-async def test_a_signed_session_for_a_name_without_an_account_is_refused(
+async def test_a_signed_session_that_was_never_opened_is_refused(
+    pool: asyncpg.Pool, clock: FakeClock,
+) -> None:
+    # Signed with the right secret (a leaked secret, say), but no sign-in recorded it.
+    auth = console()
+    token = await signed_in(pool, clock, auth)
+    for forged in (_resigned(auth, token, sid="bm90LWEtcmVhbC1zZXNzaW9u"),
+                   _resigned(auth, token, sub="ghost")):
+        with pytest.raises(SessionRefused, match="no such session"):
+            await auth.verify_session(pool, forged, clock.now())
+
+
+def _resigned(auth: ConsoleAuth, token: str, **changes: Any) -> str:
+    """The token with its payload changed and signed again with the console's secret."""
+    body = _reshaped(token, **changes).partition(".")[0]
+    return f"{body}.{auth._mac(body)}"
+
+
+# --------------------------------------------------------------------------- sessions kept server-side
+
+
+async def test_a_session_ended_by_signing_out_is_refused_when_its_token_comes_back(
     pool: asyncpg.Pool, clock: FakeClock,
 ) -> None:
     auth = console()
-    with pytest.raises(SessionRefused, match="no such operator"):
-        await auth.verify_session(pool, auth.issue_session("ghost", Role.OPERATOR, clock.now()), clock.now())
+    token = await signed_in(pool, clock, auth)
+    session = await auth.verify_session(pool, token, clock.now())
+    await auth.end_session(pool, session, clock.now())
+    with pytest.raises(SessionRefused, match=r"session ended \(signed-out\)"):
+        await auth.verify_session(pool, token, clock.now())
+    # The table holds the id's hash only: nothing in it is a session id or a token.
+    [row] = await pool.fetch("SELECT * FROM operator_sessions")
+    assert row["session_hash"] == session.hashed and len(row["session_hash"]) == 32
+    assert session.session_id.encode() not in b"".join(str(v).encode() for v in row.values())
+
+
+async def test_an_unused_session_ends_after_the_idle_timeout_and_a_used_one_lives_on(
+    pool: asyncpg.Pool, clock: FakeClock,
+) -> None:
+    auth = console(PAYCORE_CONSOLE_SESSION_IDLE_S="600")
+    used, unused = await signed_in(pool, clock, auth), await signed_in(pool, clock, auth, "bob")
+    for _ in range(3):  # used every 5 minutes for 15 minutes: longer than the timeout, never idle
+        clock.advance(300)
+        await auth.verify_session(pool, used, clock.now())
+    with pytest.raises(SessionRefused, match=r"session ended \(idle\)"):
+        await auth.verify_session(pool, unused, clock.now())
+    with pytest.raises(SessionRefused, match=r"session ended \(idle\)"):  # ended, not only refused
+        await auth.verify_session(pool, unused, clock.now() - timedelta(seconds=900))
+    clock.advance(601)
+    with pytest.raises(SessionRefused, match="idle"):
+        await auth.verify_session(pool, used, clock.now())
+
+
+async def test_a_new_password_ends_the_accounts_other_sessions_and_keeps_the_one_that_changed_it(
+    pool: asyncpg.Pool, clock: FakeClock,
+) -> None:
+    auth = console()
+    here, laptop, phone = (await signed_in(pool, clock, auth),
+                           await _again(pool, clock, auth), await _again(pool, clock, auth))
+    mine = await auth.verify_session(pool, here, clock.now())
+    changed = await set_password(pool, "alice", "a brand new passphrase", clock.now(), operator="alice",
+                                 keep_session=mine.hashed)
+    assert changed.sessions_ended == 2
+    for stale in (laptop, phone):
+        with pytest.raises(SessionRefused, match="password-changed"):
+            await auth.verify_session(pool, stale, clock.now())
+    assert (await auth.verify_session(pool, here, clock.now())).principal.name == "alice"
+    with pytest.raises(AuthenticationFailed):
+        await authenticate(pool, "alice", PASSWORD, "203.0.113.7", clock.now())
+    await authenticate(pool, "alice", "a brand new passphrase", "203.0.113.7", clock.now())
+    assert (changed.recorded.action.value, changed.recorded.state_after) == (
+        "operator-password", {"password": "changed", "sessions_ended": 2})
+
+
+async def test_an_admin_ends_anyones_sessions_a_role_change_and_disabling_end_them_too(
+    pool: asyncpg.Pool, clock: FakeClock,
+) -> None:
+    auth = console()
+    alice = await signed_in(pool, clock, auth)
+    ended = await end_sessions(pool, "alice", clock.now(), operator="root", reason="laptop stolen")
+    assert ended.sessions_ended == 1 and ended.recorded.operator == "root"
+    with pytest.raises(SessionRefused, match="ended-by-admin"):
+        await auth.verify_session(pool, alice, clock.now())
+
+    again = await _again(pool, clock, auth)
+    await set_role(pool, "alice", "viewer", clock.now(), operator="root", reason="moved to support")
+    with pytest.raises(SessionRefused, match="role-changed"):
+        await auth.verify_session(pool, again, clock.now())
+
+    viewer = await _again(pool, clock, auth)
+    await disable_operator(pool, "alice", clock.now(), operator="root", reason="left")
+    with pytest.raises(SessionRefused, match="operator-disabled"):
+        await auth.verify_session(pool, viewer, clock.now())
+    assert await pool.fetchval("SELECT count(*) FROM operator_sessions WHERE ended_at IS NULL") == 0
+
+
+async def _again(pool: asyncpg.Pool, clock: FakeClock, auth: ConsoleAuth, name: str = "alice") -> str:
+    account = await authenticate(pool, name, PASSWORD, "203.0.113.7", clock.now())
+    return await auth.issue_session(pool, account.name, account.role, clock.now())
 
 
 # --------------------------------------------------------------------------- CSRF
@@ -156,7 +259,7 @@ async def sessions(pool: asyncpg.Pool, clock: FakeClock) -> TwoSessions:
     auth = console()
     first = await signed_in(pool, clock, auth)
     account = await authenticate(pool, "alice", PASSWORD, "203.0.113.7", clock.now())
-    second = auth.issue_session(account.name, account.role, clock.now())  # the same operator, signed in again
+    second = await auth.issue_session(pool, account.name, account.role, clock.now())  # signed in again
     return TwoSessions(auth, await auth.verify_session(pool, first, clock.now()),
                        await auth.verify_session(pool, second, clock.now()))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+from datetime import UTC, datetime
 from typing import Literal
 
 import asyncpg
@@ -15,6 +16,7 @@ import pytest
 from argon2 import PasswordHasher
 
 from paycore.clock import FakeClock
+from paycore.console_auth import ConsoleAuth, ConsoleAuthSettings, SessionRefused
 from paycore.operator_actions import list_actions
 from paycore.operators import (
     PASSWORD_HASHER,
@@ -392,6 +394,69 @@ def test_the_cli_prints_the_recorded_action_as_json_for_scripts(
     assert PASSWORD not in json.dumps([added, disabled])
 
 
+def test_the_cli_changes_a_password_enables_changes_a_role_and_ends_sessions_each_recorded(
+    db_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A leaked password does not retire the name: a new one ends the account's sessions."""
+    monkeypatch.setenv("PAYCORE_DATABASE_URL", db_dsn)
+    monkeypatch.setenv("PAYCORE_CONSOLE_SECRET", "c" * 40)
+    assert _run(monkeypatch, ["operators", "add", "alice", "--role", "operator", "--operator", "root"],
+                stdin=PASSWORD + "\n") == 0
+    auth = ConsoleAuth(ConsoleAuthSettings.from_env({"PAYCORE_CONSOLE_SECRET": "c" * 40}))
+
+    async def sign_in(password: str = PASSWORD) -> str:
+        conn = await asyncpg.connect(db_dsn)
+        try:
+            account = await authenticate(conn, "alice", password, CLIENT, datetime.now(UTC))
+            return await auth.issue_session(conn, account.name, account.role, datetime.now(UTC))
+        finally:
+            await conn.close()
+
+    async def usable(token: str) -> bool:
+        conn = await asyncpg.connect(db_dsn)
+        try:
+            await auth.verify_session(conn, token, datetime.now(UTC))
+            return True
+        except SessionRefused:
+            return False
+        finally:
+            await conn.close()
+
+    first, second = asyncio.run(sign_in()), asyncio.run(sign_in())
+    capsys.readouterr()
+    assert _run(monkeypatch, ["operators", "sessions", "alice"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3  # a header and two sessions
+    new_password = "a fresh passphrase 2026"
+    assert _run(monkeypatch, ["operators", "passwd", "alice", "--operator", "root", "--reason", "leaked"],
+                stdin=new_password + "\n") == 0
+    assert "given a new password by root; 2 console session(s) ended" in capsys.readouterr().out
+    assert not asyncio.run(usable(first)) and not asyncio.run(usable(second))
+    with pytest.raises(AuthenticationFailed):
+        asyncio.run(sign_in())
+    third = asyncio.run(sign_in(new_password))
+
+    assert _run(monkeypatch, ["operators", "role", "alice", "viewer", "--operator", "root",
+                              "--reason", "moved to support"]) == 0
+    assert "made a viewer" in capsys.readouterr().out and not asyncio.run(usable(third))
+    fourth = asyncio.run(sign_in(new_password))
+    assert _run(monkeypatch, ["operators", "end-sessions", "alice", "--operator", "root"]) == 0
+    assert not asyncio.run(usable(fourth))
+    assert _run(monkeypatch, ["operators", "disable", "alice", "--operator", "root", "--reason", "left"]) == 0
+    assert _run(monkeypatch, ["operators", "enable", "alice", "--operator", "root", "--reason", "back"]) == 0
+    assert _run(monkeypatch, ["operators", "enable", "alice", "--operator", "root", "--reason", "twice"]) == 1
+    asyncio.run(sign_in(new_password))  # enabled again, with the password it had
+    capsys.readouterr()
+    assert _run(monkeypatch, ["actions", "list", "--json"]) == 0
+    actions = json.loads(capsys.readouterr().out)
+    assert [(a["action"], a["operator"], a["target_operator"]) for a in reversed(actions)] == [
+        ("operator-add", "root", "alice"), ("operator-password", "root", "alice"),
+        ("operator-role", "root", "alice"), ("operator-end-sessions", "root", "alice"),
+        ("operator-disable", "root", "alice"), ("operator-enable", "root", "alice")]
+    everything = capsys.readouterr()
+    assert new_password not in everything.out + everything.err + caplog.text + json.dumps(actions)
+
+
 @pytest.mark.parametrize(("argv", "stdin", "code", "says"), [
     (["operators", "add", "bob", "--role", "viewer", "--operator", "root"], "too short\n", 1,
      "at least 12 characters"),
@@ -430,8 +495,8 @@ def test_at_a_terminal_the_password_is_asked_twice_and_must_match(monkeypatch: p
         operator_accounts.read_password(Terminal())
 
 
-@pytest.mark.parametrize("command", [["operators"], ["operators", "add"], ["operators", "disable"],
-                                     ["operators", "list"]])
+@pytest.mark.parametrize("command", [["operators"], *(["operators", c] for c in (
+    "add", "disable", "enable", "passwd", "role", "end-sessions", "sessions", "list"))])
 def test_help_for_every_operators_command(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main([*command, "--help"])

@@ -155,6 +155,24 @@ def test_library_settings_refuse_a_bad_value_naming_the_variable(variable: str, 
     assert refused.value.variable == variable
 
 
+@pytest.mark.parametrize("url", ["http://idp.example/.well-known/jwks.json", "http://10.0.0.5/jwks",
+                                 "http://localhost.evil.example/jwks", "http://[2001:db8::1]/jwks"])
+def test_a_jwks_over_plain_http_off_loopback_is_refused_at_start_up(url: str) -> None:
+    # Whoever can intercept a plain-http fetch of the key set could serve their own key and
+    # mint operator and customer tokens.
+    env = {"PAYCORE_JWKS_URL": url, "PAYCORE_JWT_AUDIENCE": "checkout", "PAYCORE_JWT_ISSUER": "https://idp/"}
+    with pytest.raises(ConfigError) as refused:
+        load_settings(env, require_account=False)
+    assert refused.value.variable == "PAYCORE_JWKS_URL" and "must be https" in str(refused.value)
+
+
+@pytest.mark.parametrize("url", ["https://idp.example/jwks", "http://127.0.0.1:8080/jwks",
+                                 "http://localhost:9000/jwks", "http://[::1]:9000/jwks", "http://127.8.9.1/j"])
+def test_a_jwks_over_https_or_on_loopback_is_accepted(url: str) -> None:
+    env = {"PAYCORE_JWKS_URL": url, "PAYCORE_JWT_AUDIENCE": "checkout", "PAYCORE_JWT_ISSUER": "https://idp/"}
+    assert load_settings(env, require_account=False).jwks_url == url
+
+
 @pytest.mark.parametrize(("variable", "raw"), [
     ("PAYCORE_OUTBOX_BATCH_SIZE", "0"), ("PAYCORE_OUTBOX_BATCH_SIZE", "100001"),
     ("PAYCORE_OUTBOX_RETENTION_S", "forever"), ("PAYCORE_OUTBOX_BACKOFF_MAX_S", "0.5"),

@@ -89,8 +89,9 @@ JWT_SECRET = TOKENS.declare(
     "HS256 secret customer tokens are signed with",
     shown_default="— (this or a JWKS, for checkout)")
 JWKS_URL = TOKENS.declare(
-    "PAYCORE_JWKS_URL", Url(), None,
-    "a JWKS serving RS256/ES256 keys; wins when both are set; unreachable, checkout answers 503")
+    "PAYCORE_JWKS_URL", Url(https_off_loopback=True), None,
+    "a JWKS serving RS256/ES256 keys; wins when both are set; unreachable, checkout answers 503; https "
+    "unless on loopback (whoever can change a plain http answer could mint tokens)")
 JWKS_REFETCH_COOLDOWN = TOKENS.declare(
     "PAYCORE_JWKS_REFETCH_COOLDOWN_S", SECONDS_OR_ZERO, 30.0,
     "least time between JWKS refetches for an unknown `kid` (a key rotation is seen after it)")

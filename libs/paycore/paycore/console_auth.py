@@ -1,13 +1,15 @@
 """How an operator proves who they are to the console: sessions, CSRF tokens, identity-provider tokens.
 
-**Sessions** are signed tokens, not rows: ``<payload>.<mac>``, the payload
+**Sessions** are signed tokens naming a row: ``<payload>.<mac>``, the payload
 base64url JSON (a random session id, the operator's name and role, issued-at
 and expiry), the mac HMAC-SHA256 over it with a key derived from
-``PAYCORE_CONSOLE_SECRET``. Verification checks the mac (constant time), the
-expiry on the application clock, and then the operator's row: a disabled
-operator's sessions, or a session whose role is no longer the account's, stop
-working at once. Signing out is forgetting the cookie; disabling the account is
-the way to end every session of it.
+``PAYCORE_CONSOLE_SECRET``. Signing in records the session server-side
+(:mod:`paycore.operator_sessions`, the id's hash only). Verification checks the
+mac (constant time) and the expiry on the application clock, then the row: not
+ended (signing out, "end my sessions", an admin, a disabled account, a new
+password or role end it), and seen within ``PAYCORE_CONSOLE_SESSION_IDLE_S`` (an
+idle session is ended then); then the operator's row: a disabled operator's
+sessions, or a session whose role is no longer the account's, stop at once.
 
 **CSRF tokens** are HMAC-SHA256 of the session id under a second derived key,
 not a double-submitted cookie: a form carries the token, and it is valid only
@@ -45,6 +47,15 @@ from paycore.bearer_tokens import TokenVerifier
 from paycore.config import JWKS_REFETCH_COOLDOWN, JWKS_URL, JWT_AUDIENCE, JWT_ISSUER, JWT_LEEWAY
 from paycore.errors import PaycoreError
 from paycore.operator_actions import InvalidOperatorAction, validate_operator
+from paycore.operator_sessions import (
+    TOUCH_EVERY_S,
+    EndReason,
+    end_session,
+    find_session,
+    open_session,
+    session_hash,
+    touch,
+)
 from paycore.operators import OIDC_PREFIX, OperatorNotFound, Role, get_operator
 from paycore.settings_spec import ConfigError, Group, Number, Secret, SecretText, Text
 
@@ -56,6 +67,10 @@ CONSOLE_SECRET = CONSOLE.declare(
 SESSION_TTL = CONSOLE.declare(
     "PAYCORE_CONSOLE_SESSION_TTL_S", Number("seconds", maximum=7 * 86_400.0), 8 * 3600.0,
     "a console session's lifetime from sign-in")
+SESSION_IDLE = CONSOLE.declare(
+    "PAYCORE_CONSOLE_SESSION_IDLE_S", Number("seconds", maximum=7 * 86_400.0), 1800.0,
+    "a console session unused this long ends, besides its lifetime (its use is marked at most once a "
+    "minute, or every half of this when shorter)")
 CONSOLE_AUDIENCE = CONSOLE.declare(
     "PAYCORE_CONSOLE_AUDIENCE", Text(printable=True), None,
     "with `PAYCORE_JWKS_URL`: the `aud` operators' bearer tokens must name (never a customer audience); "
@@ -109,6 +124,11 @@ class Session:
     issued_at: datetime
     expires_at: datetime
 
+    @property
+    def hashed(self) -> bytes:
+        """How ``operator_sessions`` knows this session."""
+        return session_hash(self.session_id)
+
 
 def require(role_needed: Role, principal: Principal) -> Principal:
     """``principal`` if its role allows ``role_needed``; else :class:`Forbidden`."""
@@ -122,6 +142,7 @@ def require(role_needed: Role, principal: Principal) -> Principal:
 class ConsoleAuthSettings:
     secret: Secret
     session_ttl_s: float = SESSION_TTL.default
+    session_idle_s: float = SESSION_IDLE.default
     role_claim: str = ROLE_CLAIM.default
     # Bearer tokens: all three set, or audience None (the console takes none).
     audience: str | None = None
@@ -142,7 +163,8 @@ class ConsoleAuthSettings:
             if audience in JWT_AUDIENCE.read(env):
                 raise ConfigError(CONSOLE_AUDIENCE.name, "must not be one of PAYCORE_JWT_AUDIENCE: a "
                                                          "customer's token must never open the console")
-        return cls(secret=secret, session_ttl_s=SESSION_TTL.read(env), role_claim=ROLE_CLAIM.read(env),
+        return cls(secret=secret, session_ttl_s=SESSION_TTL.read(env), session_idle_s=SESSION_IDLE.read(env),
+                   role_claim=ROLE_CLAIM.read(env),
                    audience=audience, jwks_url=jwks_url, issuer=issuer,
                    jwks_refetch_cooldown_s=JWKS_REFETCH_COOLDOWN.read(env), leeway_s=JWT_LEEWAY.read(env))
 
@@ -175,15 +197,22 @@ class ConsoleAuth:
 
     # -- sessions -------------------------------------------------------------------------------
 
-    def issue_session(self, name: str, role: Role, now: datetime) -> str:
-        """A session token for an operator who just signed in (:func:`paycore.operators.authenticate`)."""
-        payload = orjson.dumps({
-            "v": TOKEN_VERSION, "sid": _b64(secrets.token_bytes(SESSION_ID_BYTES)), "sub": name,
-            "role": role.value, "iat": int(now.timestamp()),
-            "exp": int((now + timedelta(seconds=self.settings.session_ttl_s)).timestamp()),
-        })
+    async def issue_session(self, db: asyncpg.Pool | asyncpg.Connection, name: str, role: Role,
+                            now: datetime) -> str:
+        """A session token for an operator who just signed in (:func:`paycore.operators.authenticate`),
+        its session recorded."""
+        sid = _b64(secrets.token_bytes(SESSION_ID_BYTES))
+        expires = int((now + timedelta(seconds=self.settings.session_ttl_s)).timestamp())
+        await open_session(db, sid, name, now, expires - now.timestamp())
+        payload = orjson.dumps({"v": TOKEN_VERSION, "sid": sid, "sub": name, "role": role.value,
+                                "iat": int(now.timestamp()), "exp": expires})
         body = _b64(payload)
         return f"{body}.{self._mac(body)}"
+
+    async def end_session(self, db: asyncpg.Pool | asyncpg.Connection, session: Session, now: datetime,
+                          reason: EndReason = EndReason.SIGNED_OUT) -> None:
+        """End ``session`` (signing out): its cookie, sent again, opens nothing."""
+        await end_session(db, session.hashed, now, reason)
 
     def _mac(self, body: str) -> str:
         return _b64(hmac.new(self._session_key, body.encode("ascii"), hashlib.sha256).digest())
@@ -212,6 +241,16 @@ class ConsoleAuth:
             raise SessionRefused("malformed session") from None
         if now >= expires_at:
             raise SessionRefused("session expired")
+        stored = await find_session(db, sid)
+        if stored is None or stored.operator != name:
+            raise SessionRefused("no such session")
+        if stored.ended_at is not None:
+            raise SessionRefused(f"session ended ({stored.end_reason})")
+        if now >= stored.expires_at:
+            raise SessionRefused("session expired")
+        if (now - stored.last_seen_at).total_seconds() > self.settings.session_idle_s:
+            await end_session(db, stored.session_hash, now, EndReason.IDLE)
+            raise SessionRefused("session ended (idle)")
         try:
             account = await get_operator(db, name)
         except OperatorNotFound:
@@ -220,6 +259,7 @@ class ConsoleAuth:
             raise SessionRefused("operator disabled")
         if account.role is not role:
             raise SessionRefused("operator's role changed; sign in again")
+        await touch(db, stored, now, every_s=min(TOUCH_EVERY_S, self.settings.session_idle_s / 2))
         return Session(Principal(name, role, "session"), sid, issued_at, expires_at)
 
     # -- CSRF -----------------------------------------------------------------------------------

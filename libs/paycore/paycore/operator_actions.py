@@ -49,11 +49,16 @@ class ActionKind(enum.StrEnum):
     ESCALATION_RESOLVE_CONFLICT = "escalation-resolve-conflict"  # paycore.conflicts (migration 0009)
     OPERATOR_ADD = "operator-add"  # an operator account was added (paycore.operators)
     OPERATOR_DISABLE = "operator-disable"
+    OPERATOR_PASSWORD = "operator-password"  # a new password; the account's other sessions end (0012)
+    OPERATOR_ENABLE = "operator-enable"
+    OPERATOR_ROLE = "operator-role"
+    OPERATOR_END_SESSIONS = "operator-end-sessions"
 
 
-# An acknowledgement only says "I have seen it", and adding an account is its own reason (the
-# record names who added it, with which role); everything else that changes something says why.
-REASON_OPTIONAL = frozenset({ActionKind.ESCALATION_ACKNOWLEDGE, ActionKind.OPERATOR_ADD})
+# An acknowledgement only says "I have seen it"; adding an account, a new password and ending
+# sessions are their own reason (the record names who did it). Everything else says why.
+REASON_OPTIONAL = frozenset({ActionKind.ESCALATION_ACKNOWLEDGE, ActionKind.OPERATOR_ADD,
+                             ActionKind.OPERATOR_PASSWORD, ActionKind.OPERATOR_END_SESSIONS})
 
 
 class InvalidOperatorAction(PaycoreError, ValueError):

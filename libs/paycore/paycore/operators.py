@@ -2,10 +2,12 @@
 
 An account has a name (an operator handle, the same rules as
 :func:`paycore.operator_actions.validate_operator`), a role -- ``viewer`` reads,
-``operator`` acts -- and an argon2id password hash. Accounts are added and
-disabled, never deleted or renamed: the record of operator actions names them,
-and adding or disabling one is itself recorded there (who did it, in the same
-transaction).
+``operator`` acts -- and an argon2id password hash. Accounts are added, disabled
+and enabled again, given a new password or role, never deleted or renamed: the
+record of operator actions names them, and each change is itself recorded there
+(who did it, in the same transaction). A change that ends the account's console
+sessions (disabling it, a new password, a new role, an admin ending them) ends
+them in that transaction too (:mod:`paycore.operator_sessions`).
 
 :func:`authenticate` answers every failure the same way -- unknown name,
 disabled account, wrong password -- and takes about as long for each: a name
@@ -44,6 +46,7 @@ from paycore.operator_actions import (
     record_action,
     validate_operator,
 )
+from paycore.operator_sessions import EndReason, end_sessions_of
 from paycore.settings_spec import ConfigError, Count, Group, Number
 
 PASSWORD_MIN_LENGTH = 12
@@ -128,10 +131,12 @@ class LoginThrottle:
 
 @dataclass(frozen=True)
 class AccountChanged:
-    """An account as an addition or a disabling left it, and the operator action that records it."""
+    """An account as a change left it, the operator action that records it, and how many of its
+    console sessions the change ended."""
 
     operator: Operator
     recorded: OperatorAction
+    sessions_ended: int = 0
 
 
 class OperatorAccountRefused(PaycoreError, ValueError):
@@ -230,7 +235,7 @@ RETURNING name, role, created_at, disabled_at
 
 async def disable_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, now: datetime, *,
                            operator: str, reason: str) -> AccountChanged:
-    """Disable an account: it can no longer sign in, and its sessions stop working. Recorded."""
+    """Disable an account: it can no longer sign in, and its sessions end. Recorded."""
     handle = name.strip()
     async with transaction_on(db) as conn:
         row = await conn.fetchrow(DISABLE_OPERATOR, handle, now)
@@ -239,13 +244,105 @@ async def disable_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, now
             since = current.disabled_at.isoformat() if current.disabled_at else "?"
             raise OperatorAccountRefused(f"operator {handle!r} is disabled already (since {since})")
         disabled = Operator.from_record(row)
-        try:
-            recorded = await record_action(
-                conn, action=ActionKind.OPERATOR_DISABLE, operator=operator, reason=reason, now=now,
-                before={"disabled_at": None}, after={"disabled_at": now.isoformat()}, target_operator=handle)
-        except InvalidOperatorAction as exc:
-            raise OperatorAccountRefused(str(exc)) from None
-    return AccountChanged(disabled, recorded)
+        ended = await end_sessions_of(conn, handle, now, EndReason.OPERATOR_DISABLED)
+        recorded = await _record(conn, ActionKind.OPERATOR_DISABLE, operator, reason, now, handle,
+                                 {"disabled_at": None},
+                                 {"disabled_at": now.isoformat(), "sessions_ended": ended})
+    return AccountChanged(disabled, recorded, ended)
+
+
+async def _record(conn: asyncpg.Connection, action: ActionKind, operator: str, reason: str | None,
+                  now: datetime, target: str, before: dict[str, Any],
+                  after: dict[str, Any]) -> OperatorAction:
+    try:
+        return await record_action(conn, action=action, operator=operator, reason=reason, now=now,
+                                   before=before, after=after, target_operator=target)
+    except InvalidOperatorAction as exc:
+        raise OperatorAccountRefused(str(exc)) from None
+
+
+ENABLE_OPERATOR = """
+UPDATE operators SET disabled_at = NULL WHERE name = $1 AND disabled_at IS NOT NULL
+RETURNING name, role, created_at, disabled_at
+"""
+
+
+async def enable_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, now: datetime, *,
+                          operator: str, reason: str) -> AccountChanged:
+    """Enable a disabled account again (it signs in with the password it had). Recorded."""
+    handle = name.strip()
+    async with transaction_on(db) as conn:
+        current = await get_operator(conn, handle)  # raises OperatorNotFound
+        row = await conn.fetchrow(ENABLE_OPERATOR, handle)
+        if row is None:
+            raise OperatorAccountRefused(f"operator {handle!r} is not disabled")
+        was = current.disabled_at.isoformat() if current.disabled_at else None
+        recorded = await _record(conn, ActionKind.OPERATOR_ENABLE, operator, reason, now, handle,
+                                 {"disabled_at": was}, {"disabled_at": None})
+    return AccountChanged(Operator.from_record(row), recorded)
+
+
+SET_PASSWORD = """
+UPDATE operators SET password_hash = $2 WHERE name = $1
+RETURNING name, role, created_at, disabled_at
+"""
+
+
+async def set_password(db: asyncpg.Pool | asyncpg.Connection, name: str, password: str, now: datetime, *,
+                       operator: str, reason: str | None = None, keep_session: bytes | None = None,
+                       hasher: PasswordHasher = PASSWORD_HASHER) -> AccountChanged:
+    """Give an account a new password and end its sessions (but ``keep_session``, the hash of the
+    session that changed it, if any): a leaked password ends there, the name stays. Recorded,
+    never the password."""
+    handle = name.strip()
+    check_password_policy(handle, password)
+    password_hash = hasher.hash(password)  # before the transaction: it takes a while, on purpose
+    async with transaction_on(db) as conn:
+        row = await conn.fetchrow(SET_PASSWORD, handle, password_hash)
+        if row is None:
+            raise OperatorNotFound(f"no operator named {handle!r}")
+        ended = await end_sessions_of(conn, handle, now, EndReason.PASSWORD_CHANGED, keep=keep_session)
+        recorded = await _record(conn, ActionKind.OPERATOR_PASSWORD, operator, reason, now, handle,
+                                 {}, {"password": "changed", "sessions_ended": ended})
+    return AccountChanged(Operator.from_record(row), recorded, ended)
+
+
+SET_ROLE = """
+UPDATE operators SET role = $2 WHERE name = $1 AND role <> $2
+RETURNING name, role, created_at, disabled_at
+"""
+
+
+async def set_role(db: asyncpg.Pool | asyncpg.Connection, name: str, role: str, now: datetime, *,
+                   operator: str, reason: str) -> AccountChanged:
+    """Change an account's role; its sessions end (they carry the old one). Recorded."""
+    handle = name.strip()
+    wanted = parse_role(role)
+    async with transaction_on(db) as conn:
+        current = await get_operator(conn, handle)  # raises OperatorNotFound
+        row = await conn.fetchrow(SET_ROLE, handle, wanted.value)
+        if row is None:
+            raise OperatorAccountRefused(f"operator {handle!r} is a {wanted.value} already")
+        ended = await end_sessions_of(conn, handle, now, EndReason.ROLE_CHANGED)
+        recorded = await _record(conn, ActionKind.OPERATOR_ROLE, operator, reason, now, handle,
+                                 {"role": current.role.value},
+                                 {"role": wanted.value, "sessions_ended": ended})
+    return AccountChanged(Operator.from_record(row), recorded, ended)
+
+
+async def end_sessions(db: asyncpg.Pool | asyncpg.Connection, name: str, now: datetime, *,
+                       operator: str, reason: str | None = None, keep_session: bytes | None = None
+                       ) -> AccountChanged:
+    """End every console session of ``name`` (but ``keep_session``): the operator themselves (from
+    the console) or an admin (``paycore operators end-sessions``). Recorded, with how many."""
+    handle = name.strip()
+    why = EndReason.ENDED_BY_OPERATOR if operator.strip() == handle else EndReason.ENDED_BY_ADMIN
+    async with transaction_on(db) as conn:
+        account = await get_operator(conn, handle)  # raises OperatorNotFound
+        ended = await end_sessions_of(conn, handle, now, why, keep=keep_session)
+        recorded = await _record(conn, ActionKind.OPERATOR_END_SESSIONS, operator, reason, now, handle,
+                                 {}, {"sessions_ended": ended})
+    return AccountChanged(account, recorded, ended)
 
 
 async def get_operator(db: asyncpg.Pool | asyncpg.Connection, name: str) -> Operator:

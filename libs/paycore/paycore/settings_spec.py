@@ -12,6 +12,7 @@ configuration tables of the docs; ``tests/test_settings_doc.py`` keeps them equa
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -145,16 +146,32 @@ class Flag:
 
 @dataclass(frozen=True)
 class Url:
-    """An absolute http(s) URL, without trailing slashes."""
+    """An absolute http(s) URL, without trailing slashes. ``https_off_loopback``: plain http only
+    to a loopback host (what an attacker on the path could change must come over TLS)."""
+
+    https_off_loopback: bool = False
 
     def parse(self, raw: str) -> str:
         parts = urlsplit(raw)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise Invalid(f"must be an absolute http(s) URL, got {raw!r}")
+        if self.https_off_loopback and parts.scheme == "http" and not is_loopback(parts.hostname or ""):
+            raise Invalid(f"must be https (plain http only to localhost, 127.0.0.1 or ::1): whoever can "
+                          f"intercept a plain http fetch could substitute its answer, got {raw!r}")
         return raw.rstrip("/")
 
     def accepts(self) -> str:
-        return "http(s) URL"
+        return "https URL (http to a loopback host)" if self.https_off_loopback else "http(s) URL"
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -189,6 +206,21 @@ class Text:
 
     def accepts(self) -> str:
         return "printable text" if self.printable else "text"
+
+
+@dataclass(frozen=True)
+class IpNetwork:
+    """An IP address or network (``10.0.0.0/8``, ``2001:db8::/32``, ``192.0.2.7``), as written."""
+
+    def parse(self, raw: str) -> str:
+        try:
+            ipaddress.ip_network(raw, strict=False)
+        except ValueError:
+            raise Invalid(f"must be an IP address or network like 10.0.0.0/8, got {raw!r}") from None
+        return raw
+
+    def accepts(self) -> str:
+        return "IP address or network"
 
 
 @dataclass(frozen=True)

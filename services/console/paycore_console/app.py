@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from paycore.clock import Clock, SystemClock
 from paycore.console_auth import ConsoleAuth
@@ -48,21 +49,27 @@ SECURITY_HEADERS = {
 
 
 class SecurityHeaders:
-    """Adds :data:`SECURITY_HEADERS`, and ``no-store`` to everything but the static files."""
+    """Adds :data:`SECURITY_HEADERS`, ``no-store`` to everything but the static files, and
+    ``Strict-Transport-Security`` to an answer to https (``hsts_max_age_s``; 0: never)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, hsts_max_age_s: int = 0) -> None:
         self.app = app
+        self.hsts = f"max-age={hsts_max_age_s}".encode() if hsts_max_age_s > 0 else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         static = str(scope.get("path", "")).startswith("/static/")
+        # The scheme as the client used it: a trusted proxy's X-Forwarded-Proto is applied first.
+        hsts = self.hsts if scope.get("scheme") == "https" else None
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 headers += list(SECURITY_HEADERS.items())
+                if hsts is not None:
+                    headers.append((b"strict-transport-security", hsts))
                 if not static:
                     headers.append((b"cache-control", b"no-store"))
                 message["headers"] = headers
@@ -124,10 +131,14 @@ def create_app(settings: ConsoleSettings, *, clock: Clock | None = None,
     # once in the log, instead of a 500 and a traceback per request.
     app.add_middleware(DatabaseOutageMiddleware, outage=outage, answer=errors.outage_answer(env))
     app.add_middleware(InternalErrorMiddleware, logger=log)
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(SecurityHeaders, hsts_max_age_s=settings.hsts_max_age_s)
     instrument(app, "console")  # request durations; /metrics is on the admin port
     app.add_middleware(RequestIdMiddleware)  # every answer carries X-Request-Id
-    instrument_app(app)  # outermost: server spans around all of it (nothing when tracing is off)
+    instrument_app(app)  # server spans around all of it (nothing when tracing is off)
+    if settings.trusted_proxies:
+        # Outermost: the client's address and scheme as a trusted proxy saw them, before anything reads
+        # them (the sign-in throttle, the request log, HSTS). From any other peer the headers are ignored.
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.trusted_proxies))
     return app
 
 

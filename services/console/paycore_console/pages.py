@@ -16,12 +16,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from paycore import conflicts, inspection
+from paycore import conflicts, inspection, operator_sessions
 from paycore.conflicts import CONFLICT_REASONS
 from paycore.console_auth import Principal
 from paycore.dead_ends import DEAD_END_PREFIXES, DEAD_END_REASONS
+from paycore.operator_sessions import EndReason
 from paycore.operators import AuthenticationFailed, TooManyAttempts
 from paycore.operators import authenticate as sign_in
+from paycore.operators import end_sessions as end_operator_sessions
 from paycore_console import (
     actions,
     ids,  # noqa: F401  (registers the {name:id} route convertor)
@@ -197,7 +199,7 @@ async def login_post(request: Request) -> Response:
     except TooManyAttempts as exc:
         return await login_page(request, status=429, headers={"Retry-After": str(exc.retry_after_s)},
                                 error=f"Too many failed sign-ins; try again in {exc.retry_after_s} s.")
-    token = c.auth.issue_session(account.name, account.role, now)
+    token = await c.auth.issue_session(c.pool, account.name, account.role, now)
     response = redirect(request, safe_next(form.get("next")))
     set_cookie(response, SESSION_COOKIE, token, secure=c.secure_cookies,
                max_age=int(c.settings.auth.session_ttl_s))
@@ -209,9 +211,47 @@ async def logout_post(request: Request) -> Response:
     c, caller = await viewing(request)
     form = await read_form(request)
     check_csrf(c.auth, caller, form.get(CSRF_FIELD))
+    if caller.session is not None:  # ended server-side: the cookie, sent again, opens nothing
+        await c.auth.end_session(c.pool, caller.session, c.clock.now())
     response = redirect(request, "/login", flash=("ok", "Signed out."))
     clear_cookie(response, SESSION_COOKIE, secure=c.secure_cookies)
     return response
+
+
+async def sessions_page(request: Request) -> Response:
+    """The signed-in operator's open sessions, each of which they may end."""
+    c, caller = await viewing(request)
+    assert caller.session is not None  # pages take sessions only
+    now = c.clock.now()
+    mine = await operator_sessions.open_sessions(c.pool, caller.principal.name, now,
+                                                 c.settings.auth.session_idle_s)
+    return render(request, "sessions.html", caller, title="Your sessions", nav="sessions", sessions=mine,
+                  current=caller.session.hashed.hex()[:16], now=now,
+                  idle=_duration(c.settings.auth.session_idle_s),
+                  lifetime=_duration(c.settings.auth.session_ttl_s))
+
+
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes} minutes" if minutes < 120 else f"{minutes / 60:g} hours"
+
+
+async def sessions_end(request: Request) -> Response:
+    """End one of the operator's other sessions, or all of them (recorded); a viewer may too."""
+    c, caller = await viewing(request)
+    form = await read_form(request)
+    check_csrf(c.auth, caller, form.get(CSRF_FIELD))
+    assert caller.session is not None
+    now, me, which = c.clock.now(), caller.principal.name, form.get("session", "").strip()
+    if which == "others":
+        done = await end_operator_sessions(c.pool, me, now, operator=me, keep_session=caller.session.hashed)
+        return redirect(request, "/sessions", flash=("ok", f"Ended {done.sessions_ended} other session(s)."))
+    mine = await operator_sessions.open_sessions(c.pool, me, now, c.settings.auth.session_idle_s)
+    target = next((s for s in mine if s.handle == which and s.session_hash != caller.session.hashed), None)
+    if target is None:
+        return redirect(request, "/sessions", flash=("error", "Refused: no such other session of yours."))
+    await operator_sessions.end_session(c.pool, target.session_hash, now, EndReason.ENDED_BY_OPERATOR)
+    return redirect(request, "/sessions", flash=("ok", f"Session {which} ended."))
 
 
 # -- overview -------------------------------------------------------------------------------
@@ -445,6 +485,8 @@ def routes() -> list[Route]:
         Route("/login", login_get, methods=["GET"]),
         Route("/login", login_post, methods=["POST"]),
         Route("/logout", logout_post, methods=["POST"]),
+        Route("/sessions", sessions_page, methods=["GET"]),
+        Route("/sessions/end", sessions_end, methods=["POST"]),
         Route("/", overview_page, methods=["GET"]),
         Route("/escalations", escalations_page, methods=["GET"]),
         Route("/escalations/{escalation_id:id}", escalation_page, methods=["GET"]),

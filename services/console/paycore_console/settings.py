@@ -11,9 +11,18 @@ from datetime import timedelta
 from paycore.config import Settings, load_settings
 from paycore.console_auth import ConsoleAuthSettings
 from paycore.operators import LoginThrottle
-from paycore.settings_spec import ConfigError, Flag, Group
+from paycore.settings_spec import ConfigError, Flag, Group, IpNetwork, Items, Number
 
 CONSOLE_SERVICE = Group("console: the web console service (docs/operators.md)")
+TRUSTED_PROXIES = CONSOLE_SERVICE.declare(
+    "PAYCORE_CONSOLE_TRUSTED_PROXIES", Items(IpNetwork()), (),
+    "the proxies in front of the console (addresses or networks): only from these are `X-Forwarded-For` "
+    "(the client's address, for the sign-in throttle) and `X-Forwarded-Proto` believed; none by default",
+    shown_default="— (none: the peer's address is the client's)")
+HSTS_MAX_AGE = CONSOLE_SERVICE.declare(
+    "PAYCORE_CONSOLE_HSTS_MAX_AGE_S", Number("seconds", allow_zero=True, maximum=63_072_000.0), 31_536_000.0,
+    "`Strict-Transport-Security: max-age` sent on every answer to an https request (directly, or by "
+    "a trusted proxy's `X-Forwarded-Proto`); never over plain http; 0 sends none")
 INSECURE_COOKIES = CONSOLE_SERVICE.declare(
     "PAYCORE_CONSOLE_INSECURE_COOKIES", Flag(), False,
     "send the session cookie without `Secure`, for a console on plain http on loopback "
@@ -27,6 +36,8 @@ class ConsoleSettings:
     auth: ConsoleAuthSettings
     throttle: LoginThrottle
     insecure_cookies: bool
+    trusted_proxies: tuple[str, ...]
+    hsts_max_age_s: int
     database_url: str | None
     reminder_interval: timedelta  # an attach or a conflict's owner schedules reminders like any writer
     reminder_ack_interval: timedelta  # an acknowledgement pushes the next reminder this far
@@ -39,6 +50,7 @@ class ConsoleSettings:
             raise ConfigError("PAYCORE_DATABASE_URL",
                               "is required: the console reads and acts on the database")
         return cls(auth=ConsoleAuthSettings.from_env(env), throttle=LoginThrottle.from_env(env),
-                   insecure_cookies=INSECURE_COOKIES.read(env), database_url=core.database_url,
+                   insecure_cookies=INSECURE_COOKIES.read(env), trusted_proxies=TRUSTED_PROXIES.read(env),
+                   hsts_max_age_s=int(HSTS_MAX_AGE.read(env)), database_url=core.database_url,
                    reminder_interval=core.reminder_interval, reminder_ack_interval=core.reminder_ack_interval,
                    recheck_after_s=core.recheck_after_s)
