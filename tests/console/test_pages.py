@@ -13,16 +13,17 @@ import asyncpg
 import pytest
 
 from paycore import leases
-from paycore.attempts import get_attempt
+from paycore.attempts import Attempt, get_attempt, record_outcome
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
+from paycore.domain import ProviderOutcome
 from paycore.notifications import record_notification
 from paycore.payment_methods import contains_card_number
 from paycore_console import api
 from paycore_console.openapi import document, openapi_path
 from tests.console.conftest import ConsoleRig
 from tests.console.test_actions import dead_end_episode
-from tests.matrix.helpers import seed_account
+from tests.matrix.helpers import seed_account, started_attempt
 from tests.operators.test_inspection import episode, queued, went_unknown
 
 HTMX_SHA256 = "e209dda5c8235479f3166defc7750e1dbcd5a5c1808b7792fc2e6733768fb447"
@@ -175,20 +176,93 @@ async def test_the_attempt_page_shows_order_amount_lease_next_check_notification
     page = (await browser.client.get(f"/attempts/{aid}")).text
 
     assert f'<dd id="attempt-order">{attempt.order_id} (Open), attempt #1</dd>' in page
-    assert f'<dd id="attempt-amount">{attempt.amount_minor} {attempt.currency} (minor units)</dd>' in page
+    amount = re.search(r'<dd id="attempt-amount">(.*?)</dd>', page)
+    assert amount is not None and re.sub(r"<[^>]+>", "", amount.group(1)) == "49.99 EUR (4999 minor units)"
     lease = re.search(r'<dd id="attempt-lease">(.*?)</dd>', page)
     assert lease is not None and lease.group(1).startswith("recovery-7 until ")
     assert f'datetime="{(claimed_at + timedelta(seconds=30)).isoformat()}"' in lease.group(1)
     next_check = re.search(r'<dd id="attempt-next-check">(.*?)</dd>', page)
     assert next_check is not None and f'datetime="{shown.next_check_at.isoformat()}"' in next_check.group(1)
     seen = section(page, "notifications", rf'<tr id="matched-{matched.event_id}"[^>]*>(.*?)</tr>')
-    assert re.findall(r"<td>(.*?)</td>", seen)[2:] == [
-        "payment.processing", "processing", "pay_seen", attempt.client_reference,
-        f"{attempt.amount_minor} {attempt.currency}"]
+    assert re.findall(r"<td[^>]*>(.*?)</td>", seen)[2:] == [
+        "payment.processing", "processing", "pay_seen", attempt.client_reference, "49.99 EUR"]
     row = section(page, "attempt-outbox", rf'<tr id="outbox-{dead}"[^>]*>(.*?)</tr>')
     assert re.findall(r"<td>(.*?)</td>", row) == [
         str(dead), "order-confirmation", "dead-lettered", "10", "broker refused the record"]
     assert "evt_seen" not in page.split('id="history"')[0]  # the provider's event is never shown
+
+
+async def test_a_finished_attempt_shows_no_next_check(
+    rig: ConsoleRig, account: ProviderAccountConfig,
+) -> None:
+    attempt = await started_attempt(rig.pool, rig.clock, account)
+    browser = await rig.browser(role="viewer")
+    assert 'id="attempt-next-check"' in (await browser.client.get(f"/attempts/{attempt.attempt_id}")).text
+    await record_outcome(rig.pool, attempt.attempt_id, ProviderOutcome.succeeded("pay_9", 4999, "EUR"),
+                         now=rig.clock.now(), actor="test", recheck_after_s=60,
+                         reminder_interval=timedelta(minutes=15))
+    page = (await browser.client.get(f"/attempts/{attempt.attempt_id}")).text
+    assert 'data-state="Succeeded"' in page and "Next check" not in page
+
+
+async def attempts_of_every_kind(rig: ConsoleRig, account: ProviderAccountConfig) -> list[Attempt]:
+    """Four attempts a minute apart (oldest first): Started, Unknown, Succeeded, Started."""
+    made = []
+    for i in range(4):
+        made.append(await started_attempt(rig.pool, rig.clock, account, customer=f"cus_{i}", amount=1000 + i))
+        rig.clock.advance(60)
+    await record_outcome(rig.pool, made[1].attempt_id, ProviderOutcome.unknown("provider.no-response.caller"),
+                         now=rig.clock.now(), actor="test", recheck_after_s=60,
+                         reminder_interval=timedelta(minutes=15))
+    await record_outcome(rig.pool, made[2].attempt_id, ProviderOutcome.succeeded("pay_found", 1002, "EUR"),
+                         now=rig.clock.now(), actor="test", recheck_after_s=60,
+                         reminder_interval=timedelta(minutes=15))
+    return made
+
+
+async def test_the_attempts_list_is_newest_first_filtered_and_paged_by_cursor(
+    rig: ConsoleRig, account: ProviderAccountConfig,
+) -> None:
+    made = await attempts_of_every_kind(rig, account)
+    browser = await rig.browser(role="viewer")
+
+    def listed(html: str) -> list[str]:
+        return re.findall(r'<tr id="attempt-([0-9a-f-]{36})" data-testid="attempt-row"', html)
+
+    page = (await browser.client.get("/attempts")).text
+    assert listed(page) == [str(a.attempt_id) for a in reversed(made)]
+    amounts = re.findall(r'data-testid="attempt-amount"[^>]*>([^<]*)<', page)
+    assert amounts == ["10.03 EUR", "10.02 EUR", "10.01 EUR", "10.00 EUR"]  # as people read money
+    first = await browser.client.get("/attempts", params={"limit": "3"})
+    assert listed(first.text) == [str(a.attempt_id) for a in reversed(made[1:])]
+    more = re.search(r'<a id="next-page" data-testid="next-page" href="([^"]+)"', first.text)
+    assert more is not None
+    second = await browser.client.get(more.group(1).replace("&amp;", "&"))
+    assert listed(second.text) == [str(made[0].attempt_id)] and 'id="next-page"' not in second.text
+
+    filtered = {
+        "state=Unknown": [made[1]], "state=Started": [made[3], made[0]], f"q={made[2].order_id}": [made[2]],
+        f"q={made[1].client_reference}": [made[1]], "q=pay_found": [made[2]],
+        f"q={made[3].attempt_id}": [made[3]], f"account={account.provider_account}": list(reversed(made)),
+        "account=cardco:acct_other:test": [], "age=1h": [],
+    }
+    for query, expected in filtered.items():
+        html = (await browser.client.get(f"/attempts?{query}")).text
+        assert listed(html) == [str(a.attempt_id) for a in expected], query
+    rig.clock.advance(3600 - 240 + 59)  # made[0] is an hour and 59 s old, made[1] a second short of it
+    browser = await rig.browser("watcher-2", role="viewer")  # the first one's session went idle meanwhile
+    assert listed((await browser.client.get("/attempts?age=1h")).text) == [str(made[0].attempt_id)]
+
+    api = (await browser.client.get("/api/v1/attempts", params={"state": "Succeeded"})).json()
+    assert [i["attempt_id"] for i in api["items"]] == [str(made[2].attempt_id)] and api["next_cursor"] is None
+    assert api["items"][0]["amount_minor"] == 1002 and api["items"][0]["provider_payment_id"] == "pay_found"
+    for bad in ("state=Paid", "cursor=bm90LWEtY3Vyc29y", "older_than_s=-1", "older_than_s=soon"):
+        answer = await browser.client.get(f"/api/v1/attempts?{bad}")
+        assert answer.status_code == 400 and answer.headers["content-type"] == "application/problem+json", bad
+    assert (await browser.client.get("/attempts?age=forever")).status_code == 400
+    # An attempt id in the lookup form goes straight to its page.
+    go = await browser.client.get("/attempts", params={"attempt_id": str(made[1].attempt_id)})
+    assert go.status_code == 303 and go.headers["location"] == f"/attempts/{made[1].attempt_id}"
 
 
 async def test_the_outbox_page_states_its_policy_and_the_backlog_per_kind(
@@ -227,6 +301,49 @@ async def test_unknown_ids_are_an_html_page_on_pages_and_a_problem_on_the_api(ri
     answer = await browser.client.get(f"/api/v1/attempts/{uuid.uuid4()}")
     assert answer.status_code == 404 and answer.headers["content-type"] == "application/problem+json"
     assert (await browser.client.get("/api/v1/escalations/99999")).status_code == 404
+
+
+async def test_an_error_page_keeps_the_navigation_and_sign_out_for_a_signed_in_operator(
+    rig: ConsoleRig,
+) -> None:
+    browser = await rig.browser()
+    missing = await browser.client.get("/no/such/page")
+    assert missing.status_code == 404 and 'id="error"' in missing.text
+    for shown in ('id="nav"', 'id="logout"', 'id="operator-name">ops-1'):
+        assert shown in missing.text, shown
+    anonymous = await rig.client().get("/no/such/page")
+    assert anonymous.status_code == 404 and 'id="nav"' not in anonymous.text
+    icon = await rig.client().get("/favicon.ico")  # no sign-in needed, and not a 404
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/x-icon"
+    assert icon.content.startswith(b"\x00\x00\x01\x00")  # an ICO
+    assert "no-store" not in icon.headers.get("cache-control", "")
+
+
+async def test_an_unmatched_payment_escalation_links_its_notification_to_the_attach_page(
+    rig: ConsoleRig, account: ProviderAccountConfig,
+) -> None:
+    async with rig.pool.acquire() as conn, conn.transaction():
+        stray = await record_notification(
+            conn, provider_account=account.provider_account, key="evt_stray", attempt_id=None,
+            now=rig.clock.now(),
+            detail={"type": "payment.succeeded", "reference": "ORD-typo", "amount_minor": 2500,
+                    "currency": "EUR", "event": {"id": "evt_stray"}})
+        [eid] = [await conn.fetchval(
+            "INSERT INTO payment_escalations (escalation_key, reason, raised_at, next_reminder_at, detail)"
+            " VALUES ('notification:x:evt_stray:unmatched', 'unmatched-payment', $1, $1, $2)"
+            " RETURNING escalation_id", rig.clock.now(),
+            {"provider_account": account.provider_account, "notification_event_id": stray.event_id})]
+    viewer = await rig.browser("watcher", role="viewer")
+    page = (await viewer.client.get(f"/escalations/{eid}")).text
+    assert f'<a id="escalation-notification" href="/notifications/{stray.event_id}/attach">' in page
+    listing = (await viewer.client.get("/notifications/unmatched")).text
+    found = re.search(rf'<tr id="notification-{stray.event_id}"[^>]*>(.*?)</tr>', listing, re.S)
+    assert found is not None
+    row = found.group(1)
+    assert ">25.00 EUR<" in row and row.count("<td") == 9  # a viewer has no empty action column
+    operator = await rig.browser("ops-1")
+    as_operator = (await operator.client.get("/notifications/unmatched")).text
+    assert f'id="attach-{stray.event_id}"' in as_operator
 
 
 async def test_no_page_or_api_answer_holds_a_secret_or_card_number(
@@ -275,7 +392,7 @@ def test_every_api_route_is_in_the_openapi_document_and_nothing_else() -> None:
               for m in (r.methods or ()) if m != "HEAD"}
     described = {(m, p) for p, ops in document(api.ENDPOINTS)["paths"].items() for m in ops}
     assert served == described
-    assert len(served) == 16
+    assert len(served) == 17
 
 
 async def test_the_openapi_document_is_served_and_says_3_1(rig: ConsoleRig) -> None:

@@ -54,3 +54,17 @@ def exponent(code: str) -> int | None:
 def max_amount_minor(code: str) -> int:
     """The largest amount in minor units an order in ``code`` may have."""
     return int(MAX_MAJOR_UNITS * 10 ** EXPONENTS[code])
+
+
+def format_amount(amount_minor: int, code: str) -> str:
+    """Money as people read it: ``2500, EUR`` is ``25.00 EUR``, ``500, JPY`` is ``500 JPY``,
+    ``1500, KWD`` is ``1.500 KWD`` (the currency's own decimals, a point, no grouping). A code
+    without a known exponent keeps its minor units and says so."""
+    places = EXPONENTS.get(code)
+    if places is None:
+        return f"{amount_minor} {code} (minor units)"
+    sign, whole = ("-" if amount_minor < 0 else ""), abs(amount_minor)
+    if places == 0:
+        return f"{sign}{whole} {code}"
+    major, minor = divmod(whole, 10**places)
+    return f"{sign}{major}.{minor:0{places}d} {code}"

@@ -133,7 +133,8 @@ def _decode_cursor(cursor: str, types: Sequence[type]) -> list[Any]:
                 decoded.append(datetime.fromisoformat(value))
                 if decoded[-1].tzinfo is None:
                     raise ValueError
-            elif (kind is bool and isinstance(value, bool)) or (kind is int and type(value) is int):
+            elif ((kind is bool and isinstance(value, bool)) or (kind is int and type(value) is int)
+                  or (kind is str and isinstance(value, str))):
                 decoded.append(value)
             else:
                 raise ValueError
@@ -599,6 +600,71 @@ async def attempt_detail(conn: Conn, attempt_id: UUID) -> AttemptDetail | None:
                           for r in await conn.fetch(SELECT_ESCALATIONS_OF_ATTEMPT, attempt_id)),
         actions=tuple(await list_actions(conn, attempt_id=attempt_id, limit=ACTIONS_SHOWN)),
     )
+
+
+# -- attempts, listed -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttemptItem:
+    """One row of the attempts listing."""
+
+    attempt_id: UUID
+    order_id: str
+    attempt_number: int
+    provider_account: str
+    amount_minor: int
+    currency: str
+    state: str
+    provider_payment_id: str | None
+    created_at: datetime
+    next_check_at: datetime
+
+
+# Newest first; the sort key is the cursor (payment_attempts_newest, 0013). A NULL parameter
+# switches its filter off. The search is exact: an order id, a client reference, a provider
+# payment id or an attempt id.
+SELECT_ATTEMPTS = """
+SELECT attempt_id, order_id, attempt_number, provider_account, amount_minor, currency, state,
+       provider_payment_id, created_at, next_check_at
+FROM payment_attempts
+WHERE ($1::text IS NULL OR state = $1)
+  AND ($2::text IS NULL OR provider_account = $2)
+  AND ($3::timestamptz IS NULL OR created_at <= $3)
+  AND ($4::text IS NULL OR order_id = $4 OR client_reference = $4 OR provider_payment_id = $4
+       OR attempt_id::text = lower($4))
+  AND ($5::timestamptz IS NULL OR (created_at, attempt_id) < ($5, $6::uuid))
+ORDER BY created_at DESC, attempt_id DESC
+LIMIT $7
+"""
+
+
+async def list_attempts(
+    conn: Conn, *, state: str | None = None, provider_account: str | None = None,
+    created_before: datetime | None = None, search: str | None = None, limit: int = DEFAULT_PAGE,
+    cursor: str | None = None,
+) -> tuple[list[AttemptItem], str | None]:
+    """One page of attempts, newest first, and the next page's cursor (``None`` on the last page).
+
+    ``created_before``: only attempts at least that old; ``search``: an order id, client
+    reference, provider payment id or attempt id, exactly.
+    """
+    if state is not None and state not in {s.value for s in AttemptState}:
+        raise ValueError(f"state must be one of {', '.join(s.value for s in AttemptState)}")
+    after: list[Any] = [None, None]
+    if cursor is not None:
+        after = _decode_cursor(cursor, (datetime, str))
+        try:
+            after[1] = UUID(after[1])
+        except ValueError:
+            raise InvalidCursor("the cursor is not one this listing made") from None
+    rows = await conn.fetch(SELECT_ATTEMPTS, state, provider_account, created_before, search, *after,
+                            _page_limit(limit) + 1)
+    items = [AttemptItem(**dict(r)) for r in rows[:limit]]
+    if len(rows) <= limit:
+        return items, None
+    last = items[-1]
+    return items, _encode_cursor([last.created_at.isoformat(), str(last.attempt_id)])
 
 
 # -- unmatched notifications and dead letters ------------------------------------------------

@@ -9,6 +9,7 @@ the library's own words; nothing was changed or recorded.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -171,3 +172,23 @@ async def attempt_detail(pool: Any, attempt_id: UUID) -> inspection.AttemptDetai
     if found is None:
         raise ActionRefused("not-found", f"no attempt {attempt_id}")
     return found
+
+
+async def list_attempts(c: Console, *, state: str | None, account: str | None, older_than_s: int | None,
+                        search: str | None, limit: int, cursor: str | None,
+                        ) -> tuple[list[inspection.AttemptItem], str | None]:
+    """One page of attempts, newest first, as the page and the API list them; a state that is not
+    one is bad input (400), as is a cursor this listing did not make."""
+    before = c.clock.now() - timedelta(seconds=older_than_s) if older_than_s is not None else None
+    try:
+        return await inspection.list_attempts(c.pool, state=state, provider_account=account,
+                                              created_before=before, search=search, limit=limit,
+                                              cursor=cursor)
+    except inspection.InvalidCursor:
+        raise
+    except ValueError as exc:
+        raise BadQuery(str(exc)) from None
+
+
+class BadQuery(ValueError):
+    """A listing's filter that is not one (answered 400 like any bad query)."""

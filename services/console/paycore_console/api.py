@@ -120,6 +120,23 @@ async def get_escalation(request: Request) -> Response:
     return json_response(await actions.escalation_detail(c.pool, eid))
 
 
+async def get_attempts(request: Request) -> Response:
+    c, _ = await reading(request)
+    q = request.query_params
+    raw_age = q.get("older_than_s") or None
+    try:
+        older_than_s = int(raw_age) if raw_age is not None else None
+    except ValueError:
+        raise BadRequest("older_than_s must be a whole number of seconds") from None
+    if older_than_s is not None and older_than_s < 0:
+        raise BadRequest("older_than_s must not be negative")
+    items, more = await actions.list_attempts(c, state=q.get("state") or None,
+                                              account=q.get("account") or None,
+                                              older_than_s=older_than_s, search=q.get("q") or None,
+                                              limit=_limit(request), cursor=q.get("cursor") or None)
+    return json_response({"items": items, "next_cursor": more})
+
+
 async def get_attempt(request: Request) -> Response:
     c, _ = await reading(request)
     attempt_id: UUID = request.path_params["attempt_id"]
@@ -300,6 +317,11 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              answer=_recorded(escalation_id=INTEGER,
                           owner_attempt_id={"type": ["string", "null"], "format": "uuid"},
                           owner_state={"anyOf": [STATE, {"type": "null"}]})),
+    Endpoint("GET", "/api/v1/attempts", get_attempts, "Attempts, newest first",
+             (("state", "string", "only this state"), ("account", "string", "only this provider account"),
+              ("older_than_s", "integer", "only attempts created at least this many seconds ago"),
+              ("q", "string", "an order id, client reference, provider payment id or attempt id, exactly"),
+              *PAGE), answer=_page_of(inspection.AttemptItem)),
     Endpoint("GET", "/api/v1/attempts/{attempt_id:uuid}", get_attempt,
              "One attempt: order, amounts, deadlines, lease, history, notifications, outbox, escalations, "
              "operator actions", answer=_one(inspection.AttemptDetail)),

@@ -17,7 +17,7 @@ import jinja2
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -25,6 +25,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from paycore.clock import Clock, SystemClock
 from paycore.console_auth import ConsoleAuth
+from paycore.currencies import format_amount
 from paycore.db import create_pool
 from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware, not_ready
 from paycore.http.problems import InternalErrorMiddleware
@@ -60,7 +61,8 @@ class SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        static = str(scope.get("path", "")).startswith("/static/")
+        path = str(scope.get("path", ""))
+        static = path.startswith("/static/") or path == "/favicon.ico"
         # The scheme as the client used it: a trusted proxy's X-Forwarded-Proto is applied first.
         hsts = self.hsts if scope.get("scheme") == "https" else None
 
@@ -83,6 +85,11 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
+async def favicon(request: Request) -> Response:
+    """Where a browser looks first, whatever the page says: the icon, not a 404."""
+    return FileResponse(HERE / "static" / "favicon.ico", media_type="image/x-icon")
+
+
 async def readyz(request: Request) -> Response:
     """Ready while the database answers; 503 problem+json with Retry-After while it does not."""
     c = console_of(request)
@@ -94,6 +101,7 @@ def templates() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True)
+    env.filters["money"] = format_amount  # {{ amount_minor|money(currency) }}: "25.00 EUR"
     return env
 
 
@@ -122,7 +130,7 @@ def create_app(settings: ConsoleSettings, *, clock: Clock | None = None,
 
     app = Starlette(
         routes=[*pages.routes(), *api.routes(), Route("/healthz", healthz, methods=["GET"]),
-                Route("/readyz", readyz, methods=["GET"]),
+                Route("/readyz", readyz, methods=["GET"]), Route("/favicon.ico", favicon, methods=["GET"]),
                 Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static")],
         lifespan=lifespan,
         exception_handlers={HTTPException: errors.http_exception, **errors.HANDLERS},

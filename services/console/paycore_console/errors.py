@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
+from typing import Any
 from urllib.parse import quote
 
+import asyncpg
 import jinja2
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -19,6 +21,7 @@ from starlette.types import Scope
 
 from paycore.console_auth import (
     AuthKeysUnavailable,
+    ConsoleAuthError,
     CsrfRefused,
     Forbidden,
     OperatorTokenRefused,
@@ -27,7 +30,8 @@ from paycore.console_auth import (
 from paycore.http.outage import RETRY_AFTER_S, unavailable_response
 from paycore.http.problems import problem_response
 from paycore.inspection import InvalidCursor
-from paycore_console.actions import ActionRefused
+from paycore_console.actions import ActionRefused, BadQuery
+from paycore_console.auth import CSRF_FIELD, Caller, authenticate
 from paycore_console.context import console_of
 
 ACTION_STATUS = {"conflict": 409, "invalid": 422, "not-found": 404}
@@ -55,20 +59,30 @@ def _status_and_slug(exc: Exception) -> tuple[int, str, str]:
         titles = {409: "Refused: the state does not allow this (it may have changed underneath)",
                   422: "The request is not valid", 404: "Not found"}
         return status, {409: "refused", 422: "invalid", 404: "not-found"}[status], titles[status]
-    if isinstance(exc, InvalidCursor | BadRequest):
+    if isinstance(exc, InvalidCursor | BadRequest | BadQuery):
         return 400, "bad-request", "Bad request"
     return 500, "internal", "Internal error"
 
 
 def render_error(templates: jinja2.Environment, status: int, title: str, detail: str | None,
-                 headers: dict[str, str] | None = None) -> Response:
+                 headers: dict[str, str] | None = None, *, caller: Any = None,
+                 csrf: str | None = None) -> Response:
     page = templates.get_template("error.html").render(
-        title=title, detail=detail, status=status, caller=None, csrf=None, flash=None, nav=None)
+        title=title, detail=detail, status=status, caller=caller, csrf=csrf, csrf_field=CSRF_FIELD,
+        flash=None, nav=None)
     return HTMLResponse(page, status_code=status, headers=headers)
 
 
-def error_page(request: Request, status: int, title: str, detail: str | None) -> Response:
-    return render_error(console_of(request).templates, status, title, detail)
+async def error_page(request: Request, status: int, title: str, detail: str | None) -> Response:
+    """The error as a page; a signed-in operator keeps the navigation and the Sign out button."""
+    c = console_of(request)
+    caller: Caller | None = None
+    try:
+        caller = await authenticate(request, c.auth, c.pool, c.clock.now(), bearer_allowed=False)
+    except (ConsoleAuthError, asyncpg.PostgresError, OSError):  # no session, or no database: a plain page
+        caller = None
+    csrf = c.auth.csrf_token(caller.session) if caller is not None and caller.session is not None else None
+    return render_error(c.templates, status, title, detail, caller=caller, csrf=csrf)
 
 
 DATABASE_UNAVAILABLE = (
@@ -101,7 +115,7 @@ async def refused(request: Request, exc: Exception) -> Response:
         # A page without a (valid) session: the sign-in page, then back here.
         target = request.url.path if request.method == "GET" else "/"
         return RedirectResponse(f"/login?next={quote(target, safe='/')}", status_code=303)
-    return error_page(request, status, title, detail)
+    return await error_page(request, status, title, detail)
 
 
 async def http_exception(request: Request, exc: Exception) -> Response:
@@ -114,10 +128,10 @@ async def http_exception(request: Request, exc: Exception) -> Response:
         slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
         return problem_response(exc.status_code, slug, title, exc.detail if exc.detail != title else None,
                                 instance=request.url.path, headers=dict(exc.headers or {}))
-    return error_page(request, exc.status_code, title, exc.detail if exc.detail != title else None)
+    return await error_page(request, exc.status_code, title, exc.detail if exc.detail != title else None)
 
 
 HANDLERS: dict[type[Exception], Callable[[Request, Exception], Awaitable[Response]]] = {
     cls: refused for cls in (SessionRefused, OperatorTokenRefused, CsrfRefused, Forbidden,
-                             AuthKeysUnavailable, ActionRefused, InvalidCursor, BadRequest)
+                             AuthKeysUnavailable, ActionRefused, InvalidCursor, BadRequest, BadQuery)
 }

@@ -20,6 +20,7 @@ from paycore import conflicts, inspection, operator_sessions
 from paycore.conflicts import CONFLICT_REASONS
 from paycore.console_auth import Principal
 from paycore.dead_ends import DEAD_END_PREFIXES, DEAD_END_REASONS
+from paycore.domain import LIVE_STATES, AttemptState
 from paycore.operator_sessions import EndReason
 from paycore.operators import AuthenticationFailed, TooManyAttempts
 from paycore.operators import authenticate as sign_in
@@ -289,9 +290,11 @@ async def escalation_page(request: Request) -> Response:
     escalation_id: int = request.path_params["escalation_id"]
     found = await actions.escalation_detail(c.pool, escalation_id)
     named = conflicts.candidates({"detail": found.detail, "attempt_id": found.escalation.attempt_id})
+    raw_event = found.detail.get("notification_event_id")  # the stored notification it is about, if any
     return render(request, "escalation.html", caller, title=f"Escalation {escalation_id}", nav="escalations",
                   d=found, e=found.escalation, is_conflict=found.escalation.reason in CONFLICT_REASONS,
-                  candidates=[str(a) for a in named], now=c.clock.now())
+                  candidates=[str(a) for a in named], now=c.clock.now(),
+                  notification_id=raw_event if type(raw_event) is int else None)
 
 
 async def escalation_ack(request: Request) -> Response:
@@ -328,16 +331,32 @@ def closable(detail: inspection.AttemptDetail) -> bool:
         for e in detail.escalations)
 
 
-async def attempt_lookup(request: Request) -> Response:
-    _, caller = await viewing(request)
+AGES = {"": None, "1h": 3600, "24h": 86_400, "7d": 7 * 86_400}  # the list's "older than" choices
+
+
+async def attempts_page(request: Request) -> Response:
+    """Attempts newest first, filtered; an attempt id in ``attempt_id`` goes straight to its page."""
+    c, caller = await viewing(request)
     raw = text_query(request, "attempt_id")
-    if raw is None:
-        return render(request, "attempt_lookup.html", caller, title="Find an attempt", nav="attempts")
-    try:
-        attempt_id = UUID(raw)
-    except ValueError:
-        return redirect(request, "/attempts", flash=("error", f"{raw!r} is not an attempt id (a UUID)."))
-    return redirect(request, f"/attempts/{attempt_id}")
+    if raw is not None:
+        try:
+            return redirect(request, f"/attempts/{UUID(raw)}")
+        except ValueError:
+            return redirect(request, "/attempts", flash=("error", f"{raw!r} is not an attempt id (a UUID)."))
+    age = request.query_params.get("age", "")
+    if age not in AGES:
+        raise BadRequest(f"age must be one of {', '.join(a for a in AGES if a)}")
+    filters = {"state": text_query(request, "state"), "account": text_query(request, "account"),
+               "search": text_query(request, "q")}
+    items, more = await actions.list_attempts(c, **filters, older_than_s=AGES[age], limit=page_size(request),
+                                              cursor=text_query(request, "cursor"))
+    kept = {k: v for k, v in request.query_params.items() if k != "cursor" and v}
+    next_url = f"/attempts?{urlencode({**kept, 'cursor': more})}" if more else None
+    accounts = [r["provider_account"] for r in await c.pool.fetch(
+        "SELECT provider_account FROM provider_accounts ORDER BY provider_account")]
+    return render(request, "attempts.html", caller, title="Attempts", nav="attempts", items=items,
+                  next_url=next_url, query=dict(request.query_params), states=[s.value for s in AttemptState],
+                  accounts=accounts, ages=[a for a in AGES if a], now=c.clock.now())
 
 
 async def attempt_page(request: Request) -> Response:
@@ -345,7 +364,8 @@ async def attempt_page(request: Request) -> Response:
     attempt_id: UUID = request.path_params["attempt_id"]
     found = await actions.attempt_detail(c.pool, attempt_id)
     return render(request, "attempt.html", caller, title=f"Attempt {attempt_id}", nav="attempts", d=found,
-                  a=found.attempt, closable=closable(found), now=c.clock.now())
+                  a=found.attempt, closable=closable(found), now=c.clock.now(),
+                  live_states=[s.value for s in LIVE_STATES])
 
 
 async def attempt_close(request: Request) -> Response:
@@ -494,7 +514,7 @@ def routes() -> list[Route]:
         Route("/escalations/{escalation_id:id}/resolve", escalation_resolve, methods=["POST"]),
         Route("/escalations/{escalation_id:id}/resolve-conflict", escalation_resolve_conflict,
               methods=["POST"]),
-        Route("/attempts", attempt_lookup, methods=["GET"]),
+        Route("/attempts", attempts_page, methods=["GET"]),
         Route("/attempts/{attempt_id:uuid}", attempt_page, methods=["GET"]),
         Route("/attempts/{attempt_id:uuid}/close", attempt_close, methods=["POST"]),
         Route("/notifications/unmatched", unmatched_page, methods=["GET"]),
