@@ -145,8 +145,11 @@ async def test_an_operator_acknowledges_the_escalation_attaches_the_notification
     await expect(page.locator("#escalation-status")).to_have_text("acknowledged")
     await expect(page.locator("#ack-form")).to_have_count(0)
 
-    # Attach the stray notification: preview first, then confirm.
+    # Attach the stray notification: preview first, then confirm. Its list fits the window.
     await page.locator("#nav-notifications").click()
+    assert await page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    received = page.locator(f"#notification-{scene.event_id} td.nowrap time").first
+    assert (await received.bounding_box() or {"height": 99})["height"] < 30  # "Received" on one line
     await page.locator(f"#attach-{scene.event_id}").click()
     await page.locator("#preview-attempt-id").fill(attempt_id)
     await page.locator("#preview-submit").click()
@@ -165,8 +168,22 @@ async def test_an_operator_acknowledges_the_escalation_attaches_the_notification
     # The transition names the person who attached the evidence.
     last_transition = page.locator("#timeline [data-kind=transition]").last
     await expect(last_transition).to_contain_text(f"operator-{OPERATOR}")
+    await expect(page.locator("#attempt-amount .money")).to_have_text("49.99 EUR")  # as people read money
+    await expect(page.locator("#attempt-next-check")).to_have_count(0)  # nothing pending on a final state
     await screenshot(page, "console-attempt.png")
     assert (await rec.current(scene.attempt)).state == "Succeeded"  # the page shows what is stored
+
+    # The attempts list: newest first, filtered in place, the amount readable.
+    await page.locator("#nav-attempts").click()
+    listed = page.locator(f"#attempt-{attempt_id}")
+    await expect(listed).to_have_attribute("data-state", "Succeeded")
+    await expect(listed.locator("[data-testid=attempt-amount]")).to_have_text("49.99 EUR")
+    await page.locator("#filter-state").select_option("Unknown")
+    await expect(page.locator("#no-attempts")).to_be_visible()
+    await expect(page).to_have_url(f"{scene.console_url}/attempts?q=&state=Unknown&account=&age=")
+    await page.locator("#filter-state").select_option("Succeeded")
+    await expect(page.locator(f"#attempt-{attempt_id}")).to_be_visible()
+    await screenshot(page, "console-attempts.png")
 
 
 async def test_a_viewer_sees_no_action_forms_and_a_forged_csrf_token_is_refused(
