@@ -20,7 +20,9 @@ Which tests run for a mutant: the suites of :data:`SUITES` run once under covera
 context per test, so each line knows the tests that execute it. A mutant runs the tests that
 execute its line (for a module-level constant, such as a query, the tests that execute a
 function naming it; for a migration, the schema tests and the matrix), the fastest first,
-at most ``--max-tests`` of them (taken round-robin across their files), with ``pytest -x``.
+at most ``--max-tests`` of them (taken round-robin across their files), with ``pytest -x``; a
+mutant that survives that sample runs again with every test that executes its line, and only
+then counts as a survivor.
 
 Everything runs in copies of the working tree (one per worker), never in the repository.
 Each result is appended to the report (JSON lines) as it comes, so ``--resume`` continues an
@@ -217,6 +219,19 @@ class CoverageMap:
 
     def all_tests_of(self, file: str) -> set[str]:
         return set().union(*self.lines.get(file, {}).values())
+
+    def save(self, path: Path) -> None:
+        lines = {f: {str(n): sorted(t) for n, t in by_line.items()} for f, by_line in self.lines.items()}
+        path.write_bytes(orjson.dumps({"lines": lines, "seconds": self.seconds}))
+
+    @classmethod
+    def load(cls, path: Path) -> CoverageMap:
+        raw = orjson.loads(path.read_bytes())
+        mapping = cls(seconds=raw["seconds"])
+        for f, by_line in raw["lines"].items():
+            for n, tests in by_line.items():
+                mapping.lines[f][int(n)] = set(tests)
+        return mapping
 
 
 def _suite_files(tree: Path, suites: Iterable[str]) -> list[str]:
@@ -483,11 +498,18 @@ def main(argv: list[str] | None = None) -> int:
         done = read_report(args.report) if args.resume else {}
         if not args.resume:
             args.report.write_text("")
+        # A survivor of a sample only is run again (with every covering test, above).
+        done = {k: o for k, o in done.items() if not (o.status == "survived" and o.tests < o.covering)}
         todo = [m for m in mutants if m.id not in done]
         print(f"mutate-generated: {len(mutants)} mutants ({len(done)} already run), {len(trees)} workers",
               flush=True)
-        mapping = map_coverage(trees, sorted({m.file for m in mutants if m.file.endswith('.py')}),
-                               args.suites, tmp)
+        saved = args.report.with_suffix(".coverage.json")
+        if args.resume and saved.exists():  # the map of the interrupted run (delete it to map again)
+            mapping = CoverageMap.load(saved)
+        else:
+            mapping = map_coverage(trees, sorted({m.file for m in mutants if m.file.endswith('.py')}),
+                                   args.suites, tmp)
+            mapping.save(saved)
         print(f"coverage map: {len(mapping.seconds)} tests in {time.monotonic() - started:.0f} s", flush=True)
 
         sources = {f: (trees[0] / f).read_text() for f in {m.file for m in todo}}
@@ -508,6 +530,9 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                 covering = tests_for(m, sources[m.file], mapping)
                 outcome = run_mutant(tree, m, sample(covering, args.max_tests), len(covering), args.timeout_s)
+                if outcome.status == "survived" and outcome.tests < len(covering):
+                    # The sample missed it: every test that executes the line, before calling it a survivor.
+                    outcome = run_mutant(tree, m, covering, len(covering), args.timeout_s)
                 with lock:
                     outcomes.append(outcome)
                     with args.report.open("ab") as fh:

@@ -1050,6 +1050,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         "disabling an account ends its sessions in the same transaction",
     ),
     Mutation(
+        'admin-server-leaves-the-request-log-alone', "libs/paycore/paycore/http/health_server.py",
+        'http=AdminHttpToolsProtocol, log_config=None, log_level=None,',
+        'http=AdminHttpToolsProtocol, log_config=None, log_level="warning",',
+        t("tests/observability/test_admin_ports.py",
+          "test_a_request_line_is_found_by_its_request_id_with_the_admin_port_on"),
+        "a service's request lines reach its log with the admin port on (a customer's request id finds them)",
+    ),
+    Mutation(
         'inbox-outlives-the-topic', DISPATCHER_SETTINGS,
         "    if inbox_retention <= kafka_retention:",
         "    if inbox_retention < kafka_retention:",

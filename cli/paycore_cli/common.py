@@ -25,9 +25,9 @@ LOOPBACK = "127.0.0.1"
 STATE_DIR = ".paycore"
 # What `paycore up` starts, in order; its help, ports and readiness checks follow this.
 UP_SERVICES = {
-    "sandbox": "the Cardco provider sandbox",
-    "checkout": "the checkout API",
-    "webhooks": "the Cardco webhook intake, when a webhook secret is configured",
+    "sandbox": "the provider sandbox, speaking Cardco's, Stripe's and Adyen's wire",
+    "checkout": "the checkout API, with an account of every provider not configured otherwise",
+    "webhooks": "the webhook intake, one route per provider (/webhooks/cardco, /stripe, /adyen)",
     "recovery": "the recovery worker",
     "dispatcher": "the outbox dispatcher to Kafka",
     "console": "the operator console",
@@ -55,7 +55,8 @@ HOME = COMMANDS.declare(
 LOG_LEVEL = COMMANDS.declare(
     "PAYCORE_LOG_LEVEL",
     Choice(("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "WARN", "FATAL"), case="upper"), "INFO",
-    "the log level of every process `paycore` starts")
+    "the log level of every process `paycore` starts; unset, a one-shot command (`operators`, "
+    "`escalations`, …) logs warnings only, keeping its own output plain")
 LOG_FORMAT = COMMANDS.declare(
     "PAYCORE_LOG_FORMAT", Choice(LOG_FORMATS, case="lower"), "json",
     "how every process `paycore` starts writes its log lines to stderr: `json`, one object per line "
@@ -139,6 +140,39 @@ def paycore_home(env: Mapping[str, str] | None = None, *, create: bool = False) 
     return home
 
 
+LOCAL_DATABASE_FILE = "database_url"  # written by `paycore up` while its embedded PostgreSQL runs
+
+
+def remember_local_database(home: Path, dsn: str) -> None:
+    """Tell the other commands of this project where ``paycore up``'s database is (0600)."""
+    path = home / LOCAL_DATABASE_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(dsn + "\n")
+
+
+def forget_local_database(home: Path) -> None:
+    (home / LOCAL_DATABASE_FILE).unlink(missing_ok=True)
+
+
+def database_url(env: Mapping[str, str] | None = None) -> str:
+    """The database a command works on: ``PAYCORE_DATABASE_URL``, else the one ``paycore up`` is
+    running for this project (found through ``.paycore/`` as ``paycore token`` finds its secret)."""
+    from paycore.config import DATABASE_URL
+
+    env = os.environ if env is None else env
+    configured = DATABASE_URL.get(env)
+    if configured is not None:
+        return configured
+    home = paycore_home(env)
+    if home is not None and (home / LOCAL_DATABASE_FILE).is_file():
+        return (home / LOCAL_DATABASE_FILE).read_text().strip()
+    where = f" (none is running for {home})" if home is not None else ""
+    raise ConfigError("PAYCORE_DATABASE_URL",
+                      "is required: export it (postgresql://USER@HOST:PORT/DATABASE), or start the local "
+                      f"stack with `make run` in this project{where}")
+
+
 def redact_dsn(dsn: str) -> str:
     """``dsn`` without its password, for printing."""
     parts = urlsplit(dsn)
@@ -191,10 +225,12 @@ def _log_level(env: Mapping[str, str]) -> int:
     return logging.getLevelNamesMapping()[LOG_LEVEL.read(env)]
 
 
-def configure_logging(env: Mapping[str, str] | None = None, *, service: str = "paycore") -> int:
-    """Log at PAYCORE_LOG_LEVEL in PAYCORE_LOG_FORMAT, every line stamped with ``service``."""
+def configure_logging(env: Mapping[str, str] | None = None, *, service: str = "paycore",
+                      one_shot: bool = False) -> int:
+    """Log at PAYCORE_LOG_LEVEL in PAYCORE_LOG_FORMAT, every line stamped with ``service``; a
+    ``one_shot`` command (it prints its answer and exits) at WARNING unless the level is set."""
     env = os.environ if env is None else env
-    level = _log_level(env)
+    level = logging.WARNING if one_shot and LOG_LEVEL.get(env) is None else _log_level(env)
     fmt: LogFormat = "text" if LOG_FORMAT.read(env) == "text" else "json"
     install_log_handler(service, level, fmt)
     return level

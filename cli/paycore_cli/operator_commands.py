@@ -7,28 +7,37 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from uuid import UUID
 
-from paycore.config import ConfigError, load_settings
-from paycore_cli.common import CommandError
+from paycore.config import load_settings
+from paycore_cli.common import CommandError, database_url, redact_dsn
 
 T = TypeVar("T")
+CONNECT_TIMEOUT_S = 10.0
 
 
 def with_operator_pool(action: Callable[[Any, Any], Awaitable[T]]) -> tuple[Any, T]:
-    """Run an operator ``action(settings, pool)`` on a small pool over PAYCORE_DATABASE_URL."""
+    """Run an operator ``action(settings, pool)`` on a small pool over the command's database
+    (PAYCORE_DATABASE_URL, or the local stack's: :func:`paycore_cli.common.database_url`)."""
+    import asyncpg
+
     from paycore.db import create_pool
 
-    settings = load_settings(require_account=False)
-    if settings.database_url is None:
-        raise ConfigError("PAYCORE_DATABASE_URL", "is required")
+    dsn = database_url()
+    settings = dataclasses.replace(load_settings(require_account=False), database_url=dsn)
 
     async def run() -> T:
-        pool = await create_pool(settings.database_url or "", max_size=2)
+        try:
+            pool = await asyncio.wait_for(create_pool(dsn, max_size=2), timeout=CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            hint = "" if os.environ.get("PAYCORE_DATABASE_URL") else " (the local stack's: is `make run` up?)"
+            raise CommandError(f"cannot connect to the database {redact_dsn(dsn)}{hint}: "
+                               f"{str(exc).strip() or type(exc).__name__}") from None
         try:
             return await action(settings, pool)
         finally:

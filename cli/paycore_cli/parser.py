@@ -98,8 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     services = serve.add_subparsers(dest="service", required=True, metavar="SERVICE")
     for name, text in (
         ("checkout", "the checkout API"),
-        ("sandbox", "the Cardco provider sandbox (loopback only)"),
-        ("webhooks", "the Cardco webhook intake"),
+        ("sandbox", "the provider sandbox: Cardco's, Stripe's and Adyen's wire (loopback only)"),
+        ("webhooks", "the webhook intake: /webhooks/<provider> for each configured provider"),
         ("console", "the operator console (pages and its JSON API)"),
     ):
         sub = services.add_parser(name, help=text, description=f"Serve {text}.")

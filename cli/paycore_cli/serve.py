@@ -79,6 +79,10 @@ def _with_admin(factory: Callable[[], Any], name: str, args: argparse.Namespace)
     from paycore.http.health_server import with_admin_server
 
     host, port = admin_host(args.metrics_host), admin_port(name, args.metrics_port)
+    if port is not None:  # taken: say so now, before uvicorn starts (and fails inside its start-up)
+        from paycore.http.health_server import bind_admin_socket
+
+        bind_admin_socket(host, port, name).close()
 
     def build() -> Any:
         return with_admin_server(factory(), host, port, service=name)

@@ -176,13 +176,16 @@ def admin_server(directory: str, workers: int, host: str, port: int | None, *,
         return
     import uvicorn
 
-    from paycore.http.health_server import _Server
-    from paycore.http.protocol import ProblemHttpToolsProtocol
+    from paycore.http.health_server import _Server, bind_admin_socket
+    from paycore.http.protocol import AdminHttpToolsProtocol
 
+    sock = bind_admin_socket(host, port, service)
+    # log_level None: uvicorn would set the process-wide uvicorn loggers' level (see health_server).
     server = _Server(uvicorn.Config(admin_app(directory, workers), host=host, port=port,
-                                    http=ProblemHttpToolsProtocol, log_config=None, log_level="warning",
+                                    http=AdminHttpToolsProtocol, log_config=None, log_level=None,
                                     lifespan="off"))
-    thread = threading.Thread(target=server.run, name=f"{service}-admin", daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"{service}-admin",
+                              daemon=True)
     thread.start()
     deadline = time.monotonic() + STARTED_WITHIN_S
     while not server.started:  # uvicorn offers no started event to wait on

@@ -24,10 +24,12 @@ from paycore_cli.common import (
     WORKERS,
     CommandError,
     configure_logging,
+    forget_local_database,
     local_console_secret,
     local_jwt_secret,
     paycore_home,
     redact_dsn,
+    remember_local_database,
     sigterm_raises_interrupt,
 )
 from paycore_cli.database import migrate_database, preflight_accounts
@@ -97,6 +99,9 @@ def cmd_up(args: argparse.Namespace) -> int:
             pg = stack.enter_context(start_embedded_postgres(home / "pg"))
             env["PAYCORE_DATABASE_URL"] = pg.dsn
             pg_note = f"embedded, data in {pg.data_dir}"
+            # While it runs, the project's other commands (paycore operators, escalations, …) find it.
+            remember_local_database(home, pg.dsn)
+            stack.callback(forget_local_database, home)
         kafka_note = "external"
         if settings.kafka_bootstrap is None:
             from paycore_devstack.embedded import start_tansu

@@ -14,9 +14,11 @@ import re
 import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import asyncpg
 import httpx
+import orjson
 
 from harness.servers import free_port, serve_asgi
 from paycore.clock import FakeClock
@@ -24,7 +26,7 @@ from paycore.http.health_server import with_admin_server
 from paycore_checkout.app import create_app as create_checkout_app
 from paycore_sandbox.app import create_app as create_sandbox_app
 from paycore_sandbox.settings import SandboxSettings
-from tests.support.stack import JWT_SECRET, Shop, checkout_settings
+from tests.support.stack import JWT_SECRET, Shop, checkout_settings, eventually
 
 CARDCO = {"PAYCORE_CARDCO_ACCOUNT": "acct_store", "PAYCORE_CARDCO_ENVIRONMENT": "test",
           "PAYCORE_CARDCO_API_KEY": "sk_test_acct_store_local"}
@@ -124,3 +126,61 @@ async def test_request_durations_are_labelled_by_route_template_never_by_id(
             "1.0") in labelled
     assert order not in text  # no order id ever becomes a label value
     assert 'le="0.005"' in text and 'le="+Inf"' in text
+
+
+async def test_a_request_line_is_found_by_its_request_id_with_the_admin_port_on(
+    db_dsn: str, tmp_path: Path,
+) -> None:
+    """Started the default way (default log level, admin port on): the admin server must not quiet
+    the process's request log (uvicorn set its loggers to WARNING, so no request line appeared)."""
+    public, admin = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAYCORE_")}
+    env.update(PAYCORE_DATABASE_URL=db_dsn, PAYCORE_JWT_SECRET=JWT_SECRET,
+               PAYCORE_CARDCO_BASE_URL="http://127.0.0.1:9", **CARDCO, PAYCORE_METRICS_PORT=str(admin))
+    log_path = tmp_path / "checkout.log"
+    with log_path.open("wb") as log_file:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "paycore_cli", "serve", "checkout", "--port", str(public), env=env,
+            stdout=asyncio.subprocess.DEVNULL, stderr=log_file)
+        try:
+            async with httpx.AsyncClient(timeout=5) as http:
+                await answered(http, f"http://127.0.0.1:{admin}/healthz", proc)
+                shop = Shop(http=httpx.AsyncClient(base_url=f"http://127.0.0.1:{public}", timeout=5),
+                            customer="cus_support")
+                await answered(http, f"http://127.0.0.1:{public}/healthz", proc)
+                created = await shop.http.post("/orders", json={"amount_minor": 1250, "currency": "EUR"},
+                                               headers={**shop.auth, "X-Request-Id": "support-case-42"})
+                await shop.http.aclose()
+                assert created.status_code == 201, created.text
+
+                async def logged() -> list[dict[str, object]]:
+                    written = log_path.read_bytes().rpartition(b"\n")[0]  # whole lines only
+                    lines = [orjson.loads(line) for line in written.splitlines() if line.strip()]
+                    return [line for line in lines if line.get("request_id") == "support-case-42"]
+
+                found = await eventually(logged, what="a log line with the request id")
+        finally:
+            proc.terminate()
+            async with asyncio.timeout(20):
+                await proc.wait()
+    access = [line for line in found if line["logger"] == "uvicorn.access"]
+    assert access and "POST /orders" in str(access[0]["message"]) and "201" in str(access[0]["message"])
+
+
+async def test_a_second_instance_on_the_same_admin_port_says_which_setting_moves_it(db_dsn: str) -> None:
+    admin = free_port()
+    env = {**os.environ, "PAYCORE_DATABASE_URL": db_dsn, "PAYCORE_CONSOLE_SECRET": "c" * 40,
+           "PAYCORE_METRICS_PORT": str(admin), "PAYCORE_CARDCO_BASE_URL": "http://127.0.0.1:9", **CARDCO}
+    async with paycore("serve", "console", "--port", str(free_port()), env=env) as first, \
+            httpx.AsyncClient(timeout=5) as http:
+        await answered(http, f"http://127.0.0.1:{admin}/healthz", first)
+        for argv in (["serve", "console", "--port", str(free_port())], ["run", "recovery"]):
+            second = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "paycore_cli", *argv, env=env, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE)
+            async with asyncio.timeout(30):
+                _, err = await second.communicate()
+            assert second.returncode == 1, err
+            [line] = err.decode().splitlines()
+            assert line.startswith("paycore: ") and f"127.0.0.1:{admin}" in line
+            assert "PAYCORE_METRICS_PORT" in line and "--metrics-port" in line and "0 for none" in line

@@ -8,6 +8,9 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -365,6 +368,24 @@ def test_the_cli_adds_lists_and_disables_operators_reading_the_password_from_std
     assert asyncio.run(sign_in()) == "alice"  # the password was read exactly, without its newline
     everything = capsys.readouterr()
     assert PASSWORD not in everything.out + everything.err + caplog.text
+
+
+def test_a_one_shot_command_keeps_log_lines_off_its_output_unless_a_level_is_set(
+    db_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAYCORE_")}
+    env["PAYCORE_DATABASE_URL"] = db_dsn
+    argv = ["operators", "add", "alice", "--role", "viewer", "--operator", "root"]
+    added = subprocess.run([sys.executable, "-m", "paycore_cli", *argv], input=PASSWORD + "\n",
+                           capture_output=True, text=True, env=env, timeout=60)
+    assert (added.returncode, added.stderr) == (0, "")
+    assert added.stdout == "operator alice (viewer) added by root\n"
+    monkeypatch.setenv("PAYCORE_DATABASE_URL", db_dsn)
+    monkeypatch.setenv("PAYCORE_LOG_LEVEL", "INFO")  # asked for: the action's log line too
+    assert _run(monkeypatch, ["operators", "disable", "alice", "--operator", "root", "--reason", "gone"]) == 0
+    assert any(r.name == "paycore.operator_actions" and "operator-disable" in r.getMessage()
+               for r in caplog.records)
 
 
 def test_the_cli_prints_the_recorded_action_as_json_for_scripts(

@@ -204,6 +204,51 @@ def test_migrate_reports_an_unreachable_database(
     assert "Traceback" not in err
 
 
+# --------------------------------------------------------------------------- which database a command uses
+
+
+def test_a_database_command_finds_the_database_the_local_stack_runs(
+    tmp_path: Path, db_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.delenv("PAYCORE_DATABASE_URL", raising=False)
+    monkeypatch.setenv("PAYCORE_HOME", str(tmp_path))
+    (tmp_path / "database_url").write_text(db_dsn + "\n")  # what `paycore up` leaves while it runs
+    assert main(["operators", "list"]) == 0
+    assert capsys.readouterr().out.strip() == "no operator accounts"
+
+
+def test_without_a_database_a_command_says_what_to_export_or_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.delenv("PAYCORE_DATABASE_URL", raising=False)
+    monkeypatch.setenv("PAYCORE_HOME", str(tmp_path))
+    assert main(["operators", "list"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("paycore: configuration error: PAYCORE_DATABASE_URL: is required: export it")
+    assert "`make run`" in line
+
+
+@pytest.mark.parametrize("command", [["operators", "list"], ["escalations", "list"], ["actions", "list"],
+                                     ["notifications", "unmatched"], ["outbox", "dead-letters"]])
+def test_a_database_that_does_not_exist_or_has_no_schema_is_one_line_and_exit_1(
+    command: list[str], pg_admin_dsn: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("PAYCORE_DATABASE_URL", with_database(pg_admin_dsn, "paycore_no_such_database"))
+    assert main(command) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("paycore: cannot connect to the database") and "does not exist" in line
+
+    empty = asyncio.run(create_database(pg_admin_dsn, "paycore_cli_empty"))
+    try:
+        monkeypatch.setenv("PAYCORE_DATABASE_URL", with_database(pg_admin_dsn, empty))
+        assert main(command) == 1
+        [line] = capsys.readouterr().err.splitlines()
+        assert "run `paycore migrate`" in line
+    finally:
+        asyncio.run(drop_database(pg_admin_dsn, empty))
+
+
 # --------------------------------------------------------------------------- configuration errors
 
 
@@ -428,6 +473,30 @@ def test_up_help_names_every_service_it_starts(capsys: pytest.CaptureFixture[str
     for name in UP_SERVICES:
         assert name in description, f"`paycore up --help` does not say it starts {name}"
         assert f"--{name}-port" in options
+
+
+def test_up_and_serve_help_describe_three_providers_not_cardco_alone(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    texts = []
+    for argv in (["up", "--help"], ["serve", "--help"], ["serve", "sandbox", "--help"],
+                 ["serve", "webhooks", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        texts.append(" ".join(capsys.readouterr().out.split()))
+    up, serve, sandbox, webhooks = texts
+    for text in (up, serve):
+        assert "Stripe" in text and "Adyen" in text and "Cardco webhook intake" not in text
+    assert "Stripe" in sandbox and "/webhooks/<provider>" in webhooks
+
+
+def test_make_help_lines_up_every_description() -> None:
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(["make", "-s", "help"], cwd=root, capture_output=True, text=True, check=True).stdout
+    rows = [line for line in out.splitlines() if line.strip()]
+    assert len(rows) > 10
+    starts = {len(line) - len(line.split(None, 1)[1]) for line in rows}
+    assert len(starts) == 1, out  # every description begins in one column
 
 
 # --------------------------------------------------------------------------- notifications attach

@@ -7,6 +7,7 @@ import contextlib
 import io
 import os
 import signal
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -213,9 +214,21 @@ async def test_a_killed_up_leaves_no_embedded_postgres_running(embedded_dir: Pat
         pid = postmaster_pid(data_dir)
         assert pid is not None
         postmaster = psutil.Process(pid)
+        # A newcomer's next command, in another terminal: it finds the stack's database by itself.
+        listed = await _paycore(embedded_dir, home, "operators", "list")
+        assert (listed.returncode, listed.stdout.strip()) == (0, "no operator accounts"), listed.stderr
         second.process.send_signal(signal.SIGINT)
         assert await second.wait_exit(within_s=30) == 0, second.output()
         assert await wait_gone([postmaster], within_s=10) == []
+    stopped = await _paycore(embedded_dir, home, "operators", "list")
+    assert stopped.returncode == 2 and "Traceback" not in stopped.stderr
+    assert "export it" in stopped.stderr and "make run" in stopped.stderr
+
+
+async def _paycore(cwd: Path, home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``paycore ARGV`` as a person types it: no PAYCORE_DATABASE_URL, the project's home."""
+    return await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "paycore_cli", *argv], cwd=cwd,
+                                   env=up_env(home=home), capture_output=True, text=True, timeout=60)
 
 
 _HOLD_A_SERVER = """

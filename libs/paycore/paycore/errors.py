@@ -17,6 +17,10 @@ class PaycoreError(Exception):
     """Base of every error the library raises on purpose."""
 
 
+class AdminPortInUse(PaycoreError, OSError):
+    """The process's admin port (``/metrics``, ``/healthz``) is taken; ``str()`` says what moves it."""
+
+
 class NotFound(PaycoreError, LookupError):
     """No such row (for this customer, where one is named)."""
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
@@ -24,8 +25,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
+from paycore.errors import AdminPortInUse
 from paycore.http.metrics import metrics_endpoint
-from paycore.http.protocol import ProblemHttpToolsProtocol
+from paycore.http.protocol import AdminHttpToolsProtocol
 from paycore.liveness import Liveness
 
 log = logging.getLogger("paycore.health")
@@ -76,10 +78,13 @@ async def serve_health(
     if port is None:
         yield
         return
+    sock = bind_admin_socket(host, port, worker)
+    # log_level None: uvicorn would otherwise set the process-wide uvicorn.error and uvicorn.access
+    # loggers to it, silencing the service's own request lines; its protocol logs no requests.
     server = _Server(uvicorn.Config(health_app(registry, loops, ready), host=host, port=port,
-                                    http=ProblemHttpToolsProtocol, log_config=None, log_level="warning",
+                                    http=AdminHttpToolsProtocol, log_config=None, log_level=None,
                                     lifespan="off"))
-    task = asyncio.create_task(server.serve())
+    task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
             if task.done():
@@ -92,6 +97,24 @@ async def serve_health(
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError, TimeoutError):
             await asyncio.wait_for(task, STOP_WITHIN_S)
+
+
+def bind_admin_socket(host: str, port: int, process: str) -> socket.socket:
+    """A listening socket for ``process``'s admin server, or :class:`AdminPortInUse` saying what to do."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise AdminPortInUse(
+            f"{process}: cannot serve /metrics and /healthz on {host}:{port} ({exc.strerror}); another "
+            f"process has it (a second instance on this host?): give this one another admin port with "
+            f"--metrics-port or PAYCORE_METRICS_PORT, or 0 for none") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def with_admin_server(app: Starlette, host: str, port: int | None, *, service: str) -> Starlette:

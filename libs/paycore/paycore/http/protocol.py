@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -53,3 +53,13 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
         self.transport.write(malformed_request_answer(uuid.uuid4().hex, self.server_state.default_headers))
         self.transport.close()
+
+
+class AdminHttpToolsProtocol(ProblemHttpToolsProtocol):
+    """The admin port's: no access line per request (every scrape would be one). Set per
+    connection: uvicorn's ``access_log=False`` would silence the ``uvicorn.access`` logger for the
+    whole process, the service's own request lines with it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.access_log = False
