@@ -1058,6 +1058,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a service's request lines reach its log with the admin port on (a customer's request id finds them)",
     ),
     Mutation(
+        'spans-keep-the-url-origin-only', "libs/paycore/paycore/tracing.py",
+        "            span.set_attribute(key, url_origin(recorded[key]))",
+        "            pass",
+        t("tests/dispatcher/test_tracing.py", "test_an_outbound_requests_span_keeps_only_the_urls_origin")
+        + t("tests/observability/test_worker_log_hygiene.py",
+            "test_consumers_alerts_and_the_incident_agent_log_json_lines_without_secrets"),
+        "an alert webhook URL's secret path never leaves the process in an exported span",
+    ),
+    Mutation(
         'inbox-outlives-the-topic', DISPATCHER_SETTINGS,
         "    if inbox_retention <= kafka_retention:",
         "    if inbox_retention < kafka_retention:",

@@ -269,3 +269,20 @@ def test_the_sampler_honours_otel_traces_sampler() -> None:
         env = {"OTEL_TRACES_SAMPLER": name, "OTEL_TRACES_SAMPLER_ARG": "0.25"} if name else {}
         description = tracing.sampler(env).get_description()
         assert description.startswith(f"NoOrphanQueries{{{start}"), description
+
+
+async def test_an_outbound_requests_span_keeps_only_the_urls_origin(spans: InMemorySpanExporter) -> None:
+    """A Slack-style webhook URL's path is its secret: the client span, like the log line, keeps
+    the origin only (the alerts worker exported the whole PAYCORE_ALERT_WEBHOOK_URL)."""
+    token = "T0KEN" + uuid.uuid4().hex
+
+    async def hook(request: Request) -> Response:
+        return Response(status_code=200)
+
+    app = Starlette(routes=[Route("/services/{token}", hook, methods=["POST"])])
+    async with serve_asgi(app) as url, httpx.AsyncClient() as http:
+        assert (await http.post(f"{url}/services/{token}?key={token}", json={})).status_code == 200
+    [client] = [s for s in spans.get_finished_spans() if s.kind is SpanKind.CLIENT and not _is_query(s)]
+    recorded = {k: v for k, v in (client.attributes or {}).items() if k in tracing.URL_ATTRIBUTES}
+    assert recorded and set(recorded.values()) == {f"{url}/…"}
+    assert token not in str(client.attributes) and token not in client.name

@@ -103,14 +103,21 @@ async def running(processes: list[Process]) -> AsyncIterator[None]:
         yield
 
 
-def receiver() -> tuple[Starlette, list[dict[str, Any]]]:
+def receiver() -> tuple[Starlette, list[dict[str, Any]], list[bytes]]:
+    """The alert webhook (its token in its path), and an OTLP collector for every worker's spans."""
     posts: list[dict[str, Any]] = []
+    exported: list[bytes] = []
 
     async def hook(request: Request) -> JSONResponse:
         posts.append(orjson.loads(await request.body()))
         return JSONResponse({"status": "success"}, status_code=202)
 
-    return Starlette(routes=[Route(f"/hooks/{HOOK_TOKEN}", hook, methods=["POST"])]), posts
+    async def traces(request: Request) -> JSONResponse:
+        exported.append(await request.body())  # OTLP protobuf: its strings appear as they are
+        return JSONResponse({})
+
+    return Starlette(routes=[Route(f"/hooks/{HOOK_TOKEN}", hook, methods=["POST"]),
+                             Route("/v1/traces", traces, methods=["POST"])]), posts, exported
 
 
 async def test_consumers_alerts_and_the_incident_agent_log_json_lines_without_secrets(
@@ -120,7 +127,7 @@ async def test_consumers_alerts_and_the_incident_agent_log_json_lines_without_se
     suffix = uuid.uuid4().hex[:8]
     pages_topic, app_id = f"ops.pages.h{suffix}", f"inc-h{suffix}"
     await ensure_topics(ks, Topics(ks.alerts_topic, pages_topic, ks.alerts_partitions), app_id)
-    app, posts = receiver()
+    app, posts, exported = receiver()
     async with serve_asgi(app) as base:
         env = {**worker_env(db_dsn, ks), "PAYCORE_LOG_LEVEL": "DEBUG", "PAYCORE_LOG_FORMAT": "json",
                "PAYCORE_KAFKA_PAGES_TOPIC": pages_topic, "PAYCORE_INCIDENTS_APP_ID": app_id,
@@ -129,7 +136,9 @@ async def test_consumers_alerts_and_the_incident_agent_log_json_lines_without_se
                "PAYCORE_KAFKA_MIN_INSYNC_REPLICAS": "1",
                "PAYCORE_ALERT_WEBHOOK_URL": f"{base}/hooks/{HOOK_TOKEN}", "PAYCORE_ALERT_FORMAT": "pagerduty",
                "PAYCORE_PAGERDUTY_ROUTING_KEY": ROUTING_KEY, "PAYCORE_ALERT_INCIDENT_GROUPING": "true",
-               "PAYCORE_REMINDER_INTERVAL_S": str(REMINDER_INTERVAL.total_seconds())}
+               "PAYCORE_REMINDER_INTERVAL_S": str(REMINDER_INTERVAL.total_seconds()),
+               # Traced too, exporting here: a span may carry what a log line must not.
+               "OTEL_EXPORTER_OTLP_ENDPOINT": base, "OTEL_BSP_SCHEDULE_DELAY": "200"}
         incidents_admin = free_port()
         workers = {name: Process(["run", *args, "--metrics-port", str(port)], env, tmp_path / f"{name}.log")
                    for name, args, port in [
@@ -178,3 +187,6 @@ async def test_consumers_alerts_and_the_incident_agent_log_json_lines_without_se
     found = leaks([line for worker in workers.values() for line in worker.log.read_text().splitlines()],
                   secrets)
     assert found == []
+    spans = b"".join(exported)
+    assert b"paycore-alerts" in spans and b"POST" in spans  # the alert delivery's client span was exported
+    assert [what for what, secret in secrets.items() if secret.encode() in spans] == []

@@ -93,7 +93,7 @@ def _trace_fields() -> dict[str, str]:
     return {"trace_id": format(ctx.trace_id, "032x"), "span_id": format(ctx.span_id, "016x")}
 
 
-def _origin(url: object) -> str:
+def url_origin(url: object) -> str:
     """``https://hooks.slack.com/…``: scheme, host and port; no credentials, path or query."""
     parts = urlsplit(str(url))
     return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/…" if parts.scheme else "…"
@@ -102,11 +102,11 @@ def _origin(url: object) -> str:
 def _message(record: logging.LogRecord) -> str:
     """The record's text; httpx's ``HTTP Request: <method> <url> ...`` with the URL's origin only."""
     if record.name == "httpx" and isinstance(record.args, tuple) and len(record.args) >= 2:
-        args = (record.args[0], _origin(record.args[1]), *record.args[2:])
+        args = (record.args[0], url_origin(record.args[1]), *record.args[2:])
         try:
             return str(record.msg) % args
         except (TypeError, ValueError):
-            return f"HTTP request to {_origin(record.args[1])}"
+            return f"HTTP request to {url_origin(record.args[1])}"
     return record.getMessage()
 
 

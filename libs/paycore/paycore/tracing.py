@@ -25,6 +25,7 @@ from opentelemetry.trace import Span, SpanKind, Tracer, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from paycore.config import ConfigError
+from paycore.logs import url_origin
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.sampling import Sampler
@@ -172,10 +173,30 @@ def install(provider: TracerProvider) -> None:
     from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
     from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 
-    HTTPXClientInstrumentor().instrument(tracer_provider=provider)
+    HTTPXClientInstrumentor().instrument(tracer_provider=provider, request_hook=_url_origin_only,
+                                         async_request_hook=_async_url_origin_only)
     AsyncPGInstrumentor().instrument(tracer_provider=provider)  # type: ignore[no-untyped-call]
     _state["provider"] = provider
     _state["tracer"] = provider.get_tracer("paycore")
+
+
+# Where httpx's client span keeps the request's URL (the old and the stable semantic conventions).
+URL_ATTRIBUTES = ("http.url", "url.full")
+
+
+def _url_origin_only(span: Any, request: Any) -> None:
+    """An outbound request's span keeps the URL's origin only, as its log line does: a Slack or
+    PagerDuty webhook URL's path is its secret, and exported spans leave the process."""
+    if not span.is_recording():
+        return
+    recorded = getattr(span, "attributes", None) or {}
+    for key in URL_ATTRIBUTES:
+        if key in recorded:
+            span.set_attribute(key, url_origin(recorded[key]))
+
+
+async def _async_url_origin_only(span: Any, request: Any) -> None:
+    _url_origin_only(span, request)
 
 
 def uninstall() -> None:
