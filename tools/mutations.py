@@ -1067,6 +1067,23 @@ MUTATIONS: tuple[Mutation, ...] = (
         "an alert webhook URL's secret path never leaves the process in an exported span",
     ),
     Mutation(
+        'nul-in-a-query-parameter-refused', "libs/paycore/paycore/http/inputs.py",
+        "        if text_problem(name) or text_problem(value):",
+        "        if False:",
+        t("tests/console/test_pages.py", "test_a_nul_in_a_query_parameter_is_a_400_problem_not_a_500")
+        + t(HTTP_EDGES, "test_a_nul_in_the_path_or_a_query_parameter_is_400_problem_json"),
+        "a NUL in a query parameter is a 400 at the door, never a 500 from the database",
+    ),
+    Mutation(
+        'card-number-inside-a-token-refused', GATE,
+        "        if contains_card_number(value) or not TOKEN.fullmatch(value):",
+        "        if not TOKEN.fullmatch(value):",
+        t(CHECKOUT_HTTP, "test_invalid_payment_request_is_a_400_problem_and_writes_nothing")
+        + t("tests/unit/test_payment_methods.py",
+            "test_card_data_and_shapes_no_provider_takes_are_refused_without_echo"),
+        "a Luhn-valid card number inside a token-shaped payment method is refused, never stored or sent",
+    ),
+    Mutation(
         'inbox-outlives-the-topic', DISPATCHER_SETTINGS,
         "    if inbox_retention <= kafka_retention:",
         "    if inbox_retention < kafka_retention:",

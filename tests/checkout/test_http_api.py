@@ -61,6 +61,8 @@ async def test_invalid_order_is_a_400_problem_and_writes_nothing(
         {"payment_method": 42},
         {"payment_method": "4242424242424242"},  # card data is refused and never echoed
         {"payment_method": "4242 4242 4242 4242"},
+        {"payment_method": "tok_4242424242424242"},  # a card number inside a token's shape
+        {"payment_method": "tok_5555555555554444"},
         {"payment_method": {"type": "scheme", "number": "4242424242424242"}},  # a card field in the clear
         {"payment_method": {"type": "scheme", "encryptedCardNumber": "4242-4242-4242-4242"}},
         {"payment_method": {"type": "scheme", "encryptedCardNumber": "tok_visa"}},  # Cardco takes tokens only
@@ -74,7 +76,7 @@ async def test_invalid_payment_request_is_a_400_problem_and_writes_nothing(
     order = await stack.shop.create_order()
     r = await stack.shop.http.post(f"/orders/{order}/payment", json=body, headers=stack.shop.auth)
     assert_problem(r, 400)
-    assert "4242424242424242" not in r.text
+    assert "4242424242424242" not in r.text and "5555555555554444" not in r.text
     assert await row_counts(stack) == (1, 0, 0)
     assert await stack.sandbox.requests() == []
 

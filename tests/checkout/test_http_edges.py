@@ -207,3 +207,10 @@ async def test_a_request_whose_stale_claim_was_taken_over_cannot_overwrite_or_re
     await idem.complete(stack.pool, scope, idem.StoredResponse(201, {}, b"second"), claimed_at=second_at)
     claim, stored = await idem.claim(stack.pool, scope, "a" * 64, now=second_at, ttl_s=86400)
     assert claim is idem.Claim.REPLAY and stored is not None and stored.body == b"second"
+
+
+@pytest.mark.parametrize("path", ["/orders/ord_x%00y", "/orders/ord_x/payment/status?at=%00"])
+async def test_a_nul_in_the_path_or_a_query_parameter_is_400_problem_json(stack: Stack, path: str) -> None:
+    answer = await stack.shop.http.get(path, headers=stack.shop.auth)
+    assert answer.status_code == 400 and answer.headers["content-type"] == "application/problem+json"
+    assert answer.json()["type"].endswith("/invalid-text") and answer.headers["x-request-id"]

@@ -346,6 +346,18 @@ async def test_an_unmatched_payment_escalation_links_its_notification_to_the_att
     assert f'id="attach-{stray.event_id}"' in as_operator
 
 
+@pytest.mark.parametrize("path", ["/api/v1/escalations?reason=dead%00line", "/api/v1/escalations?account=%00",
+                                  "/api/v1/outbox/dead-letters?kind=x%00", "/api/v1/attempts?q=ord%00",
+                                  "/escalations?reason=%00", "/attempts?q=%00", "/api/v1/attempts?x%00=1",
+                                  "/notifications/unmatched?cursor=%00"])
+async def test_a_nul_in_a_query_parameter_is_a_400_problem_not_a_500(rig: ConsoleRig, path: str) -> None:
+    browser = await rig.browser(role="viewer")
+    answer = await browser.client.get(path)
+    assert answer.status_code == 400, answer.text
+    assert answer.headers["content-type"] == "application/problem+json" and answer.headers["x-request-id"]
+    assert answer.json()["type"].endswith("/invalid-text")
+
+
 async def test_no_page_or_api_answer_holds_a_secret_or_card_number(
     rig: ConsoleRig, account: ProviderAccountConfig,
 ) -> None:

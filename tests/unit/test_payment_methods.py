@@ -10,7 +10,6 @@ from paycore.errors import InvalidPaymentMethod
 from paycore.payment_methods import (
     checked_payment_method,
     contains_card_number,
-    looks_like_card_number,
     luhn_valid,
 )
 
@@ -36,6 +35,10 @@ def test_tokens_and_encrypted_objects_pass_unchanged(value: Any) -> None:
     {"type": "scheme", "list": ["tok_visa"]},
     {}, {f"f{i}": "x" for i in range(33)}, {"bad key": "x"},
     "", "tok visa", "TOK_VISA", 4111111111111111, None, ["tok_visa"],
+    # A card number inside what is shaped like a token or an encrypted field is still one.
+    "tok_5555555555554444", "pm_card_4111111111111111_x", "tok_4111-1111-1111-1111",
+    {"type": "scheme", "encryptedCardNumber": "adyenjs_0_1_25$4111111111111111"},
+    {"type": "scheme", "storedPaymentMethodId": 4111111111111111},
 ])
 def test_card_data_and_shapes_no_provider_takes_are_refused_without_echo(value: Any) -> None:
     with pytest.raises(InvalidPaymentMethod) as refused:
@@ -45,9 +48,9 @@ def test_card_data_and_shapes_no_provider_takes_are_refused_without_echo(value: 
 
 def test_the_luhn_check_tells_card_numbers_from_other_digit_runs() -> None:
     assert luhn_valid("4242424242424242") and not luhn_valid("4242424242424241")
-    assert looks_like_card_number("4242 4242 4242 4242")
-    assert not looks_like_card_number("4242424242424241")  # fails Luhn: an order number, say
-    assert not looks_like_card_number("12345")  # too short
+    assert contains_card_number("4242 4242 4242 4242")
+    assert not contains_card_number("4242424242424241")  # fails Luhn: an order number, say
+    assert not contains_card_number("12345")  # too short
 
 
 def test_an_order_id_never_holds_what_a_provider_adapter_refuses_as_a_card_number(

@@ -30,6 +30,15 @@ async def test_unknown_paths_and_wrong_methods_are_problem_json(hooks: WebhookSt
     assert r.headers["allow"] == "POST"
 
 
+async def test_a_nul_in_the_path_or_query_is_400_and_nothing_is_stored(hooks: WebhookStack) -> None:
+    before = await hooks.count("SELECT count(*) FROM payment_attempt_events")
+    for path in ("/webhooks/cardco?x=%00", "/webhooks/card%00co"):
+        r = await hooks.intake.post(path, content=b"{}", headers={"content-type": "application/json"})
+        assert r.status_code == 400 and r.headers["content-type"] == "application/problem+json", path
+        assert r.json()["type"] == "https://paycore.dev/problems/invalid-text"
+    assert await hooks.count("SELECT count(*) FROM payment_attempt_events") == before
+
+
 def poisoned(evt: dict[str, Any], placeholder: str, escape: bytes) -> bytes:
     """The event's JSON with ``placeholder`` replaced by a raw JSON escape (orjson cannot write some)."""
     raw = orjson.dumps(evt)

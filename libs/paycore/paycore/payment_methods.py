@@ -3,7 +3,8 @@
 paycore never holds card data: the storefront's provider library (Stripe.js,
 Adyen's Drop-in) turns the card into a token (``tok_…``, ``pm_…``) or encrypted
 fields before anything reaches checkout. This gate refuses what looks like raw
-card data before any row is written, and never repeats the value in its answer.
+card data before any row is written, and never repeats the value in its answer: a
+Luhn-valid run of 12 to 19 digits anywhere in the value (a token, a field, a number) is one.
 Which tokens or objects a provider takes is the provider's own check
 (``build_request_body`` raises ``ValueError``).
 """
@@ -22,7 +23,6 @@ FIELD: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.]{0,63}")
 # Field names that only ever hold card data in the clear (compared case-insensitively).
 CARD_FIELDS: Final = frozenset({"number", "cardnumber", "pan", "cvc", "cvv", "cvv2", "securitycode",
                                 "card_number", "security_code"})
-DIGITS_ONLY: Final = re.compile(r"[0-9][0-9 -]{10,30}[0-9]")
 DIGIT_RUN: Final = re.compile(r"[0-9]+(?:[ -][0-9]+)*")
 MAX_FIELDS: Final = 32
 MAX_VALUE_CHARS: Final = 10_000  # encrypted fields are a few hundred characters
@@ -35,14 +35,6 @@ def luhn_valid(digits: str) -> bool:
         d = int(ch) * (2 if i % 2 else 1)
         total += d - 9 if d > 9 else d
     return total % 10 == 0
-
-
-def looks_like_card_number(text: str) -> bool:
-    """The whole of ``text`` is 12 to 19 digits (spaces and dashes aside) passing the Luhn check."""
-    if not DIGITS_ONLY.fullmatch(text.strip()):
-        return False
-    digits = re.sub(r"[ -]", "", text)
-    return 12 <= len(digits) <= 19 and luhn_valid(digits)
 
 
 def contains_card_number(text: str) -> bool:
@@ -73,7 +65,8 @@ def checked_payment_method(value: Any) -> PaymentMethod:
     value that looks like a card number.
     """
     if isinstance(value, str):
-        if looks_like_card_number(value) or not TOKEN.fullmatch(value):
+        # A card number anywhere, even inside something shaped like a token (tok_5555555555554444).
+        if contains_card_number(value) or not TOKEN.fullmatch(value):
             raise InvalidPaymentMethod("payment_method must be a token (tok_..., pm_...) or the provider's "
                                        "encrypted payment-method object, never card details")
         return value
@@ -95,7 +88,9 @@ def _check_object(obj: Mapping[Any, Any], *, depth: int) -> None:
         if isinstance(value, Mapping) and depth == 0:
             _check_object(value, depth=1)
         elif isinstance(value, str):
-            if len(value) > MAX_VALUE_CHARS or looks_like_card_number(value):
+            if len(value) > MAX_VALUE_CHARS or contains_card_number(value):
                 raise InvalidPaymentMethod(f"payment_method.{key} looks like card data")
+        elif isinstance(value, int) and not isinstance(value, bool) and contains_card_number(str(value)):
+            raise InvalidPaymentMethod(f"payment_method.{key} looks like card data")
         elif value is not None and not isinstance(value, bool | int | float):
             raise InvalidPaymentMethod(f"payment_method.{key} must be a string, number or boolean")

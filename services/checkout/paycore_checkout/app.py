@@ -22,6 +22,7 @@ from paycore.accounts import register_provider_accounts
 from paycore.clock import Clock, SystemClock
 from paycore.config import Settings, load_settings
 from paycore.db import create_pool, run_every
+from paycore.http.inputs import UnstorableTextRefused
 from paycore.http.openapi import openapi_route
 from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware
 from paycore.http.problems import (
@@ -142,6 +143,7 @@ def create_app(
     app.add_middleware(InternalErrorMiddleware, logger=log)  # any other error: one 500, logged once
     # Outside the outage and error layers, so their 503s and 500s are counted (the 5xx alert).
     instrument(app, "checkout", registry)  # request durations; the registry the admin port serves
+    app.add_middleware(UnstorableTextRefused)  # a NUL in the path or query: 400, not a 500
     app.add_middleware(RequestIdMiddleware)  # every answer carries X-Request-Id
     instrument_app(app)  # outermost: server spans around all of it (nothing when tracing is off)
     return app

@@ -27,6 +27,7 @@ from paycore.clock import Clock, SystemClock
 from paycore.console_auth import ConsoleAuth
 from paycore.currencies import format_amount
 from paycore.db import create_pool
+from paycore.http.inputs import UnstorableTextRefused
 from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware, not_ready
 from paycore.http.problems import InternalErrorMiddleware
 from paycore.http.request_id import RequestIdMiddleware
@@ -141,6 +142,7 @@ def create_app(settings: ConsoleSettings, *, clock: Clock | None = None,
     app.add_middleware(InternalErrorMiddleware, logger=log)
     app.add_middleware(SecurityHeaders, hsts_max_age_s=settings.hsts_max_age_s)
     instrument(app, "console")  # request durations; /metrics is on the admin port
+    app.add_middleware(UnstorableTextRefused)  # a NUL in the path or query: 400, not a 500
     app.add_middleware(RequestIdMiddleware)  # every answer carries X-Request-Id
     instrument_app(app)  # server spans around all of it (nothing when tracing is off)
     if settings.trusted_proxies:

@@ -42,6 +42,7 @@ from paycore.clock import Clock, SystemClock
 from paycore.config import ConfigError, Settings, load_settings
 from paycore.db import create_pool
 from paycore.http.bodies import first_duplicate_key, read_limited
+from paycore.http.inputs import UnstorableTextRefused
 from paycore.http.openapi import openapi_route
 from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware, is_database_unavailable, not_ready
 from paycore.http.problems import (
@@ -236,6 +237,7 @@ def create_app(
     app.add_middleware(DatabaseOutageMiddleware, outage=outage)
     app.add_middleware(InternalErrorMiddleware, logger=log)  # any other error: one 500, logged once
     instrument(app, "webhooks", registry)  # request durations; /metrics is on the admin port
+    app.add_middleware(UnstorableTextRefused)  # a NUL in the path or query: 400, not a 500
     app.add_middleware(RequestIdMiddleware)  # every answer carries X-Request-Id
     instrument_app(app)  # outermost: server spans around all of it (nothing when tracing is off)
     return app
