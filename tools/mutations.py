@@ -615,7 +615,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "card-data-gate", GATE,
-        "            if len(value) > MAX_VALUE_CHARS or looks_like_card_number(value):\n",
+        "            if len(value) > MAX_VALUE_CHARS or contains_card_number(value):\n",
         "            if len(value) > MAX_VALUE_CHARS:\n",
         ("tests/unit/test_payment_methods.py",),
         "a card number is refused before anything is recorded",
