@@ -73,3 +73,32 @@ def _roundtrip(document: dict[str, Any]) -> Any:
     import orjson
 
     return orjson.loads(orjson.dumps(document))
+
+
+@pytest.mark.parametrize("service", sorted(APPS))
+def test_the_documented_request_id_is_the_one_the_code_keeps(service: str) -> None:
+    import re
+
+    from paycore.http.request_id import request_id_from
+
+    _, document, _ = APPS[service]
+    shared = document["components"]
+
+    def resolved(item: dict[str, Any], kind: str) -> dict[str, Any]:
+        ref = item.get("$ref", "")
+        return shared[kind][ref.rsplit("/", 1)[1]] if ref else item
+
+    asked = [resolved(p, "parameters") for op in _operations(document) for p in op.get("parameters", [])]
+    answered = [resolved(h, "headers") for op in _operations(document) for r in op["responses"].values()
+                for name, h in r.get("headers", {}).items() if name == "X-Request-Id"]
+    patterns = {p["schema"]["pattern"] for p in asked if p.get("name") == "X-Request-Id"}
+    patterns |= {h["schema"]["pattern"] for h in answered}
+    assert len(patterns) == 1 and asked and answered, patterns
+    [pattern] = patterns
+    for candidate in ("case-42.a:b_c", "a b", "x" * 129, "ünïcode", "semi;colon", "x" * 128):
+        kept = request_id_from([(b"x-request-id", candidate.encode())]) == candidate
+        assert bool(re.fullmatch(pattern.strip("^$"), candidate)) is kept, candidate
+
+
+def _operations(document: dict[str, Any]) -> list[dict[str, Any]]:
+    return [op for ops in document["paths"].values() for op in ops.values() if isinstance(op, dict)]

@@ -82,9 +82,10 @@ class CheckoutMetrics:
                                         registry=registry)
         self.outcomes = Counter("paycore_checkout_outcomes", "Recorded outcomes by state and reason",
                                 ["state", "reason"], registry=registry)
+        # By account (bounded: only configured accounts take attempts), so on-call sees which is slow.
         self.provider_latency = Histogram(
             "paycore_checkout_provider_call_seconds", "Provider create-payment call latency",
-            ["outcome"], registry=registry,
+            ["provider_account", "outcome"], registry=registry,
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30),
         )
         self.unconfirmed = Counter("paycore_checkout_unconfirmed_writes", "Writes not confirmed",
@@ -183,7 +184,8 @@ class CheckoutPayments:
             StoredRequest.from_attempt(attempt), budget_s=self.settings.budgets.call_s,
             first_send=True,
         )
-        self.metrics.provider_latency.labels(outcome.kind.value).observe(time.perf_counter() - started_at)
+        elapsed = time.perf_counter() - started_at
+        self.metrics.provider_latency.labels(attempt.provider_account, outcome.kind.value).observe(elapsed)
         return outcome
 
     def _report_outcome_not_recorded(self, attempt: Attempt, outcome: ProviderOutcome,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import asyncpg
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from paycore import contracts
 from paycore.clock import Clock
 from paycore_dispatcher.relay import PassResult
 
@@ -59,11 +60,15 @@ class DispatcherMetrics:
             self.dead_letters.inc(result.dead_lettered)
 
     async def refresh(self, pool: asyncpg.Pool, clock: Clock) -> None:
-        """Re-read the backlog gauges from the database."""
+        """Re-read the backlog gauges from the database. Every kind the contracts know is exported,
+        0 when none waits: an alert on them must see 0, not "no data", when the outbox is empty."""
         rows = await pool.fetch(BACKLOG)
         now = clock.now()
         self.backlog.clear()
         self.dead_lettered.clear()
+        for kind in contracts.kinds():
+            self.backlog.labels(kind=kind).set(0)
+            self.dead_lettered.labels(kind=kind).set(0)
         oldest = None
         for r in rows:
             self.backlog.labels(kind=r["kind"]).set(r["pending"])

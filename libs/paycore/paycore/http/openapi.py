@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from paycore.http.problems import PROBLEM_JSON
+from paycore.http.request_id import KEPT_PATTERN
 
 OPENAPI_PATH = "/openapi.json"
 REQUEST_ID = "X-Request-Id"
@@ -39,12 +40,13 @@ PROBLEM_SCHEMA: dict[str, Any] = {
 RETRY_AFTER_HEADER: dict[str, Any] = {
     "description": "seconds to wait before retrying", "schema": {"type": "string", "pattern": "^[0-9]+$"}}
 REQUEST_ID_HEADER: dict[str, Any] = {
-    "description": "the request's id: the caller's X-Request-Id when it sent one, else a new one",
-    "required": False, "schema": {"type": "string"}}
+    "description": "the request's id: the caller's X-Request-Id when it was kept, else a new one",
+    "required": False, "schema": {"type": "string", "pattern": f"^{KEPT_PATTERN}$"}}
 REQUEST_ID_PARAMETER: dict[str, Any] = {
     "name": REQUEST_ID, "in": "header", "required": False,
-    "description": "an id for the request, echoed in the response and written to the logs",
-    "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,128}$"}}
+    "description": "an id for the request, echoed in the response and written to the logs; one that does not "
+                   "match is replaced by a fresh id (32 hex digits)",
+    "schema": {"type": "string", "pattern": f"^{KEPT_PATTERN}$"}}
 
 
 def problem(description: str, *, retry_after: bool = False,

@@ -17,7 +17,9 @@ from paycore.logs import bind_log_context
 
 HEADER = "X-Request-Id"
 _HEADER_KEY = HEADER.lower().encode()
-_SANE = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
+# What a caller's id may be to be kept (the OpenAPI documents say the same: paycore.http.openapi).
+KEPT_PATTERN = "[A-Za-z0-9._:-]{1,128}"
+_SANE = re.compile(KEPT_PATTERN.encode())
 
 
 def request_id_from(headers: list[tuple[bytes, bytes]]) -> str:
