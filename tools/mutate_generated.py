@@ -21,8 +21,8 @@ context per test, so each line knows the tests that execute it. A mutant runs th
 execute its line (for a module-level constant, such as a query, the tests that execute a
 function naming it; for a migration, the schema tests and the matrix), the fastest first,
 at most ``--max-tests`` of them (taken round-robin across their files), with ``pytest -x``; a
-mutant that survives that sample runs again with every test that executes its line, and only
-then counts as a survivor.
+mutant that survives that sample runs again with a wider one (``--confirm-tests``), and only
+then counts as a survivor (the report says how many of the covering tests ran).
 
 Everything runs in copies of the working tree (one per worker), never in the repository.
 Each result is appended to the report (JSON lines) as it comes, so ``--resume`` continues an
@@ -144,10 +144,15 @@ class Mutant:
 
 def _unmutated_ranges(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
     """Where nothing is mutated, as ((line, col), (end line, end col)): annotations (never
-    evaluated here) and parameter lists (cosmic-ray takes a keyword-only ``*`` for a product)."""
+    evaluated here), parameter lists (cosmic-ray takes a keyword-only ``*`` for a product) and
+    decorators (``@dataclass(frozen=True)``: a class's shape, not a behaviour a test can see)."""
     ranges = []
     for node in ast.walk(ast.parse(source)):
         annotations: list[ast.expr | None] = []
+        for decorator in getattr(node, "decorator_list", []):
+            if decorator.end_lineno is not None and decorator.end_col_offset is not None:
+                ranges.append(((decorator.lineno, decorator.col_offset),
+                               (decorator.end_lineno, decorator.end_col_offset)))
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             ranges.append(((node.lineno, node.col_offset), (node.body[0].lineno, 0)))
             args = node.args
@@ -465,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="parallel copies of the tree (default 2)")
     parser.add_argument("--budget-min", type=float, default=0.0, help="stop starting mutants after this long")
     parser.add_argument("--max-tests", type=int, default=60, help="tests run per mutant at most (default 60)")
+    parser.add_argument("--confirm-tests", type=int, default=200,
+                        help="tests a sample's survivor runs again before it counts (default 200)")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="one mutant's test run at most")
     parser.add_argument("--report", type=Path, default=ROOT / ".mutants" / "generated.jsonl",
                         help="results, one JSON line per mutant (default .mutants/generated.jsonl)")
@@ -498,8 +505,9 @@ def main(argv: list[str] | None = None) -> int:
         done = read_report(args.report) if args.resume else {}
         if not args.resume:
             args.report.write_text("")
-        # A survivor of a sample only is run again (with every covering test, above).
-        done = {k: o for k, o in done.items() if not (o.status == "survived" and o.tests < o.covering)}
+        # A survivor of the first sample only is run again (with the wider one, above).
+        done = {k: o for k, o in done.items()
+                if not (o.status == "survived" and o.tests < min(o.covering, args.confirm_tests))}
         todo = [m for m in mutants if m.id not in done]
         print(f"mutate-generated: {len(mutants)} mutants ({len(done)} already run), {len(trees)} workers",
               flush=True)
@@ -531,8 +539,10 @@ def main(argv: list[str] | None = None) -> int:
                 covering = tests_for(m, sources[m.file], mapping)
                 outcome = run_mutant(tree, m, sample(covering, args.max_tests), len(covering), args.timeout_s)
                 if outcome.status == "survived" and outcome.tests < len(covering):
-                    # The sample missed it: every test that executes the line, before calling it a survivor.
-                    outcome = run_mutant(tree, m, covering, len(covering), args.timeout_s)
+                    # The sample may have missed it: a wider one (each file's fastest in turn) before
+                    # calling it a survivor; the report says how many of the covering tests ran.
+                    outcome = run_mutant(tree, m, sample(covering, args.confirm_tests), len(covering),
+                                         args.timeout_s)
                 with lock:
                     outcomes.append(outcome)
                     with args.report.open("ab") as fh:
