@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from uuid import UUID
 
-from paycore.config import load_settings
+from paycore.config import DATABASE_URL, load_settings
 from paycore_cli.common import CommandError, database_url, redact_dsn
 
 T = TypeVar("T")
@@ -35,7 +35,7 @@ def with_operator_pool(action: Callable[[Any, Any], Awaitable[T]]) -> tuple[Any,
         try:
             pool = await asyncio.wait_for(create_pool(dsn, max_size=2), timeout=CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            hint = "" if os.environ.get("PAYCORE_DATABASE_URL") else " (the local stack's: is `make run` up?)"
+            hint = "" if DATABASE_URL.get(os.environ) else " (the local stack's: is `make run` up?)"
             raise CommandError(f"cannot connect to the database {redact_dsn(dsn)}{hint}: "
                                f"{str(exc).strip() or type(exc).__name__}") from None
         try:
