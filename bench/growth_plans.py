@@ -19,7 +19,17 @@ from typing import Any
 import asyncpg
 import orjson
 
-from paycore import attempts, escalations, events, leases, notifications, orders, outbox, webhook_replays
+from paycore import (
+    attempts,
+    escalations,
+    events,
+    leases,
+    notifications,
+    orders,
+    outbox,
+    webhook_replays,
+    writer,
+)
 from paycore_dispatcher import relay
 
 # A sequential scan of one of these, past a few thousand rows, is a plan that grows with the data.
@@ -169,7 +179,7 @@ async def checkout_and_intake(conn: asyncpg.Connection, plans: Plans, s: Sample,
         await conn.execute(attempts.MARK_STARTED, attempt_id, 0, now, now + timedelta(seconds=50))
         await explain(conn, plans, "checkout.payment_id_owner", attempts.SELECT_PAYMENT_ID_OWNER, account,
                       f"pay_plan_{attempt_id.hex[:8]}", attempt_id)
-        await explain(conn, plans, "checkout.apply_outcome", attempts.APPLY_OUTCOME, attempt_id, 1,
+        await explain(conn, plans, "checkout.apply_outcome", writer.APPLY_OUTCOME, attempt_id, 1,
                       "Started", "Succeeded", "succeeded", None, None, None, f"pay_plan_{attempt_id.hex[:8]}",
                       now, None, None)
         await explain(conn, plans, "checkout.resolve_escalations", escalations.RESOLVE_FOR_ATTEMPT,

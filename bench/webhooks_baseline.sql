@@ -44,7 +44,7 @@ SELECT * FROM payment_attempts WHERE attempt_id = :attempt_id;
 -- from: paycore.attempts.SELECT_PAYMENT_ID_OWNER
 SELECT attempt_id FROM payment_attempts
 WHERE provider_account = :account AND provider_payment_id = 'pay_bench_' || :n::text AND attempt_id <> :attempt_id;
--- from: paycore.attempts.APPLY_OUTCOME
+-- from: paycore.writer.APPLY_OUTCOME
 UPDATE payment_attempts
 SET state = 'Succeeded',
     provider_status = 'succeeded',

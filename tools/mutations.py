@@ -146,6 +146,8 @@ WEB_OUTAGE = "tests/console/test_database_outage.py"
 DOMAIN = "libs/paycore/paycore/domain.py"
 NOTIFICATIONS = "libs/paycore/paycore/notifications.py"
 ATTACH_PREVIEW = "tests/operators/test_attach_preview.py"
+WRITER = "libs/paycore/paycore/writer.py"  # issue 28: the one writer
+DECIDE = "tests/unit/test_decide_outcome.py"  # issue 28: decide_outcome as a table
 # Issue 26: the guards an outside mutation audit found unprotected.
 STRIPE_WIRE = "libs/paycore/paycore/providers/stripe/wire.py"
 STRIPE_EVENTS = "libs/paycore/paycore/providers/stripe/events.py"
@@ -164,7 +166,7 @@ def t(file: str, *names: str) -> tuple[str, ...]:
 MUTATIONS: tuple[Mutation, ...] = (
     # -- conditional writes ------------------------------------------------------------------------
     Mutation(
-        "apply-outcome-version", ATTEMPTS,
+        "apply-outcome-version", WRITER,
         "WHERE attempt_id = $1 AND version = $2 AND state = $3",
         "WHERE attempt_id = $1 AND (version = $2 OR TRUE) AND state = $3",
         t(RECORD, "test_a_notification_racing_a_started_status_update_that_records_another_payment_id_is_escalated"),
@@ -172,9 +174,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "lost-race-reapplies", ATTEMPTS,
-        """        except _LostRace:
+        """        except LostRace:
             log.info("outcome write for %s lost a race; reapplying", attempt_id)""",
-        """        except _LostRace:
+        """        except LostRace:
             raise OutcomeNotConfirmed("mutated: no reapply") from None""",
         t(RECORD, "test_an_outcome_write_that_loses_a_race_to_an_unknown_winner_is_reapplied_and_ends_succeeded",
           "test_a_reapplied_outcome_write_records_one_send_result_for_its_one_send"),
@@ -182,7 +184,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         " writes rolled back (evidence is not dropped because another writer moved first)",
     ),
     Mutation(
-        "apply-outcome-guard", ATTEMPTS,
+        "apply-outcome-guard", WRITER,
         "WHERE attempt_id = $1 AND version = $2 AND state = $3",
         "WHERE attempt_id = $1 AND (version = $2 OR TRUE) AND (state = $3 OR TRUE)",
         t(RECORD, "test_an_outcome_write_that_loses_a_race_to_a_succeeded_winner_returns_the_winner",
@@ -421,9 +423,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     # -- evidence about another payment ------------------------------------------------------------
     Mutation(
-        "create-mismatch-escalates", ATTEMPTS,
-        '    verdict = await judge_outcome(conn, attempt, outcome)\n    if not verdict.accepted:',
-        '    verdict = await judge_outcome(conn, attempt, outcome)\n    if False:',
+        "create-mismatch-escalates", DOMAIN,
+        '    if not verdict.accepted:\n        assert verdict.reason is not None',
+        '    if False:\n        assert verdict.reason is not None',
         t(EVIDENCE, "test_a_create_answer_naming_another_payment_stays_unknown_without_its_id_and_escalates_mismatch"),
         'the one writer of outcomes enforces the evidence verdict',
     ),
@@ -436,8 +438,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "lookup-mismatch-escalates", EVIDENCE_RULES,
-        '    if mismatch is not None:\n        return Verdict(Reason.MISMATCH',
-        '    if False:\n        return Verdict(Reason.MISMATCH',
+        '    if mismatch is not None:\n        return Verdict(EscalationReason.MISMATCH',
+        '    if False:\n        return Verdict(EscalationReason.MISMATCH',
         t(EVIDENCE, "test_a_lookup_finding_a_payment_that_is_not_this_attempts_escalates_at_once_and_records_it"),
         'a payment of another account, mode, reference, amount or currency is never evidence',
     ),
@@ -451,7 +453,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "past the deadline, failing lookups only read, on the slow cadence",
     ),
     Mutation(
-        "resend-rejected-escalates", ATTEMPTS,
+        "resend-rejected-escalates", DOMAIN,
         "    if outcome.kind is OutcomeKind.UNKNOWN and outcome.request_rejected:",
         "    if False:",
         t(REC_ESCALATIONS, "test_a_resend_refused_before_execution_is_escalated_at_once_and_never_repeated"),
@@ -1099,7 +1101,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     # -- i10 (one place per rule) ---------------------------------------------------------------
     Mutation(
-        "apply-outcome-releases-only-its-claim", ATTEMPTS,
+        "apply-outcome-releases-only-its-claim", WRITER,
         'leases.release_if_held_by("$11", "$12")',
         'leases.release_if_held_by("recovery_owner", "lease_token").replace('
         '"THEN NULL", "OR ($11::text, $12::uuid) IS NULL OR TRUE THEN NULL")',
@@ -1291,26 +1293,76 @@ MUTATIONS: tuple[Mutation, ...] = (
         (WEB_OUTAGE,),
         "an unreachable database is a 503 with Retry-After on the console, never a 500",
     ),
+    # -- issue 28: decide_outcome, one mutation per row of its table (the writer and the preview run it) --
+    Mutation(
+        'decide-evidence-of-another-payment-writes-nothing', DOMAIN,
+        "        if outcome.kind is not OutcomeKind.UNKNOWN or state in FINAL_STATES:\n",
+        "        if False:\n",
+        t(DECIDE, "test_evidence_about_another_payment_resolves_nothing_but_an_unknown_answer_still_counts"),
+        "evidence about another payment resolves nothing",
+    ),
+    Mutation(
+        'decide-a-final-state-never-changes', DOMAIN,
+        "    if state in FINAL_STATES:\n        if outcome.is_final",
+        "    if False:\n        if outcome.is_final",
+        t(DECIDE, "test_a_final_state_never_changes_and_a_contradicting_final_outcome_is_escalated"),
+        "a final state has no way out",
+    ),
+    Mutation(
+        'decide-not-started-takes-no-outcome', DOMAIN,
+        "    if state is AttemptState.NOT_STARTED:\n        return Decision(state, state, refused=",
+        "    if False:\n        return Decision(state, state, refused=",
+        t(DECIDE, "test_what_the_transition_table_refuses_is_a_refusal"),
+        "only a sender that started an attempt has an outcome for it",
+    ),
+    Mutation(
+        'decide-transition-table', DOMAIN,
+        "    if not can_transition(state, target):\n",
+        "    if False:\n",
+        t(DECIDE, "test_what_the_transition_table_refuses_is_a_refusal"),
+        "Unknown never becomes NotApplied: the table decides",
+    ),
+    Mutation(
+        'decide-action-expiry-schedules-the-look', DOMAIN,
+        "        next_check_at = min(next_check_at, expires_at)",
+        "        next_check_at = max(next_check_at, expires_at)",
+        t(DECIDE, "test_a_current_customer_action_is_looked_at_again_when_it_expires_if_that_comes_first"),
+        "a customer action is looked at again when it expires",
+    ),
+    Mutation(
+        'decide-only-an-open-order-is-paid', DOMAIN,
+        "order_paid=order.status is OrderStatus.OPEN,",
+        "order_paid=True,",
+        t(DECIDE, "test_only_an_open_order_is_marked_paid"),
+        "a success marks an open order Paid, never a cancelled one",
+    ),
+    Mutation(
+        'decide-escalating-writer-finishes', DOMAIN,
+        "        finish_after_s = escalated_recheck_after_s\n",
+        "        finish_after_s = None\n",
+        t(DECIDE, "test_a_leased_writer_that_escalates_schedules_its_next_look_and_one_without_does_not"),
+        "a leased writer that escalates schedules its next look in the same transaction",
+    ),
     # -- worktree i13: the attach preview says what the attach does (one set of rules) -------------
     Mutation(
         'attach-preview-contradiction', DOMAIN,
-        '            raised.append("contradiction")\n',
-        '            pass\n',
+        '        if outcome.is_final and target is not state:\n',
+        '        if False:\n',
         t(ATTACH_PREVIEW, 'test_the_preview_says_what_the_attach_then_does[succeeded-then-failed]'),
         "the preview of evidence against a final state says it raises a contradiction",
     ),
     Mutation(
         'attach-preview-cancel-requested', DOMAIN,
-        '    fulfil = order_status is OrderStatus.OPEN and not cancel_requested\n',
-        '    fulfil = order_status is OrderStatus.OPEN\n',
+        '    fulfil = order.status is OrderStatus.OPEN and not order.cancel_requested\n',
+        '    fulfil = order.status is OrderStatus.OPEN\n',
         t(ATTACH_PREVIEW, 'test_the_preview_says_what_the_attach_then_does[cancel-requested]'),
         "the preview of a success after a cancellation says nothing is fulfilled and a person is told",
     ),
     Mutation(
         'attach-preview-unknown-adds-no-evidence', DOMAIN,
-        '    if outcome.kind is OutcomeKind.UNKNOWN and (state is AttemptState.UNKNOWN or provider_status is not None):',
-        '    if False:',
-        t("tests/unit/test_foresee_outcome.py", "test_unknown_never_overwrites_unknown_nor_an_observed_status"),
+        '    if outcome.kind is OutcomeKind.UNKNOWN and (state is AttemptState.UNKNOWN\n',
+        '    if False and (state is AttemptState.UNKNOWN\n',
+        t(DECIDE, "test_unknown_never_overwrites_unknown_nor_an_observed_status"),
         "the preview says Unknown adds no evidence, as apply_outcome does",
     ),
     Mutation(

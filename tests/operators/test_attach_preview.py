@@ -1,8 +1,8 @@
 """The attach preview says what the attach then does: for each kind of case, preview, attach, compare.
 
 :func:`paycore.notifications.preview_attach` decides without writing, from the attach's own checks,
-its evidence verdict and :func:`paycore.domain.foresee_outcome` (the outcome rules of
-``apply_outcome``, written out pure). Each case here previews, then attaches for real, and checks
+its evidence verdict and :func:`paycore.domain.decide_outcome` (the decision the writer
+executes: the same function). Each case here previews, then attaches for real, and checks
 that the attempt's state and version, the order, the outbox rows queued, the escalations raised and
 resolved, and a refusal's message are exactly what the preview said.
 """
@@ -165,7 +165,8 @@ CASES: dict[str, tuple[Setup, str]] = {
 async def test_the_preview_says_what_the_attach_then_does(hooks: WebhookStack, case: str) -> None:
     setup, says = CASES[case]
     attempt, event_id = await setup(hooks)
-    preview = await preview_attach(hooks.pool, event_id=event_id, attempt_id=attempt.attempt_id)
+    preview = await preview_attach(hooks.pool, event_id=event_id, attempt_id=attempt.attempt_id,
+                                   now=hooks.clock.now(), recheck_after_s=60)
     assert says in preview.describe(), preview.describe()
     before = await seen(hooks, attempt.attempt_id)
     assert await seen(hooks, attempt.attempt_id) == before  # previewing wrote nothing
@@ -189,7 +190,7 @@ async def test_the_preview_says_what_the_attach_then_does(hooks: WebhookStack, c
     queued = after.outbox[len(before.outbox):]
     assert queued == (*foreseen.effects, *(["refund-request"] if preview.refund_request else []))
     raised = sorted(after.reasons[e] for e in after.reasons.keys() - before.reasons.keys())
-    assert raised == sorted(foreseen.escalations)
+    assert raised == sorted(e.text for e in foreseen.escalations)
     resolved = before.open_escalations - after.open_escalations
     unmatched = {preview.unmatched_escalation} if preview.unmatched_escalation is not None else set()
     attempts_own = {e for e in before.open_escalations if e not in unmatched}
@@ -203,7 +204,9 @@ async def test_a_preview_of_no_such_attempt_is_not_found(hooks: WebhookStack) ->
 
     attempt, event_id = await unknown_then(hooks)
     with pytest.raises(NotFound):
-        await preview_attach(hooks.pool, event_id=event_id, attempt_id=uuid4())
-    assert (await preview_attach(hooks.pool, event_id=event_id + 1000, attempt_id=attempt.attempt_id)
+        await preview_attach(hooks.pool, event_id=event_id, attempt_id=uuid4(), now=hooks.clock.now(),
+                             recheck_after_s=60)
+    assert (await preview_attach(hooks.pool, event_id=event_id + 1000, attempt_id=attempt.attempt_id,
+                                  now=hooks.clock.now(), recheck_after_s=60)
             ).refused == f"no stored notification {event_id + 1000}"
     assert AttemptState.UNKNOWN.value == (await get_attempt(hooks.pool, attempt.attempt_id)).state.value

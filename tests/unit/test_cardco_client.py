@@ -27,9 +27,8 @@ import pytest
 from harness.servers import free_port
 from paycore.clock import FakeClock
 from paycore.config import CARDCO_API_VERSION, MAX_BUDGET_S, ProviderAccountConfig, Secret
-from paycore.domain import OutcomeKind, ProviderOutcome
+from paycore.domain import Claim, OutcomeKind, ProviderOutcome
 from paycore.errors import InvalidPaymentMethod
-from paycore.evidence import Claim
 from paycore.providers.cardco import (
     CardcoClient,
     LookupResult,

@@ -10,7 +10,8 @@ from uuid import UUID
 
 import pytest
 
-from paycore.evidence import ACCEPTED, Claim, Reason, Verdict, distinct_payments, identify, judge
+from paycore.domain import ACCEPTED, Claim, EscalationReason, Verdict
+from paycore.evidence import distinct_payments, identify, judge
 
 ATTEMPT_ID = uuid.UUID("00000000-0000-4000-8000-000000000001")
 OTHER_ID = uuid.UUID("00000000-0000-4000-8000-000000000002")
@@ -34,35 +35,35 @@ def claim(**changes: Any) -> Claim:
 
 
 # (case, claim, recorded payment id, owner of the claim's payment id, reason, attribute)
-CASES: list[tuple[str, Claim, str | None, UUID | None, Reason | None, str | None]] = [
+CASES: list[tuple[str, Claim, str | None, UUID | None, EscalationReason | None, str | None]] = [
     ("every statement agrees", ABOUT_IT, None, None, None, None),
     ("the recorded id, its own reference", ABOUT_IT, "pay_1", None, None, None),
     ("owned by this attempt", ABOUT_IT, None, ATTEMPT_ID, None, None),
     ("says nothing", Claim(), "pay_1", None, None, None),
     ("currency compared case-blind", claim(currency="EUR"), None, None, None, None),
-    ("another account", claim(accounts=("acct_other",)), None, None, Reason.MISMATCH, "account"),
+    ("another account", claim(accounts=("acct_other",)), None, None, EscalationReason.MISMATCH, "account"),
     ("one of two statements of the account differs", claim(accounts=("acct_store", "acct_other")),
-     None, None, Reason.MISMATCH, "account"),
-    ("live evidence for a test account", claim(livemodes=(True,)), None, None, Reason.MISMATCH,
+     None, None, EscalationReason.MISMATCH, "account"),
+    ("live evidence for a test account", claim(livemodes=(True,)), None, None, EscalationReason.MISMATCH,
      "environment"),
-    ("another reference", claim(reference="ord_2-a1"), None, None, Reason.MISMATCH, "reference"),
-    ("another amount", claim(amount_minor=5000), None, None, Reason.MISMATCH, "amount"),
-    ("another currency", claim(currency="usd"), None, None, Reason.MISMATCH, "currency"),
+    ("another reference", claim(reference="ord_2-a1"), None, None, EscalationReason.MISMATCH, "reference"),
+    ("another amount", claim(amount_minor=5000), None, None, EscalationReason.MISMATCH, "amount"),
+    ("another currency", claim(currency="usd"), None, None, EscalationReason.MISMATCH, "currency"),
     ("another id than the recorded one", claim(provider_payment_id="pay_2"), "pay_1", None,
-     Reason.PROVIDER_ID_CONFLICT, "provider_payment_id"),
-    ("an id another attempt owns", ABOUT_IT, None, OTHER_ID, Reason.PROVIDER_ID_CONFLICT,
+     EscalationReason.PROVIDER_ID_CONFLICT, "provider_payment_id"),
+    ("an id another attempt owns", ABOUT_IT, None, OTHER_ID, EscalationReason.PROVIDER_ID_CONFLICT,
      "provider_payment_id"),
     ("the recorded id carries another reference", claim(reference="ord_2-a1"), "pay_1", None,
-     Reason.PROVIDER_ID_CONFLICT, "reference"),
+     EscalationReason.PROVIDER_ID_CONFLICT, "reference"),
     # The id conflict is decided before the attributes: it names what a person must look at.
     ("another id and another amount", claim(provider_payment_id="pay_2", amount_minor=1), "pay_1", None,
-     Reason.PROVIDER_ID_CONFLICT, "provider_payment_id"),
+     EscalationReason.PROVIDER_ID_CONFLICT, "provider_payment_id"),
 ]
 
 
 @pytest.mark.parametrize(("evidence", "recorded", "owner", "reason", "attribute"),
                          [case[1:] for case in CASES], ids=[case[0] for case in CASES])
-def test_judge(evidence: Claim, recorded: str | None, owner: UUID | None, reason: Reason | None,
+def test_judge(evidence: Claim, recorded: str | None, owner: UUID | None, reason: EscalationReason | None,
                attribute: str | None) -> None:
     verdict = judge(Subject(), evidence, recorded_payment_id=recorded, payment_id_owner=owner)
     assert (verdict.reason, verdict.attribute) == (reason, attribute)
@@ -80,7 +81,7 @@ def test_a_mismatch_keeps_what_the_evidence_said_identifiers_only() -> None:
 
 def test_a_live_account_refuses_test_evidence() -> None:
     verdict = judge(Subject(provider_account="cardco:acct_store:live"), ABOUT_IT)
-    assert (verdict.reason, verdict.attribute) == (Reason.MISMATCH, "environment")
+    assert (verdict.reason, verdict.attribute) == (EscalationReason.MISMATCH, "environment")
 
 
 @dataclass(frozen=True)
@@ -96,10 +97,10 @@ ONE, TWO = Matched(ATTEMPT_ID), Matched(OTHER_ID)
     (ONE, None, ONE, None),
     (None, ONE, ONE, None),
     (ONE, Matched(ATTEMPT_ID), ONE, None),  # the same attempt, found twice
-    (ONE, TWO, None, Reason.IDENTITY_CONFLICT),
+    (ONE, TWO, None, EscalationReason.IDENTITY_CONFLICT),
 ], ids=["unmatched", "by reference", "by payment id", "both agree", "two attempts"])
 def test_identify(by_reference: Matched | None, by_payment_id: Matched | None, attempt: Matched | None,
-                  reason: Reason | None) -> None:
+                  reason: EscalationReason | None) -> None:
     identified = identify(by_reference, by_payment_id)
     assert identified.attempt == attempt
     assert identified.verdict.reason is reason
@@ -107,7 +108,7 @@ def test_identify(by_reference: Matched | None, by_payment_id: Matched | None, a
 
 def test_an_identity_conflict_names_both_attempts() -> None:
     assert identify(ONE, TWO).verdict == Verdict(
-        Reason.IDENTITY_CONFLICT, "attempt",
+        EscalationReason.IDENTITY_CONFLICT, "attempt",
         {"reference_attempt_id": str(ATTEMPT_ID), "provider_payment_id_attempt_id": str(OTHER_ID)})
 
 

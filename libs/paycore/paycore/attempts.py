@@ -10,7 +10,6 @@ handler or the recovery loop.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import logging
 import uuid
@@ -22,25 +21,25 @@ from uuid import UUID
 
 import asyncpg
 
-from paycore import escalations, leases, outbox
+from paycore import escalations, leases
 from paycore.attempt_row import Attempt, get_attempt
 from paycore.config import ProviderAccountConfig
 from paycore.db import transaction_on
 from paycore.domain import (
-    FINAL_STATES,
     LIVE_STATE_PREDICATE,
     RESOLVABLE_STATES,
     AttemptState,
-    OrderStatus,
-    OutcomeKind,
+    OrderFacts,
     ProviderOutcome,
-    can_transition,
+    Verdict,
+    decide_outcome,
 )
-from paycore.errors import OutcomeNotConfirmed, PaycoreError, TransitionRefused
+from paycore.errors import OutcomeNotConfirmed, TransitionRefused
 from paycore.events import EventKind, append_event, append_events
-from paycore.evidence import Verdict, judge
+from paycore.evidence import judge
 from paycore.leases import Lease
-from paycore.orders import OrderNotPayable, lock_order, lock_order_of_attempt, mark_paid
+from paycore.orders import OrderNotPayable, lock_order, lock_order_of_attempt
+from paycore.writer import Escalator, LostRace, execute_outcome
 
 __all__ = [
     "Attempt", "IntentResult", "OutcomeNotConfirmed", "OutcomeResult", "StartResult", "apply_outcome",
@@ -99,24 +98,6 @@ WHERE a.attempt_id = $1 AND a.version = $2 AND a.state = 'NotStarted'
 RETURNING a.*
 """
 
-# Conditional on the state and version read, never on a lease: evidence is written whoever
-# brings it. The lease is released only when the row still carries the caller's claim
-# (owner $11 and token $12; expired or not, see paycore.leases).
-APPLY_OUTCOME = """
-UPDATE payment_attempts
-SET state = $4,
-    provider_status = $5,
-    next_action = $6,
-    next_action_expires_at = $7,
-    outcome_reason = $8,
-    provider_payment_id = COALESCE(provider_payment_id, $9),
-    next_check_at = $10,
-    version = version + 1,
-    """ + leases.release_if_held_by("$11", "$12") + """
-WHERE attempt_id = $1 AND version = $2 AND state = $3
-RETURNING *
-"""
-
 SELECT_PAYMENT_ID_OWNER = """
 SELECT attempt_id FROM payment_attempts
 WHERE provider_account = $1 AND provider_payment_id = $2 AND attempt_id <> $3
@@ -129,10 +110,6 @@ class StartResult(enum.Enum):
     STARTED = "started"  # this caller moved NotStarted -> Started and may send
     CONFLICT = "conflict"  # confirmed conditional miss: another writer moved it
     ORDER_NOT_PAYABLE = "order-not-payable"  # cancelled or paid under the order lock
-
-
-class _LostRace(PaycoreError):
-    """The conditional write matched no row: another writer moved the attempt first."""
 
 
 async def latest_attempt(
@@ -282,28 +259,6 @@ def _send_result_detail(outcome: ProviderOutcome) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class _Escalate:
-    """Opens an attempt's escalation episode inside the outcome write's transaction.
-
-    Keyed by the evidence that caused it (a notification key) when there is one, so
-    two distinct notifications alert separately and a redelivery alerts once.
-    """
-
-    conn: asyncpg.Connection
-    attempt_id: UUID
-    now: datetime
-    evidence_key: str | None
-    reminder_interval: timedelta
-
-    async def __call__(self, reason: str, detail: dict[str, Any], *, per_evidence: bool = True) -> None:
-        key = escalations.attempt_key(self.attempt_id, reason, self.evidence_key if per_evidence else None)
-        await escalations.raise_escalation(
-            self.conn, key=key, reason=reason, attempt_id=self.attempt_id, now=self.now, detail=detail,
-            reminder_interval=self.reminder_interval,
-        )
-
-
-@dataclass(frozen=True)
 class OutcomeResult:
     """What an outcome write leaves: the durable attempt, and the verdict on the evidence it brought."""
 
@@ -432,12 +387,12 @@ async def _apply(
                 result = await _apply_once(
                     conn, attempt_id, outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
                     from_send=from_send, lease=lease, escalated_recheck_after_s=escalated_recheck_after_s,
-                    escalate=_Escalate(conn, attempt_id, now, evidence_key, reminder_interval),
+                    escalator=Escalator(conn, attempt_id, now, evidence_key, reminder_interval),
                     history=history,
                 )
                 await append_events(conn, attempt_id=attempt_id, actor=actor, now=now, events=history)
                 return result
-        except _LostRace:
+        except LostRace:
             log.info("outcome write for %s lost a race; reapplying", attempt_id)
     raise OutcomeNotConfirmed(f"attempt {attempt_id}: outcome not confirmed after {max_reapply} tries")
 
@@ -453,90 +408,27 @@ async def _apply_once(
     from_send: bool,
     lease: Lease | None,
     escalated_recheck_after_s: float | None,
-    escalate: _Escalate,
+    escalator: Escalator,
     history: list[tuple[EventKind, dict[str, Any]]],
 ) -> OutcomeResult:
-    """One try of :func:`apply_outcome`, its events added to ``history``; raises
-    :class:`_LostRace` to roll back and reapply."""
+    """One try of :func:`apply_outcome`: read under the order lock, judge, decide
+    (:func:`paycore.domain.decide_outcome`), execute (:func:`paycore.writer.execute_outcome`);
+    its events added to ``history``. Raises :class:`~paycore.writer.LostRace` to roll back and
+    reapply."""
     order = await lock_order_of_attempt(conn, attempt_id)
     attempt = await get_attempt(conn, attempt_id)
-
     if from_send:
         history.append((EventKind.SEND_RESULT, _send_result_detail(outcome)))
-
     verdict = await judge_outcome(conn, attempt, outcome)
-    if not verdict.accepted:
-        # Evidence about a different payment (paycore.evidence): a person must see it,
-        # whatever this attempt's state (after resolution it may be a second charge).
-        assert verdict.reason is not None
-        await escalate(verdict.reason.value, {**verdict.detail, "actor": actor})
-        if lease is not None and escalated_recheck_after_s is not None:
-            # Escalate-and-finish: the next look and the lease's release commit with it.
-            await leases.finish(conn, attempt_id, lease, now, escalated_recheck_after_s)
-        if outcome.kind is not OutcomeKind.UNKNOWN or attempt.state in FINAL_STATES:
-            return OutcomeResult(attempt, verdict)
-        # An answer about another payment leaves this attempt Unknown all the same, with
-        # nothing of that payment recorded on it (the client already dropped its id).
-        outcome = dataclasses.replace(outcome, claim=None, provider_payment_id=None, provider_status=None)
-
-    target = outcome.target_state
-    if attempt.state in FINAL_STATES:
-        if outcome.is_final and target is not attempt.state:
-            await escalate("contradiction",
-                           {"recorded": attempt.state.value, "reported": target.value, "actor": actor})
-        return OutcomeResult(attempt, verdict)
-    if attempt.state is AttemptState.NOT_STARTED:
-        # Only a sender that moved it to Started can have an outcome for it.
-        raise TransitionRefused(f"attempt {attempt_id} is NotStarted; no outcome can be recorded")
-
-    if outcome.kind is OutcomeKind.UNKNOWN and outcome.request_rejected:
-        # A resend refused before execution: Unknown stays Unknown, and since the same
-        # bytes will be refused again, a person must decide (recovery stops resending).
-        await escalate("resend-rejected", {"reason": outcome.reason, "http_status": outcome.http_status,
-                                           "actor": actor}, per_evidence=False)
-
-    if outcome.kind is OutcomeKind.UNKNOWN and (
-        attempt.state is AttemptState.UNKNOWN or attempt.provider_status is not None
-    ):
-        # Unknown adds no evidence: it never overwrites an observed provider status.
-        return OutcomeResult(attempt, verdict)
-
-    if not can_transition(attempt.state, target):
-        raise TransitionRefused(f"transition {attempt.state} -> {target} is not allowed")
-
-    next_check_at = now + timedelta(seconds=recheck_after_s)
-    expires_at = outcome.next_action_expires_at
-    if outcome.kind is OutcomeKind.REQUIRES_ACTION and expires_at is not None and expires_at > now:
-        # Check again when the action expires, if that comes first; an action already
-        # expired keeps the ordinary delay rather than a zero one.
-        next_check_at = min(next_check_at, expires_at)
-    keeps_action = outcome.kind is OutcomeKind.REQUIRES_ACTION
-    row = await conn.fetchrow(
-        APPLY_OUTCOME,
-        attempt_id,
-        attempt.version,
-        attempt.state.value,
-        target.value,
-        outcome.provider_status,
-        outcome.next_action if keeps_action else None,
-        outcome.next_action_expires_at if keeps_action else None,
-        outcome.reason,
-        outcome.provider_payment_id,
-        next_check_at,
-        lease.owner if lease else None,
-        lease.token if lease else None,
-    )
-    if row is None:
-        raise _LostRace
-    updated = Attempt.from_record(row)
-    history.append((EventKind.TRANSITION, {"from": attempt.state.value, "to": target.value,
-                                           "reason": outcome.reason,
-                                           "provider_status": outcome.provider_status}))
-    if target in FINAL_STATES:
-        await escalations.resolve_for_attempt(conn, attempt_id, now)
-    if target is AttemptState.SUCCEEDED:
-        await _queue_success_effects(conn, updated, order.status, order.cancel_requested_at, now, escalate)
-    return OutcomeResult(updated, verdict, written=True)
+    decision = decide_outcome(
+        attempt, outcome, verdict, now, order=OrderFacts(order.status, order.cancel_requested_at is not None),
+        recheck_after_s=recheck_after_s, actor=actor,
+        escalated_recheck_after_s=escalated_recheck_after_s if lease is not None else None)
+    if decision.refused is not None:
+        raise TransitionRefused(decision.refused)
+    updated = await execute_outcome(conn, attempt, decision, now=now, lease=lease, escalator=escalator,
+                                    history=history)
+    return OutcomeResult(updated or attempt, verdict, written=updated is not None)
 
 
 async def judge_outcome(conn: asyncpg.Connection | asyncpg.Pool, attempt: Attempt,
@@ -549,33 +441,6 @@ async def judge_outcome(conn: asyncpg.Connection | asyncpg.Pool, attempt: Attemp
     owner = None if pid is None or pid == attempt.provider_payment_id else await conn.fetchval(
         SELECT_PAYMENT_ID_OWNER, attempt.provider_account, pid, attempt.attempt_id)
     return judge(attempt, claim, recorded_payment_id=attempt.provider_payment_id, payment_id_owner=owner)
-
-
-async def _queue_success_effects(
-    conn: asyncpg.Connection,
-    attempt: Attempt,
-    order_status: OrderStatus,
-    cancel_requested_at: datetime | None,
-    now: datetime,
-    escalate: _Escalate,
-) -> None:
-    payload = {
-        "order_id": attempt.order_id,
-        "amount_minor": attempt.amount_minor,
-        "currency": attempt.currency,
-        "provider_account": attempt.provider_account,
-        "provider_payment_id": attempt.provider_payment_id,
-    }
-    if order_status is OrderStatus.OPEN:
-        await mark_paid(conn, attempt.order_id)
-    fulfil = order_status is OrderStatus.OPEN and cancel_requested_at is None
-    # The confirmation first: the relay sends an attempt's effects in the order queued.
-    await outbox.enqueue_effects(conn, attempt_id=attempt.attempt_id, payload=payload, now=now,
-                                 effects=["order-confirmation", *(["fulfillment-request"] if fulfil else [])])
-    if not fulfil:
-        # The customer cancelled after the send intent: the charge stands, and a
-        # refund is its own operation, decided by a person.
-        await escalate("succeeded-after-cancel", {"order_id": attempt.order_id}, per_evidence=False)
 
 
 # -- recovery's writes: closing a never-sent attempt, committing a resend's intent --------------

@@ -30,9 +30,9 @@ import orjson
 from paycore import escalations
 from paycore.attempt_row import Attempt, get_attempt
 from paycore.db import transaction_on
+from paycore.domain import EscalationReason
 from paycore.errors import PaycoreError
 from paycore.events import EventKind, append_event
-from paycore.evidence import Reason
 from paycore.notifications import apply_notification
 from paycore.operator_actions import (
     ActionKind,
@@ -44,7 +44,7 @@ from paycore.operator_actions import (
 from paycore.orders import lock_order
 from paycore.providers.registry import notification_format
 
-CONFLICT_REASONS = (Reason.IDENTITY_CONFLICT.value, Reason.PROVIDER_ID_CONFLICT.value)
+CONFLICT_REASONS = (EscalationReason.IDENTITY_CONFLICT.value, EscalationReason.PROVIDER_ID_CONFLICT.value)
 
 
 class ConflictResolutionRefused(PaycoreError):

@@ -36,10 +36,9 @@ import asyncpg
 from paycore import escalations, leases
 from paycore.attempt_row import Attempt, get_attempt
 from paycore.db import transaction_on
-from paycore.domain import AttemptState, can_transition
+from paycore.domain import EVIDENCE_REASONS, AttemptState, EscalationReason, can_transition
 from paycore.errors import PaycoreError
 from paycore.events import EventKind, append_event
-from paycore.evidence import Reason
 from paycore.operator_actions import (
     REASON_MAX_LENGTH,
     ActionKind,
@@ -93,10 +92,10 @@ FOR NO KEY UPDATE
 """
 
 # Escalation reasons that say a payment exists: every verdict against a piece of evidence
-# (paycore.evidence.Reason: mismatch, provider-id conflict, identity conflict, several
-# payments), a final outcome contradicting the recorded one, a success after a cancellation.
-PAYMENT_REASONS = (*(reason.value for reason in Reason), "contradiction")
-PAYMENT_REASON_PREFIXES = ("succeeded-",)
+# (mismatch, provider-id conflict, identity conflict, several payments), a final outcome
+# contradicting the recorded one, a success after a cancellation.
+PAYMENT_REASONS = tuple(sorted(r.value for r in (*EVIDENCE_REASONS, EscalationReason.CONTRADICTION,
+                                                  EscalationReason.SUCCEEDED_AFTER_CANCEL)))
 
 # Any sign that a payment exists for this attempt, in its history or its escalations, open or
 # not: a notification matched to it, or one naming its reference that matched no attempt or
@@ -130,8 +129,8 @@ async def payment_evidence(conn: asyncpg.Connection | asyncpg.Pool, attempt: Att
     if attempt.provider_status is not None:
         found.append(f"provider status {attempt.provider_status}")
     rows = await conn.fetch(SELECT_PAYMENT_EVIDENCE, attempt.attempt_id, attempt.provider_account,
-                            attempt.client_reference, list(PAYMENT_REASONS),
-                            [p + "%" for p in PAYMENT_REASON_PREFIXES], Reason.IDENTITY_CONFLICT.value)
+                            attempt.client_reference, list(PAYMENT_REASONS), [],
+                            EscalationReason.IDENTITY_CONFLICT.value)
     return found + [r["what"] for r in rows]
 
 

@@ -1,20 +1,30 @@
-"""Attempt states, the transitions allowed between them, and provider outcomes.
+"""The rules of an attempt, as pure functions and values: what may happen, decided without I/O.
 
-This module is the one place that says which state may become which. Every
-writer (checkout, the notification handler, recovery) asks :func:`can_transition`
-before its conditional UPDATE, and the UPDATE itself is conditional on the
-state and version it read.
+Nothing here reads a database or a clock: ``now`` is passed in. Everything that writes
+asks this module first and then does exactly what it was told (:mod:`paycore.writer`):
+
+- the states and the one transition table (:data:`ALLOWED_TRANSITIONS`);
+- the attempt as a value (:class:`Attempt`): ``is_final``, ``past_deadline(now)``;
+- every reason a person is asked to look (:class:`EscalationReason`), evidence's included;
+- what a provider said (:class:`ProviderOutcome`, the :class:`Claim` inside it, the
+  :class:`Verdict` on it);
+- :func:`decide_outcome`: what an outcome does to an attempt -- the writer executes it and the
+  operator's preview shows it, so the two cannot disagree;
+- :func:`decide_pass`: what one recovery pass over a claimed attempt does next, from the facts
+  gathered so far (the rescuers gather, this decides).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
-from paycore.evidence import Claim, Verdict
+# -- states and the transition table --------------------------------------------------------------
 
 
 class AttemptState(enum.StrEnum):
@@ -33,8 +43,8 @@ FINAL_STATES: frozenset[AttemptState] = frozenset(
     {AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.NOT_APPLIED}
 )
 # The live states in SQL, written once: the partial indexes one_live_attempt_per_order
-# and payment_attempts_due say exactly this (a test pins it), and every query of
-# live attempts uses it so a migration cannot change one without the others.
+# and payment_attempts_due say exactly this, and every query of live attempts (the named
+# queries' files too) spells it this way; tests/test_layout.py pins all of them.
 LIVE_STATE_PREDICATE = "state IN ('NotStarted', 'Started', 'Unknown')"
 
 RESOLVABLE_STATES: frozenset[AttemptState] = frozenset(
@@ -73,6 +83,166 @@ class OrderStatus(enum.StrEnum):
     OPEN = "Open"
     PAID = "Paid"
     CANCELLED = "Cancelled"
+
+
+# -- the attempt, as a value ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A ``payment_attempts`` row."""
+
+    attempt_id: UUID
+    order_id: str
+    customer_id: str
+    attempt_number: int
+    provider_account: str
+    endpoint: str
+    api_version: str
+    client_reference: str
+    idempotency_key: str
+    request_body: str
+    amount_minor: int
+    currency: str
+    state: AttemptState
+    provider_status: str | None
+    next_action: dict[str, Any] | None
+    next_action_expires_at: datetime | None
+    outcome_reason: str | None
+    created_at: datetime
+    first_sent_at: datetime | None
+    escalation_deadline: datetime | None
+    provider_payment_id: str | None
+    recovery_owner: str | None
+    lease_token: UUID | None
+    lease_acquired_at: datetime | None
+    lease_expires_at: datetime | None
+    next_check_at: datetime
+    version: int
+
+    @classmethod
+    def from_record(cls, r: Mapping[str, Any]) -> Attempt:
+        """From a row (an ``asyncpg.Record`` or any mapping of the table's columns)."""
+        values = dict(r)
+        values["state"] = AttemptState(values["state"])
+        return cls(**values)
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def is_live(self) -> bool:
+        return self.state in LIVE_STATES
+
+    def past_deadline(self, now: datetime) -> bool:
+        """At or past the stamped escalation deadline, when no send may go out any more.
+
+        An attempt without one never crossed the send boundary (the schema ties the deadline to
+        ``first_sent_at``), so nothing may be sent for it either: it counts as past.
+        """
+        return self.escalation_deadline is None or now >= self.escalation_deadline
+
+    def action_is_current(self, now: datetime) -> bool:
+        """A customer action is shown only on a Started attempt and only before it expires."""
+        return (
+            self.state is AttemptState.STARTED
+            and self.next_action is not None
+            and (self.next_action_expires_at is None or self.next_action_expires_at > now)
+        )
+
+
+# -- escalations: why a person must look ----------------------------------------------------------
+
+
+class EscalationReason(enum.StrEnum):
+    """Every reason paycore asks a person to look, the one vocabulary (``payment_escalations.reason``)."""
+
+    # Evidence about another payment (paycore.evidence.judge / identify).
+    MISMATCH = "mismatch"  # account, environment, reference, amount or currency not the attempt's
+    PROVIDER_ID_CONFLICT = "provider-id-conflict"  # another payment id than recorded, or another's
+    IDENTITY_CONFLICT = "identity-conflict"  # a notification's reference and payment id name two attempts
+    MULTIPLE_PAYMENTS = "multiple-provider-payments"  # a lookup found several for one reference
+    # What an outcome meets.
+    CONTRADICTION = "contradiction"  # a final outcome against another recorded final state
+    SUCCEEDED_AFTER_CANCEL = "succeeded-after-cancel"  # charged after the order was cancelled
+    # Recovery's dead ends (the attempt stays Unknown; dead_ends closes them).
+    DEADLINE = "deadline"  # the key window is closing or closed
+    RESEND_REJECTED = "resend-rejected"  # a resend refused before execution: never again
+    RESEND_NOT_SAFE = "resend-not-safe"  # a resend condition fails (``resend-not-safe:<which>``)
+    # Inputs nothing could be matched to or stored.
+    UNMATCHED_PAYMENT = "unmatched-payment"
+    UNPARSEABLE_NOTIFICATION = "unparseable-notification"
+    OUTBOX_DEAD_LETTER = "outbox-dead-letter"
+    CONSUMER_POISON_MESSAGE = "consumer-poison-message"
+
+
+# The reasons that say evidence was about another payment (a verdict's reason).
+EVIDENCE_REASONS: frozenset[EscalationReason] = frozenset({
+    EscalationReason.MISMATCH, EscalationReason.PROVIDER_ID_CONFLICT, EscalationReason.IDENTITY_CONFLICT,
+    EscalationReason.MULTIPLE_PAYMENTS})
+# Recovery gives up with these, the attempt still Unknown: no evidence either way.
+DEAD_END_REASONS: frozenset[EscalationReason] = frozenset({
+    EscalationReason.DEADLINE, EscalationReason.RESEND_REJECTED, EscalationReason.RESEND_NOT_SAFE})
+
+
+@dataclass(frozen=True)
+class Escalation:
+    """An episode to open about an attempt: ``reason[:qualifier]``, keyed per piece of evidence
+    (``per_evidence``: a notification's key joins the episode key, so two alert separately)."""
+
+    reason: EscalationReason
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    qualifier: str | None = None  # resend-not-safe's failing condition
+    per_evidence: bool = True
+
+    @property
+    def text(self) -> str:
+        """As stored and keyed: ``deadline``, ``resend-not-safe:order-not-payable``."""
+        return self.reason.value if self.qualifier is None else f"{self.reason.value}:{self.qualifier}"
+
+
+# -- what a provider said ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a piece of evidence says about the payment it describes; ``None``: it does not say.
+
+    ``accounts`` and ``livemodes`` hold every statement of the provider account label and
+    mode the evidence makes (a notification's envelope and the payment object inside it
+    are two statements, and both must agree).
+    """
+
+    provider_payment_id: str | None = None
+    reference: str | None = None
+    amount_minor: int | None = None
+    currency: str | None = None
+    accounts: tuple[str, ...] = ()
+    livemodes: tuple[bool, ...] = ()
+
+    def as_detail(self) -> dict[str, Any]:
+        """For history and escalations: identifiers only, never card data."""
+        return {"provider_payment_id": self.provider_payment_id, "reference": self.reference,
+                "amount_minor": self.amount_minor, "currency": self.currency,
+                "accounts": list(self.accounts), "livemodes": list(self.livemodes)}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a claim is evidence about an attempt (:func:`paycore.evidence.judge`); ``reason``
+    is ``None`` when it is, else one of :data:`EVIDENCE_REASONS`."""
+
+    reason: EscalationReason | None = None
+    attribute: str | None = None  # which attribute disagrees: account, environment, reference, ...
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def accepted(self) -> bool:
+        return self.reason is None
+
+
+ACCEPTED = Verdict()
 
 
 class OutcomeKind(enum.StrEnum):
@@ -178,26 +348,47 @@ def provider_account_id(provider: str, account: str, environment: str) -> str:
     return f"{provider}:{account}:{environment}"
 
 
-# -- what an outcome would do, without doing it -------------------------------------------------
+# -- decide_outcome: what an outcome does to an attempt -------------------------------------------
 
 
 @dataclass(frozen=True)
-class Foreseen:
-    """What :func:`paycore.attempts.apply_outcome` would do with an outcome (:func:`foresee_outcome`).
+class OutcomeWrite:
+    """The conditional UPDATE an outcome makes (``apply_outcome``), on the version and state read."""
 
-    ``refused``: it would raise :class:`paycore.errors.TransitionRefused` with this reason and
-    change nothing. Otherwise the attempt goes from ``before`` to ``after`` (``written``: a new
-    version, even when the state stays, as Started -> Started does), the escalations named are
-    raised, and on Succeeded the order is marked Paid (``order_paid``) and ``effects`` queued.
+    target: AttemptState
+    provider_status: str | None
+    next_action: dict[str, Any] | None
+    next_action_expires_at: datetime | None
+    outcome_reason: str | None
+    provider_payment_id: str | None  # kept when the attempt recorded one already (COALESCE)
+    next_check_at: datetime
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What :func:`decide_outcome` decided: executed by :func:`paycore.writer.execute_outcome`,
+    shown by the operator's preview.
+
+    ``refused``: nothing may be done (the writer raises ``TransitionRefused`` with it). Else the
+    attempt goes from ``before`` to ``after`` (``write`` None: nothing is written), the
+    ``escalations`` are opened, on Succeeded the order is marked Paid (``order_paid``) and
+    ``effects`` are queued in order; ``finish_after_s``: an escalating writer holding a lease
+    schedules the next look and releases it (escalate and finish).
     """
 
     before: AttemptState
     after: AttemptState
-    written: bool = False
-    escalations: tuple[str, ...] = ()
+    write: OutcomeWrite | None = None
+    escalations: tuple[Escalation, ...] = ()
     refused: str | None = None
     order_paid: bool = False
     effects: tuple[str, ...] = ()
+    finish_after_s: float | None = None
+
+    @property
+    def written(self) -> bool:
+        """A new version, even when the state stays (Started -> Started)."""
+        return self.write is not None
 
     @property
     def resolves_escalations(self) -> bool:
@@ -205,40 +396,84 @@ class Foreseen:
         return self.written and self.after in FINAL_STATES
 
 
-def foresee_outcome(state: AttemptState, provider_status: str | None, outcome: ProviderOutcome,
-                    verdict: Verdict, *, order_status: OrderStatus, cancel_requested: bool) -> Foreseen:
-    """The decisions of :func:`paycore.attempts.apply_outcome`, in its order, for an attempt in
-    ``state`` (with ``provider_status`` observed) whose order is ``order_status``, given the
-    evidence ``verdict`` on ``outcome``: pure, for a person to see before confirming an action.
+@dataclass(frozen=True)
+class OrderFacts:
+    """What of the order an outcome's decision needs, read under the order lock."""
 
-    A write can still find the state changed underneath and then decides again on what it finds;
-    ``tests/operators/test_attach_preview.py`` applies each case and compares.
+    status: OrderStatus
+    cancel_requested: bool
+
+
+def decide_outcome(attempt: Attempt, outcome: ProviderOutcome, verdict: Verdict, now: datetime, *,
+                   order: OrderFacts, recheck_after_s: float, actor: str,
+                   escalated_recheck_after_s: float | None = None) -> Decision:
+    """What ``outcome`` (judged ``verdict`` by :func:`paycore.evidence.judge`) does to ``attempt``.
+
+    In this order, every writer of outcomes the same:
+
+    - evidence about another payment resolves nothing and is escalated under the verdict's
+      reason, whatever the state; with ``escalated_recheck_after_s`` (a writer holding a lease)
+      the next look is scheduled then. An Unknown answer about another payment still counts
+      as Unknown, with nothing of that payment on it;
+    - a final state never changes; a final outcome that contradicts it is escalated;
+    - a NotStarted attempt takes no outcome (only a sender that started it has one);
+    - a resend refused before execution stays Unknown and is escalated (never resent);
+    - Unknown never overwrites Unknown, nor a Started attempt whose provider status was seen;
+    - the transition table decides the rest; a current customer action schedules the next
+      look at its expiry if that comes first;
+    - Succeeded marks an open order Paid and queues its confirmation, and its fulfilment
+      unless the customer cancelled after the send intent (then a person is told).
     """
-    raised: list[str] = []
+    raised: list[Escalation] = []
+    finish_after_s: float | None = None
+    state = attempt.state
     if not verdict.accepted:
         assert verdict.reason is not None
-        raised.append(verdict.reason.value)
+        raised.append(Escalation(verdict.reason, {**verdict.detail, "actor": actor}))
+        finish_after_s = escalated_recheck_after_s
         if outcome.kind is not OutcomeKind.UNKNOWN or state in FINAL_STATES:
-            return Foreseen(state, state, escalations=tuple(raised))
+            return Decision(state, state, escalations=tuple(raised), finish_after_s=finish_after_s)
         outcome = dataclasses.replace(outcome, claim=None, provider_payment_id=None, provider_status=None)
+
     target = outcome.target_state
     if state in FINAL_STATES:
         if outcome.is_final and target is not state:
-            raised.append("contradiction")
-        return Foreseen(state, state, escalations=tuple(raised))
+            raised.append(Escalation(EscalationReason.CONTRADICTION,
+                                     {"recorded": state.value, "reported": target.value, "actor": actor}))
+        return Decision(state, state, escalations=tuple(raised), finish_after_s=finish_after_s)
     if state is AttemptState.NOT_STARTED:
-        return Foreseen(state, state, refused=f"the attempt is {state}; no outcome can be recorded")
+        return Decision(state, state, refused=f"attempt {attempt.attempt_id} is NotStarted; no outcome can "
+                                              f"be recorded")
+
     if outcome.kind is OutcomeKind.UNKNOWN and outcome.request_rejected:
-        raised.append("resend-rejected")
-    if outcome.kind is OutcomeKind.UNKNOWN and (state is AttemptState.UNKNOWN or provider_status is not None):
-        return Foreseen(state, state, escalations=tuple(raised))
+        detail = {"reason": outcome.reason, "http_status": outcome.http_status, "actor": actor}
+        raised.append(Escalation(EscalationReason.RESEND_REJECTED, detail, per_evidence=False))
+    if outcome.kind is OutcomeKind.UNKNOWN and (state is AttemptState.UNKNOWN
+                                               or attempt.provider_status is not None):
+        return Decision(state, state, escalations=tuple(raised), finish_after_s=finish_after_s)
     if not can_transition(state, target):
-        return Foreseen(state, state, refused=f"transition {state} -> {target} is not allowed")
+        return Decision(state, state, refused=f"transition {state} -> {target} is not allowed")
+
+    next_check_at = now + timedelta(seconds=recheck_after_s)
+    expires_at = outcome.next_action_expires_at
+    keeps_action = outcome.kind is OutcomeKind.REQUIRES_ACTION
+    if keeps_action and expires_at is not None and expires_at > now:
+        # An action already expired keeps the ordinary delay rather than a zero one.
+        next_check_at = min(next_check_at, expires_at)
+    write = OutcomeWrite(
+        target=target, provider_status=outcome.provider_status,
+        next_action=outcome.next_action if keeps_action else None,
+        next_action_expires_at=expires_at if keeps_action else None,
+        outcome_reason=outcome.reason, provider_payment_id=outcome.provider_payment_id,
+        next_check_at=next_check_at)
     if target is not AttemptState.SUCCEEDED:
-        return Foreseen(state, target, written=True, escalations=tuple(raised))
-    fulfil = order_status is OrderStatus.OPEN and not cancel_requested
+        return Decision(state, target, write, tuple(raised), finish_after_s=finish_after_s)
+    fulfil = order.status is OrderStatus.OPEN and not order.cancel_requested
     if not fulfil:
-        raised.append("succeeded-after-cancel")
-    return Foreseen(state, target, written=True, escalations=tuple(raised),
-                    order_paid=order_status is OrderStatus.OPEN,
-                    effects=("order-confirmation", *(("fulfillment-request",) if fulfil else ())))
+        # The customer cancelled after the send intent: the charge stands, and a refund is
+        # its own operation, decided by a person.
+        raised.append(Escalation(EscalationReason.SUCCEEDED_AFTER_CANCEL, {"order_id": attempt.order_id},
+                                 per_evidence=False))
+    return Decision(state, target, write, tuple(raised), order_paid=order.status is OrderStatus.OPEN,
+                    effects=("order-confirmation", *(("fulfillment-request",) if fulfil else ())),
+                    finish_after_s=finish_after_s)

@@ -16,7 +16,9 @@ recovery loop ask the same question to say what happened. Before any attempt is
 chosen, :func:`identify` decides which attempt a notification's two identities
 name (the webhook handler matches each independently).
 
-The reasons (each an escalation reason, ``attempt:<id>:<reason>[:<evidence key>]``):
+The claim and the verdict are values of :mod:`paycore.domain`, and the reasons are the
+evidence reasons of its one vocabulary, :class:`paycore.domain.EscalationReason` (each an
+escalation reason, ``attempt:<id>:<reason>[:<evidence key>]``):
 
 ========================  ==================================================================
 ``mismatch``              the payment's account, environment, reference, amount or
@@ -32,41 +34,12 @@ The reasons (each an escalation reason, ``attempt:<id>:<reason>[:<evidence key>]
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 from uuid import UUID
 
-
-class Reason(enum.StrEnum):
-    MISMATCH = "mismatch"
-    PROVIDER_ID_CONFLICT = "provider-id-conflict"
-    IDENTITY_CONFLICT = "identity-conflict"
-    MULTIPLE_PAYMENTS = "multiple-provider-payments"
-
-
-@dataclass(frozen=True)
-class Claim:
-    """What a piece of evidence says about the payment it describes; ``None``: it does not say.
-
-    ``accounts`` and ``livemodes`` hold every statement of the provider account label and
-    mode the evidence makes (a notification's envelope and the payment object inside it
-    are two statements, and both must agree).
-    """
-
-    provider_payment_id: str | None = None
-    reference: str | None = None
-    amount_minor: int | None = None
-    currency: str | None = None
-    accounts: tuple[str, ...] = ()
-    livemodes: tuple[bool, ...] = ()
-
-    def as_detail(self) -> dict[str, Any]:
-        """For history and escalations: identifiers only, never card data."""
-        return {"provider_payment_id": self.provider_payment_id, "reference": self.reference,
-                "amount_minor": self.amount_minor, "currency": self.currency,
-                "accounts": list(self.accounts), "livemodes": list(self.livemodes)}
+from paycore.domain import ACCEPTED, Claim, EscalationReason, Verdict
 
 
 class Subject(Protocol):
@@ -82,22 +55,6 @@ class Subject(Protocol):
     def amount_minor(self) -> int: ...
     @property
     def currency(self) -> str: ...
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """``reason`` is ``None`` when the evidence is about the attempt."""
-
-    reason: Reason | None = None
-    attribute: str | None = None  # which attribute disagrees: account, environment, reference, ...
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def accepted(self) -> bool:
-        return self.reason is None
-
-
-ACCEPTED = Verdict()
 
 
 def account_and_mode(provider_account: str) -> tuple[str, bool]:
@@ -116,20 +73,20 @@ def judge(subject: Subject, claim: Claim, *, recorded_payment_id: str | None = N
     """
     pid = claim.provider_payment_id
     if pid is not None and recorded_payment_id is not None and pid != recorded_payment_id:
-        return Verdict(Reason.PROVIDER_ID_CONFLICT, "provider_payment_id",
+        return Verdict(EscalationReason.PROVIDER_ID_CONFLICT, "provider_payment_id",
                        {"recorded": recorded_payment_id, "reported": pid})
     if pid is not None and payment_id_owner is not None and payment_id_owner != subject.attempt_id:
-        return Verdict(Reason.PROVIDER_ID_CONFLICT, "provider_payment_id",
+        return Verdict(EscalationReason.PROVIDER_ID_CONFLICT, "provider_payment_id",
                        {"reported": pid, "owned_by_attempt": str(payment_id_owner)})
     if (pid is not None and pid == recorded_payment_id and claim.reference is not None
             and claim.reference != subject.client_reference):
         # The payment the recorded id names carries another reference: the recorded id
         # itself may be wrong, which is a conflict about the id, not a stray payment.
-        return Verdict(Reason.PROVIDER_ID_CONFLICT, "reference",
+        return Verdict(EscalationReason.PROVIDER_ID_CONFLICT, "reference",
                        {"recorded": recorded_payment_id, "reported_reference": claim.reference})
     mismatch = _first_mismatch(subject, claim)
     if mismatch is not None:
-        return Verdict(Reason.MISMATCH, mismatch, {"field": mismatch, **claim.as_detail()})
+        return Verdict(EscalationReason.MISMATCH, mismatch, {"field": mismatch, **claim.as_detail()})
     return ACCEPTED
 
 
@@ -181,7 +138,7 @@ def identify(by_reference: A | None, by_payment_id: A | None) -> Identification[
     if by_reference is not None and by_payment_id is not None \
             and by_reference.attempt_id != by_payment_id.attempt_id:
         return Identification(None, Verdict(
-            Reason.IDENTITY_CONFLICT, "attempt",
+            EscalationReason.IDENTITY_CONFLICT, "attempt",
             {"reference_attempt_id": str(by_reference.attempt_id),
              "provider_payment_id_attempt_id": str(by_payment_id.attempt_id)}))
     return Identification(by_reference or by_payment_id)

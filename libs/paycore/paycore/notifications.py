@@ -11,8 +11,8 @@ account that verified it (:func:`paycore.providers.registry.notification_format`
   (:func:`paycore.attempts.apply_outcome`), plus lifecycle effects (refunds).
 - :func:`attach_notification`: the authorised reconciliation of a stored
   unmatched notification with its attempt; :func:`preview_attach` says what it
-  would do, from the same checks and the outcome rules of
-  :func:`paycore.domain.foresee_outcome`, without writing.
+  would do, from the same checks and the very function the writer executes
+  (:func:`paycore.domain.decide_outcome`), without writing.
 
 The service that receives webhooks (``services/webhooks``) verifies, matches and
 escalates; the rules for what a notification *does* live here, once.
@@ -31,10 +31,9 @@ import orjson
 
 from paycore import escalations, outbox
 from paycore.attempts import Attempt, OutcomeResult, apply_outcome, get_attempt, judge_outcome
-from paycore.domain import AttemptState, Foreseen, foresee_outcome
+from paycore.domain import AttemptState, Decision, OrderFacts, Verdict, decide_outcome
 from paycore.errors import PaycoreError, TransitionRefused
 from paycore.events import EventKind, append_event
-from paycore.evidence import Verdict
 from paycore.operator_actions import (
     ActionKind,
     OperatorAction,
@@ -297,14 +296,14 @@ class AttachPreview:
     """What :func:`attach_notification` would do, decided without writing (:func:`preview_attach`).
 
     ``refused``: the message the attach would be refused with (nothing would change). Otherwise
-    ``foreseen`` is the outcome's effect on the attempt, ``refund_request`` whether a refund
-    request would be queued, and ``unmatched_escalation`` the notification's open unmatched
-    episode that the attach resolves.
+    ``foreseen`` is the decision the writer would execute (:func:`paycore.domain.decide_outcome`),
+    ``refund_request`` whether a refund request would be queued, and ``unmatched_escalation`` the
+    notification's open unmatched episode that the attach resolves.
     """
 
     attempt: Attempt
     refused: str | None
-    foreseen: Foreseen | None = None
+    foreseen: Decision | None = None
     refund_request: bool = False
     unmatched_escalation: int | None = None
 
@@ -322,7 +321,7 @@ class AttachPreview:
         if effects:
             parts.append("queues " + ", ".join(effects))
         if f.escalations:
-            parts.append("raises " + ", ".join(f.escalations))
+            parts.append("raises " + ", ".join(e.text for e in f.escalations))
         if f.resolves_escalations:
             parts.append("resolves any open escalation of the attempt")
         if self.unmatched_escalation is not None:
@@ -330,11 +329,11 @@ class AttachPreview:
         return "; ".join(parts)
 
 
-async def preview_attach(db: asyncpg.Pool | asyncpg.Connection, *, event_id: int,
-                         attempt_id: UUID) -> AttachPreview:
+async def preview_attach(db: asyncpg.Pool | asyncpg.Connection, *, event_id: int, attempt_id: UUID,
+                         now: datetime, recheck_after_s: float, operator: str = "preview") -> AttachPreview:
     """What attaching stored notification ``event_id`` to ``attempt_id`` would do, as things stand:
-    the attach's own checks and evidence verdict, and the outcome rules of
-    :func:`paycore.domain.foresee_outcome`. Reads only; raises
+    the attach's own checks and evidence verdict, and the decision the writer would execute
+    (:func:`paycore.domain.decide_outcome`, the same function). Reads only; raises
     :class:`paycore.errors.NotFound` for no such attempt."""
     attempt = await get_attempt(db, attempt_id)
     row = await db.fetchrow(SELECT_NOTIFICATION, event_id)
@@ -352,9 +351,9 @@ async def preview_attach(db: asyncpg.Pool | asyncpg.Connection, *, event_id: int
         return AttachPreview(attempt, _not_evidence(event_id, attempt_id, verdict))
     order = await find_order(db, attempt.order_id)
     assert order is not None  # an attempt's order is never deleted (foreign key)
-    foreseen = foresee_outcome(attempt.state, attempt.provider_status, n.outcome, verdict,
-                               order_status=order.status,
-                               cancel_requested=order.cancel_requested_at is not None)
+    foreseen = decide_outcome(attempt, n.outcome, verdict, now, recheck_after_s=recheck_after_s,
+                              order=OrderFacts(order.status, order.cancel_requested_at is not None),
+                              actor=f"operator-{operator}")
     if foreseen.refused is not None:
         return AttachPreview(attempt, _not_applicable(event_id, attempt_id, foreseen.refused), foreseen)
     # apply_notification's refund rule, on the payment id the attempt would then hold (a write

@@ -125,7 +125,8 @@ async def attach(c: Console, who: Principal, event_id: int, attempt_id: UUID, re
 async def preview_attach(c: Console, event_id: int, attempt_id: UUID) -> notifications.AttachPreview:
     """What attaching would do, decided by the attach's own rules without writing; not-found refused."""
     preview: notifications.AttachPreview = await _run(
-        notifications.preview_attach(c.pool, event_id=event_id, attempt_id=attempt_id))
+        notifications.preview_attach(c.pool, event_id=event_id, attempt_id=attempt_id, now=c.clock.now(),
+                                     recheck_after_s=c.settings.recheck_after_s))
     return preview
 
 
@@ -138,7 +139,7 @@ def preview_json(event_id: int, attempt_id: UUID, preview: notifications.AttachP
         "after": None if preview.refused is not None or f is None else {
             "state": f.after.value, "written": f.written, "order_paid": f.order_paid,
             "effects": [*f.effects, *(["refund-request"] if preview.refund_request else [])],
-            "escalations_raised": list(f.escalations),
+            "escalations_raised": [e.text for e in f.escalations],
             "resolves_attempt_escalations": f.resolves_escalations,
             "resolves_escalation_id": preview.unmatched_escalation},
     }

@@ -27,7 +27,7 @@ from paycore import attempts, events, evidence, leases, rate_limits
 from paycore.attempts import Attempt, get_attempt, record_outcome
 from paycore.clock import Clock
 from paycore.config import Settings
-from paycore.domain import LIVE_STATES, AttemptState, OutcomeKind
+from paycore.domain import LIVE_STATES, AttemptState, EscalationReason, OutcomeKind
 from paycore.errors import MAY_HAVE_COMMITTED
 from paycore.events import EventKind, append_events
 from paycore.leases import Lease
@@ -484,7 +484,7 @@ class RecoveryWorker:
         if len(distinct) > 1:
             await self._record_lookups(attempt, looked)
             # Several provider payments for one attempt's reference: a person must look.
-            await self._escalate(attempt, lease, evidence.Reason.MULTIPLE_PAYMENTS.value,
+            await self._escalate(attempt, lease, EscalationReason.MULTIPLE_PAYMENTS.value,
                                  self.recovery.slow_cadence_s, {"provider_payment_ids": distinct})
             return Pass.ESCALATED
         # The one writer of outcomes judges the evidence (paycore.evidence): a payment that

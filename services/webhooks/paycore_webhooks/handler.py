@@ -35,7 +35,8 @@ import asyncpg
 from paycore import escalations
 from paycore.attempts import find_by_reference_and_payment_id
 from paycore.config import ProviderAccountConfig
-from paycore.evidence import Reason, identify
+from paycore.domain import EscalationReason
+from paycore.evidence import identify
 from paycore.logs import bind, bind_log_context
 from paycore.notifications import apply_notification, event_detail, is_recorded, record_notification
 from paycore.orders import lock_order
@@ -134,7 +135,7 @@ async def _handle(
     # resolves nothing.
     applied = await apply_notification(conn, attempt=attempt, n=n, key=key, now=now,
                                        reminder_interval=reminder_interval, recheck_after_s=recheck_after_s)
-    if applied.verdict.reason is Reason.MISMATCH:
+    if applied.verdict.reason is EscalationReason.MISMATCH:
         return DeliveryResult.MISMATCH
     if applied.verdict.reason is not None:
         return DeliveryResult.CONFLICT

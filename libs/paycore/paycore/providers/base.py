@@ -36,9 +36,8 @@ import orjson
 
 from paycore.attempt_row import Attempt
 from paycore.config import ProviderAccountConfig
-from paycore.domain import ProviderOutcome
+from paycore.domain import Claim, ProviderOutcome
 from paycore.errors import PaycoreError
-from paycore.evidence import Claim
 from paycore.webhook_replays import SignedDelivery
 
 __all__ = [

@@ -36,8 +36,7 @@ from typing import Any, Final
 import orjson
 
 from paycore.config import ConfigError, ProviderAccountConfig
-from paycore.domain import OutcomeKind, ProviderOutcome
-from paycore.evidence import Claim
+from paycore.domain import Claim, OutcomeKind, ProviderOutcome
 from paycore.providers.adapter import EventFormat
 from paycore.providers.adyen.wire import CURRENCY_RE, NAME
 from paycore.providers.base import (

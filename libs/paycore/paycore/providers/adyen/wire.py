@@ -22,8 +22,7 @@ from typing import Any, Final
 import httpx
 
 from paycore.config import ProviderAccountConfig
-from paycore.domain import OutcomeKind, ProviderOutcome
-from paycore.evidence import Claim
+from paycore.domain import Claim, OutcomeKind, ProviderOutcome
 from paycore.providers.http import header_token
 from paycore.providers.json_body import UNREADABLE as UNREADABLE  # re-exported: the client compares with it
 from paycore.providers.json_body import Unreadable as Unreadable

@@ -17,8 +17,7 @@ from typing import Any, Final
 import httpx
 
 from paycore.config import MAX_BUDGET_S, ProviderAccountConfig
-from paycore.domain import ProviderOutcome
-from paycore.evidence import Claim
+from paycore.domain import Claim, ProviderOutcome
 from paycore.providers.http import NotBuildable, header_token
 from paycore.providers.json_body import UNREADABLE as UNREADABLE  # re-exported: the client compares with it
 from paycore.providers.json_body import Unreadable as Unreadable

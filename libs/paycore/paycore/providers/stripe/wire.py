@@ -18,8 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from paycore.domain import ProviderOutcome
-from paycore.evidence import Claim
+from paycore.domain import Claim, ProviderOutcome
 from paycore.providers.http import is_token as is_token  # re-exported: the client checks header values
 from paycore.providers.json_body import UNREADABLE as UNREADABLE  # re-exported: the client compares with it
 from paycore.providers.json_body import is_int as _is_int

@@ -1,0 +1,145 @@
+"""paycore.domain.decide_outcome, pure: what an outcome does, branch by branch, without a database.
+
+The writer executes these decisions and the attach preview shows them (the same function:
+tests/operators/test_attach_preview.py attaches for real and compares); these are the branches a
+notification rarely reaches (Unknown answers, rejected resends, refusals).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from uuid import uuid4
+
+from paycore.domain import (
+    ACCEPTED,
+    Attempt,
+    AttemptState,
+    Decision,
+    EscalationReason,
+    OrderFacts,
+    OrderStatus,
+    ProviderOutcome,
+    Verdict,
+    decide_outcome,
+)
+
+S = AttemptState
+UNKNOWN = ProviderOutcome.unknown("provider.no-response.caller")
+SUCCEEDED = ProviderOutcome.succeeded("pay_1", 4999, "EUR")
+FAILED = ProviderOutcome.failed("card_declined")
+
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+ATTEMPT = Attempt(
+    attempt_id=uuid4(), order_id="ord_1", customer_id="cus_1", attempt_number=1,
+    provider_account="cardco:acct_store:test", endpoint="https://api.cardco.example/v1/payments",
+    api_version="2026-11-01", client_reference="ord_1-a1", idempotency_key="k", request_body="{}",
+    amount_minor=4999, currency="EUR", state=AttemptState.STARTED, provider_status=None, next_action=None,
+    next_action_expires_at=None, outcome_reason=None, created_at=NOW, first_sent_at=NOW,
+    escalation_deadline=NOW + timedelta(hours=22), provider_payment_id=None, recovery_owner=None,
+    lease_token=None, lease_acquired_at=None, lease_expires_at=None, next_check_at=NOW, version=1)
+
+
+def foresee(state: AttemptState, outcome: ProviderOutcome, verdict: Verdict = ACCEPTED, *,
+            provider_status: str | None = None, order: OrderStatus = OrderStatus.OPEN,
+            cancel_requested: bool = False) -> Decision:
+    attempt = dataclasses.replace(ATTEMPT, state=state, provider_status=provider_status)
+    return decide_outcome(attempt, outcome, verdict, NOW, order=OrderFacts(order, cancel_requested),
+                          recheck_after_s=60, actor="test")
+
+
+def reasons(d: Decision) -> tuple[str, ...]:
+    return tuple(e.text for e in d.escalations)
+
+
+def test_a_success_pays_the_order_and_queues_its_effects() -> None:
+    f = foresee(S.UNKNOWN, SUCCEEDED)
+    assert (f.after, f.written, f.order_paid, f.effects, reasons(f)) == (
+        S.SUCCEEDED, True, True, ("order-confirmation", "fulfillment-request"), ())
+    assert f.resolves_escalations
+
+
+def test_a_success_after_a_cancellation_is_not_fulfilled_and_a_person_is_told() -> None:
+    f = foresee(S.STARTED, SUCCEEDED, cancel_requested=True)
+    assert (f.after, f.order_paid, f.effects, reasons(f)) == (
+        S.SUCCEEDED, True, ("order-confirmation",), ("succeeded-after-cancel",))
+
+
+def test_a_final_state_never_changes_and_a_contradicting_final_outcome_is_escalated() -> None:
+    assert reasons(foresee(S.SUCCEEDED, FAILED)) == ("contradiction",)
+    assert reasons(foresee(S.SUCCEEDED, SUCCEEDED)) == ()
+    for state in (S.SUCCEEDED, S.FAILED, S.NOT_APPLIED):
+        f = foresee(state, SUCCEEDED)
+        assert (f.after, f.written, f.order_paid, f.resolves_escalations) == (state, False, False, False)
+
+
+def test_unknown_never_overwrites_unknown_nor_an_observed_status() -> None:
+    assert not foresee(S.UNKNOWN, UNKNOWN).written
+    assert not foresee(S.STARTED, UNKNOWN, provider_status="processing").written
+    f = foresee(S.STARTED, UNKNOWN)  # a send with no answer: Started -> Unknown
+    assert (f.after, f.written, f.resolves_escalations) == (S.UNKNOWN, True, False)
+
+
+def test_a_rejected_resend_is_escalated_and_stays_unknown() -> None:
+    rejected = ProviderOutcome.unknown("provider.rejected", request_rejected=True)
+    f = foresee(S.UNKNOWN, rejected)
+    assert (f.after, f.written, reasons(f)) == (S.UNKNOWN, False, ("resend-rejected",))
+
+
+def test_evidence_about_another_payment_resolves_nothing_but_an_unknown_answer_still_counts() -> None:
+    other = Verdict(EscalationReason.MISMATCH, "amount")
+    f = foresee(S.UNKNOWN, SUCCEEDED, other)
+    assert (f.after, f.written, reasons(f)) == (S.UNKNOWN, False, ("mismatch",))
+    f = foresee(S.STARTED, UNKNOWN, other)  # the answer said nothing about this payment: Unknown
+    assert (f.after, f.written, reasons(f)) == (S.UNKNOWN, True, ("mismatch",))
+
+
+def test_what_the_transition_table_refuses_is_a_refusal() -> None:
+    never_sent = foresee(S.NOT_STARTED, SUCCEEDED)
+    assert never_sent.refused == f"attempt {ATTEMPT.attempt_id} is NotStarted; no outcome can be recorded"
+    not_applied = ProviderOutcome.not_applied("invalid_request")
+    assert foresee(S.UNKNOWN, not_applied).refused == "transition Unknown -> NotApplied is not allowed"
+    assert foresee(S.STARTED, not_applied).after is S.NOT_APPLIED
+
+
+def test_a_current_customer_action_is_looked_at_again_when_it_expires_if_that_comes_first() -> None:
+    soon, later = NOW + timedelta(seconds=20), NOW + timedelta(hours=1)
+    for expires, due in ((soon, soon), (later, NOW + timedelta(seconds=60)), (NOW - timedelta(seconds=1),
+                                                                               NOW + timedelta(seconds=60))):
+        f = foresee(S.STARTED, ProviderOutcome.requires_action("pay_1", {"type": "redirect"}, expires))
+        assert f.write is not None and f.write.next_check_at == due, expires
+        assert f.write.next_action == {"type": "redirect"} and f.write.next_action_expires_at == expires
+
+
+def test_only_an_open_order_is_marked_paid() -> None:
+    assert foresee(S.UNKNOWN, SUCCEEDED, order=OrderStatus.OPEN).order_paid
+    paid = foresee(S.UNKNOWN, SUCCEEDED, order=OrderStatus.PAID)
+    assert (paid.after, paid.order_paid, paid.effects) == (S.SUCCEEDED, False, ("order-confirmation",))
+
+
+def test_a_leased_writer_that_escalates_schedules_its_next_look_and_one_without_does_not() -> None:
+    other = Verdict(EscalationReason.PROVIDER_ID_CONFLICT, "provider_payment_id")
+    attempt = dataclasses.replace(ATTEMPT, state=S.UNKNOWN)
+    leased = decide_outcome(attempt, SUCCEEDED, other, NOW, order=OrderFacts(OrderStatus.OPEN, False),
+                            recheck_after_s=60, actor="recovery", escalated_recheck_after_s=3600)
+    assert (leased.written, leased.finish_after_s) == (False, 3600)
+    assert reasons(leased) == ("provider-id-conflict",)
+    accepted = decide_outcome(attempt, SUCCEEDED, ACCEPTED, NOW, order=OrderFacts(OrderStatus.OPEN, False),
+                              recheck_after_s=60, actor="recovery", escalated_recheck_after_s=3600)
+    assert accepted.finish_after_s is None and accepted.written
+
+
+def test_the_preview_and_the_writer_decide_with_the_same_function() -> None:
+    """No second copy of the rules to drift: the operator's preview and the one writer of outcomes
+    both call decide_outcome, and only the writer executes what it decided."""
+    import inspect
+
+    from paycore import attempts, domain, notifications
+
+    assert attempts.decide_outcome is domain.decide_outcome is notifications.decide_outcome
+    for caller in (attempts._apply_once, notifications.preview_attach):
+        assert "decide_outcome(" in inspect.getsource(caller), caller.__name__
+    assert "execute_outcome(" in inspect.getsource(attempts._apply_once)
+    assert "execute_outcome(" not in inspect.getsource(notifications.preview_attach)
+    assert not hasattr(domain, "foresee_outcome")
