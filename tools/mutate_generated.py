@@ -63,6 +63,7 @@ PYTHON_TARGETS: tuple[str, ...] = (
     f"{LIB}/evidence.py",
     f"{LIB}/domain.py",
     f"{LIB}/attempts.py",
+    f"{LIB}/writer.py",
     f"{LIB}/webhook_signatures.py",
     f"{LIB}/providers/cardco/wire.py",
     f"{LIB}/providers/cardco/events.py",
@@ -75,6 +76,7 @@ PYTHON_TARGETS: tuple[str, ...] = (
 # and outbox rows, and the relay's claims.
 SQL_TARGETS: tuple[str, ...] = (
     f"{LIB}/attempts.py",
+    f"{LIB}/writer.py",
     f"{LIB}/leases.py",
     f"{LIB}/orders.py",
     f"{LIB}/outbox.py",
@@ -367,6 +369,7 @@ class Outcome:
     seconds: float
     detail: str = ""
     diff: str = ""
+    file_sha: str = ""  # the mutated file's content when it ran: a resumed run keeps it only if unchanged
 
 
 def _diff(m: Mutant, pristine: str, mutated: str) -> str:
@@ -384,7 +387,10 @@ def _diff(m: Mutant, pristine: str, mutated: str) -> str:
 def run_mutant(tree: Path, m: Mutant, tests: list[str], covering: int, timeout_s: float) -> Outcome:
     target = tree / m.file
     pristine = target.read_text()
-    mutated = m.apply(pristine)
+    try:
+        mutated = m.apply(pristine)
+    except Exception as exc:  # an operator that cannot handle this node (cosmic-ray's own bug)
+        return Outcome(m, "incompetent", 0, covering, 0.0, f"the operator failed here: {exc!r}"[:200])
     if mutated is None or mutated == pristine:
         return Outcome(m, "incompetent", 0, covering, 0.0, "the operator made no change here")
     diff = _diff(m, pristine, mutated)
@@ -505,6 +511,10 @@ def main(argv: list[str] | None = None) -> int:
         done = read_report(args.report) if args.resume else {}
         if not args.resume:
             args.report.write_text("")
+        file_shas = {f: hashlib.sha1((trees[0] / f).read_bytes()).hexdigest()
+                     for f in {m.file for m in mutants}}
+        # A result for a file that changed since is about other code: run its mutants again.
+        done = {k: o for k, o in done.items() if file_shas.get(o.mutant.file) == o.file_sha}
         # A survivor of the first sample only is run again (with the wider one, above).
         done = {k: o for k, o in done.items()
                 if not (o.status == "survived" and o.tests < min(o.covering, args.confirm_tests))}
@@ -543,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
                     # calling it a survivor; the report says how many of the covering tests ran.
                     outcome = run_mutant(tree, m, sample(covering, args.confirm_tests), len(covering),
                                          args.timeout_s)
+                outcome.file_sha = file_shas[m.file]
                 with lock:
                     outcomes.append(outcome)
                     with args.report.open("ab") as fh:
