@@ -20,16 +20,15 @@ import asyncpg
 import orjson
 
 from paycore import (
-    attempts,
     escalations,
     events,
-    leases,
     notifications,
     orders,
     outbox,
     webhook_replays,
-    writer,
 )
+from paycore.attempt_row import ATTEMPTS as A
+from paycore.queries import Query
 from paycore_dispatcher import relay
 
 # A sequential scan of one of these, past a few thousand rows, is a plan that grows with the data.
@@ -76,6 +75,12 @@ def summarize(plan_json: Any) -> Plan:
 
 
 EXPLAIN = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+
+
+async def explain_query(conn: asyncpg.Connection, plans: Plans, name: str, query: Query,
+                        **params: Any) -> None:
+    """:func:`explain` for a named query, its parameters by name."""
+    await explain(conn, plans, name, query.sql, *query.args(**params))
 
 
 async def explain(conn: asyncpg.Connection, plans: Plans, name: str, sql: str, *args: Any) -> None:
@@ -162,26 +167,32 @@ async def checkout_and_intake(conn: asyncpg.Connection, plans: Plans, s: Sample,
     await conn.execute(orders.INSERT_ORDER, order_id, "cus_plan", 4999, "EUR", now, account)
     attempt_id = uuid.uuid4()
     await explain(conn, plans, "checkout.lock_order", orders.LOCK_ORDER, order_id)
-    await explain(conn, plans, "checkout.select_live_attempt", attempts.SELECT_LIVE_ATTEMPT, order_id)
-    await explain(conn, plans, "checkout.next_attempt_number", attempts.SELECT_NEXT_ATTEMPT_NUMBER, order_id)
-    insert_args = (attempt_id, order_id, "cus_plan", 1, account, "/v1/payments", "2026-11-01",
-                   f"{order_id}-a1", str(uuid.uuid4()), "{}", 4999, "EUR", now, now + timedelta(seconds=60))
-    await explain(conn, plans, "checkout.insert_live_attempt", attempts.INSERT_LIVE_ATTEMPT, *insert_args)
+    await explain(conn, plans, "checkout.select_live_attempt", A.live_of_order.sql, order_id)
+    await explain(conn, plans, "checkout.next_attempt_number", A.next_attempt_number.sql, order_id)
+    insert_args = A.insert_live.args(
+        attempt_id=attempt_id, order_id=order_id, customer_id="cus_plan", attempt_number=1, account=account,
+        endpoint="/v1/payments", api_version="2026-11-01", reference=f"{order_id}-a1",
+        idempotency_key=str(uuid.uuid4()), request_body="{}", amount_minor=4999, currency="EUR", now=now,
+        next_check_at=now + timedelta(seconds=60))
+    await explain(conn, plans, "checkout.insert_live_attempt", A.insert_live.sql, *insert_args)
     # The statements after the insert need the attempt: insert it for real, then delete it
     # with its order at the end (no history is written for it, so nothing append-only is left).
-    await conn.execute(attempts.INSERT_LIVE_ATTEMPT, *insert_args)
+    await conn.execute(A.insert_live.sql, *insert_args)
     try:
         await explain(conn, plans, "checkout.insert_event", events.INSERT_EVENT, attempt_id, now,
                       "transition", "endpoint", '{"from": null, "to": "NotStarted"}')
         await explain(conn, plans, "checkout.lock_order_of_attempt", orders.LOCK_ORDER_OF_ATTEMPT, attempt_id)
-        await explain(conn, plans, "checkout.mark_started", attempts.MARK_STARTED, attempt_id, 0, now,
-                      now + timedelta(seconds=50))
-        await conn.execute(attempts.MARK_STARTED, attempt_id, 0, now, now + timedelta(seconds=50))
-        await explain(conn, plans, "checkout.payment_id_owner", attempts.SELECT_PAYMENT_ID_OWNER, account,
-                      f"pay_plan_{attempt_id.hex[:8]}", attempt_id)
-        await explain(conn, plans, "checkout.apply_outcome", writer.APPLY_OUTCOME, attempt_id, 1,
-                      "Started", "Succeeded", "succeeded", None, None, None, f"pay_plan_{attempt_id.hex[:8]}",
-                      now, None, None)
+        started = A.mark_started.args(attempt_id=attempt_id, version=0, now=now,
+                                      next_check_at=now + timedelta(seconds=50))
+        await explain(conn, plans, "checkout.mark_started", A.mark_started.sql, *started)
+        await conn.execute(A.mark_started.sql, *started)
+        await explain_query(conn, plans, "checkout.payment_id_owner", A.payment_id_owner, account=account,
+                            payment_id=f"pay_plan_{attempt_id.hex[:8]}", attempt_id=attempt_id)
+        await explain_query(
+            conn, plans, "checkout.apply_outcome", A.apply_outcome, attempt_id=attempt_id, version=1,
+            state="Started", target="Succeeded", provider_status="succeeded", next_action=None,
+            next_action_expires_at=None, outcome_reason=None, payment_id=f"pay_plan_{attempt_id.hex[:8]}",
+            next_check_at=now, owner=None, token=None)
         await explain(conn, plans, "checkout.resolve_escalations", escalations.RESOLVE_FOR_ATTEMPT,
                       attempt_id, now)
         await explain(conn, plans, "checkout.mark_order_paid", orders.MARK_ORDER_PAID, order_id)
@@ -196,8 +207,8 @@ async def checkout_and_intake(conn: asyncpg.Connection, plans: Plans, s: Sample,
                   account, s.notification_key)
     await explain(conn, plans, "intake.insert_seen", webhook_replays.INSERT_SEEN, account, "0" * 64,
                   int(now.timestamp()), now)
-    await explain(conn, plans, "intake.by_reference_or_payment_id",
-                  attempts.SELECT_BY_REFERENCE_OR_PAYMENT_ID, account, s.reference, s.payment_id)
+    await explain_query(conn, plans, "intake.by_reference_or_payment_id", A.by_reference_or_payment_id,
+                        account=account, reference=s.reference, payment_id=s.payment_id)
     await explain(conn, plans, "intake.insert_notification", notifications.INSERT_KEYED_NOTIFICATION,
                   s.attempt_id, now, notifications.HANDLER_ACTOR, account, f"evt_plan_{uuid.uuid4().hex}",
                   "{}")
@@ -207,10 +218,10 @@ async def checkout_and_intake(conn: asyncpg.Connection, plans: Plans, s: Sample,
 
 
 async def claim(conn: asyncpg.Connection, plans: Plans, batch: int, now: datetime, lease_s: float) -> None:
-    """Recovery's claim (``leases.CLAIM_DUE``), as ``claim_due`` sends it for a batch."""
+    """Recovery's claim (``claim_due``), as ``leases.claim_due`` sends it for a batch."""
     tokens = [uuid.uuid4() for _ in range(batch)]
-    await explain(conn, plans, "recovery.claim_due", leases.CLAIM_DUE, "growth-plan", tokens, now,
-                  now + timedelta(seconds=lease_s))
+    await explain_query(conn, plans, "recovery.claim_due", A.claim_due, owner="growth-plan", tokens=tokens,
+                        now=now, expires_at=now + timedelta(seconds=lease_s))
 
 
 PENDING_OF_KEYS = """

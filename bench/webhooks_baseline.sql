@@ -3,7 +3,7 @@
 -- (every event delivered twice, shuffled in blocks of 100 events: 50 % duplicates).
 --
 -- Each statement below is one the intake runs, in the order it runs them; the "-- from:" line
--- names the code constant it comes from, and tests/webhooks/test_bench_baseline.py checks both
+-- names the query (paycore/queries/<table>.sql:<name>) or code constant it comes from, and tests/webhooks/test_bench_baseline.py checks both
 -- (the text against the constant, the sequence against the statements a real handler sends to
 -- PostgreSQL). Parameters ($n in the code) are pgbench expressions here.
 -- Run with -M prepared (the intake's driver, asyncpg, prepares each statement once per connection).
@@ -22,7 +22,7 @@ INSERT INTO webhook_deliveries_seen (provider_account, webhook_id_sha256, webhoo
 VALUES (:account, encode(sha256(('evt_bench_' || :n::text)::bytea), 'hex'), :ts, now())
 ON CONFLICT ON CONSTRAINT pk_webhook_deliveries_seen DO NOTHING
 RETURNING 1;
--- from: paycore.attempts.SELECT_BY_REFERENCE_OR_PAYMENT_ID
+-- from: payment_attempts.sql:by_reference_or_payment_id
 SELECT * FROM payment_attempts
 WHERE provider_account = :account AND (client_reference = 'wh-' || :n::text || '-a1' OR provider_payment_id = 'pay_bench_' || :n::text) \gset
 -- from: paycore.orders.LOCK_ORDER
@@ -39,12 +39,12 @@ SAVEPOINT apply_outcome;
 SELECT * FROM orders
 WHERE order_id = (SELECT order_id FROM payment_attempts WHERE attempt_id = :attempt_id)
 FOR UPDATE;
--- from: paycore.attempt_row.SELECT_ATTEMPT
+-- from: payment_attempts.sql:by_id
 SELECT * FROM payment_attempts WHERE attempt_id = :attempt_id;
--- from: paycore.attempts.SELECT_PAYMENT_ID_OWNER
+-- from: payment_attempts.sql:payment_id_owner
 SELECT attempt_id FROM payment_attempts
 WHERE provider_account = :account AND provider_payment_id = 'pay_bench_' || :n::text AND attempt_id <> :attempt_id;
--- from: paycore.writer.APPLY_OUTCOME
+-- from: payment_attempts.sql:apply_outcome
 UPDATE payment_attempts
 SET state = 'Succeeded',
     provider_status = 'succeeded',

@@ -78,11 +78,15 @@ def run_env(tree: Path) -> dict[str, str]:
 
 
 def module_of(tree: Path, rel: str) -> str:
-    """``libs/paycore/paycore/attempts.py`` -> ``paycore.attempts``."""
+    """``libs/paycore/paycore/attempts.py`` -> ``paycore.attempts``; a data file, the module of its
+    folder (``paycore/queries/payment_attempts.sql`` -> ``paycore.queries``, which reads it)."""
     path = tree / rel
+    if path.suffix != ".py":
+        path = path.parent
     for pkg in package_dirs(tree):
         if path.is_relative_to(pkg):
-            return ".".join(path.relative_to(pkg).with_suffix("").parts)
+            return ".".join(path.relative_to(pkg).with_suffix("").parts) if path.suffix == ".py" \
+                else ".".join(path.relative_to(pkg).parts)
     raise ValueError(f"{rel} is not inside a workspace package")
 
 

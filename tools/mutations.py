@@ -3,13 +3,15 @@
 
 An entry names the file, the exact original text (found exactly once, or the
 entry is reported stale), its replacement, and the tests that must fail with it.
-SQL mutations keep every bound parameter in use (``(version = $2 OR TRUE)``), so
-the statement still prepares and only the guard is gone.
+SQL mutations keep every bound parameter in use (``(version = :version OR TRUE)``),
+so the statement still prepares and only the guard is gone. A mutation of a named
+query (paycore/queries/*.sql) is written with :func:`in_query`: the query's whole
+text, with every occurrence of a predicate inside it replaced.
 
 Not listed, on purpose: a predicate that is redundant with another one under the
 rule "every state change moves ``version``" (all three writers of
 ``payment_attempts.state`` keep it). Dropping ``state = $3`` alone from
-APPLY_OUTCOME, either half of MARK_STARTED or CLOSE_NEVER_SENT, or the
+apply_outcome, either half of mark_started or close_never_sent, or the
 not-sendable check of a send intent alone is an equivalent mutant: the remaining
 predicate refuses the same rows. Those guards are mutated as a whole instead.
 See docs/testing.md.
@@ -18,6 +20,7 @@ See docs/testing.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,8 @@ ATTEMPTS = "libs/paycore/paycore/attempts.py"
 CARDCO = "libs/paycore/paycore/providers/cardco/client.py"
 CARDCO_REQUEST = "libs/paycore/paycore/providers/cardco/request.py"
 LEASES = "libs/paycore/paycore/leases.py"
-LOOP = "services/recovery/paycore_recovery/loop.py"
+RESCUE_UNKNOWN = "services/recovery/paycore_recovery/rescuers/unknown.py"  # gathers an Unknown pass's facts
+RESEND = "services/recovery/paycore_recovery/rescuers/resend.py"
 HANDLER = "services/webhooks/paycore_webhooks/handler.py"
 INTAKE = "services/webhooks/paycore_webhooks/app.py"
 RELAY = "services/dispatcher/paycore_dispatcher/relay.py"
@@ -146,8 +150,10 @@ WEB_OUTAGE = "tests/console/test_database_outage.py"
 DOMAIN = "libs/paycore/paycore/domain.py"
 NOTIFICATIONS = "libs/paycore/paycore/notifications.py"
 ATTACH_PREVIEW = "tests/operators/test_attach_preview.py"
+ATTEMPTS_SQL = "libs/paycore/paycore/queries/payment_attempts.sql"  # every statement on the attempts table
 WRITER = "libs/paycore/paycore/writer.py"  # issue 28: the one writer
 DECIDE = "tests/unit/test_decide_outcome.py"  # issue 28: decide_outcome as a table
+DECIDE_PASS = "tests/unit/test_decide_pass.py"  # issue 28: decide_pass as a table
 # Issue 26: the guards an outside mutation audit found unprotected.
 STRIPE_WIRE = "libs/paycore/paycore/providers/stripe/wire.py"
 STRIPE_EVENTS = "libs/paycore/paycore/providers/stripe/events.py"
@@ -159,6 +165,18 @@ INTAKE_HTTP = "tests/webhooks/test_intake_http.py"
 STRIPE_EVENT_TESTS = "tests/unit/test_stripe_events.py"
 
 
+def in_query(file: str, name: str, old: str, new: str) -> tuple[str, str]:
+    """(original, replacement) for every ``old`` inside the named query ``name`` of ``file``: the
+    query's whole text, so the mutation touches that statement only, wherever else ``old`` is."""
+    text = Path(__file__).resolve().parents[1].joinpath(file).read_text(encoding="utf-8")
+    start = text.index(f"-- name: {name}\n")
+    end = text.find("\n-- name: ", start + 1)
+    body = text[start:] if end < 0 else text[start:end]
+    if old not in body:
+        raise ValueError(f"{file}: query {name} has no {old!r}")
+    return body, body.replace(old, new)
+
+
 def t(file: str, *names: str) -> tuple[str, ...]:
     return tuple(f"{file}::{name}" for name in names)
 
@@ -166,9 +184,8 @@ def t(file: str, *names: str) -> tuple[str, ...]:
 MUTATIONS: tuple[Mutation, ...] = (
     # -- conditional writes ------------------------------------------------------------------------
     Mutation(
-        "apply-outcome-version", WRITER,
-        "WHERE attempt_id = $1 AND version = $2 AND state = $3",
-        "WHERE attempt_id = $1 AND (version = $2 OR TRUE) AND state = $3",
+        "apply-outcome-version", ATTEMPTS_SQL,
+        *in_query(ATTEMPTS_SQL, 'apply_outcome', 'version = :version', '(version = :version OR TRUE)'),
         t(RECORD, "test_a_notification_racing_a_started_status_update_that_records_another_payment_id_is_escalated"),
         "an outcome write never lands on a version it did not read (Started -> Started races)",
     ),
@@ -184,80 +201,83 @@ MUTATIONS: tuple[Mutation, ...] = (
         " writes rolled back (evidence is not dropped because another writer moved first)",
     ),
     Mutation(
-        "apply-outcome-guard", WRITER,
-        "WHERE attempt_id = $1 AND version = $2 AND state = $3",
-        "WHERE attempt_id = $1 AND (version = $2 OR TRUE) AND (state = $3 OR TRUE)",
+        "apply-outcome-guard", ATTEMPTS_SQL,
+        *in_query(ATTEMPTS_SQL, 'apply_outcome', 'AND version = :version AND state = :state', 'AND (version = :version OR TRUE) AND (state = :state OR TRUE)'),
         t(RECORD, "test_an_outcome_write_that_loses_a_race_to_a_succeeded_winner_returns_the_winner",
           "test_a_notification_racing_a_started_status_update_that_records_another_payment_id_is_escalated"),
         "an outcome write never overwrites a winner it did not read",
     ),
     Mutation(
-        "mark-started-guard", ATTEMPTS,
-        "WHERE a.attempt_id = $1 AND a.version = $2 AND a.state = 'NotStarted'",
-        "WHERE a.attempt_id = $1 AND (a.version = $2 OR TRUE) AND (a.state = 'NotStarted' OR TRUE)",
+        "mark-started-guard", ATTEMPTS_SQL,
+        "WHERE a.attempt_id = :attempt_id AND a.version = :version AND a.state = 'NotStarted'",
+        "WHERE a.attempt_id = :attempt_id AND (a.version = :version OR TRUE) AND (a.state = 'NotStarted' OR TRUE)",
         t(REPO, "test_exactly_one_of_two_concurrent_starts_with_the_same_version_wins"),
         "exactly one caller moves NotStarted -> Started and may send",
     ),
     Mutation(
-        "close-never-sent-guard", ATTEMPTS,
-        "WHERE attempt_id = $1 AND version = $5 AND state = 'NotStarted' AND ",
-        "WHERE attempt_id = $1 AND (version = $5 OR TRUE) AND (state = 'NotStarted' OR TRUE) AND ",
+        "close-never-sent-guard", ATTEMPTS_SQL,
+        *in_query(ATTEMPTS_SQL, 'close_never_sent', "AND version = :version AND state = 'NotStarted'", "AND (version = :version OR TRUE) AND (state = 'NotStarted' OR TRUE)"),
         t(REC_NOT_STARTED, "test_a_stale_not_started_attempt_the_endpoint_starts_as_recovery_closes_it_is_rescheduled_not_closed"),
         'recovery closes only the NotStarted attempt it read, at the version it read',
     ),
     Mutation(
-        "close-never-sent-lease", ATTEMPTS,
-        'state = \'NotStarted\' AND """ + leases.OWNED + """',
-        'state = \'NotStarted\' AND ($2::text IS NOT NULL OR $3::uuid IS NOT NULL OR $4::timestamptz IS NOT NULL)""" + """',
+        "close-never-sent-lease", ATTEMPTS_SQL,
+        *in_query(ATTEMPTS_SQL, 'close_never_sent', 'AND recovery_owner = :owner AND lease_token = :token AND lease_expires_at > :now', 'AND (recovery_owner = :owner AND lease_token = :token AND lease_expires_at > :now OR TRUE)'),
         t(REC_NOT_STARTED, "test_a_worker_whose_lease_was_reclaimed_cannot_close_the_not_started_attempt"),
         'a worker whose lease was reclaimed cannot close the attempt',
     ),
     Mutation(
-        "finish-ownership", LEASES,
-        'OWNED = held_by("$2", "$3") + " AND lease_expires_at > $4"',
-        'OWNED = "(recovery_owner = $2 AND lease_token = $3 AND lease_expires_at > $4 OR TRUE)"',
+        "finish-ownership", ATTEMPTS_SQL,
+        *in_query(ATTEMPTS_SQL, 'finish', 'AND recovery_owner = :owner AND lease_token = :token AND lease_expires_at > :now', 'AND (recovery_owner = :owner AND lease_token = :token AND lease_expires_at > :now OR TRUE)'),
         t(REC_CLAIMS, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
         "ownership (one predicate): only the owner's unexpired lease finishes, escalates or sends",
     ),
     Mutation(
-        "finish-token", LEASES,
-        'OWNED = held_by("$2", "$3") + " AND lease_expires_at > $4"',
-        'OWNED = "recovery_owner = $2 AND (lease_token = $3 OR TRUE) AND lease_expires_at > $4"',
+        "finish-token", ATTEMPTS_SQL,
+        *in_query(ATTEMPTS_SQL, 'finish', 'lease_token = :token', '(lease_token = :token OR TRUE)'),
         t(REC_CLAIMS, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
         'a stale worker with the same name but an old token owns nothing',
     ),
     Mutation(
-        "claim-next-due-lease", LEASES,
-        ' AND next_check_at <= $3 AND (recovery_owner IS NULL OR lease_expires_at <= $3)")',
-        ' AND next_check_at <= $3")',
+        "owns-ownership", ATTEMPTS_SQL,
+        *in_query(ATTEMPTS_SQL, 'owns', 'AND recovery_owner = :owner AND lease_token = :token AND lease_expires_at > :now', 'AND (recovery_owner = :owner AND lease_token = :token AND lease_expires_at > :now OR TRUE)'),
+        t(REC, "test_a_worker_whose_lease_was_reclaimed_before_its_final_check_records_send_abandoned_sends_nothing"),
+        "the final local check before a resend asks whether this worker still owns the lease",
+    ),
+    Mutation(
+        "lock-owned-ownership", ATTEMPTS_SQL,
+        *in_query(ATTEMPTS_SQL, 'lock_owned', 'AND recovery_owner = :owner AND lease_token = :token AND lease_expires_at > :now', 'AND (recovery_owner = :owner AND lease_token = :token AND lease_expires_at > :now OR TRUE)'),
+        t("tests/matrix/test_send_intent.py", "test_the_repository_cannot_commit_a_send_intent_without_the_recovery_owners_lease"),
+        "a send intent (and an escalate-and-finish) is committed only under the worker's own lease",
+    ),
+    Mutation(
+        "claim-next-due-lease", ATTEMPTS_SQL,
+        *in_query(ATTEMPTS_SQL, 'claim_due', ' AND (recovery_owner IS NULL OR lease_expires_at <= :now)', ''),
         t(REC_INTENTS, "test_an_unconfirmed_send_intent_write_sends_nothing_and_leaves_the_lease_to_expire"),
         'a claim never takes an attempt whose lease is held and unexpired',
     ),
     Mutation(
-        "claim-lease", LEASES,
-        ' AND next_check_at <= $3 AND (recovery_owner IS NULL OR lease_expires_at <= $3)")',
-        ' AND next_check_at <= $3 AND (recovery_owner IS NULL OR lease_expires_at <= $3 OR TRUE)")',
+        "claim-lease", ATTEMPTS_SQL,
+        *in_query(ATTEMPTS_SQL, 'claim', '(recovery_owner IS NULL OR lease_expires_at <= :now)', '(recovery_owner IS NULL OR lease_expires_at <= :now OR TRUE)'),
         t(REC_CLAIMS, "test_a_stale_worker_cannot_release_the_new_owners_lease"),
         'a claim of one attempt never takes a lease another worker holds',
     ),
     Mutation(
-        "claim-next-due-live-states", LEASES,
-        'CLAIMABLE = (LIVE_STATE_PREDICATE\n',
-        'CLAIMABLE = ("TRUE"\n',
+        "claim-next-due-live-states", ATTEMPTS_SQL,
+        *in_query(ATTEMPTS_SQL, 'claim_due', "state IN ('NotStarted', 'Started', 'Unknown')", 'TRUE'),
         t(REC_CLAIMS, "test_a_sweep_never_claims_a_resolved_attempt_even_when_its_next_check_time_has_passed"),
         'a sweep never claims a resolved attempt',
     ),
     Mutation(
-        "claim-next-due-inner-states", LEASES,
-        '        WHERE """ + CLAIMABLE + """\n        ORDER BY next_check_at, created_at, attempt_id',
-        '        WHERE """ + CLAIMABLE.replace(LIVE_STATE_PREDICATE, "TRUE") + """\n        ORDER BY next_check_at, created_at, attempt_id',
+        "claim-next-due-inner-states", ATTEMPTS_SQL,
+        *in_query(ATTEMPTS_SQL, 'claim_due', "        WHERE state IN ('NotStarted', 'Started', 'Unknown')\n", '        WHERE TRUE\n'),
         t(REC_CLAIMS, "test_a_sweep_never_claims_a_resolved_attempt_even_when_its_next_check_time_has_passed"),
         'the next-due sub-select picks only live attempts',
     ),
     Mutation(
-        "claim-due-own-token", LEASES,
-        "SET recovery_owner = $1, lease_token = due.token, lease_acquired_at = $3",
-        "SET recovery_owner = $1, lease_token = ($2::uuid[])[1], lease_acquired_at = $3",
+        "claim-due-own-token", ATTEMPTS_SQL,
+        'SET recovery_owner = :owner, lease_token = due.token, lease_acquired_at = :now',
+        'SET recovery_owner = :owner, lease_token = (:tokens::uuid[])[1], lease_acquired_at = :now',
         t(REC_BATCHED, "test_one_claim_statement_gives_each_attempt_its_own_token_and_two_owners_never_share_one"),
         'attempts claimed in one statement never share a lease token',
     ),
@@ -285,7 +305,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "intent-deadline", ATTEMPTS,
-        'if current.escalation_deadline is None or now >= current.escalation_deadline:',
+        'if current.past_deadline(now):',
         'if False:',
         t(INTENT, "test_a_send_intent_commit_attempted_after_the_escalation_deadline_is_refused"),
         'no resend intent at or after the stamped escalation deadline',
@@ -300,80 +320,75 @@ MUTATIONS: tuple[Mutation, ...] = (
         "the first send's Started transition re-checks, under the order lock, that the order is payable",
     ),
     Mutation(
-        "loop-order-not-payable", LOOP,
+        "loop-order-not-payable", RESCUE_UNKNOWN,
         'if order is None or order.not_payable_reason is not None:',
         'if order is None:',
         t(REC_INTENTS, "test_an_order_cancelled_before_the_send_intent_prevents_the_resend_and_escalates"),
         'recovery never resends for a cancelled or paid order',
     ),
     Mutation(
-        "loop-deadline-before-resend", LOOP,
-        "        if attempt.escalation_deadline is None or now >= attempt.escalation_deadline:\n"
-        "            # Past the safe cutoff",
-        "        if False:\n"
-        "            # Past the safe cutoff",
+        "loop-deadline-before-resend", DOMAIN,
+        '    if attempt.past_deadline(now):\n        # Past the safe cutoff',
+        '    if False:\n        # Past the safe cutoff',
         t(REC, "test_resend_after_the_key_window_never_happens_escalates_and_later_evidence_still_resolves"),
         "past the key window nothing is resent, and a person is told",
     ),
     Mutation(
-        "search-lag-inconclusive-miss", LOOP,
-        'if inconclusive_until is not None and lookup.kind == "not_found":',
-        'if False and inconclusive_until is not None and lookup.kind == "not_found":',
+        "search-lag-inconclusive-miss", DOMAIN,
+        'if found.inconclusive_until is not None and found.kind == "not_found":',
+        'if False:',
         t(REC_SEARCH_LAG, "test_a_search_miss_inside_the_lag_concludes_nothing_and_the_next_look_finds_the_payment",
           "test_a_search_miss_inside_the_lag_does_not_escalate_a_failing_resend_condition"),
         "a search miss inside the lag after the last send concludes nothing: no resend, no not-found escalation",
     ),
     Mutation(
-        "search-lag-from-last-send", LOOP,
-        "sent_at = began or attempt.first_sent_at or attempt.created_at",
-        "sent_at = attempt.first_sent_at or began or attempt.created_at",
+        "search-lag-from-last-send", RESCUE_UNKNOWN,
+        'sent_at = began or attempt.first_sent_at or attempt.created_at',
+        'sent_at = attempt.first_sent_at or began or attempt.created_at',
         t(REC_SEARCH_LAG, "test_the_lag_counts_from_the_last_send_not_the_first"),
         "the search lag runs from the attempt's last send (a resend's payment may be unindexed too)",
     ),
     Mutation(
-        "final-check-lease", LOOP,
-        'if not await leases.owns(self.pool, attempt_id, lease, now):',
-        'if False and not await leases.owns(self.pool, attempt_id, lease, now):',
+        "final-check-lease", RESEND,
+        'if not await leases.owns(w.pool, attempt_id, lease, now):',
+        'if False and not await leases.owns(w.pool, attempt_id, lease, now):',
         t(REC, "test_a_worker_whose_lease_was_reclaimed_before_its_final_check_records_send_abandoned_sends_nothing"),
         'a worker whose lease was taken after its intent sends nothing',
     ),
     Mutation(
-        "final-check-deadline", LOOP,
-        '        if attempt.escalation_deadline is None or now >= attempt.escalation_deadline:\n            await attempts.record_send_abandoned(self.pool, attempt_id, now, self.actor, "deadline-passed")',
-        '        if False:\n            await attempts.record_send_abandoned(self.pool, attempt_id, now, self.actor, "deadline-passed")',
+        "final-check-deadline", RESEND,
+        '    if attempt.past_deadline(now):\n        await attempts.record_send_abandoned(w.pool, attempt_id, now, w.actor, "deadline-passed")',
+        '    if False:\n        await attempts.record_send_abandoned(w.pool, attempt_id, now, w.actor, "deadline-passed")',
         t(REC, "test_a_worker_paused_before_its_final_check_past_the_deadline_records_send_abandoned"),
         'no send once the deadline passed after the intent',
     ),
     Mutation(
-        "refused-intent-finish", LOOP,
-        "            await leases.finish(self.pool, attempt_id, lease, self.clock.now(), backoff)\n"
-        "            return Pass.INTENT_REFUSED",
-        "            return Pass.INTENT_REFUSED",
+        "refused-intent-finish", RESEND,
+        '        await leases.finish(w.pool, attempt_id, lease, w.clock.now(), backoff)\n        return Pass.INTENT_REFUSED',
+        '        return Pass.INTENT_REFUSED',
         t(REC_INTENTS, "test_a_refused_send_intent_reschedules_on_the_backoff_and_releases_the_lease"),
         "a refused intent reschedules and releases the lease (M50 / C19)",
     ),
     # -- same-key resend ---------------------------------------------------------------------------
     Mutation(
-        "resend-first-send", LOOP,
-        "budget_s=self.settings.budgets.call_s, first_send=False)",
-        "budget_s=self.settings.budgets.call_s, first_send=True)",
+        "resend-first-send", RESEND,
+        'budget_s=w.settings.budgets.call_s, first_send=False)',
+        'budget_s=w.settings.budgets.call_s, first_send=True)',
         t(REC, "test_a_resend_answered_400_with_a_documented_rejection_code_leaves_the_attempt_unknown",
           "test_a_resend_answered_429_leaves_the_attempt_unknown"),
         "a rejected resend proves nothing about the earlier send: Unknown, never NotApplied (M14)",
     ),
     Mutation(
-        "resend-new-key", LOOP,
-        'StoredRequest.from_attempt(attempt), budget_s=self.settings.budgets.call_s',
-        'StoredRequest.from_record(\n            {**StoredRequest.from_attempt(attempt).__dict__, "idempotency_key": str(attempt.attempt_id)}),'
-        ' budget_s=self.settings.budgets.call_s',
+        "resend-new-key", RESEND,
+        'w.client.create_payment(StoredRequest.from_attempt(attempt),',
+        'w.client.create_payment(StoredRequest.from_record(\n            {**StoredRequest.from_attempt(attempt).__dict__, "idempotency_key": str(attempt.attempt_id)}),',
         t(REC, "test_a_recovery_resend_carries_the_first_sends_key_endpoint_headers_and_identical_bytes"),
         "a resend carries the attempt's own key",
     ),
     Mutation(
-        "resend-body-reserialized", LOOP,
-        'StoredRequest.from_attempt(attempt), budget_s=self.settings.budgets.call_s',
-        'StoredRequest.from_record(\n            {**StoredRequest.from_attempt(attempt).__dict__, "request_body": attempt.request_body.replace(",", ", ")}),'
-        ' budget_s=self.settings.budgets.call_s',
+        "resend-body-reserialized", RESEND,
+        'w.client.create_payment(StoredRequest.from_attempt(attempt),',
+        'w.client.create_payment(StoredRequest.from_record(\n            {**StoredRequest.from_attempt(attempt).__dict__, "request_body": attempt.request_body.replace(",", ", ")}),',
         t(REC, "test_a_recovery_resend_carries_the_first_sends_key_endpoint_headers_and_identical_bytes"),
         'a resend carries the stored bytes unchanged',
     ),
@@ -393,9 +408,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a notification's account is the one whose secret verified it (C8)",
     ),
     Mutation(
-        "find-by-reference-account", ATTEMPTS,
-        "WHERE provider_account = $1 AND (client_reference = $2 OR provider_payment_id = $3)",
-        "WHERE ($1::text IS NOT NULL) AND (client_reference = $2 OR provider_payment_id = $3)",
+        "find-by-reference-account", ATTEMPTS_SQL,
+        'WHERE provider_account = :account AND (client_reference = :reference OR provider_payment_id = :payment_id)',
+        'WHERE (:account::text IS NOT NULL) AND (client_reference = :reference OR provider_payment_id = :payment_id)',
         t(NOTE, "test_a_notification_verified_by_another_accounts_secret_never_matches_the_default_accounts_attempt",
           "test_test_and_live_attempts_with_the_same_reference_do_not_collide"),
         "notifications match attempts of the verified account only (C8)",
@@ -444,11 +459,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         'a payment of another account, mode, reference, amount or currency is never evidence',
     ),
     Mutation(
-        "lookup-failed-slow-cadence-past-deadline", LOOP,
-        '                await self._escalate(attempt, lease, "deadline", self.recovery.slow_cadence_s)\n'
-        "            else:",
-        '                await self._escalate(attempt, lease, "deadline", backoff)\n'
-        "            else:",
+        "lookup-failed-slow-cadence-past-deadline", DOMAIN,
+        'return PassDecision(Step.ESCALATE, slow, Escalation(EscalationReason.DEADLINE),',
+        'return PassDecision(Step.ESCALATE, backoff, Escalation(EscalationReason.DEADLINE),',
         t(REC_ESCALATIONS, "test_failing_lookups_past_the_deadline_are_made_on_the_slow_read_only_cadence"),
         "past the deadline, failing lookups only read, on the slow cadence",
     ),
@@ -460,9 +473,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a resend refused before execution reaches a person at once",
     ),
     Mutation(
-        "resend-rejected-never-repeated", LOOP,
-        '        if await events.resend_was_rejected(self.pool, attempt_id):',
-        '        if False:',
+        "resend-rejected-never-repeated", RESCUE_UNKNOWN,
+        'rejected = await events.resend_was_rejected(w.pool, attempt.attempt_id)',
+        'rejected = False',
         t(REC_ESCALATIONS, "test_a_resend_refused_before_execution_is_escalated_at_once_and_never_repeated"),
         'bytes the provider refused are never resent',
     ),
@@ -645,9 +658,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "an operator closes only an Unknown attempt as not charged, never a Started one",
     ),
     Mutation(
-        "close-version", DEAD_ENDS,
-        "WHERE attempt_id = $1 AND version = $2 AND state = $3",
-        "WHERE attempt_id = $1 AND (version = $2 OR TRUE) AND state = $3",
+        "close-version", ATTEMPTS_SQL,
+        *in_query(ATTEMPTS_SQL, 'close_as_not_charged', 'version = :version', '(version = :version OR TRUE)'),
         t(OPS_DEAD_ENDS, "test_a_write_between_the_read_and_the_update_refuses_the_close_and_records_nothing"),
         "a close decided on version N is refused if another writer moved the attempt meanwhile",
     ),
@@ -1101,10 +1113,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     # -- i10 (one place per rule) ---------------------------------------------------------------
     Mutation(
-        "apply-outcome-releases-only-its-claim", WRITER,
-        'leases.release_if_held_by("$11", "$12")',
-        'leases.release_if_held_by("recovery_owner", "lease_token").replace('
-        '"THEN NULL", "OR ($11::text, $12::uuid) IS NULL OR TRUE THEN NULL")',
+        "apply-outcome-releases-only-its-claim", ATTEMPTS_SQL,
+        *in_query(ATTEMPTS_SQL, 'apply_outcome', 'THEN NULL', 'OR (:owner::text, :token::uuid) IS NULL OR TRUE THEN NULL'),
         t(RECORD, "test_a_worker_with_a_stale_lease_token_records_the_outcome_but_cannot_release_the_new_owners_lease"),
         "an outcome write releases the writer's own claim only, never the lease of whoever claimed since",
     ),
@@ -1343,6 +1353,63 @@ MUTATIONS: tuple[Mutation, ...] = (
         t(DECIDE, "test_a_leased_writer_that_escalates_schedules_its_next_look_and_one_without_does_not"),
         "a leased writer that escalates schedules its next look in the same transaction",
     ),
+    # -- issue 28: decide_pass, one mutation per row of a recovery pass's table --------------------
+    Mutation(
+        'decide-pass-not-started-waits-for-its-endpoint', DOMAIN,
+        '    if age < timing.abandonment_s:\n',
+        '    if False:\n',
+        t(DECIDE_PASS, 'test_a_young_not_started_attempt_waits_for_its_endpoint_until_abandonment'),
+        'recovery never sends, nor closes, a NotStarted attempt its endpoint may still send',
+    ),
+    Mutation(
+        'decide-pass-customer-action-never-resent', DOMAIN,
+        '    if kind is PassKind.CUSTOMER_ACTION:\n',
+        '    if False:\n',
+        t(DECIDE_PASS, 'test_a_pending_customer_action_is_never_resent_and_waits_for_its_poll_or_expiry'),
+        'a pending customer action is never resent',
+    ),
+    Mutation(
+        'decide-pass-settling-waits', DOMAIN,
+        '    if kind is PassKind.SETTLING:\n',
+        '    if False:\n',
+        t(DECIDE_PASS, 'test_a_started_attempt_whose_answer_may_still_come_waits_out_the_settling_time'),
+        'a send whose answer may still arrive is not looked up or resent yet',
+    ),
+    Mutation(
+        'decide-pass-account-not-configured', DOMAIN,
+        '    if not facts.account_configured:\n',
+        '    if False:\n',
+        t(DECIDE_PASS, 'test_an_unconfigured_account_is_escalated_at_once'),
+        'an attempt of an account without credentials reaches a person',
+    ),
+    Mutation(
+        'decide-pass-paused-scope', DOMAIN,
+        '    if facts.paused_until is not None:\n',
+        '    if False:\n',
+        t(DECIDE_PASS, 'test_a_paused_account_looks_up_nothing_until_the_pause_ends'),
+        "a 429's pause holds every lookup of its account",
+    ),
+    Mutation(
+        'decide-pass-failed-is-not-not-found', DOMAIN,
+        '    if found.kind == "failed":\n',
+        '    if False:\n',
+        t(DECIDE_PASS, 'test_a_failed_lookup_is_not_not_found_and_backs_off_to_the_slow_cadence'),
+        'a failed lookup is never taken for not found (no resend on it)',
+    ),
+    Mutation(
+        'decide-pass-resend-rejected-never-repeated', DOMAIN,
+        '    if facts.resend_was_rejected:\n',
+        '    if False:\n',
+        t(DECIDE_PASS, 'test_a_refused_resend_is_never_repeated'),
+        'bytes the provider refused are never resent',
+    ),
+    Mutation(
+        'decide-pass-failing-condition-escalates', DOMAIN,
+        '    if facts.failing_resend_condition is not None:\n',
+        '    if False:\n',
+        t(DECIDE_PASS, 'test_a_failing_resend_condition_is_escalated_by_name_never_resent'),
+        "a resend condition that fails is a person's, never a resend",
+    ),
     # -- worktree i13: the attach preview says what the attach does (one set of rules) -------------
     Mutation(
         'attach-preview-contradiction', DOMAIN,
@@ -1540,9 +1607,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     # -- issue 26: six guards an outside audit found no test protecting -------------------------------
     Mutation(
-        "recovery-multiple-payments", LOOP,
-        "        if len(distinct) > 1:",
-        "        if len(distinct) > 2:",
+        "recovery-multiple-payments", DOMAIN,
+        '        if len(found.payment_ids) > 1:',
+        '        if len(found.payment_ids) > 2:',
         t(REC_LOOKUPS, "test_two_provider_payments_for_one_reference_escalate_and_resolve_nothing"),
         "two provider payments for one attempt's reference (a possible double charge) go to a person",
     ),

@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 
 from paycore import attempts, db, orders
+from paycore.attempt_row import ATTEMPTS
 from paycore.attempts import Attempt, StartResult
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
@@ -226,7 +227,7 @@ def _normalise(sql: str) -> str:
 async def test_the_on_conflict_predicate_for_the_live_attempt_insert_matches_the_partial_index_on_the_postgresql_version_in_use(  # noqa: E501
     pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig
 ) -> None:
-    insert_match = re.search(r"ON CONFLICT \(order_id\) WHERE (.+?) DO NOTHING", attempts.INSERT_LIVE_ATTEMPT,
+    insert_match = re.search(r"ON CONFLICT \(order_id\) WHERE (.+?) DO NOTHING", ATTEMPTS.insert_live.sql,
                              re.S)
     migration_match = re.search(
         r"CREATE UNIQUE INDEX one_live_attempt_per_order\s+ON payment_attempts \(order_id\)\s+WHERE (.+?);",
@@ -255,13 +256,15 @@ async def test_the_on_conflict_predicate_for_the_live_attempt_insert_matches_the
     live = await live_attempt(pool, clock, account, order)
     values = attempt_values(order, account, clock.now(), number=2)
     async with pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(
-            attempts.INSERT_LIVE_ATTEMPT, values["attempt_id"], order.order_id, order.customer_id, 2,
-            account.provider_account, values["endpoint"], values["api_version"], values["client_reference"],
-            values["idempotency_key"], values["request_body"], order.amount_minor, order.currency,
-            clock.now(), clock.now())
+        row = await ATTEMPTS.insert_live.fetchrow(
+            conn, attempt_id=values["attempt_id"], order_id=order.order_id, customer_id=order.customer_id,
+            attempt_number=2, account=account.provider_account, endpoint=values["endpoint"],
+            api_version=values["api_version"], reference=values["client_reference"],
+            idempotency_key=values["idempotency_key"], request_body=values["request_body"],
+            amount_minor=order.amount_minor, currency=order.currency, now=clock.now(),
+            next_check_at=clock.now())
         assert row is None
-        reloaded = await conn.fetchrow(attempts.SELECT_LIVE_ATTEMPT, order.order_id)
+        reloaded = await ATTEMPTS.live_of_order.fetchrow(conn, order_id=order.order_id)
         assert reloaded is not None and reloaded["attempt_id"] == live.attempt_id
 
 

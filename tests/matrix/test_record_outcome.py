@@ -17,6 +17,7 @@ import asyncpg
 import pytest
 
 from paycore import attempts, escalations, orders
+from paycore.attempt_row import ATTEMPTS
 from paycore.attempts import Attempt, Lease, OutcomeNotConfirmed
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
@@ -99,7 +100,7 @@ async def race_against_writer(
             blocked = await wait_until_blocked_by(pool, writer.get_server_pid(), task)
         finally:
             await tx.commit()
-    assert "UPDATE payment_attempts" in blocked["query"] and "SET state = $4" in blocked["query"], blocked
+    assert blocked["query"] == ATTEMPTS.apply_outcome.sql, blocked  # the writer's conditional UPDATE
     return task
 
 

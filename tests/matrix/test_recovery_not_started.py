@@ -70,7 +70,7 @@ async def test_a_stale_not_started_attempt_the_endpoint_starts_as_recovery_close
 
     # Recovery acts on the attempt as it claimed it.
     worker = rec.worker("w1")
-    assert await worker._not_started(claimed, lease, now) is Pass.RESCHEDULED
+    assert await worker.rescue(claimed, lease) is Pass.RESCHEDULED
     after = await rec.current(attempt)
     assert after.state is AttemptState.STARTED  # not closed
     assert after.recovery_owner is None and after.lease_token is None  # released

@@ -1,9 +1,10 @@
 """The webhook bench's pgbench baseline stays the intake's own SQL.
 
-``bench/webhooks_baseline.sql`` names, above each statement, the code constant it comes
-from. Each statement must be that constant with its ``$n`` parameters written as pgbench
-expressions, and the list must be, in order, what a real intake sends to PostgreSQL for
-the bench's two kinds of delivery: a first one, and a redelivery of a committed one.
+``bench/webhooks_baseline.sql`` names, above each statement, the named query
+(``<table>.sql:<name>``) or code constant it comes from. Each statement must be that SQL
+with its ``$n`` parameters written as pgbench expressions, and the list must be, in order,
+what a real intake sends to PostgreSQL for the bench's two kinds of delivery: a first one,
+and a redelivery of a committed one.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import orjson
 
 from bench.webhooks import event_body, seed
+from paycore import queries
 from paycore.db import create_pool
 from paycore.providers.registry import notification_format
 from paycore.webhook_replays import SignedDelivery
@@ -59,6 +61,10 @@ def baseline_statements(text: str) -> list[tuple[str, str]]:
 
 
 def constant(source: str) -> str:
+    """The SQL ``source`` names: ``<table>.sql:<query>`` (paycore/queries) or ``module.CONSTANT``."""
+    if ".sql:" in source:
+        table, query = source.split(".sql:")
+        return queries.load(table)[query].sql
     module, name = source.rsplit(".", 1)
     value = getattr(importlib.import_module(module), name)
     assert isinstance(value, str)

@@ -10,16 +10,17 @@ from uuid import UUID
 
 import asyncpg
 
+from paycore import queries
 from paycore.domain import Attempt
 from paycore.errors import AttemptNotFound
 
-__all__ = ["Attempt", "get_attempt"]
+__all__ = ["ATTEMPTS", "Attempt", "get_attempt"]
 
-SELECT_ATTEMPT = "SELECT * FROM payment_attempts WHERE attempt_id = $1"
+ATTEMPTS = queries.load("payment_attempts")  # every statement on the attempts table
 
 
 async def get_attempt(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID) -> Attempt:
-    row = await conn.fetchrow(SELECT_ATTEMPT, attempt_id)
+    row = await ATTEMPTS.by_id.fetchrow(conn, attempt_id=attempt_id)
     if row is None:
         raise AttemptNotFound(f"attempt {attempt_id} not found")
     return Attempt.from_record(row)

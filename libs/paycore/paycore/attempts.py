@@ -22,11 +22,10 @@ from uuid import UUID
 import asyncpg
 
 from paycore import escalations, leases
-from paycore.attempt_row import Attempt, get_attempt
+from paycore.attempt_row import ATTEMPTS, Attempt, get_attempt
 from paycore.config import ProviderAccountConfig
 from paycore.db import transaction_on
 from paycore.domain import (
-    LIVE_STATE_PREDICATE,
     RESOLVABLE_STATES,
     AttemptState,
     OrderFacts,
@@ -50,58 +49,7 @@ __all__ = [
 
 log = logging.getLogger("paycore.attempts")
 
-SELECT_LIVE_ATTEMPT = "SELECT * FROM payment_attempts WHERE order_id = $1 AND " + LIVE_STATE_PREDICATE  # noqa: S608
-
-SELECT_LATEST_ATTEMPT = """
-SELECT * FROM payment_attempts
-WHERE order_id = $1 AND customer_id = $2
-ORDER BY attempt_number DESC
-LIMIT 1
-"""
-
-# Both identities of a notification in one round trip (each side is unique in
-# its account, so at most two rows); a NULL parameter matches nothing.
-SELECT_BY_REFERENCE_OR_PAYMENT_ID = """
-SELECT * FROM payment_attempts
-WHERE provider_account = $1 AND (client_reference = $2 OR provider_payment_id = $3)
-"""
-
-SELECT_NEXT_ATTEMPT_NUMBER = """
-SELECT COALESCE(MAX(attempt_number), 0) + 1 FROM payment_attempts WHERE order_id = $1
-"""
-
-# The conflict predicate is textually identical to the partial index
-# one_live_attempt_per_order (tested), so a migration cannot change one alone.
-INSERT_LIVE_ATTEMPT = """
-INSERT INTO payment_attempts (attempt_id, order_id, customer_id, attempt_number, provider_account,
-    endpoint, api_version, client_reference, idempotency_key, request_body, amount_minor, currency,
-    state, created_at, next_check_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'NotStarted', $13, $14)
-ON CONFLICT (order_id) WHERE """ + LIVE_STATE_PREDICATE + """ DO NOTHING
-RETURNING *
-"""
-
-# The Attempt dataclass mirrors the table's columns, so rows come back as ``*``.
-
-# Stamps the key window from the provider-account row in force now: a later
-# configuration change cannot move this attempt's deadline.
-MARK_STARTED = """
-UPDATE payment_attempts a
-SET state = 'Started',
-    first_sent_at = $3,
-    escalation_deadline = $3::timestamptz + pa.key_retention - pa.escalation_margin,
-    next_check_at = $4,
-    version = a.version + 1
-FROM provider_accounts pa
-WHERE a.attempt_id = $1 AND a.version = $2 AND a.state = 'NotStarted'
-  AND pa.provider_account = a.provider_account
-RETURNING a.*
-"""
-
-SELECT_PAYMENT_ID_OWNER = """
-SELECT attempt_id FROM payment_attempts
-WHERE provider_account = $1 AND provider_payment_id = $2 AND attempt_id <> $3
-"""
+# The statements are paycore/queries/payment_attempts.sql's (ATTEMPTS).
 
 MAX_REAPPLY = 5
 
@@ -116,7 +64,7 @@ async def latest_attempt(
     conn: asyncpg.Connection | asyncpg.Pool, order_id: str, customer_id: str
 ) -> Attempt | None:
     """The order's most recent attempt for this customer (observation only)."""
-    row = await conn.fetchrow(SELECT_LATEST_ATTEMPT, order_id, customer_id)
+    row = await ATTEMPTS.latest_of_customer.fetchrow(conn, order_id=order_id, customer_id=customer_id)
     return Attempt.from_record(row) if row is not None else None
 
 
@@ -129,8 +77,8 @@ async def find_by_reference_and_payment_id(
     the identities agree, and two different attempts are an identity conflict
     for the caller to escalate.
     """
-    rows = await conn.fetch(SELECT_BY_REFERENCE_OR_PAYMENT_ID, provider_account, reference,
-                            provider_payment_id)
+    rows = await ATTEMPTS.by_reference_or_payment_id.fetch(
+        conn, account=provider_account, reference=reference, payment_id=provider_payment_id)
     found = [Attempt.from_record(row) for row in rows]
     by_reference = next((a for a in found if reference is not None and a.client_reference == reference), None)
     by_payment_id = next((a for a in found if provider_payment_id is not None
@@ -164,33 +112,24 @@ async def get_or_create_live_attempt(
     """
     async with pool.acquire() as conn, conn.transaction():
         order = await lock_order(conn, order_id, customer_id)
-        live = await conn.fetchrow(SELECT_LIVE_ATTEMPT, order_id)
+        live = await ATTEMPTS.live_of_order.fetchrow(conn, order_id=order_id)
         if live is not None:
             return Attempt.from_record(live)
         why = order.not_payable_reason
         if why is not None:
             raise OrderNotPayable(order_id, why)
-        number: int = await conn.fetchval(SELECT_NEXT_ATTEMPT_NUMBER, order_id)
+        number: int = await ATTEMPTS.next_attempt_number.fetchval(conn, order_id=order_id)
         reference = f"{order_id}-a{number}"
-        row = await conn.fetchrow(
-            INSERT_LIVE_ATTEMPT,
-            uuid.uuid4(),
-            order_id,
-            customer_id,
-            number,
-            account.provider_account,
-            account.payments_endpoint,
-            account.api_version,
-            reference,
-            str(uuid.uuid4()),  # the attempt's idempotency key: generated once, here
-            build_body(reference, order.amount_minor, order.currency),
-            order.amount_minor,
-            order.currency,
-            now,
-            now + timedelta(seconds=abandonment_threshold_s),
-        )
+        row = await ATTEMPTS.insert_live.fetchrow(
+            conn, attempt_id=uuid.uuid4(), order_id=order_id, customer_id=customer_id, attempt_number=number,
+            account=account.provider_account, endpoint=account.payments_endpoint,
+            api_version=account.api_version, reference=reference,
+            idempotency_key=str(uuid.uuid4()),  # the attempt's idempotency key: generated once, here
+            request_body=build_body(reference, order.amount_minor, order.currency),
+            amount_minor=order.amount_minor, currency=order.currency, now=now,
+            next_check_at=now + timedelta(seconds=abandonment_threshold_s))
         if row is None:
-            winner = await conn.fetchrow(SELECT_LIVE_ATTEMPT, order_id)
+            winner = await ATTEMPTS.live_of_order.fetchrow(conn, order_id=order_id)
             if winner is None:  # the winner already left the live states; let the caller retry
                 raise OutcomeNotConfirmed(f"live attempt for {order_id} changed during insert")
             return Attempt.from_record(winner)
@@ -230,7 +169,8 @@ async def try_mark_started(
             if current.version != expected_version or current.state is not AttemptState.NOT_STARTED:
                 return StartResult.CONFLICT, None
             return StartResult.ORDER_NOT_PAYABLE, None
-        row = await conn.fetchrow(MARK_STARTED, attempt_id, expected_version, now, next_check_at)
+        row = await ATTEMPTS.mark_started.fetchrow(conn, attempt_id=attempt_id, version=expected_version,
+                                                   now=now, next_check_at=next_check_at)
         if row is None:
             return StartResult.CONFLICT, None
         attempt = Attempt.from_record(row)
@@ -438,30 +378,23 @@ async def judge_outcome(conn: asyncpg.Connection | asyncpg.Pool, attempt: Attemp
     pid = claim.provider_payment_id
     # An id this attempt already recorded is its own: the unique index
     # (provider_account, provider_payment_id) admits no other owner.
-    owner = None if pid is None or pid == attempt.provider_payment_id else await conn.fetchval(
-        SELECT_PAYMENT_ID_OWNER, attempt.provider_account, pid, attempt.attempt_id)
+    owner = None
+    if pid is not None and pid != attempt.provider_payment_id:
+        owner = await ATTEMPTS.payment_id_owner.fetchval(
+            conn, account=attempt.provider_account, payment_id=pid, attempt_id=attempt.attempt_id)
     return judge(attempt, claim, recorded_payment_id=attempt.provider_payment_id, payment_id_owner=owner)
 
 
 # -- recovery's writes: closing a never-sent attempt, committing a resend's intent --------------
-
-# $1 attempt, $2 owner, $3 token, $4 now (the ownership of paycore.leases), $5 the version read.
-CLOSE_NEVER_SENT = """
-UPDATE payment_attempts
-SET state = 'NotApplied', outcome_reason = 'never-sent', next_check_at = $4, version = version + 1,
-    """ + leases.RELEASED + """
-WHERE attempt_id = $1 AND version = $5 AND state = 'NotStarted' AND """ + leases.OWNED + """
-RETURNING *
-"""
-
 
 async def close_never_sent(pool: asyncpg.Pool, attempt: Attempt, lease: Lease, now: datetime,
                            actor: str) -> Attempt | None:
     """NotStarted -> NotApplied(never-sent), releasing the lease; ``None`` if the endpoint won."""
     async with pool.acquire() as conn, conn.transaction():
         await lock_order(conn, attempt.order_id)  # the endpoint's Started transition takes it too
-        row = await conn.fetchrow(CLOSE_NEVER_SENT, attempt.attempt_id, lease.owner, lease.token, now,
-                                  attempt.version)
+        row = await ATTEMPTS.close_never_sent.fetchrow(
+            conn, attempt_id=attempt.attempt_id, version=attempt.version, owner=lease.owner,
+            token=lease.token, now=now)
         if row is None:
             return None
         closed = Attempt.from_record(row)
@@ -498,7 +431,7 @@ async def commit_send_intent(
             return IntentResult.REFUSED, "not-sendable"
         if current.version != attempt.version:
             return IntentResult.REFUSED, "changed"
-        if current.escalation_deadline is None or now >= current.escalation_deadline:
+        if current.past_deadline(now):
             return IntentResult.REFUSED, "deadline-passed"
         await append_event(
             conn, attempt_id=attempt.attempt_id, kind=EventKind.SEND_INTENT, actor=actor, now=now,

@@ -33,8 +33,8 @@ from uuid import UUID
 
 import asyncpg
 
-from paycore import escalations, leases
-from paycore.attempt_row import Attempt, get_attempt
+from paycore import escalations
+from paycore.attempt_row import ATTEMPTS, Attempt, get_attempt
 from paycore.db import transaction_on
 from paycore.domain import EVIDENCE_REASONS, AttemptState, EscalationReason, can_transition
 from paycore.errors import PaycoreError
@@ -134,18 +134,6 @@ async def payment_evidence(conn: asyncpg.Connection | asyncpg.Pool, attempt: Att
     return found + [r["what"] for r in rows]
 
 
-# Conditional on the version and state read, like every writer; the lease (if recovery holds
-# one) is released: a worker that comes back finds a final attempt, and its evidence, if any,
-# takes the contradiction path.
-CLOSE_AS_NOT_CHARGED = """
-UPDATE payment_attempts
-SET state = 'Failed', outcome_reason = $4, next_check_at = $5, version = version + 1,
-    next_action = NULL, next_action_expires_at = NULL, """ + leases.RELEASED + """
-WHERE attempt_id = $1 AND version = $2 AND state = $3
-RETURNING *
-"""
-
-
 def _fields(a: Attempt) -> dict[str, Any]:
     return {"state": a.state.value, "version": a.version, "outcome_reason": a.outcome_reason,
             "provider_payment_id": a.provider_payment_id}
@@ -194,8 +182,9 @@ async def close_as_not_charged(
         if evidence:
             raise CloseRefused(f"attempt {attempt_id} has evidence of a payment: {', '.join(evidence)}; "
                                f"it cannot be closed as not charged")
-        row = await conn.fetchrow(CLOSE_AS_NOT_CHARGED, attempt_id, seen.version, seen.state.value,
-                                  CLOSED_REASON, now)
+        row = await ATTEMPTS.close_as_not_charged.fetchrow(
+            conn, attempt_id=attempt_id, version=seen.version, state=seen.state.value,
+            outcome_reason=CLOSED_REASON, now=now)
         if row is None:
             raise CloseRefused(f"attempt {attempt_id} changed underneath (it was version {seen.version}); "
                                f"nothing was done; look again")

@@ -477,3 +477,246 @@ def decide_outcome(attempt: Attempt, outcome: ProviderOutcome, verdict: Verdict,
     return Decision(state, target, write, tuple(raised), order_paid=order.status is OrderStatus.OPEN,
                     effects=("order-confirmation", *(("fulfillment-request",) if fulfil else ())),
                     finish_after_s=finish_after_s)
+
+
+# -- decide_pass: one recovery pass over a claimed attempt ----------------------------------------
+
+
+class PassKind(enum.StrEnum):
+    """The kinds of stuck work recovery rescues; each has its own rescuer (paycore_recovery.rescuers)."""
+
+    NOT_STARTED = "not-started"  # recorded, never moved to Started: closed once abandoned
+    CUSTOMER_ACTION = "customer-action"  # Started, the customer's action current: never resent
+    SETTLING = "settling"  # Started, its send's answer may still arrive: wait
+    UNKNOWN = "unknown"  # Unknown, or a stalled Started attempt: look up, then resend or escalate
+
+
+def kind_of(attempt: Attempt, now: datetime, settle_s: float) -> PassKind:
+    """Which rescuer a claimed attempt goes to. An expired or superseded action proves nothing and
+    permits no resend: such an attempt is reconciled like an Unknown one."""
+    if attempt.state is AttemptState.NOT_STARTED:
+        return PassKind.NOT_STARTED
+    if attempt.action_is_current(now):
+        return PassKind.CUSTOMER_ACTION
+    sent = attempt.first_sent_at
+    if attempt.state is AttemptState.STARTED and attempt.next_action is None and sent is not None \
+            and now < sent + timedelta(seconds=settle_s):
+        return PassKind.SETTLING
+    return PassKind.UNKNOWN
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Recovery's policy numbers, as a pass needs them (``paycore_recovery.settings``)."""
+
+    abandonment_s: float  # a NotStarted attempt this old is closed as never sent
+    settle_s: float  # a Started attempt's answer may still come this long after its first send
+    action_poll_s: float  # how often a pending customer action is looked at
+    slow_cadence_s: float  # the read-only cadence after the backoff, and of escalated attempts
+    backoff_s: tuple[float, ...]  # delays after the 1st, 2nd, … lookup
+
+    def backoff(self, step: int) -> float:
+        """The delay after ``step`` earlier lookups, then the slow cadence."""
+        return self.backoff_s[step] if step < len(self.backoff_s) else self.slow_cadence_s
+
+
+LookupKind = str  # found | not_found | failed | rate_limited | unsupported (providers.base.LookupResult)
+
+
+@dataclass(frozen=True)
+class Lookups:
+    """What a pass's lookups said: the deciding one's kind, the distinct payments it found, the
+    retry delay of a 429, and when a miss by reference will prove something (search lag)."""
+
+    kind: LookupKind
+    payment_ids: tuple[str, ...] = ()
+    retry_after_s: float | None = None
+    inconclusive_until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PassFacts:
+    """What a pass has gathered so far (``None``: not yet). :func:`decide_pass` asks for the next."""
+
+    account_configured: bool = True
+    lookups_so_far: int | None = None  # from the attempt's history (with the scope's pause)
+    paused_until: datetime | None = None
+    lookups: Lookups | None = None
+    action_status: Lookups | None = None  # a current action without expiry, looked up by id
+    resend_was_rejected: bool | None = None
+    failing_resend_condition: str | None = None  # a resend condition that fails: its name
+    resend_conditions_checked: bool = False
+    lost_close_to: Attempt | None = None  # the endpoint started it while recovery closed it
+
+
+class Step(enum.StrEnum):
+    """What a pass does next: a fact to gather, or an act that ends the pass."""
+
+    # Gather, then decide again.
+    READ_HISTORY = "read-history"  # lookups so far and the scope's pause
+    LOOK_UP = "look-up"  # by recorded payment id, then by reference
+    LOOK_UP_ACTION = "look-up-action"  # a current action without expiry: by payment id
+    CHECK_RESEND = "check-resend"  # an earlier rejected resend, then the resend conditions
+    # Act.
+    CLOSE_NEVER_SENT = "close-never-sent"
+    FINISH = "finish"  # schedule the next look, release the lease
+    ESCALATE = "escalate"  # open the episode, schedule, release: one transaction
+    APPLY = "apply"  # the found payment through the one writer of outcomes
+    PAUSE = "pause"  # the account's lookups pause (a 429), then finish
+    RESEND = "resend"  # the stored request, under its key, inside its window
+    DONE = "done"  # nothing more: what happened is written
+
+
+class Pass(enum.StrEnum):
+    """How one claimed pass over an attempt ended: what a sweep returns, what the tests assert."""
+
+    NOT_CLAIMED = "not-claimed"
+    CLOSED_NEVER_SENT = "closed-never-sent"
+    RESCHEDULED = "rescheduled"
+    INCONCLUSIVE = "inconclusive"  # a miss by reference inside the search lag: looked at again after it
+    RESOLVED = "resolved"
+    OBSERVED = "observed"  # processing / customer action recorded, still live
+    ESCALATED = "escalated"
+    LOOKUP_FAILED = "lookup-failed"
+    PAUSED = "paused"
+    RESENT = "resent"
+    INTENT_REFUSED = "intent-refused"
+    INTENT_UNKNOWN = "intent-unknown"
+    ABANDONED = "abandoned"
+    FAILED = "failed"  # this pass raised; logged, counted, and the lease left to expire
+
+
+@dataclass(frozen=True)
+class PassDecision:
+    """:func:`decide_pass`'s answer: the ``step``, with the delay of the next look, the escalation,
+    and how the pass ends when it does."""
+
+    step: Step
+    delay_s: float = 0.0
+    escalation: Escalation | None = None
+    result: Pass | None = None  # None: a fact to gather first
+
+
+def _finish(delay_s: float, result: Pass) -> PassDecision:
+    return PassDecision(Step.FINISH, max(delay_s, 0.0), result=result)
+
+
+def _escalate(reason: EscalationReason, delay_s: float, *, qualifier: str | None = None,
+              detail: Mapping[str, Any] | None = None) -> PassDecision:
+    return PassDecision(Step.ESCALATE, delay_s, Escalation(reason, detail or {}, qualifier), Pass.ESCALATED)
+
+
+def action_delay(attempt: Attempt, now: datetime, timing: Timing) -> float:
+    """When to look at a pending customer action again: the poll, or its expiry if sooner."""
+    if attempt.next_action_expires_at is None:
+        return timing.action_poll_s
+    return min((attempt.next_action_expires_at - now).total_seconds(), timing.action_poll_s)
+
+
+def decide_pass(attempt: Attempt, facts: PassFacts, now: datetime, timing: Timing) -> PassDecision:
+    """The reference's pass over one claimed attempt, as a table: what to gather or do next.
+
+    The rescuer gathers what is asked (``READ_HISTORY``, ``LOOK_UP``, …), adds it to ``facts``
+    and asks again (with a fresh ``now``), until an act ends the pass. Recovery never creates an
+    attempt and never sends anything but the stored request under its own key, never for a
+    NotStarted attempt, never while a customer action is pending, never past the deadline.
+    """
+    kind = kind_of(attempt, now, timing.settle_s)
+    if kind is PassKind.NOT_STARTED:
+        return _decide_not_started(attempt, facts, now, timing)
+    if kind is PassKind.CUSTOMER_ACTION:
+        return _decide_customer_action(attempt, facts, now, timing)
+    if kind is PassKind.SETTLING:
+        assert attempt.first_sent_at is not None
+        settled_at = attempt.first_sent_at + timedelta(seconds=timing.settle_s)
+        return _finish((settled_at - now).total_seconds(), Pass.RESCHEDULED)
+    return _decide_unknown(attempt, facts, now, timing)
+
+
+def _decide_not_started(attempt: Attempt, facts: PassFacts, now: datetime, timing: Timing) -> PassDecision:
+    age = (now - attempt.created_at).total_seconds()
+    if age < timing.abandonment_s:
+        # The endpoint is about to send it; recovery never sends a first attempt.
+        return _finish(timing.abandonment_s - age, Pass.RESCHEDULED)
+    current = facts.lost_close_to
+    if current is None:
+        return PassDecision(Step.CLOSE_NEVER_SENT, result=Pass.CLOSED_NEVER_SENT)
+    # The endpoint started it first: schedule it for its new state, once.
+    if current.is_live:
+        started = current.state is AttemptState.STARTED
+        return _finish(timing.settle_s if started else timing.backoff(0), Pass.RESCHEDULED)
+    return PassDecision(Step.DONE, result=Pass.RESCHEDULED)
+
+
+def _decide_customer_action(attempt: Attempt, facts: PassFacts, now: datetime,
+                            timing: Timing) -> PassDecision:
+    # Never resend: the customer's step is pending. The key window closes whether or not they act.
+    waiting = _escalate(EscalationReason.DEADLINE, action_delay(attempt, now, timing)) \
+        if attempt.past_deadline(now) else _finish(action_delay(attempt, now, timing), Pass.RESCHEDULED)
+    if attempt.past_deadline(now) or attempt.next_action_expires_at is not None \
+            or attempt.provider_payment_id is None:
+        return waiting
+    # An action whose provider states no expiry (Stripe's next_action) never expires by itself:
+    # look it up by its payment id at each poll. A provider that cannot be asked, or does not
+    # answer, leaves it waiting.
+    status = facts.action_status
+    if status is None:
+        return PassDecision(Step.LOOK_UP_ACTION)
+    if status.kind == "found":
+        return PassDecision(Step.APPLY, action_delay(attempt, now, timing), result=Pass.OBSERVED)
+    return waiting
+
+
+def _decide_unknown(attempt: Attempt, facts: PassFacts, now: datetime, timing: Timing) -> PassDecision:
+    slow = timing.slow_cadence_s
+    if facts.lookups_so_far is None:
+        return PassDecision(Step.READ_HISTORY)
+    if not facts.account_configured:
+        # No credentials to look it up or resend it: a person must restore the account.
+        return _escalate(EscalationReason.RESEND_NOT_SAFE, slow, qualifier="account-not-configured")
+    backoff = timing.backoff(facts.lookups_so_far)
+    if facts.paused_until is not None:
+        return _finish((facts.paused_until - now).total_seconds(), Pass.PAUSED)
+
+    found = facts.lookups
+    if found is None:
+        return PassDecision(Step.LOOK_UP)
+    if found.kind == "found":
+        if len(found.payment_ids) > 1:
+            # Several provider payments for one attempt's reference: a person must look.
+            return _escalate(EscalationReason.MULTIPLE_PAYMENTS, slow,
+                             detail={"provider_payment_ids": list(found.payment_ids)})
+        return PassDecision(Step.APPLY, backoff, result=Pass.RESOLVED)
+    if found.kind == "failed":
+        # Not "not found": the attempt stays as it is. Past the deadline a person must know even
+        # while the provider cannot answer; the lookups go on, on the slow read-only cadence.
+        if attempt.past_deadline(now):
+            return PassDecision(Step.ESCALATE, slow, Escalation(EscalationReason.DEADLINE),
+                                Pass.LOOKUP_FAILED)
+        return _finish(backoff, Pass.LOOKUP_FAILED)
+    if found.kind == "rate_limited":
+        # Pause this rate-limit scope only (the account); other accounts go on.
+        return PassDecision(Step.PAUSE, found.retry_after_s or 1.0, result=Pass.PAUSED)
+
+    # Not found, or no lookup by reference (then only a notification or a same-key resend inside
+    # the key window can tell): it stays Unknown.
+    if attempt.past_deadline(now):
+        # Past the safe cutoff: send nothing, under any key; keep looking on the slow cadence.
+        # (A miss inside the search lag changes nothing here: the deadline is time, not evidence.)
+        return _escalate(EscalationReason.DEADLINE, slow)
+    if found.inconclusive_until is not None and found.kind == "not_found":
+        # The search lag: a payment the last send created may not be indexed yet, so this miss is
+        # no evidence that the request never arrived. Conclude nothing -- no resend, no
+        # resend-rejected or resend-not-safe escalation (each presumes "not found") -- and look
+        # again when the miss will be conclusive, or at the deadline if that is sooner.
+        assert attempt.escalation_deadline is not None
+        again = min(found.inconclusive_until, attempt.escalation_deadline)
+        return _finish((again - now).total_seconds(), Pass.INCONCLUSIVE)
+    if not facts.resend_conditions_checked:
+        return PassDecision(Step.CHECK_RESEND)
+    if facts.resend_was_rejected:
+        # An earlier resend of these bytes was refused before execution: never again.
+        return _escalate(EscalationReason.RESEND_REJECTED, slow)
+    if facts.failing_resend_condition is not None:
+        return _escalate(EscalationReason.RESEND_NOT_SAFE, slow, qualifier=facts.failing_resend_condition)
+    return PassDecision(Step.RESEND, backoff, result=Pass.RESENT)

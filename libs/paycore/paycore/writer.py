@@ -19,6 +19,7 @@ from uuid import UUID
 import asyncpg
 
 from paycore import escalations, leases, outbox
+from paycore.attempt_row import ATTEMPTS
 from paycore.domain import Attempt, Decision, Escalation
 from paycore.errors import PaycoreError
 from paycore.events import EventKind
@@ -52,25 +53,6 @@ class Escalator:
             detail=dict(e.detail), reminder_interval=self.reminder_interval)
 
 
-# $1 attempt, $2 version read, $3 state read, $4 target, $5 provider status, $6 next action, $7 its
-# expiry, $8 outcome reason, $9 provider payment id (a recorded one is kept), $10 next check; the
-# lease is released only while the row still carries the writer's claim: owner $11, token $12.
-APPLY_OUTCOME = """
-UPDATE payment_attempts
-SET state = $4,
-    provider_status = $5,
-    next_action = $6,
-    next_action_expires_at = $7,
-    outcome_reason = $8,
-    provider_payment_id = COALESCE(provider_payment_id, $9),
-    next_check_at = $10,
-    version = version + 1,
-    """ + leases.release_if_held_by("$11", "$12") + """
-WHERE attempt_id = $1 AND version = $2 AND state = $3
-RETURNING *
-"""
-
-
 async def execute_outcome(conn: asyncpg.Connection, attempt: Attempt, decision: Decision, *, now: datetime,
                           lease: Lease | None, escalator: Escalator, history: History) -> Attempt | None:
     """Carry out an outcome's :class:`~paycore.domain.Decision` for ``attempt`` as read under its
@@ -79,11 +61,12 @@ async def execute_outcome(conn: asyncpg.Connection, attempt: Attempt, decision: 
     updated: Attempt | None = None
     write = decision.write
     if write is not None:
-        row = await conn.fetchrow(
-            APPLY_OUTCOME, attempt.attempt_id, attempt.version, attempt.state.value, write.target.value,
-            write.provider_status, write.next_action, write.next_action_expires_at, write.outcome_reason,
-            write.provider_payment_id, write.next_check_at, lease.owner if lease else None,
-            lease.token if lease else None)
+        row = await ATTEMPTS.apply_outcome.fetchrow(
+            conn, attempt_id=attempt.attempt_id, version=attempt.version, state=attempt.state.value,
+            target=write.target.value, provider_status=write.provider_status, next_action=write.next_action,
+            next_action_expires_at=write.next_action_expires_at, outcome_reason=write.outcome_reason,
+            payment_id=write.provider_payment_id, next_check_at=write.next_check_at,
+            owner=lease.owner if lease else None, token=lease.token if lease else None)
         if row is None:
             raise LostRace
         updated = Attempt.from_record(row)
