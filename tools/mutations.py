@@ -311,11 +311,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         'no resend intent at or after the stamped escalation deadline',
     ),
     Mutation(
-        "start-order-not-payable", ATTEMPTS,
-        "        if order.not_payable_reason is not None:\n"
-        "            # The attempt's own version decides first",
-        "        if False:\n"
-        "            # The attempt's own version decides first",
+        "start-order-not-payable", DOMAIN,
+        '    if not order_payable:\n        return _refused(attempt, "order-not-payable")',
+        '    if False:\n        return _refused(attempt, "order-not-payable")',
         t(REPO, "test_an_order_cancelled_before_the_started_transition_prevents_the_send"),
         "the first send's Started transition re-checks, under the order lock, that the order is payable",
     ),
@@ -651,9 +649,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     # -- operator actions that change attempts (issue 13) ------------------------------------------
     Mutation(
-        "close-unknown-only", DEAD_ENDS,
-        "        if seen.state is not AttemptState.UNKNOWN or not can_transition(seen.state, AttemptState.FAILED):\n",
-        "        if not can_transition(seen.state, AttemptState.FAILED):\n",
+        "close-unknown-only", DOMAIN,
+        '    if attempt.state is not AttemptState.UNKNOWN or not can_transition(attempt.state, target):\n',
+        '    if not can_transition(attempt.state, target):\n',
         t(OPS_DEAD_ENDS, "test_a_started_attempt_is_refused_even_when_escalated"),
         "an operator closes only an Unknown attempt as not charged, never a Started one",
     ),
@@ -664,9 +662,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a close decided on version N is refused if another writer moved the attempt meanwhile",
     ),
     Mutation(
-        "close-dead-end-only", DEAD_ENDS,
-        "        if not dead_ends:\n",
-        "        if not dead_ends and False:\n",
+        "close-dead-end-only", DOMAIN,
+        '    if not dead_ends:\n',
+        '    if not dead_ends and False:\n',
         t(OPS_DEAD_ENDS, "test_an_unknown_attempt_without_an_open_dead_end_escalation_is_refused"),
         "only an attempt recovery gave up on (an open dead-end escalation) can be closed",
     ),
@@ -678,16 +676,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a dead-end episode that is over does not allow a close",
     ),
     Mutation(
-        "close-refused-on-evidence", DEAD_ENDS,
-        "        if evidence:\n",
-        "        if evidence and False:\n",
-        (OPS_DEAD_ENDS,),
-        "an attempt with any evidence of a payment is never closed as not charged",
-    ),
-    Mutation(
-        "close-evidence-unmatched-reference", DEAD_ENDS,
-        "   OR (attempt_id IS NULL AND kind = 'notification' AND provider_account = $2",
-        "   OR (FALSE AND attempt_id IS NULL AND kind = 'notification' AND provider_account = $2",
+        "close-refused-on-evidence", DOMAIN,
+        '    if evidence:\n',
+        '    if evidence and False:\n',
         t(OPS_DEAD_ENDS, "test_any_evidence_of_a_payment_refuses_the_close[conflicting_notification]"),
         "a notification naming the attempt's reference, stored unmatched (identity conflict), is evidence",
     ),
@@ -1409,6 +1400,28 @@ MUTATIONS: tuple[Mutation, ...] = (
         '    if False:\n',
         t(DECIDE_PASS, 'test_a_failing_resend_condition_is_escalated_by_name_never_resent'),
         "a resend condition that fails is a person's, never a resend",
+    ),
+    # -- issue 28: the other transitions' decisions (start, close never sent, escalate and finish) --
+    Mutation(
+        'decide-start-only-from-not-started', DOMAIN,
+        '    if attempt.state is not AttemptState.NOT_STARTED:\n        return _refused(attempt, "conflict")',
+        '    if False:\n        return _refused(attempt, "conflict")',
+        t(DECIDE, "test_only_a_not_started_attempt_of_a_payable_order_is_started"),
+        "only a NotStarted attempt is started (sent for the first time)",
+    ),
+    Mutation(
+        'decide-close-never-sent-only-not-started', DOMAIN,
+        '    if attempt.state is not AttemptState.NOT_STARTED or not can_transition(attempt.state, target):\n',
+        '    if False:\n',
+        t(DECIDE, "test_only_a_not_started_attempt_is_closed_as_never_sent"),
+        "recovery closes as never sent only what was never sent",
+    ),
+    Mutation(
+        'decide-escalation-only-while-live', DOMAIN,
+        '    if attempt.state not in RESOLVABLE_STATES:\n        return _refused(attempt, f"attempt {attempt.attempt_id} is {attempt.state.value}")',
+        '    if False:\n        return _refused(attempt, f"attempt {attempt.attempt_id} is {attempt.state.value}")',
+        t(DECIDE, "test_recovery_escalates_only_a_live_attempt_and_schedules_its_next_look"),
+        "nobody is alerted about a settled payment",
     ),
     # -- worktree i13: the attach preview says what the attach does (one set of rules) -------------
     Mutation(

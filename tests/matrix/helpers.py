@@ -81,7 +81,7 @@ async def live_attempt(
 
 async def start(pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt) -> tuple[StartResult, Attempt | None]:
     return await try_mark_started(
-        pool, attempt.attempt_id, attempt.version, now=clock.now(),
+        pool, attempt, now=clock.now(),
         next_check_at=clock.now() + timedelta(seconds=RECHECK_S),
     )
 

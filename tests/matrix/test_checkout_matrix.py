@@ -121,7 +121,7 @@ async def test_success_recorded_while_new_checkout_arrives_leaves_one_attempt(st
     order = await stack.shop.create_order()
     attempt = await recorded_attempt(stack.pool, stack.clock, stack.settings.default_account, order,
                                "cus_alice")
-    _, started = await try_mark_started(stack.pool, attempt.attempt_id, attempt.version,
+    _, started = await try_mark_started(stack.pool, attempt,
                                         now=stack.clock.now(), next_check_at=stack.clock.now())
     assert started is not None
     success = ProviderOutcome.succeeded("pay_elsewhere", 4999, "EUR")

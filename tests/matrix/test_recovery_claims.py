@@ -11,9 +11,9 @@ import asyncio
 import dataclasses
 from datetime import timedelta
 
-from paycore import leases
+from paycore import leases, writer
 from paycore.attempts import record_outcome
-from paycore.domain import AttemptState, ProviderOutcome
+from paycore.domain import AttemptState, Escalation, EscalationReason, ProviderOutcome
 from paycore_recovery.loop import Pass
 from tests.support.recovery import RecoveryStack, seconds, settle_s
 from tests.support.timings import REMINDER_INTERVAL
@@ -54,8 +54,9 @@ async def test_a_stale_worker_cannot_release_the_new_owners_lease(rec: RecoveryS
     before = await rec.current(attempt)
 
     assert await leases.finish(rec.pool, attempt.attempt_id, lease_a, now, 60) is False
-    assert await leases.escalate_and_finish(rec.pool, attempt.attempt_id, lease_a, reason="deadline",
-                                            delay_s=60, now=now, reminder_interval=REMINDER_INTERVAL) is False
+    assert await writer.escalate_and_finish(rec.pool, attempt.attempt_id, lease_a,
+                                            Escalation(EscalationReason.DEADLINE), recheck_after_s=60,
+                                            now=now, reminder_interval=REMINDER_INTERVAL) is False
     after = await rec.current(attempt)
     assert after == before  # B's lease intact, schedule unchanged
     assert after.lease_token == lease_b.token

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from paycore import accounts, leases
-from paycore.domain import AttemptState
+from paycore import accounts, leases, writer
+from paycore.domain import AttemptState, Escalation, EscalationReason
 from paycore_recovery.loop import Pass
 from tests.support.recovery import DEADLINE_S, RecoveryStack, initial_alerts, seconds
 from tests.support.timings import REMINDER_INTERVAL
@@ -51,8 +51,9 @@ async def test_a_notification_that_resolves_an_attempt_while_recovery_is_about_t
     r = await rec.hooks.deliver(late, timestamp=int(rec.clock.now().timestamp()))
     assert r.json()["result"] == "applied", r.text
     assert await rec.state(attempt) == "Succeeded"
-    assert await leases.escalate_and_finish(rec.pool, attempt.attempt_id, lease, reason="deadline",
-                                            delay_s=rec.recovery.slow_cadence_s,
+    assert await writer.escalate_and_finish(rec.pool, attempt.attempt_id, lease,
+                                            Escalation(EscalationReason.DEADLINE),
+                                            recheck_after_s=rec.recovery.slow_cadence_s,
                                             now=rec.clock.now(), reminder_interval=REMINDER_INTERVAL) is False
     assert await rec.escalation_rows() == [] and await rec.alerts() == []
 

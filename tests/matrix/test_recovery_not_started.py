@@ -64,7 +64,7 @@ async def test_a_stale_not_started_attempt_the_endpoint_starts_as_recovery_close
 
     # The endpoint's Started transition commits first (a new version).
     now = rec.clock.now()
-    result, started = await try_mark_started(rec.pool, attempt.attempt_id, claimed.version, now=now,
+    result, started = await try_mark_started(rec.pool, claimed, now=now,
                                              next_check_at=now + seconds(1000))
     assert result is StartResult.STARTED and started is not None and started.version != claimed.version
 

@@ -51,7 +51,7 @@ async def unknown_attempt(pool: asyncpg.Pool, clock: FakeClock, account: Provide
 
 
 async def escalate(pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt, reason: str = "deadline") -> int:
-    """The episode recovery opens when it gives up (leases.escalate_and_finish uses this key)."""
+    """The episode recovery opens when it gives up (writer.escalate_and_finish uses this key)."""
     async with pool.acquire() as conn, conn.transaction():
         escalation_id = await escalations.raise_escalation(
             conn, key=escalations.attempt_key(attempt.attempt_id, reason), reason=reason,

@@ -24,7 +24,7 @@ async def started_attempt(pool: asyncpg.Pool, clock: Clock, account: ProviderAcc
                           customer_id: str, method: str = "tok_visa") -> Attempt:
     """Recorded and moved to Started (its send intent committed), not yet sent."""
     attempt = await recorded_attempt(pool, clock, account, order_id, customer_id, method)
-    _, started = await try_mark_started(pool, attempt.attempt_id, attempt.version,
+    _, started = await try_mark_started(pool, attempt,
                                         now=clock.now(), next_check_at=clock.now())
     assert started is not None
     return started

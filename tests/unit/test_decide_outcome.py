@@ -1,4 +1,5 @@
-"""paycore.domain.decide_outcome, pure: what an outcome does, branch by branch, without a database.
+"""paycore.domain's transition decisions, pure: what an outcome (decide_outcome), a start, a close
+and an escalation do, branch by branch, without a database.
 
 The writer executes these decisions and the attach preview shows them (the same function:
 tests/operators/test_attach_preview.py attaches for real and compares); these are the branches a
@@ -13,15 +14,23 @@ from uuid import uuid4
 
 from paycore.domain import (
     ACCEPTED,
+    CLOSED_NOT_CHARGED,
     Attempt,
     AttemptState,
+    CloseWrite,
     Decision,
+    Escalation,
     EscalationReason,
     OrderFacts,
     OrderStatus,
     ProviderOutcome,
+    StartWrite,
     Verdict,
+    decide_close_never_sent,
+    decide_close_not_charged,
+    decide_escalation,
     decide_outcome,
+    decide_start,
 )
 
 S = AttemptState
@@ -140,6 +149,50 @@ def test_the_preview_and_the_writer_decide_with_the_same_function() -> None:
     assert attempts.decide_outcome is domain.decide_outcome is notifications.decide_outcome
     for caller in (attempts._apply_once, notifications.preview_attach):
         assert "decide_outcome(" in inspect.getsource(caller), caller.__name__
-    assert "execute_outcome(" in inspect.getsource(attempts._apply_once)
-    assert "execute_outcome(" not in inspect.getsource(notifications.preview_attach)
+    assert "execute(" in inspect.getsource(attempts._apply_once)
+    assert "execute(" not in inspect.getsource(notifications.preview_attach)
     assert not hasattr(domain, "foresee_outcome")
+
+
+# -- the other transitions: start, close never sent, close not charged, escalate and finish --------
+
+def test_only_a_not_started_attempt_of_a_payable_order_is_started() -> None:
+    never_sent = dataclasses.replace(ATTEMPT, state=S.NOT_STARTED)
+    d = decide_start(never_sent, order_payable=True, next_check_at=NOW)
+    assert (d.before, d.after, d.write, d.refused) == (S.NOT_STARTED, S.STARTED, StartWrite(NOW), None)
+    assert decide_start(never_sent, order_payable=False, next_check_at=NOW).refused == "order-not-payable"
+    for state in (S.STARTED, S.UNKNOWN, S.SUCCEEDED):
+        d = decide_start(dataclasses.replace(ATTEMPT, state=state), order_payable=True, next_check_at=NOW)
+        assert (d.refused, d.write) == ("conflict", None), state
+
+
+def test_only_a_not_started_attempt_is_closed_as_never_sent() -> None:
+    d = decide_close_never_sent(dataclasses.replace(ATTEMPT, state=S.NOT_STARTED))
+    assert (d.after, d.write, d.resolves_escalations) == (
+        S.NOT_APPLIED, CloseWrite(S.NOT_APPLIED, "never-sent", under_lease=True), True)
+    for state in (S.STARTED, S.UNKNOWN, S.FAILED):
+        assert decide_close_never_sent(dataclasses.replace(ATTEMPT, state=state)).refused is not None, state
+
+
+def test_a_person_closes_as_not_charged_only_a_dead_end_with_no_evidence_of_a_payment() -> None:
+    unknown = dataclasses.replace(ATTEMPT, state=S.UNKNOWN)
+    who = {"operator": "ana"}
+    d = decide_close_not_charged(unknown, dead_ends=[7], evidence=[], detail=who)
+    assert (d.after, d.write, d.detail) == (
+        S.FAILED, CloseWrite(S.FAILED, CLOSED_NOT_CHARGED, under_lease=False),
+        {"operator": "ana", "dead_end_escalations": [7]})
+    assert "only an Unknown" in (decide_close_not_charged(
+        dataclasses.replace(ATTEMPT, state=S.STARTED), dead_ends=[7], evidence=[], detail=who).refused or "")
+    assert "no open dead-end" in (decide_close_not_charged(
+        unknown, dead_ends=[], evidence=[], detail=who).refused or "")
+    assert "evidence of a payment: provider status x" in (decide_close_not_charged(
+        unknown, dead_ends=[7], evidence=["provider status x"], detail=who).refused or "")
+
+
+def test_recovery_escalates_only_a_live_attempt_and_schedules_its_next_look() -> None:
+    e = Escalation(EscalationReason.DEADLINE)
+    d = decide_escalation(dataclasses.replace(ATTEMPT, state=S.UNKNOWN), e, recheck_after_s=3600)
+    assert (d.written, d.escalations, d.finish_after_s) == (False, (e,), 3600)
+    for state in (S.SUCCEEDED, S.FAILED, S.NOT_APPLIED, S.NOT_STARTED):
+        d = decide_escalation(dataclasses.replace(ATTEMPT, state=state), e, recheck_after_s=3600)
+        assert (d.refused is not None, d.escalations) == (True, ()), state

@@ -21,7 +21,7 @@ from uuid import UUID
 
 import asyncpg
 
-from paycore import escalations, leases
+from paycore import leases
 from paycore.attempt_row import ATTEMPTS, Attempt, get_attempt
 from paycore.config import ProviderAccountConfig
 from paycore.db import transaction_on
@@ -31,14 +31,16 @@ from paycore.domain import (
     OrderFacts,
     ProviderOutcome,
     Verdict,
+    decide_close_never_sent,
     decide_outcome,
+    decide_start,
 )
 from paycore.errors import OutcomeNotConfirmed, TransitionRefused
 from paycore.events import EventKind, append_event, append_events
 from paycore.evidence import judge
 from paycore.leases import Lease
 from paycore.orders import OrderNotPayable, lock_order, lock_order_of_attempt
-from paycore.writer import Escalator, LostRace, execute_outcome
+from paycore.writer import Escalator, History, LostRace, execute
 
 __all__ = [
     "Attempt", "IntentResult", "OutcomeNotConfirmed", "OutcomeResult", "StartResult", "apply_outcome",
@@ -143,14 +145,14 @@ async def get_or_create_live_attempt(
 
 async def try_mark_started(
     pool: asyncpg.Pool,
-    attempt_id: UUID,
-    expected_version: int,
+    attempt: Attempt,
     *,
     now: datetime,
     next_check_at: datetime,
     actor: str = "endpoint",
 ) -> tuple[StartResult, Attempt | None]:
-    """Move NotStarted -> Started on ``expected_version`` and commit the send intent.
+    """Move ``attempt`` NotStarted -> Started on the version its sender read, and commit the send
+    intent (:func:`paycore.domain.decide_start`, executed by :func:`paycore.writer.execute`).
 
     Stamps ``first_sent_at``, the escalation deadline from the provider
     account's configuration in force now, and ``next_check_at``; re-checks under
@@ -161,26 +163,26 @@ async def try_mark_started(
     have committed, so the caller reloads the durable state.
     """
     async with pool.acquire() as conn, conn.transaction():
-        order = await lock_order_of_attempt(conn, attempt_id)
-        if order.not_payable_reason is not None:
+        order = await lock_order_of_attempt(conn, attempt.attempt_id)
+        decision = decide_start(attempt, order_payable=order.not_payable_reason is None,
+                                next_check_at=next_check_at)
+        if decision.refused == "order-not-payable":
             # The attempt's own version decides first: when another caller already
             # started it (and perhaps paid the order), this caller only reports.
-            current = await get_attempt(conn, attempt_id)
-            if current.version != expected_version or current.state is not AttemptState.NOT_STARTED:
+            current = await get_attempt(conn, attempt.attempt_id)
+            if current.version != attempt.version or current.state is not AttemptState.NOT_STARTED:
                 return StartResult.CONFLICT, None
             return StartResult.ORDER_NOT_PAYABLE, None
-        row = await ATTEMPTS.mark_started.fetchrow(conn, attempt_id=attempt_id, version=expected_version,
-                                                   now=now, next_check_at=next_check_at)
-        if row is None:
+        if decision.refused is not None:
             return StartResult.CONFLICT, None
-        attempt = Attempt.from_record(row)
-        await append_events(conn, attempt_id=attempt_id, actor=actor, now=now, events=[
-            (EventKind.SEND_INTENT, {"endpoint": attempt.endpoint, "api_version": attempt.api_version,
-                                     "provider_account": attempt.provider_account, "first_send": True}),
-            (EventKind.TRANSITION, {"from": AttemptState.NOT_STARTED.value,
-                                    "to": AttemptState.STARTED.value}),
-        ])
-        return StartResult.STARTED, attempt
+        history: History = []
+        try:
+            started = (await execute(conn, attempt, decision, now=now, history=history)).attempt
+        except LostRace:
+            return StartResult.CONFLICT, None
+        assert started is not None
+        await append_events(conn, attempt_id=attempt.attempt_id, actor=actor, now=now, events=history)
+        return StartResult.STARTED, started
 
 
 def _send_result_detail(outcome: ProviderOutcome) -> dict[str, Any]:
@@ -352,7 +354,7 @@ async def _apply_once(
     history: list[tuple[EventKind, dict[str, Any]]],
 ) -> OutcomeResult:
     """One try of :func:`apply_outcome`: read under the order lock, judge, decide
-    (:func:`paycore.domain.decide_outcome`), execute (:func:`paycore.writer.execute_outcome`);
+    (:func:`paycore.domain.decide_outcome`), execute (:func:`paycore.writer.execute`);
     its events added to ``history``. Raises :class:`~paycore.writer.LostRace` to roll back and
     reapply."""
     order = await lock_order_of_attempt(conn, attempt_id)
@@ -366,8 +368,8 @@ async def _apply_once(
         escalated_recheck_after_s=escalated_recheck_after_s if lease is not None else None)
     if decision.refused is not None:
         raise TransitionRefused(decision.refused)
-    updated = await execute_outcome(conn, attempt, decision, now=now, lease=lease, escalator=escalator,
-                                    history=history)
+    updated = (await execute(conn, attempt, decision, now=now, lease=lease, escalator=escalator,
+                             history=history)).attempt
     return OutcomeResult(updated or attempt, verdict, written=updated is not None)
 
 
@@ -389,19 +391,19 @@ async def judge_outcome(conn: asyncpg.Connection | asyncpg.Pool, attempt: Attemp
 
 async def close_never_sent(pool: asyncpg.Pool, attempt: Attempt, lease: Lease, now: datetime,
                            actor: str) -> Attempt | None:
-    """NotStarted -> NotApplied(never-sent), releasing the lease; ``None`` if the endpoint won."""
+    """NotStarted -> NotApplied(never-sent), releasing the lease (:func:`paycore.domain.
+    decide_close_never_sent`); ``None`` if the endpoint's Started transition won."""
+    decision = decide_close_never_sent(attempt)
+    if decision.refused is not None:
+        return None
     async with pool.acquire() as conn, conn.transaction():
         await lock_order(conn, attempt.order_id)  # the endpoint's Started transition takes it too
-        row = await ATTEMPTS.close_never_sent.fetchrow(
-            conn, attempt_id=attempt.attempt_id, version=attempt.version, owner=lease.owner,
-            token=lease.token, now=now)
-        if row is None:
+        history: History = []
+        try:
+            closed = (await execute(conn, attempt, decision, now=now, lease=lease, history=history)).attempt
+        except LostRace:
             return None
-        closed = Attempt.from_record(row)
-        await append_event(conn, attempt_id=attempt.attempt_id, kind=EventKind.TRANSITION, actor=actor,
-                           now=now, detail={"from": "NotStarted", "to": "NotApplied",
-                                            "reason": "never-sent"})
-        await escalations.resolve_for_attempt(conn, attempt.attempt_id, now)
+        await append_events(conn, attempt_id=attempt.attempt_id, actor=actor, now=now, events=history)
         return closed
 
 

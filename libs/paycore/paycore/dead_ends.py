@@ -33,12 +33,17 @@ from uuid import UUID
 
 import asyncpg
 
-from paycore import escalations
-from paycore.attempt_row import ATTEMPTS, Attempt, get_attempt
+from paycore.attempt_row import Attempt, get_attempt
 from paycore.db import transaction_on
-from paycore.domain import EVIDENCE_REASONS, AttemptState, EscalationReason, can_transition
+from paycore.domain import (
+    CLOSED_NOT_CHARGED,
+    DEAD_END_REASONS,
+    EVIDENCE_REASONS,
+    EscalationReason,
+    decide_close_not_charged,
+)
 from paycore.errors import PaycoreError
-from paycore.events import EventKind, append_event
+from paycore.events import append_events
 from paycore.operator_actions import (
     REASON_MAX_LENGTH,
     ActionKind,
@@ -49,12 +54,19 @@ from paycore.operator_actions import (
     validate_reason,
 )
 from paycore.orders import lock_order
+from paycore.writer import History, LostRace, execute
 
-CLOSED_REASON = "operator-closed-not-charged"
+CLOSED_REASON = CLOSED_NOT_CHARGED
 
-# The reasons recovery gives up with, each still Unknown: no evidence either way.
-DEAD_END_REASONS = ("deadline", "resend-rejected")
-DEAD_END_PREFIXES = ("resend-not-safe:",)
+# The reasons recovery gives up with (paycore.domain.DEAD_END_REASONS), as episodes write them:
+# the reason alone or qualified (``resend-not-safe:<condition>``).
+DEAD_END_TEXTS = sorted(r.value for r in DEAD_END_REASONS)
+DEAD_END_QUALIFIED = [f"{text}:%" for text in DEAD_END_TEXTS]
+
+
+def is_dead_end(reason: str) -> bool:
+    """Whether an episode's reason says recovery gave up (the attempt still Unknown)."""
+    return reason.split(":", 1)[0] in DEAD_END_TEXTS
 
 
 class CloseRefused(PaycoreError):
@@ -170,32 +182,24 @@ async def close_as_not_charged(
             raise CloseRefused(f"attempt {attempt_id} changed since it was shown (version "
                                f"{expected_version}, now {seen.version}); look again")
         await lock_order(conn, seen.order_id)  # the lock order every writer keeps
-        if seen.state is not AttemptState.UNKNOWN or not can_transition(seen.state, AttemptState.FAILED):
-            raise CloseRefused(f"attempt {attempt_id} is {seen.state.value}; only an Unknown attempt "
-                               f"can be closed as not charged")
-        dead_ends = await conn.fetch(SELECT_DEAD_END_ESCALATIONS, attempt_id, list(DEAD_END_REASONS),
-                                     [p + "%" for p in DEAD_END_PREFIXES])
-        if not dead_ends:
-            raise CloseRefused(f"attempt {attempt_id} has no open dead-end escalation (deadline, "
-                               f"resend-rejected, resend-not-safe); recovery is still working on it")
-        evidence = await payment_evidence(conn, seen)
-        if evidence:
-            raise CloseRefused(f"attempt {attempt_id} has evidence of a payment: {', '.join(evidence)}; "
-                               f"it cannot be closed as not charged")
-        row = await ATTEMPTS.close_as_not_charged.fetchrow(
-            conn, attempt_id=attempt_id, version=seen.version, state=seen.state.value,
-            outcome_reason=CLOSED_REASON, now=now)
-        if row is None:
+        dead_ends = await conn.fetch(SELECT_DEAD_END_ESCALATIONS, attempt_id, DEAD_END_TEXTS,
+                                     DEAD_END_QUALIFIED)
+        decision = decide_close_not_charged(
+            seen, dead_ends=[r["escalation_id"] for r in dead_ends],
+            evidence=await payment_evidence(conn, seen),
+            detail={"operator": operator, "operator_reason": why, "checked_at_provider": checked})
+        if decision.refused is not None:
+            raise CloseRefused(decision.refused)
+        history: History = []
+        try:
+            executed = await execute(conn, seen, decision, now=now, history=history)
+        except LostRace:
             raise CloseRefused(f"attempt {attempt_id} changed underneath (it was version {seen.version}); "
-                               f"nothing was done; look again")
-        closed = Attempt.from_record(row)
-        await append_event(
-            conn, attempt_id=attempt_id, kind=EventKind.TRANSITION, actor=f"operator-{operator}", now=now,
-            detail={"from": seen.state.value, "to": closed.state.value, "reason": CLOSED_REASON,
-                    "operator": operator, "operator_reason": why, "checked_at_provider": checked,
-                    "dead_end_escalations": [r["escalation_id"] for r in dead_ends]},
-        )
-        resolved = await escalations.resolve_for_attempt(conn, attempt_id, now)
+                               f"nothing was done; look again") from None
+        closed, resolved = executed.attempt, list(executed.resolved)
+        assert closed is not None
+        await append_events(conn, attempt_id=attempt_id, actor=f"operator-{operator}", now=now,
+                            events=history)
         recorded = await record_action(
             conn, action=ActionKind.ATTEMPT_CLOSE_NOT_CHARGED, operator=operator, reason=why, now=now,
             before=_fields(seen), after=_fields(closed), attempt_id=attempt_id,

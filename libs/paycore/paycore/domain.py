@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -365,25 +365,48 @@ class OutcomeWrite:
 
 
 @dataclass(frozen=True)
-class Decision:
-    """What :func:`decide_outcome` decided: executed by :func:`paycore.writer.execute_outcome`,
-    shown by the operator's preview.
+class StartWrite:
+    """NotStarted -> Started (``mark_started``): the first send's boundary, with its send intent;
+    the key window is stamped from the provider account's row in force."""
 
-    ``refused``: nothing may be done (the writer raises ``TransitionRefused`` with it). Else the
-    attempt goes from ``before`` to ``after`` (``write`` None: nothing is written), the
-    ``escalations`` are opened, on Succeeded the order is marked Paid (``order_paid``) and
-    ``effects`` are queued in order; ``finish_after_s``: an escalating writer holding a lease
-    schedules the next look and releases it (escalate and finish).
+    next_check_at: datetime
+
+
+@dataclass(frozen=True)
+class CloseWrite:
+    """A live attempt closed with no provider outcome: never sent (recovery, only while its lease
+    is owned: ``close_never_sent``) or not charged (a person: ``close_as_not_charged``)."""
+
+    target: AttemptState
+    outcome_reason: str
+    under_lease: bool
+
+
+Write = OutcomeWrite | StartWrite | CloseWrite
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a ``decide_*`` function decided: executed by :func:`paycore.writer.execute`, shown
+    by the operator's preview.
+
+    ``refused``: nothing may be done (the caller says why: ``TransitionRefused``, a conflict, a
+    refused close). Else the attempt goes from ``before`` to ``after`` (``write`` None: nothing
+    is written), its transition event carrying ``detail`` too, the ``escalations`` are opened,
+    on Succeeded the order is marked Paid (``order_paid``) and ``effects`` are queued in order;
+    ``finish_after_s``: a writer holding a lease schedules the next look and releases it in the
+    same transaction (escalate and finish).
     """
 
     before: AttemptState
     after: AttemptState
-    write: OutcomeWrite | None = None
+    write: Write | None = None
     escalations: tuple[Escalation, ...] = ()
     refused: str | None = None
     order_paid: bool = False
     effects: tuple[str, ...] = ()
     finish_after_s: float | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def written(self) -> bool:
@@ -392,8 +415,63 @@ class Decision:
 
     @property
     def resolves_escalations(self) -> bool:
-        """A final outcome written resolves the attempt's open escalations."""
+        """A final state written resolves the attempt's open escalations."""
         return self.written and self.after in FINAL_STATES
+
+
+def _refused(attempt: Attempt, why: str) -> Decision:
+    return Decision(attempt.state, attempt.state, refused=why)
+
+
+def decide_start(attempt: Attempt, *, order_payable: bool, next_check_at: datetime) -> Decision:
+    """The first send's Started transition for ``attempt`` as the sender read it: only from
+    NotStarted, only for an order still payable under its lock (``order-not-payable``)."""
+    if attempt.state is not AttemptState.NOT_STARTED:
+        return _refused(attempt, "conflict")
+    if not order_payable:
+        return _refused(attempt, "order-not-payable")
+    return Decision(attempt.state, AttemptState.STARTED, StartWrite(next_check_at))
+
+
+def decide_close_never_sent(attempt: Attempt) -> Decision:
+    """Recovery closes an abandoned NotStarted attempt as never sent (NotApplied), under its lease:
+    nothing was sent, so nothing can have been charged."""
+    target = AttemptState.NOT_APPLIED
+    if attempt.state is not AttemptState.NOT_STARTED or not can_transition(attempt.state, target):
+        return _refused(attempt, f"attempt {attempt.attempt_id} is {attempt.state.value}, not NotStarted")
+    return Decision(attempt.state, target, CloseWrite(target, "never-sent", under_lease=True))
+
+
+CLOSED_NOT_CHARGED = "operator-closed-not-charged"
+
+
+def decide_close_not_charged(attempt: Attempt, *, dead_ends: Sequence[int], evidence: Sequence[str],
+                             detail: Mapping[str, Any]) -> Decision:
+    """A person closes an escalated Unknown attempt as not charged (Failed): only an Unknown attempt,
+    only with an open dead-end escalation (``dead_ends``: recovery has given up), only with no
+    evidence of a payment anywhere (``evidence``). ``detail`` (who, why, what they checked) goes
+    on the transition event."""
+    target = AttemptState.FAILED
+    if attempt.state is not AttemptState.UNKNOWN or not can_transition(attempt.state, target):
+        return _refused(attempt, f"attempt {attempt.attempt_id} is {attempt.state.value}; only an Unknown "
+                                 f"attempt can be closed as not charged")
+    if not dead_ends:
+        return _refused(attempt, f"attempt {attempt.attempt_id} has no open dead-end escalation (deadline, "
+                                 f"resend-rejected, resend-not-safe); recovery is still working on it")
+    if evidence:
+        return _refused(attempt, f"attempt {attempt.attempt_id} has evidence of a payment: "
+                                 f"{', '.join(evidence)}; it cannot be closed as not charged")
+    return Decision(attempt.state, target, CloseWrite(target, CLOSED_NOT_CHARGED, under_lease=False),
+                    detail={**detail, "dead_end_escalations": list(dead_ends)})
+
+
+def decide_escalation(attempt: Attempt, escalation: Escalation, *, recheck_after_s: float) -> Decision:
+    """Recovery asks a person about a live attempt and looks again after ``recheck_after_s`` (escalate
+    and finish): no state change, so a concurrent outcome write never retries because of it. A
+    settled attempt is nobody's worry: nothing is raised."""
+    if attempt.state not in RESOLVABLE_STATES:
+        return _refused(attempt, f"attempt {attempt.attempt_id} is {attempt.state.value}")
+    return Decision(attempt.state, attempt.state, escalations=(escalation,), finish_after_s=recheck_after_s)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Recovery's leases on attempts: claim, ownership, finish, escalate-and-finish.
+"""Recovery's leases on attempts: claim, ownership, finish (escalate-and-finish is the writer's).
 
 A lease is local coordination: one healthy worker at a time works an attempt.
 Ownership is always the same predicate (paycore/queries/payment_attempts.sql): this
@@ -23,15 +23,11 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 from uuid import UUID
 
 import asyncpg
 
-from paycore import escalations
 from paycore.attempt_row import ATTEMPTS, Attempt
-from paycore.domain import RESOLVABLE_STATES
-from paycore.orders import lock_order_of_attempt
 
 
 @dataclass(frozen=True)
@@ -98,26 +94,3 @@ async def lock_owned(conn: asyncpg.Connection, attempt_id: UUID, lease: Lease,
     row = await ATTEMPTS.lock_owned.fetchrow(conn, attempt_id=attempt_id, owner=lease.owner,
                                              token=lease.token, now=now)
     return Attempt.from_record(row) if row is not None else None
-
-
-async def escalate_and_finish(
-    pool: asyncpg.Pool, attempt_id: UUID, lease: Lease, *, reason: str, delay_s: float, now: datetime,
-    reminder_interval: timedelta, detail: dict[str, Any] | None = None,
-) -> bool:
-    """In one transaction, while this worker owns the attempt and it is still Started or
-    Unknown: open the episode ``attempt:<id>:<reason>`` (its alert only if new), schedule
-    the next check and release the lease. ``False`` when it was resolved meanwhile (nobody
-    is alerted about a settled payment) or is not this worker's any more.
-
-    The attempt's state and version are not touched, so a concurrent outcome write
-    never has to retry because of an escalation.
-    """
-    async with pool.acquire() as conn, conn.transaction():
-        await lock_order_of_attempt(conn, attempt_id)
-        current = await lock_owned(conn, attempt_id, lease, now)
-        if current is None or current.state not in RESOLVABLE_STATES:
-            return False
-        await escalations.raise_escalation(conn, key=escalations.attempt_key(attempt_id, reason),
-                                           reason=reason, attempt_id=attempt_id, now=now, detail=detail or {},
-                                           reminder_interval=reminder_interval)
-        return await finish(conn, attempt_id, lease, now, delay_s)

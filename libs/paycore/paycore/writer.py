@@ -20,11 +20,11 @@ import asyncpg
 
 from paycore import escalations, leases, outbox
 from paycore.attempt_row import ATTEMPTS
-from paycore.domain import Attempt, Decision, Escalation
+from paycore.domain import Attempt, Decision, Escalation, OutcomeWrite, StartWrite, Write, decide_escalation
 from paycore.errors import PaycoreError
 from paycore.events import EventKind
 from paycore.leases import Lease
-from paycore.orders import mark_paid
+from paycore.orders import lock_order_of_attempt, mark_paid
 
 History = list[tuple[EventKind, dict[str, Any]]]
 
@@ -53,36 +53,84 @@ class Escalator:
             detail=dict(e.detail), reminder_interval=self.reminder_interval)
 
 
-async def execute_outcome(conn: asyncpg.Connection, attempt: Attempt, decision: Decision, *, now: datetime,
-                          lease: Lease | None, escalator: Escalator, history: History) -> Attempt | None:
-    """Carry out an outcome's :class:`~paycore.domain.Decision` for ``attempt`` as read under its
-    order's lock: the attempt written (``None`` when the decision writes nothing). Its events go to
-    ``history``, appended by the caller after this returns. Raises :class:`LostRace`."""
+@dataclass(frozen=True)
+class Executed:
+    """What :func:`execute` wrote: the attempt's new row (``None``: no write), the episodes it
+    resolved, and whether a lease was released with the next look scheduled (escalate and finish)."""
+
+    attempt: Attempt | None
+    resolved: tuple[int, ...] = ()
+    finished: bool = False
+
+
+async def execute(conn: asyncpg.Connection, attempt: Attempt, decision: Decision, *, now: datetime,
+                  history: History, lease: Lease | None = None,
+                  escalator: Escalator | None = None) -> Executed:
+    """Carry out ``decision`` for ``attempt`` as read under its order's lock, in the caller's
+    transaction: the conditional write, its history events (added to ``history``, which the caller
+    appends after this returns), the attempt's escalations resolved when it became final and the
+    decision's opened, the order marked Paid and the effects queued, and, for a writer holding
+    ``lease``, the next look scheduled and the lease released. Raises :class:`LostRace` when the
+    write's condition (version, state, and for recovery's close the lease) matched no row."""
+    if decision.refused is not None:
+        raise ValueError(f"a refused decision is not executed: {decision.refused}")
     updated: Attempt | None = None
-    write = decision.write
-    if write is not None:
+    resolved: list[int] = []
+    if decision.write is not None:
+        updated = await _write(conn, attempt, decision, decision.write, now=now, lease=lease, history=history)
+        if decision.resolves_escalations:
+            resolved = await escalations.resolve_for_attempt(conn, attempt.attempt_id, now)
+    if decision.effects:
+        assert updated is not None  # effects follow a Succeeded write only
+        await queue_success_effects(conn, updated, decision, now)
+    if decision.escalations:
+        if escalator is None:
+            raise ValueError("a decision that escalates needs an Escalator")
+        await open_all(escalator, decision.escalations)
+    finished = False
+    if decision.finish_after_s is not None and lease is not None:
+        # Escalate and finish: the next look and the lease's release commit with the episode.
+        finished = await leases.finish(conn, attempt.attempt_id, lease, now, decision.finish_after_s)
+    return Executed(updated, tuple(resolved), finished)
+
+
+async def _write(conn: asyncpg.Connection, attempt: Attempt, decision: Decision, write: Write, *,
+                 now: datetime, lease: Lease | None, history: History) -> Attempt:
+    """The one conditional UPDATE of ``write`` and its events; :class:`LostRace` on a miss."""
+    moved: dict[str, Any] = {"from": attempt.state.value, "to": decision.after.value}
+    events: History
+    if isinstance(write, OutcomeWrite):
         row = await ATTEMPTS.apply_outcome.fetchrow(
             conn, attempt_id=attempt.attempt_id, version=attempt.version, state=attempt.state.value,
             target=write.target.value, provider_status=write.provider_status, next_action=write.next_action,
             next_action_expires_at=write.next_action_expires_at, outcome_reason=write.outcome_reason,
             payment_id=write.provider_payment_id, next_check_at=write.next_check_at,
             owner=lease.owner if lease else None, token=lease.token if lease else None)
-        if row is None:
-            raise LostRace
-        updated = Attempt.from_record(row)
-        history.append((EventKind.TRANSITION, {"from": attempt.state.value, "to": write.target.value,
-                                               "reason": write.outcome_reason,
-                                               "provider_status": write.provider_status}))
-        if decision.resolves_escalations:
-            await escalations.resolve_for_attempt(conn, attempt.attempt_id, now)
-    if decision.effects:
-        assert updated is not None  # effects follow a Succeeded write only
-        await queue_success_effects(conn, updated, decision, now)
-    await open_all(escalator, decision.escalations)
-    if decision.finish_after_s is not None and lease is not None:
-        # Escalate and finish: the next look and the lease's release commit with the episode.
-        await leases.finish(conn, attempt.attempt_id, lease, now, decision.finish_after_s)
-    return updated
+        events = [(EventKind.TRANSITION, {**moved, "reason": write.outcome_reason,
+                                          "provider_status": write.provider_status})]
+    elif isinstance(write, StartWrite):
+        row = await ATTEMPTS.mark_started.fetchrow(conn, attempt_id=attempt.attempt_id,
+                                                   version=attempt.version, now=now,
+                                                   next_check_at=write.next_check_at)
+        events = [(EventKind.SEND_INTENT, {"endpoint": attempt.endpoint, "api_version": attempt.api_version,
+                                           "provider_account": attempt.provider_account, "first_send": True}),
+                  (EventKind.TRANSITION, moved)]
+    else:
+        if not write.under_lease:  # a person's close
+            row = await ATTEMPTS.close_as_not_charged.fetchrow(
+                conn, attempt_id=attempt.attempt_id, version=attempt.version, state=attempt.state.value,
+                outcome_reason=write.outcome_reason, now=now)
+        elif lease is None:
+            raise ValueError("recovery's close is made under its lease")
+        else:
+            row = await ATTEMPTS.close_never_sent.fetchrow(
+                conn, attempt_id=attempt.attempt_id, version=attempt.version, owner=lease.owner,
+                token=lease.token, now=now)
+        events = [(EventKind.TRANSITION, {**moved, "reason": write.outcome_reason, **decision.detail})]
+    if row is None:
+        raise LostRace
+    history.extend(events)
+    return Attempt.from_record(row)
 
 
 async def open_all(escalator: Escalator, raised: Sequence[Escalation]) -> None:
@@ -105,3 +153,24 @@ async def queue_success_effects(conn: asyncpg.Connection, attempt: Attempt, deci
     }
     await outbox.enqueue_effects(conn, attempt_id=attempt.attempt_id, payload=payload, now=now,
                                  effects=list(decision.effects))
+
+
+async def escalate_and_finish(pool: asyncpg.Pool, attempt_id: UUID, lease: Lease, escalation: Escalation, *,
+                              recheck_after_s: float, now: datetime, reminder_interval: timedelta) -> bool:
+    """Recovery asks a person (:func:`paycore.domain.decide_escalation`): in one transaction, while
+    this worker owns the attempt and it is still Started or Unknown, open the episode
+    ``attempt:<id>:<reason>`` (its alert only if new), schedule the next look and release the
+    lease. ``False`` when it was resolved meanwhile (nobody is alerted about a settled payment)
+    or is not this worker's any more. The attempt's state and version are not touched, so a
+    concurrent outcome write never retries because of an escalation."""
+    async with pool.acquire() as conn, conn.transaction():
+        await lock_order_of_attempt(conn, attempt_id)
+        current = await leases.lock_owned(conn, attempt_id, lease, now)
+        if current is None:
+            return False
+        decision = decide_escalation(current, escalation, recheck_after_s=recheck_after_s)
+        if decision.refused is not None:
+            return False
+        escalator = Escalator(conn, attempt_id, now, None, reminder_interval)
+        return (await execute(conn, current, decision, now=now, history=[], lease=lease,
+                              escalator=escalator)).finished

@@ -147,7 +147,7 @@ class CheckoutPayments:
             async with self.clock.budget(budgets.start_s):
                 now = self.clock.now()
                 result, started = await try_mark_started(
-                    self.pool, attempt.attempt_id, attempt.version, now=now,
+                    self.pool, attempt, now=now,
                     next_check_at=now + timedelta(seconds=budgets.call_s + budgets.record_s
                                                   + self.settings.processing_allowance_s),
                 )

@@ -19,7 +19,7 @@ from starlette.routing import Route
 from paycore import conflicts, inspection, operator_sessions
 from paycore.conflicts import CONFLICT_REASONS
 from paycore.console_auth import Principal
-from paycore.dead_ends import DEAD_END_PREFIXES, DEAD_END_REASONS
+from paycore.dead_ends import is_dead_end
 from paycore.domain import LIVE_STATES, AttemptState
 from paycore.operator_sessions import EndReason
 from paycore.operators import AuthenticationFailed, TooManyAttempts
@@ -327,7 +327,7 @@ async def escalation_resolve_conflict(request: Request) -> Response:
 def closable(detail: inspection.AttemptDetail) -> bool:
     """Show the close form only where the library could accept it: Unknown, with an open dead end."""
     return detail.attempt.state == "Unknown" and any(
-        e.resolved_at is None and (e.reason in DEAD_END_REASONS or e.reason.startswith(DEAD_END_PREFIXES))
+        e.resolved_at is None and is_dead_end(e.reason)
         for e in detail.escalations)
 
 

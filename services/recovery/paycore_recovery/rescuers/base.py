@@ -16,7 +16,7 @@ from typing import ClassVar, Protocol
 
 import asyncpg
 
-from paycore import evidence, leases
+from paycore import evidence, leases, writer
 from paycore.attempts import Attempt, record_outcome
 from paycore.clock import Clock
 from paycore.config import Settings
@@ -185,9 +185,9 @@ class Rescuer:
 
 async def escalate(w: Worker, attempt: Attempt, lease: Lease, e: Escalation, delay_s: float) -> None:
     """Open the episode, schedule the next look and release the lease: one transaction."""
-    raised = await leases.escalate_and_finish(
-        w.pool, attempt.attempt_id, lease, reason=e.text, delay_s=delay_s, now=w.clock.now(),
-        detail=dict(e.detail) or None, reminder_interval=w.settings.reminder_interval)
+    raised = await writer.escalate_and_finish(
+        w.pool, attempt.attempt_id, lease, e, recheck_after_s=delay_s, now=w.clock.now(),
+        reminder_interval=w.settings.reminder_interval)
     if raised:
         w.metrics.escalations.labels(e.reason.value).inc()
 
