@@ -558,40 +558,32 @@ MUTATIONS: tuple[Mutation, ...] = (
         "no answer within the budget is Unknown, never Failed",
     ),
     Mutation(
+        "refused-before-execution-only-send", DOMAIN,
+        '        if first_send and not kw.get("replayed", False):\n            return cls.not_applied(f"rejected:{code}", **kw)',
+        '        if not kw.get("replayed", False):\n            return cls.not_applied(f"rejected:{code}", **kw)',
+        (*t(CLIENT, "test_classification"), STRIPE_CLIENT, ADYEN_CLIENT),
+        "a refusal before execution proves nothing happened on the only send only (every provider)",
+    ),
+    Mutation(
+        "refused-before-execution-not-replayed", DOMAIN,
+        '        if first_send and not kw.get("replayed", False):\n            return cls.not_applied(f"rejected:{code}", **kw)',
+        '        if first_send:\n            return cls.not_applied(f"rejected:{code}", **kw)',
+        (*t(CLIENT, "test_classification"), STRIPE_CLIENT),
+        "an answer replayed from the key proves nothing about this send",
+    ),
+    Mutation(
         "client-400-only-send", CARDCO,
-        "            if first_send and not replayed:\n"
-        "                return ProviderOutcome.not_applied(\n",
-        "            if not replayed:\n"
-        "                return ProviderOutcome.not_applied(\n",
+        'code + (f":{param}" if param else ""), first_send=first_send,',
+        'code + (f":{param}" if param else ""), first_send=True,',
         t(CLIENT, "test_classification"),
         "a documented 400 is NotApplied only on the only send",
     ),
     Mutation(
-        "client-400-not-replayed", CARDCO,
-        "            if first_send and not replayed:\n"
-        "                return ProviderOutcome.not_applied(\n",
-        "            if first_send:\n"
-        "                return ProviderOutcome.not_applied(\n",
-        t(CLIENT, "test_classification"),
-        "a replayed 400 is off-contract and proves nothing: Unknown",
-    ),
-    Mutation(
         "client-429-only-send", CARDCO,
-        "            if first_send and not replayed:\n"
-        '                return ProviderOutcome.not_applied("rejected:rate_limited", **meta)',
-        "            if not replayed:\n"
-        '                return ProviderOutcome.not_applied("rejected:rate_limited", **meta)',
+        '"rate_limited", first_send=first_send,',
+        '"rate_limited", first_send=True,',
         t(CLIENT, "test_classification"),
         "a 429 is NotApplied only on the only send",
-    ),
-    Mutation(
-        "client-429-not-replayed", CARDCO,
-        "            if first_send and not replayed:\n"
-        '                return ProviderOutcome.not_applied("rejected:rate_limited", **meta)',
-        "            if first_send:\n"
-        '                return ProviderOutcome.not_applied("rejected:rate_limited", **meta)',
-        t(CLIENT, "test_classification"),
-        "a replayed 429 proves nothing: Unknown",
     ),
     # -- Stripe and Adyen (issue 11) ---------------------------------------------------------------
     Mutation(
@@ -603,19 +595,15 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "adyen-validation-only-send", ADYEN,
-        "            if first_send:\n"
-        '                return ProviderOutcome.not_applied(f"rejected:{error.error_code}", request_rejected=True,\n',
-        "            if True:\n"
-        '                return ProviderOutcome.not_applied(f"rejected:{error.error_code}", request_rejected=True,\n',
+        'error.error_code, first_send=first_send,',
+        'error.error_code, first_send=True,',
         (ADYEN_CLIENT,),
         "a validation rejection is NotApplied only on the only send",
     ),
     Mutation(
         "stripe-validation-only-send", STRIPE,
-        "            if first_send and not replayed:\n"
-        "                return ProviderOutcome.not_applied(\n",
-        "            if not replayed:\n"
-        "                return ProviderOutcome.not_applied(\n",
+        'reason + (f":{error.param}" if error.param else ""), first_send=first_send,',
+        'reason + (f":{error.param}" if error.param else ""), first_send=True,',
         (STRIPE_CLIENT,),
         "a Stripe 400 is NotApplied only on the only send",
     ),

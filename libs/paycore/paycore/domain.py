@@ -331,6 +331,19 @@ class ProviderOutcome:
         return cls(OutcomeKind.NOT_APPLIED, reason=reason, **kw)
 
     @classmethod
+    def refused_before_execution(cls, code: str, *, first_send: bool, resend_reason: str,
+                                 **kw: Any) -> ProviderOutcome:
+        """The provider refused the request before executing it, so nothing was stored under its key
+        (a validation error, a rate limit, an authentication failure, where its documentation says
+        so). On the attempt's only send that proves nothing happened: NotApplied
+        (``rejected:<code>``). On a resend, or an answer replayed from the key, it says nothing about
+        the earlier send: Unknown (``resend_reason``). Every provider's client asks here, with the
+        answer's ``replayed`` among ``kw`` where its provider says so."""
+        if first_send and not kw.get("replayed", False):
+            return cls.not_applied(f"rejected:{code}", **kw)
+        return cls.unknown(resend_reason, **kw)
+
+    @classmethod
     def processing(cls, provider_payment_id: str, **kw: Any) -> ProviderOutcome:
         return cls(OutcomeKind.PROCESSING, provider_payment_id=provider_payment_id,
                    provider_status=kw.pop("provider_status", "processing"), **kw)

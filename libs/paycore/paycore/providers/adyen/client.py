@@ -147,18 +147,17 @@ class AdyenProvider(ProviderClient[httpx.Request, httpx.Response]):
                 return ProviderOutcome.unknown("provider.body-unreadable", **meta)
             if error is None or error.error_type != "validation":
                 return ProviderOutcome.unknown("provider.body-unrecognized", **meta)
-            if first_send:
-                return ProviderOutcome.not_applied(f"rejected:{error.error_code}", request_rejected=True,
-                                                   **meta)
-            # A resend refused before execution says nothing of the earlier send.
-            return ProviderOutcome.unknown(f"provider.rejected-this-send.{error.error_code}",
-                                           request_rejected=True, **meta)
+            # Adyen does not say whether an answer was replayed from the key: a validation
+            # error is never stored under it.
+            return ProviderOutcome.refused_before_execution(
+                error.error_code, first_send=first_send,
+                resend_reason=f"provider.rejected-this-send.{error.error_code}", request_rejected=True,
+                **meta)
 
         if status in (401, 403):
             # Refused before anything was looked at; on a resend it proves nothing.
-            if first_send:
-                return ProviderOutcome.not_applied("rejected:auth", **meta)
-            return ProviderOutcome.unknown("provider.rejected.auth", **meta)
+            return ProviderOutcome.refused_before_execution(
+                "auth", first_send=first_send, resend_reason="provider.rejected.auth", **meta)
         if status == 429:
             return ProviderOutcome.unknown("provider.rate-limited", **meta)
         if 500 <= status <= 599:

@@ -164,14 +164,11 @@ class CardcoClient(ProviderClient[httpx.Request, httpx.Response]):
             code, param = error
             # The contract never stores a 400 under the key, so a replayed one is
             # off-contract and proves nothing either.
-            if first_send and not replayed:
-                return ProviderOutcome.not_applied(
-                    f"rejected:{code}" + (f":{param}" if param else ""), request_rejected=True, **meta
-                )
-            # A resend refused before execution: Unknown (the earlier send may have
-            # taken effect), and the same bytes will be refused again.
-            return ProviderOutcome.unknown(f"provider.rejected-this-send.{code}", request_rejected=True,
-                                           **meta)
+            # A resend refused before execution: Unknown (the earlier send may have taken
+            # effect), and the same bytes will be refused again (request_rejected).
+            return ProviderOutcome.refused_before_execution(
+                code + (f":{param}" if param else ""), first_send=first_send,
+                resend_reason=f"provider.rejected-this-send.{code}", request_rejected=True, **meta)
 
         retry_after = retry_after_seconds(response, self._clock.now())
         if retry_after is not None:
@@ -181,9 +178,9 @@ class CardcoClient(ProviderClient[httpx.Request, httpx.Response]):
             # Rejected before execution and not stored under the key: on the
             # only send, nothing happened. On a resend it says nothing about
             # the earlier one.
-            if first_send and not replayed:
-                return ProviderOutcome.not_applied("rejected:rate_limited", **meta)
-            return ProviderOutcome.unknown("provider.rate-limited", **meta)
+            return ProviderOutcome.refused_before_execution(
+                "rate_limited", first_send=first_send,
+                resend_reason="provider.rate-limited", **meta)
         if status == 409:
             return ProviderOutcome.unknown("provider.in-progress", **meta)
         if status == 422:

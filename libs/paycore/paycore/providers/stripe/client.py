@@ -307,26 +307,24 @@ class StripeProvider(ProviderClient[tuple[ProviderAccountConfig, dict[str, str]]
             reason = error.code or "invalid_request"
             # Validation failures are not stored under the key (https://docs.stripe.com/idempotency:
             # "We save results only after the execution of an endpoint begins"). A replayed one was.
-            if first_send and not replayed:
-                return ProviderOutcome.not_applied(
-                    f"rejected:{reason}" + (f":{error.param}" if error.param else ""), request_rejected=True,
-                    **meta)
-            return ProviderOutcome.unknown(f"provider.rejected-this-send.{reason}", request_rejected=True,
-                                           **meta)
+            return ProviderOutcome.refused_before_execution(
+                reason + (f":{error.param}" if error.param else ""), first_send=first_send,
+                resend_reason=f"provider.rejected-this-send.{reason}",
+                request_rejected=True, **meta)
 
         retry_after = retry_after_seconds(answer.headers)
         if retry_after is not None:
             meta["detail"] = {"retry_after_s": min(retry_after, MAX_BUDGET_S)}
         if status in (401, 403):
             # Authentication runs before the idempotency layer (https://docs.stripe.com/error-low-level).
-            if first_send and not replayed:
-                return ProviderOutcome.not_applied("rejected:auth", **meta)
-            return ProviderOutcome.unknown("provider.rejected.auth", **meta)
+            return ProviderOutcome.refused_before_execution(
+                "auth", first_send=first_send, resend_reason="provider.rejected.auth",
+                **meta)
         if status == 429:
             # "the rate limiter runs before the API's idempotency layer" (https://docs.stripe.com/error-low-level).
-            if first_send and not replayed:
-                return ProviderOutcome.not_applied("rejected:rate_limited", **meta)
-            return ProviderOutcome.unknown("provider.rate-limited", **meta)
+            return ProviderOutcome.refused_before_execution(
+                "rate_limited", first_send=first_send,
+                resend_reason="provider.rate-limited", **meta)
         if status == 409:
             # idempotency_key_in_use: another request with this key is executing.
             return ProviderOutcome.unknown("provider.in-progress", **meta)
