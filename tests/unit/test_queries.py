@@ -20,7 +20,22 @@ from paycore.queries import QUERIES_DIR, QueryFileError, parse
 ROOT = Path(__file__).resolve().parents[2]
 CODE = [p for top in ("libs", "services", "cli", "devstack", "bench")
         for p in (ROOT / top).rglob("*.py") if ".venv" not in p.parts]
-SQL_FILES = sorted(QUERIES_DIR.glob("*.sql"))
+# The library's files (one per table) and each service's own read models.
+SQL_FILES = sorted([*QUERIES_DIR.glob("*.sql"), *ROOT.glob("services/*/paycore_*/queries/*.sql")])
+# A module-level handle on a file: ``ATTEMPTS = queries.load("payment_attempts")``, a service's with
+# ``directory=`` (its own folder's ``queries/``).
+HANDLE = re.compile(r'^(\w+)(?:: \w+)? = queries\.load\(\s*"(\w+)"(,\s*directory=[^)]*)?\)', re.M)
+
+
+def handles() -> dict[str, Path]:
+    """Every handle name in the code and the file it loads; one name, one file."""
+    found: dict[str, Path] = {}
+    for p in CODE:
+        for name, table, elsewhere in HANDLE.findall(p.read_text(encoding="utf-8")):
+            path = (p.parent / "queries" if elsewhere else QUERIES_DIR) / f"{table}.sql"
+            assert path.is_file(), f"{p.relative_to(ROOT)}: {name} loads {path}, which does not exist"
+            assert found.setdefault(name, path) == path, f"the handle {name} names two files"
+    return found
 
 
 def test_parameters_are_numbered_in_first_use_order_and_bound_by_name() -> None:
@@ -61,16 +76,18 @@ def test_every_query_in_a_file_is_run_by_the_code_and_every_one_it_names_exists(
     code = "\n".join(p.read_text(encoding="utf-8") for p in CODE)
     assert SQL_FILES
     for path in SQL_FILES:
-        loaded = queries.load(path.stem)
+        loaded = queries.parse(path.read_text(encoding="utf-8"), path.name)
         unused = [name for name in loaded if not re.search(rf"\.{name}\b", code)]
-        assert not unused, f"{path.name}: queries no code runs: {unused}"
-    # Every module-level handle on a file, and the names looked up on it.
+        assert not unused, f"{path.relative_to(ROOT)}: queries no code runs: {unused}"
+    # Every query named through a handle exists in the file the handle loads.
+    by_handle = handles()
+    assert set(by_handle.values()) == set(SQL_FILES), "a query file nothing loads"
     for p in CODE:
         text = p.read_text(encoding="utf-8")
-        for handle, table in re.findall(r"^(\w+) = queries\.load\(\"(\w+)\"\)", text, re.M):
-            loaded = queries.load(table)
+        for handle, path in by_handle.items():
+            loaded = queries.parse(path.read_text(encoding="utf-8"), path.name)
             for name in re.findall(rf"\b{handle}\.(\w+)", text):
-                assert name in loaded, f"{p.relative_to(ROOT)}: {table}.sql has no query {name}"
+                assert name in loaded, f"{p.relative_to(ROOT)}: {path.name} has no query {name}"
 
 
 def test_the_live_states_are_written_everywhere_as_the_partial_index_writes_them() -> None:
