@@ -21,14 +21,14 @@ import orjson
 
 from paycore import (
     escalations,
-    events,
     notifications,
     orders,
     outbox,
-    webhook_replays,
 )
 from paycore.attempt_row import ATTEMPTS as A
+from paycore.events import HISTORY
 from paycore.queries import Query
+from paycore.webhook_replays import SEEN
 from paycore_dispatcher import relay
 
 # A sequential scan of one of these, past a few thousand rows, is a plan that grows with the data.
@@ -179,8 +179,9 @@ async def checkout_and_intake(conn: asyncpg.Connection, plans: Plans, s: Sample,
     # with its order at the end (no history is written for it, so nothing append-only is left).
     await conn.execute(A.insert_live.sql, *insert_args)
     try:
-        await explain(conn, plans, "checkout.insert_event", events.INSERT_EVENT, attempt_id, now,
-                      "transition", "endpoint", '{"from": null, "to": "NotStarted"}')
+        await explain_query(conn, plans, "checkout.insert_event", HISTORY.insert, attempt_id=attempt_id,
+                            now=now, kind="transition", actor="endpoint",
+                            detail='{"from": null, "to": "NotStarted"}')
         await explain(conn, plans, "checkout.lock_order_of_attempt", orders.LOCK_ORDER_OF_ATTEMPT, attempt_id)
         started = A.mark_started.args(attempt_id=attempt_id, version=0, now=now,
                                       next_check_at=now + timedelta(seconds=50))
@@ -203,18 +204,19 @@ async def checkout_and_intake(conn: asyncpg.Connection, plans: Plans, s: Sample,
         await conn.execute("DELETE FROM payment_attempts WHERE attempt_id = $1", attempt_id)
         await conn.execute("DELETE FROM orders WHERE order_id = $1", order_id)
 
-    await explain(conn, plans, "intake.notification_recorded", notifications.SELECT_NOTIFICATION_RECORDED,
-                  account, s.notification_key)
-    await explain(conn, plans, "intake.insert_seen", webhook_replays.INSERT_SEEN, account, "0" * 64,
-                  int(now.timestamp()), now)
+    await explain_query(conn, plans, "intake.notification_recorded", HISTORY.notification_recorded,
+                        account=account, notification_key=s.notification_key)
+    await explain_query(conn, plans, "intake.insert_seen", SEEN.insert_seen, account=account,
+                        webhook_id_sha256="0" * 64, webhook_timestamp=int(now.timestamp()), now=now)
     await explain_query(conn, plans, "intake.by_reference_or_payment_id", A.by_reference_or_payment_id,
                         account=account, reference=s.reference, payment_id=s.payment_id)
-    await explain(conn, plans, "intake.insert_notification", notifications.INSERT_KEYED_NOTIFICATION,
-                  s.attempt_id, now, notifications.HANDLER_ACTOR, account, f"evt_plan_{uuid.uuid4().hex}",
-                  "{}")
+    await explain_query(conn, plans, "intake.insert_notification", HISTORY.insert_keyed_notification,
+                        attempt_id=s.attempt_id, now=now, actor=notifications.HANDLER_ACTOR, account=account,
+                        notification_key=f"evt_plan_{uuid.uuid4().hex}", detail="{}")
     await explain(conn, plans, "intake.lock_order_of_attempt", orders.LOCK_ORDER_OF_ATTEMPT, s.attempt_id)
-    await explain(conn, plans, "recovery.history", events.SELECT_HISTORY, s.attempt_id)
-    await explain(conn, plans, "recovery.pass_facts", events.PASS_FACTS, s.attempt_id, account, now)
+    await explain_query(conn, plans, "recovery.history", HISTORY.history, attempt_id=s.attempt_id)
+    await explain_query(conn, plans, "recovery.pass_facts", HISTORY.pass_facts, attempt_id=s.attempt_id,
+                        scope=account, now=now)
 
 
 async def claim(conn: asyncpg.Connection, plans: Plans, batch: int, now: datetime, lease_s: float) -> None:

@@ -11,13 +11,13 @@
 SELECT n, extract(epoch FROM now())::bigint + seq AS ts FROM bench_delivery_order
 WHERE seq = (SELECT nextval('bench_delivery_seq')) \gset
 
--- from: paycore.notifications.SELECT_NOTIFICATION_RECORDED
+-- from: payment_attempt_events.sql:notification_recorded
 SELECT EXISTS (SELECT 1 FROM payment_attempt_events WHERE provider_account = :account AND notification_key = 'evt_bench_' || :n::text) \gset
 \if :exists
 -- A redelivery of a committed notification: answered "duplicate" from that one read.
 \else
 BEGIN;
--- from: paycore.webhook_replays.INSERT_SEEN
+-- from: webhook_deliveries_seen.sql:insert_seen
 INSERT INTO webhook_deliveries_seen (provider_account, webhook_id_sha256, webhook_timestamp, seen_at)
 VALUES (:account, encode(sha256(('evt_bench_' || :n::text)::bytea), 'hex'), :ts, now())
 ON CONFLICT ON CONSTRAINT pk_webhook_deliveries_seen DO NOTHING
@@ -27,7 +27,7 @@ SELECT * FROM payment_attempts
 WHERE provider_account = :account AND (client_reference = 'wh-' || :n::text || '-a1' OR provider_payment_id = 'pay_bench_' || :n::text) \gset
 -- from: paycore.orders.LOCK_ORDER
 SELECT * FROM orders WHERE order_id = 'wh-' || :n::text FOR UPDATE;
--- from: paycore.notifications.INSERT_KEYED_NOTIFICATION
+-- from: payment_attempt_events.sql:insert_keyed_notification
 INSERT INTO payment_attempt_events
     (attempt_id, occurred_at, kind, actor, provider_account, notification_key, detail)
 VALUES (:attempt_id, now(), 'notification', 'notification-handler', :account, 'evt_bench_' || :n::text, ('{"key_basis": "event-id", "canonical": {"type": "payment.succeeded", "amount": 4999, "status": "succeeded", "account": "acct_store", "currency": "EUR", "livemode": false, "reference": "wh-' || :n::text || '-a1", "payment_id": "pay_bench_' || :n::text || '"}, "event_id": "evt_bench_' || :n::text || '", "type": "payment.succeeded", "sequence": 2, "provider_payment_id": "pay_bench_' || :n::text || '", "reference": "wh-' || :n::text || '-a1", "status": "succeeded", "amount_minor": 4999, "currency": "EUR", "payload_account": "acct_store", "payload_livemode": false, "object_account": "acct_store", "object_livemode": false, "event": {"id": "evt_bench_' || :n::text || '", "data": {"object": {"id": "pay_bench_' || :n::text || '", "amount": 4999, "object": "payment", "status": "succeeded", "account": "acct_store", "created": 1795900000, "currency": "EUR", "livemode": false, "reference": "wh-' || :n::text || '-a1", "next_action": null, "decline_code": null, "amount_refunded": 0}}, "type": "payment.succeeded", "account": "acct_store", "created": 1795900000, "livemode": false, "sequence": 2}}')::jsonb)
@@ -75,7 +75,7 @@ SELECT m.dedup_key, :attempt_id, 'attempt:' || :attempt_id::text, m.kind, m.payl
 FROM unnest(ARRAY['attempt:' || :attempt_id::text || E'\x3aorder-confirmation', 'attempt:' || :attempt_id::text || E'\x3afulfillment-request']::text[], ARRAY['order-confirmation', 'fulfillment-request']::text[], ARRAY['{"attempt_id": "x", "order_id": "wh", "amount_minor": 4999, "currency": "EUR", "provider_account": "cardco\u003aacct_store\u003atest", "provider_payment_id": "pay_bench"}', '{"attempt_id": "x", "order_id": "wh", "amount_minor": 4999, "currency": "EUR", "provider_account": "cardco\u003aacct_store\u003atest", "provider_payment_id": "pay_bench"}']::jsonb[]) WITH ORDINALITY AS m(dedup_key, kind, payload, position)
 ORDER BY m.position
 ON CONFLICT (dedup_key) DO NOTHING;
--- from: paycore.events.INSERT_EVENTS
+-- from: payment_attempt_events.sql:insert_many
 INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
 SELECT :attempt_id, now(), e.kind, 'notification-handler', e.detail
 FROM unnest(ARRAY['transition']::text[], ARRAY['{"from": "Started", "to": "Succeeded", "reason": null, "provider_status": "succeeded"}']::jsonb[]) WITH ORDINALITY AS e(kind, detail, position)

@@ -151,6 +151,7 @@ DOMAIN = "libs/paycore/paycore/domain.py"
 NOTIFICATIONS = "libs/paycore/paycore/notifications.py"
 ATTACH_PREVIEW = "tests/operators/test_attach_preview.py"
 ATTEMPTS_SQL = "libs/paycore/paycore/queries/payment_attempts.sql"  # every statement on the attempts table
+EVENTS_SQL = "libs/paycore/paycore/queries/payment_attempt_events.sql"  # the history, notifications, evidence
 WRITER = "libs/paycore/paycore/writer.py"  # issue 28: the one writer
 DECIDE = "tests/unit/test_decide_outcome.py"  # issue 28: decide_outcome as a table
 DECIDE_PASS = "tests/unit/test_decide_pass.py"  # issue 28: decide_pass as a table
@@ -429,8 +430,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "intake-replay-window", REPLAYS,
-        "    return await conn.fetchval(INSERT_SEEN,",
-        "    return True or await conn.fetchval(INSERT_SEEN,",
+        "    return await SEEN.insert_seen.fetchval(",
+        "    return True or await SEEN.insert_seen.fetchval(",
         t(NOTE, "test_a_byte_identical_replay_inside_the_signature_tolerance_is_a_duplicate_never_recorded_again"),
         "a replayed signed delivery is never applied twice",
     ),
@@ -671,25 +672,21 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a notification naming the attempt's reference, stored unmatched (identity conflict), is evidence",
     ),
     Mutation(
-        "close-evidence-lookup-found", DEAD_ENDS,
-        "     OR (kind = 'lookup' AND (detail ->> 'result' = 'found'\n"
-        "                              OR jsonb_array_length(COALESCE(detail -> 'payments', '[]'::jsonb)) > 0))\n",
-        "     OR (kind = 'lookup' AND FALSE AND (detail ->> 'result' = 'found'\n"
-        "                              OR jsonb_array_length(COALESCE(detail -> 'payments', '[]'::jsonb)) > 0))\n",
+        "close-evidence-lookup-found", EVENTS_SQL,
+        *in_query(EVENTS_SQL, 'payment_evidence', "(kind = 'lookup' AND (", "(kind = 'lookup' AND FALSE AND ("),
         t(OPS_DEAD_ENDS, "test_any_evidence_of_a_payment_refuses_the_close[lookup_found]"),
         "a lookup that found a payment is evidence",
     ),
     Mutation(
-        "close-evidence-send-answer", DEAD_ENDS,
-        "     OR (kind = 'send_result' AND (detail ->> 'provider_payment_id' IS NOT NULL\n",
-        "     OR (kind = 'send_result' AND FALSE AND (detail ->> 'provider_payment_id' IS NOT NULL\n",
+        "close-evidence-send-answer", EVENTS_SQL,
+        *in_query(EVENTS_SQL, 'payment_evidence', "(kind = 'send_result' AND (", "(kind = 'send_result' AND FALSE AND ("),
         t(OPS_DEAD_ENDS, "test_any_evidence_of_a_payment_refuses_the_close[send_answer_with_a_payment]"),
         "a send answer that named a payment is evidence",
     ),
     Mutation(
-        "close-evidence-escalations", DEAD_ENDS,
-        "WHERE (attempt_id = $1 AND (reason = ANY ($4::text[])",
-        "WHERE (attempt_id = $1 AND FALSE AND (reason = ANY ($4::text[])",
+        "close-evidence-escalations", EVENTS_SQL,
+        *in_query(EVENTS_SQL, 'payment_evidence', "WHERE (attempt_id = :attempt_id AND (reason = ANY",
+                  "WHERE (attempt_id = :attempt_id AND FALSE AND (reason = ANY"),
         t(OPS_DEAD_ENDS, "test_any_evidence_of_a_payment_refuses_the_close[mismatch_escalation]"),
         "an escalation about a payment (mismatch, provider-id conflict, several payments) is evidence",
     ),

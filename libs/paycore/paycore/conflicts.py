@@ -32,7 +32,7 @@ from paycore.attempt_row import Attempt, get_attempt
 from paycore.db import transaction_on
 from paycore.domain import EscalationReason
 from paycore.errors import PaycoreError
-from paycore.events import EventKind, append_event
+from paycore.events import HISTORY, EventKind, append_event
 from paycore.notifications import apply_notification
 from paycore.operator_actions import (
     ActionKind,
@@ -72,17 +72,6 @@ def candidates(episode: asyncpg.Record) -> list[UUID]:
     return found
 
 
-SELECT_NOTIFICATION_BY_ID = """
-SELECT event_id, provider_account, notification_key, detail FROM payment_attempt_events
-WHERE event_id = $1 AND kind = 'notification'
-"""
-
-SELECT_NOTIFICATION_BY_KEY = """
-SELECT event_id, provider_account, notification_key, detail FROM payment_attempt_events
-WHERE provider_account = $1 AND notification_key = $2 AND kind = 'notification'
-"""
-
-
 async def stored_evidence(conn: asyncpg.Connection, episode: asyncpg.Record) -> asyncpg.Record | None:
     """The stored notification the episode is about: an identity conflict names it in its detail;
     a provider-id conflict raised by a notification carries its key in the episode key
@@ -90,8 +79,7 @@ async def stored_evidence(conn: asyncpg.Connection, episode: asyncpg.Record) -> 
     answer raised it, and there is no stored notification to apply."""
     event_id = episode["detail"].get("notification_event_id")
     if event_id is not None:
-        row: asyncpg.Record | None = await conn.fetchrow(SELECT_NOTIFICATION_BY_ID, int(event_id))
-        return row
+        return await HISTORY.notification.fetchrow(conn, event_id=int(event_id))
     if episode["attempt_id"] is None:
         return None
     prefix = escalations.attempt_key(episode["attempt_id"], episode["reason"]) + ":"
@@ -99,8 +87,8 @@ async def stored_evidence(conn: asyncpg.Connection, episode: asyncpg.Record) -> 
     if not key.startswith(prefix) or key == prefix:
         return None
     attempt = await get_attempt(conn, episode["attempt_id"])
-    row = await conn.fetchrow(SELECT_NOTIFICATION_BY_KEY, attempt.provider_account, key[len(prefix):])
-    return row
+    return await HISTORY.notification_by_key.fetchrow(conn, account=attempt.provider_account,
+                                                      notification_key=key[len(prefix):])
 
 
 def _attempt_fields(a: Attempt) -> dict[str, Any]:

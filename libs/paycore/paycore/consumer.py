@@ -48,7 +48,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
-from paycore import contracts, escalations, kafka, pgtext, tracing
+from paycore import contracts, escalations, kafka, pgtext, queries, tracing
 from paycore.clock import Clock
 from paycore.config import REMINDER_INTERVAL
 from paycore.db import delete_in_batches
@@ -61,12 +61,7 @@ log = logging.getLogger("paycore.consumer")
 
 POLL_MS = 200  # getmany returns within this when nothing arrives
 
-INBOX_INSERT = """
-INSERT INTO consumer_inbox (consumer_group, dedup_key, topic, kafka_partition, kafka_offset, processed_at)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (consumer_group, dedup_key) DO NOTHING
-RETURNING dedup_key
-"""
+INBOX = queries.load("consumer_inbox")
 
 
 @dataclass(frozen=True)
@@ -287,8 +282,9 @@ class InboxConsumer:
             await self._poison(message, problems or ["$.dedup_key: missing; it cannot be deduplicated"])
             return
         async with self.pool.acquire() as conn, conn.transaction():
-            fresh = await conn.fetchval(INBOX_INSERT, self.group_id, dedup_key, message.topic,
-                                        message.partition, message.offset, self.clock.now())
+            fresh = await INBOX.insert.fetchval(
+                conn, consumer_group=self.group_id, dedup_key=dedup_key, topic=message.topic,
+                kafka_partition=message.partition, kafka_offset=message.offset, now=self.clock.now())
             if fresh is None:
                 self.stats.duplicates += 1
                 return
@@ -316,20 +312,6 @@ class InboxConsumer:
                   self.group_id, where, message.kind, "; ".join(problems))
 
 
-# Rows locked by a consumer's transaction in flight are left for the next run (SKIP LOCKED).
-PURGE_INBOX = """
-WITH doomed AS (
-    SELECT consumer_group, dedup_key FROM consumer_inbox
-    WHERE processed_at < $1
-    ORDER BY processed_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)
-DELETE FROM consumer_inbox i USING doomed d
-WHERE i.consumer_group = d.consumer_group AND i.dedup_key = d.dedup_key
-"""
-
-
 async def purge_inbox(pool: asyncpg.Pool, *, now: datetime, older_than: timedelta,
                       batch_size: int = 5_000) -> int:
     """Delete inbox rows processed before ``now - older_than``, in batches; the number deleted.
@@ -340,8 +322,9 @@ async def purge_inbox(pool: asyncpg.Pool, *, now: datetime, older_than: timedelt
     only while the outbox row exists (``PAYCORE_OUTBOX_RETENTION_S``), so keep the horizon
     above that too when replays are used.
     """
+    # delete_in_batches binds the batch size after the arguments given: purge's :batch_size is last.
     cutoff = now - older_than
-    return await delete_in_batches(pool, PURGE_INBOX, cutoff, batch_size=batch_size)
+    return await delete_in_batches(pool, INBOX.purge.sql, cutoff, batch_size=batch_size)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]

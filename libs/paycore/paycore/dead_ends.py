@@ -43,7 +43,7 @@ from paycore.domain import (
     decide_close_not_charged,
 )
 from paycore.errors import PaycoreError
-from paycore.events import append_events
+from paycore.events import HISTORY, append_events
 from paycore.operator_actions import (
     REASON_MAX_LENGTH,
     ActionKind,
@@ -109,29 +109,6 @@ FOR NO KEY UPDATE
 PAYMENT_REASONS = tuple(sorted(r.value for r in (*EVIDENCE_REASONS, EscalationReason.CONTRADICTION,
                                                   EscalationReason.SUCCEEDED_AFTER_CANCEL)))
 
-# Any sign that a payment exists for this attempt, in its history or its escalations, open or
-# not: a notification matched to it, or one naming its reference that matched no attempt or
-# two (an identity conflict stores it unmatched); a lookup that found a payment; a send answer
-# that carried a payment id, a provider status or another payment; an escalation about a
-# payment ($4, $5: PAYMENT_REASONS and its prefixes), or an identity conflict ($6) naming it.
-SELECT_PAYMENT_EVIDENCE = """
-SELECT 'event ' || event_id || ' (' || kind || ')' AS what FROM payment_attempt_events
-WHERE (attempt_id = $1 AND (
-        kind = 'notification'
-     OR (kind = 'lookup' AND (detail ->> 'result' = 'found'
-                              OR jsonb_array_length(COALESCE(detail -> 'payments', '[]'::jsonb)) > 0))
-     OR (kind = 'send_result' AND (detail ->> 'provider_payment_id' IS NOT NULL
-                                   OR detail ->> 'provider_status' IS NOT NULL
-                                   OR detail ? 'reported_payment'))))
-   OR (attempt_id IS NULL AND kind = 'notification' AND provider_account = $2
-       AND detail ->> 'reference' = $3)
-UNION ALL
-SELECT 'escalation ' || escalation_id || ' (' || reason || ')' FROM payment_escalations
-WHERE (attempt_id = $1 AND (reason = ANY ($4::text[]) OR reason LIKE ANY ($5::text[])))
-   OR (reason = $6 AND (detail ->> 'reference_attempt_id' = $1::text
-                        OR detail ->> 'provider_payment_id_attempt_id' = $1::text))
-"""
-
 
 async def payment_evidence(conn: asyncpg.Connection | asyncpg.Pool, attempt: Attempt) -> list[str]:
     """What says a payment may exist for ``attempt`` (empty: nothing does); also for a page to show."""
@@ -140,9 +117,11 @@ async def payment_evidence(conn: asyncpg.Connection | asyncpg.Pool, attempt: Att
         found.append(f"provider payment id {attempt.provider_payment_id}")
     if attempt.provider_status is not None:
         found.append(f"provider status {attempt.provider_status}")
-    rows = await conn.fetch(SELECT_PAYMENT_EVIDENCE, attempt.attempt_id, attempt.provider_account,
-                            attempt.client_reference, list(PAYMENT_REASONS), [],
-                            EscalationReason.IDENTITY_CONFLICT.value)
+    # payment_attempt_events.sql:payment_evidence says what counts.
+    rows = await HISTORY.payment_evidence.fetch(
+        conn, attempt_id=attempt.attempt_id, account=attempt.provider_account,
+        reference=attempt.client_reference, payment_reasons=list(PAYMENT_REASONS), payment_reason_patterns=[],
+        identity_conflict=EscalationReason.IDENTITY_CONFLICT.value)
     return found + [r["what"] for r in rows]
 
 

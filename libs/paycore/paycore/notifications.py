@@ -33,7 +33,7 @@ from paycore import escalations, outbox
 from paycore.attempts import Attempt, OutcomeResult, apply_outcome, get_attempt, judge_outcome
 from paycore.domain import AttemptState, Decision, OrderFacts, Verdict, decide_outcome
 from paycore.errors import PaycoreError, TransitionRefused
-from paycore.events import EventKind, append_event
+from paycore.events import HISTORY, EventKind, append_event
 from paycore.operator_actions import (
     ActionKind,
     OperatorAction,
@@ -72,34 +72,14 @@ def event_detail(n: Notification, key: str | None) -> dict[str, Any]:
     }
 
 
-INSERT_KEYED_NOTIFICATION = """
-INSERT INTO payment_attempt_events
-    (attempt_id, occurred_at, kind, actor, provider_account, notification_key, detail)
-VALUES ($1, $2, 'notification', $3, $4, $5, $6)
-ON CONFLICT (provider_account, notification_key) DO NOTHING
-RETURNING event_id
-"""
-
-INSERT_UNKEYED_NOTIFICATION = """
-INSERT INTO payment_attempt_events
-    (attempt_id, occurred_at, kind, actor, provider_account, notification_key, detail)
-VALUES ($1, $2, 'notification', $3, $4, NULL, $5)
-RETURNING event_id
-"""
-
-
-SELECT_NOTIFICATION_RECORDED = """
-SELECT EXISTS (SELECT 1 FROM payment_attempt_events WHERE provider_account = $1 AND notification_key = $2)
-"""
-
-
 async def is_recorded(conn: asyncpg.Connection | asyncpg.Pool, *, provider_account: str, key: str) -> bool:
     """Whether a notification with this key is already committed for this account.
 
     Only a shortcut for redeliveries: a ``False`` may be stale by the time the
     caller records, so :func:`record_notification` stays the arbiter.
     """
-    return bool(await conn.fetchval(SELECT_NOTIFICATION_RECORDED, provider_account, key))
+    return bool(await HISTORY.notification_recorded.fetchval(conn, account=provider_account,
+                                                             notification_key=key))
 
 
 @dataclass(frozen=True)
@@ -124,11 +104,12 @@ async def record_notification(
     one proceeds. An unkeyed notification is always a new row.
     """
     if key is None:
-        event_id = await conn.fetchval(INSERT_UNKEYED_NOTIFICATION, attempt_id, now, actor,
-                                       provider_account, detail)
+        event_id = await HISTORY.insert_unkeyed_notification.fetchval(
+            conn, attempt_id=attempt_id, now=now, actor=actor, account=provider_account, detail=detail)
         return Recorded(event_id)
-    event_id = await conn.fetchval(INSERT_KEYED_NOTIFICATION, attempt_id, now, actor, provider_account,
-                                   key, detail)
+    event_id = await HISTORY.insert_keyed_notification.fetchval(
+        conn, attempt_id=attempt_id, now=now, actor=actor, account=provider_account, notification_key=key,
+        detail=detail)
     return Recorded(event_id)
 
 
@@ -166,17 +147,6 @@ async def apply_notification(
     return recorded
 
 
-SELECT_NOTIFICATION = """
-SELECT event_id, attempt_id, provider_account, notification_key, detail
-FROM payment_attempt_events
-WHERE event_id = $1 AND kind = 'notification'
-"""
-
-SELECT_ATTACHMENT = """
-SELECT 1 FROM payment_attempt_events
-WHERE attempt_id = $1 AND kind = 'transition' AND detail ->> 'attached_notification' = $2::text
-"""
-
 class AttachRefused(PaycoreError):
     """The stored notification cannot be attached to that attempt."""
 
@@ -210,6 +180,12 @@ def _refusal(event_id: int, row: asyncpg.Record | None, attempt: Attempt, *, att
     if attempt.state is AttemptState.NOT_STARTED:  # never sent: no payment of it can exist
         return f"attempt {attempt.attempt_id} was never sent (NotStarted); no notification can be about it"
     return None
+
+
+async def _attached(db: asyncpg.Pool | asyncpg.Connection, event_id: int, attempt_id: UUID) -> bool:
+    """Whether stored notification ``event_id`` was already attached to the attempt."""
+    # The attachment's detail holds the id as JSON; ->> compares it as text.
+    return bool(await HISTORY.attachment.fetchval(db, attempt_id=attempt_id, event_id=str(event_id)))
 
 
 def _stored(row: asyncpg.Record) -> Notification:
@@ -253,9 +229,8 @@ async def attach_notification(
         order_id = (await get_attempt(conn, attempt_id)).order_id
         await lock_order(conn, order_id)
         attempt = await get_attempt(conn, attempt_id)  # as it stands under the order lock
-        row = await conn.fetchrow(SELECT_NOTIFICATION, event_id)
-        refusal = _refusal(event_id, row, attempt,
-                           attached=bool(await conn.fetchval(SELECT_ATTACHMENT, attempt_id, str(event_id))))
+        row = await HISTORY.notification.fetchrow(conn, event_id=event_id)
+        refusal = _refusal(event_id, row, attempt, attached=await _attached(conn, event_id, attempt_id))
         if refusal is not None:
             raise AttachRefused(refusal)
         assert row is not None
@@ -284,11 +259,6 @@ async def attach_notification(
             detail={"notification_key": key, "resolved_escalations": resolved},
         )
         return Attached(result, recorded)
-
-
-SELECT_OPEN_EPISODE = """
-SELECT escalation_id FROM payment_escalations WHERE escalation_key = $1 AND resolved_at IS NULL
-"""
 
 
 @dataclass(frozen=True)
@@ -336,9 +306,8 @@ async def preview_attach(db: asyncpg.Pool | asyncpg.Connection, *, event_id: int
     (:func:`paycore.domain.decide_outcome`, the same function). Reads only; raises
     :class:`paycore.errors.NotFound` for no such attempt."""
     attempt = await get_attempt(db, attempt_id)
-    row = await db.fetchrow(SELECT_NOTIFICATION, event_id)
-    refusal = _refusal(event_id, row, attempt,
-                       attached=bool(await db.fetchval(SELECT_ATTACHMENT, attempt_id, str(event_id))))
+    row = await HISTORY.notification.fetchrow(db, event_id=event_id)
+    refusal = _refusal(event_id, row, attempt, attached=await _attached(db, event_id, attempt_id))
     if refusal is not None:
         return AttachPreview(attempt, refusal)
     assert row is not None
@@ -361,6 +330,6 @@ async def preview_attach(db: asyncpg.Pool | asyncpg.Connection, *, event_id: int
     payment_id = ((attempt.provider_payment_id or n.outcome.provider_payment_id) if foreseen.written
                   else attempt.provider_payment_id)
     refund = n.is_refund and foreseen.after is AttemptState.SUCCEEDED and payment_id == n.payment_id
-    unmatched = await db.fetchval(SELECT_OPEN_EPISODE, escalations.unmatched_key(
+    unmatched = await HISTORY.open_unmatched_episode.fetchval(db, escalation_key=escalations.unmatched_key(
         attempt.provider_account, row["notification_key"], n.payment_id, n.reference))
     return AttachPreview(attempt, None, foreseen, refund_request=refund, unmatched_escalation=unmatched)

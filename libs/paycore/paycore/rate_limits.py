@@ -12,16 +12,11 @@ from datetime import datetime
 
 import asyncpg
 
-# A later pause never shortens an earlier, longer one.
-PAUSE_SCOPE = """
-INSERT INTO provider_rate_limit_pauses (scope, paused_until, reason, updated_at)
-VALUES ($1, $2, $3, $4)
-ON CONFLICT (scope) DO UPDATE
-SET paused_until = GREATEST(provider_rate_limit_pauses.paused_until, EXCLUDED.paused_until),
-    reason = EXCLUDED.reason, updated_at = EXCLUDED.updated_at
-"""
+from paycore import queries
+
+PAUSES = queries.load("provider_rate_limit_pauses")
 
 
 async def pause(conn: asyncpg.Connection | asyncpg.Pool, scope: str, until: datetime, reason: str,
                 now: datetime) -> None:
-    await conn.execute(PAUSE_SCOPE, scope, until, reason, now)
+    await PAUSES.pause.execute(conn, scope=scope, paused_until=until, reason=reason, now=now)

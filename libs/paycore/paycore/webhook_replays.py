@@ -17,6 +17,7 @@ from datetime import datetime
 
 import asyncpg
 
+from paycore import queries
 from paycore.webhook_signatures import TOLERANCE_S
 
 
@@ -32,27 +33,18 @@ class SignedDelivery:
         return hashlib.sha256(self.webhook_id.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-# Waits on a concurrent uncommitted insert of the same delivery, like the notification
-# insert: it commits -> this is a replay; it rolls back -> this one proceeds.
-INSERT_SEEN = """
-INSERT INTO webhook_deliveries_seen (provider_account, webhook_id_sha256, webhook_timestamp, seen_at)
-VALUES ($1, $2, $3, $4)
-ON CONFLICT ON CONSTRAINT pk_webhook_deliveries_seen DO NOTHING
-RETURNING 1
-"""
+SEEN = queries.load("webhook_deliveries_seen")
 
 
 async def first_sight(conn: asyncpg.Connection, provider_account: str, delivery: SignedDelivery,
                       now: datetime) -> bool:
     """Record this delivery in the caller's transaction; ``False`` when it is a replay."""
-    return await conn.fetchval(INSERT_SEEN, provider_account, delivery.id_sha256, delivery.timestamp,
-                               now) is not None
-
-
-PURGE_EXPIRED = "DELETE FROM webhook_deliveries_seen WHERE webhook_timestamp < $1"
+    return await SEEN.insert_seen.fetchval(conn, account=provider_account,
+                                           webhook_id_sha256=delivery.id_sha256,
+                                           webhook_timestamp=delivery.timestamp, now=now) is not None
 
 
 async def purge_expired(conn: asyncpg.Connection | asyncpg.Pool, now: datetime) -> int:
     """Forget deliveries whose signature the verifier would now refuse anyway."""
-    status: str = await conn.execute(PURGE_EXPIRED, int(now.timestamp()) - TOLERANCE_S - 1)
+    status = await SEEN.purge_expired.execute(conn, expired_before=int(now.timestamp()) - TOLERANCE_S - 1)
     return int(status.split()[-1])
