@@ -51,6 +51,12 @@ def test_casts_strings_quoted_names_and_comments_hold_no_parameters() -> None:
     assert "':x'" in q.sql and '"a:b"' in q.sql and "-- see :y" in q.sql and "now()::date" in q.sql
 
 
+def test_a_comment_after_a_query_belongs_to_what_follows_not_to_the_query() -> None:
+    loaded = parse("-- name: a\nSELECT 1\n\n-- Escalations, read for notifications:\n\n"
+                   "-- name: b\nSELECT 2\n")
+    assert (loaded.a.sql, loaded.b.sql) == ("SELECT 1", "SELECT 2")
+
+
 def test_a_call_that_forgets_or_invents_a_name_fails_before_the_database() -> None:
     q = parse("-- name: q\nSELECT :a, :b\n").q
     with pytest.raises(TypeError, match="missing b"):

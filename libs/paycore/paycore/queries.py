@@ -141,6 +141,8 @@ def parse(text: str, source: str = "<sql>") -> Queries:
             if "".join(body).strip():
                 raise QueryFileError(f"{source}: SQL before the first '-- name:'")
             return
+        while body and (not body[-1].strip() or body[-1].lstrip().startswith("--")):
+            body.pop()  # a comment after the SQL is about what follows (a section), not this query
         sql = "\n".join(body).strip()
         if not sql:
             raise QueryFileError(f"{source}: query {name} has no SQL")
