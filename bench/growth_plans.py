@@ -23,11 +23,11 @@ from paycore import (
     escalations,
     events,
     notifications,
-    orders,
     outbox,
     webhook_replays,
 )
 from paycore.attempt_row import ATTEMPTS as A
+from paycore.orders import ORDERS
 from paycore.queries import Query
 from paycore_dispatcher import relay
 
@@ -164,9 +164,10 @@ async def checkout_and_intake(conn: asyncpg.Connection, plans: Plans, s: Sample,
     order_id = f"plan-{uuid.uuid4().hex[:12]}"
     # The order the explained checkout statements pay: committed, so every statement finds it
     # (each explain rolls back its own write); it stays Open with no attempt, harmless.
-    await conn.execute(orders.INSERT_ORDER, order_id, "cus_plan", 4999, "EUR", now, account)
+    await ORDERS.insert.execute(conn, order_id=order_id, customer_id="cus_plan", amount_minor=4999,
+                                currency="EUR", now=now, provider_account=account)
     attempt_id = uuid.uuid4()
-    await explain(conn, plans, "checkout.lock_order", orders.LOCK_ORDER, order_id)
+    await explain_query(conn, plans, "checkout.lock_order", ORDERS.lock_order, order_id=order_id)
     await explain(conn, plans, "checkout.select_live_attempt", A.live_of_order.sql, order_id)
     await explain(conn, plans, "checkout.next_attempt_number", A.next_attempt_number.sql, order_id)
     insert_args = A.insert_live.args(
@@ -181,7 +182,8 @@ async def checkout_and_intake(conn: asyncpg.Connection, plans: Plans, s: Sample,
     try:
         await explain(conn, plans, "checkout.insert_event", events.INSERT_EVENT, attempt_id, now,
                       "transition", "endpoint", '{"from": null, "to": "NotStarted"}')
-        await explain(conn, plans, "checkout.lock_order_of_attempt", orders.LOCK_ORDER_OF_ATTEMPT, attempt_id)
+        await explain_query(conn, plans, "checkout.lock_order_of_attempt", ORDERS.lock_order_of_attempt,
+                            attempt_id=attempt_id)
         started = A.mark_started.args(attempt_id=attempt_id, version=0, now=now,
                                       next_check_at=now + timedelta(seconds=50))
         await explain(conn, plans, "checkout.mark_started", A.mark_started.sql, *started)
@@ -195,7 +197,7 @@ async def checkout_and_intake(conn: asyncpg.Connection, plans: Plans, s: Sample,
             next_check_at=now, owner=None, token=None)
         await explain(conn, plans, "checkout.resolve_escalations", escalations.RESOLVE_FOR_ATTEMPT,
                       attempt_id, now)
-        await explain(conn, plans, "checkout.mark_order_paid", orders.MARK_ORDER_PAID, order_id)
+        await explain_query(conn, plans, "checkout.mark_order_paid", ORDERS.mark_paid, order_id=order_id)
         await explain(conn, plans, "checkout.enqueue", outbox.ENQUEUE,
                       f"attempt:{attempt_id}:order-confirmation", attempt_id, f"attempt:{attempt_id}",
                       "order-confirmation", "{}", now, None)
@@ -212,7 +214,8 @@ async def checkout_and_intake(conn: asyncpg.Connection, plans: Plans, s: Sample,
     await explain(conn, plans, "intake.insert_notification", notifications.INSERT_KEYED_NOTIFICATION,
                   s.attempt_id, now, notifications.HANDLER_ACTOR, account, f"evt_plan_{uuid.uuid4().hex}",
                   "{}")
-    await explain(conn, plans, "intake.lock_order_of_attempt", orders.LOCK_ORDER_OF_ATTEMPT, s.attempt_id)
+    await explain_query(conn, plans, "intake.lock_order_of_attempt", ORDERS.lock_order_of_attempt,
+                        attempt_id=s.attempt_id)
     await explain(conn, plans, "recovery.history", events.SELECT_HISTORY, s.attempt_id)
     await explain(conn, plans, "recovery.pass_facts", events.PASS_FACTS, s.attempt_id, account, now)
 
