@@ -22,11 +22,11 @@ import orjson
 from paycore import (
     escalations,
     notifications,
-    orders,
     outbox,
 )
 from paycore.attempt_row import ATTEMPTS as A
 from paycore.events import HISTORY
+from paycore.orders import ORDERS
 from paycore.queries import Query
 from paycore.webhook_replays import SEEN
 from paycore_dispatcher import relay
@@ -164,9 +164,10 @@ async def checkout_and_intake(conn: asyncpg.Connection, plans: Plans, s: Sample,
     order_id = f"plan-{uuid.uuid4().hex[:12]}"
     # The order the explained checkout statements pay: committed, so every statement finds it
     # (each explain rolls back its own write); it stays Open with no attempt, harmless.
-    await conn.execute(orders.INSERT_ORDER, order_id, "cus_plan", 4999, "EUR", now, account)
+    await ORDERS.insert.execute(conn, order_id=order_id, customer_id="cus_plan", amount_minor=4999,
+                                currency="EUR", now=now, provider_account=account)
     attempt_id = uuid.uuid4()
-    await explain(conn, plans, "checkout.lock_order", orders.LOCK_ORDER, order_id)
+    await explain_query(conn, plans, "checkout.lock_order", ORDERS.lock_order, order_id=order_id)
     await explain(conn, plans, "checkout.select_live_attempt", A.live_of_order.sql, order_id)
     await explain(conn, plans, "checkout.next_attempt_number", A.next_attempt_number.sql, order_id)
     insert_args = A.insert_live.args(
@@ -182,7 +183,8 @@ async def checkout_and_intake(conn: asyncpg.Connection, plans: Plans, s: Sample,
         await explain_query(conn, plans, "checkout.insert_event", HISTORY.insert, attempt_id=attempt_id,
                             now=now, kind="transition", actor="endpoint",
                             detail='{"from": null, "to": "NotStarted"}')
-        await explain(conn, plans, "checkout.lock_order_of_attempt", orders.LOCK_ORDER_OF_ATTEMPT, attempt_id)
+        await explain_query(conn, plans, "checkout.lock_order_of_attempt", ORDERS.lock_order_of_attempt,
+                            attempt_id=attempt_id)
         started = A.mark_started.args(attempt_id=attempt_id, version=0, now=now,
                                       next_check_at=now + timedelta(seconds=50))
         await explain(conn, plans, "checkout.mark_started", A.mark_started.sql, *started)
@@ -196,7 +198,7 @@ async def checkout_and_intake(conn: asyncpg.Connection, plans: Plans, s: Sample,
             next_check_at=now, owner=None, token=None)
         await explain(conn, plans, "checkout.resolve_escalations", escalations.RESOLVE_FOR_ATTEMPT,
                       attempt_id, now)
-        await explain(conn, plans, "checkout.mark_order_paid", orders.MARK_ORDER_PAID, order_id)
+        await explain_query(conn, plans, "checkout.mark_order_paid", ORDERS.mark_paid, order_id=order_id)
         await explain(conn, plans, "checkout.enqueue", outbox.ENQUEUE,
                       f"attempt:{attempt_id}:order-confirmation", attempt_id, f"attempt:{attempt_id}",
                       "order-confirmation", "{}", now, None)
@@ -213,7 +215,8 @@ async def checkout_and_intake(conn: asyncpg.Connection, plans: Plans, s: Sample,
     await explain_query(conn, plans, "intake.insert_notification", HISTORY.insert_keyed_notification,
                         attempt_id=s.attempt_id, now=now, actor=notifications.HANDLER_ACTOR, account=account,
                         notification_key=f"evt_plan_{uuid.uuid4().hex}", detail="{}")
-    await explain(conn, plans, "intake.lock_order_of_attempt", orders.LOCK_ORDER_OF_ATTEMPT, s.attempt_id)
+    await explain_query(conn, plans, "intake.lock_order_of_attempt", ORDERS.lock_order_of_attempt,
+                        attempt_id=s.attempt_id)
     await explain_query(conn, plans, "recovery.history", HISTORY.history, attempt_id=s.attempt_id)
     await explain_query(conn, plans, "recovery.pass_facts", HISTORY.pass_facts, attempt_id=s.attempt_id,
                         scope=account, now=now)

@@ -25,7 +25,7 @@ RETURNING 1;
 -- from: payment_attempts.sql:by_reference_or_payment_id
 SELECT * FROM payment_attempts
 WHERE provider_account = :account AND (client_reference = 'wh-' || :n::text || '-a1' OR provider_payment_id = 'pay_bench_' || :n::text) \gset
--- from: paycore.orders.LOCK_ORDER
+-- from: orders.sql:lock_order
 SELECT * FROM orders WHERE order_id = 'wh-' || :n::text FOR UPDATE;
 -- from: payment_attempt_events.sql:insert_keyed_notification
 INSERT INTO payment_attempt_events
@@ -35,7 +35,7 @@ ON CONFLICT (provider_account, notification_key) DO NOTHING
 RETURNING event_id;
 -- apply_outcome's try runs in a savepoint.
 SAVEPOINT apply_outcome;
--- from: paycore.orders.LOCK_ORDER_OF_ATTEMPT
+-- from: orders.sql:lock_order_of_attempt
 SELECT * FROM orders
 WHERE order_id = (SELECT order_id FROM payment_attempts WHERE attempt_id = :attempt_id)
 FOR UPDATE;
@@ -65,7 +65,7 @@ UPDATE payment_escalations
 SET resolved_at = now(), next_reminder_at = NULL
 WHERE attempt_id = :attempt_id AND resolved_at IS NULL
 RETURNING escalation_id;
--- from: paycore.orders.MARK_ORDER_PAID
+-- from: orders.sql:mark_paid
 UPDATE orders SET status = 'Paid', version = version + 1
 WHERE order_id = 'wh-' || :n::text AND status = 'Open';
 -- from: paycore.outbox.ENQUEUE_EFFECTS

@@ -96,6 +96,7 @@ CHAOS_STACK = "tests/chaos/test_stack.py"  # i9
 # The console's sign-in (issue 13). The migrations' CHECKs are SQL files, not modules whose
 # import from the copy the tool can check, and are not listed.
 OPERATORS = "libs/paycore/paycore/operators.py"
+LOGIN_FAILURES_SQL = "libs/paycore/paycore/queries/operator_login_failures.sql"  # the sign-in throttle's SQL
 CONSOLE_AUTH = "libs/paycore/paycore/console_auth.py"
 BEARER = "libs/paycore/paycore/bearer_tokens.py"
 OPERATOR_ACCOUNTS_TESTS = "tests/operators/test_operator_accounts.py"
@@ -734,9 +735,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         'throttle limit',
     ),
     Mutation(
-        'auth-throttle-keyed-by-client', OPERATORS,
-        'WHERE name = $1 AND client = $2 AND failed_at > $3',
-        'WHERE name = $1 AND client <> $2 AND failed_at > $3',
+        'auth-throttle-keyed-by-client', LOGIN_FAILURES_SQL,
+        *in_query(LOGIN_FAILURES_SQL, 'of_name_and_client', 'AND client = :client', 'AND client <> :client'),
         t(OPERATOR_ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
         'throttle keyed by client',
     ),
@@ -756,14 +756,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         'auth-failure-committed-before-raising', OPERATORS,
-        '            await conn.execute(INSERT_FAILURE, key_name, key_client, now)\n',
-        '            await conn.execute(INSERT_FAILURE, key_name, key_client, now)\n            raise AuthenticationFailed()\n',
+        '            await FAILURES.insert.execute(conn, name=key_name, client=key_client, now=now)\n',
+        '            await FAILURES.insert.execute(conn, name=key_name, client=key_client, now=now)\n            raise AuthenticationFailed()\n',
         t(OPERATOR_ACCOUNTS_TESTS, 'test_a_wrong_password_fails_and_is_counted'),
         'failure committed before raising',
     ),
     Mutation(
         'auth-success-clears-failures', OPERATORS,
-        'await conn.execute(CLEAR_FAILURES, key_name, key_client)',
+        'await FAILURES.clear.execute(conn, name=key_name, client=key_client)',
         'pass',
         t(OPERATOR_ACCOUNTS_TESTS, 'test_after_max_failures_the_name_and_client_are_refused_until_the_window_passes'),
         'success clears failures',
@@ -1258,9 +1258,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         'one client address cannot spray many names without limit',
     ),
     Mutation(
-        'auth-client-cap-keyed-by-client', OPERATORS,
-        'WHERE client = $1 AND failed_at > $2',
-        'WHERE client <> $1 AND failed_at > $2',
+        'auth-client-cap-keyed-by-client', LOGIN_FAILURES_SQL,
+        *in_query(LOGIN_FAILURES_SQL, 'of_client', 'WHERE client = :client', 'WHERE client <> :client'),
         t(OPERATOR_ACCOUNTS_TESTS,
           'test_one_client_spraying_many_names_is_refused_for_every_name_until_the_window_passes'),
         "the cap counts one address's failures, not another's",

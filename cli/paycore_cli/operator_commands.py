@@ -170,7 +170,7 @@ def cmd_accounts(args: argparse.Namespace) -> int:
 
     if args.accounts_command == "list":
         async def registered(settings: Any, pool: Any) -> list[Any]:
-            rows: list[Any] = await pool.fetch(accounts.SELECT_REGISTERED)
+            rows: list[Any] = await accounts.PROVIDER_ACCOUNTS.registered.fetch(pool)
             return rows
 
         _, rows = with_operator_pool(registered)

@@ -181,7 +181,7 @@ async def test_a_writer_that_skipped_the_order_lock_and_holds_a_live_insert_make
         finally:
             await tx.commit()
         got = await finish(task)
-    assert blocked["query"].strip() == orders.LOCK_ORDER, blocked["query"]
+    assert blocked["query"].strip() == orders.ORDERS.lock_order.sql, blocked["query"]
     assert got.attempt_id == winner["attempt_id"]
     assert got.attempt_number == 7
     assert [r["attempt_id"] for r in await _attempt_rows(pool, order.order_id)] == [winner["attempt_id"]]

@@ -20,40 +20,12 @@ from typing import Any
 
 import asyncpg
 
+from paycore import queries
 from paycore.account_settings import ACCOUNTS_FILE, REGISTERED_SETTINGS, registered_setting_variable
 from paycore.config import ConfigError, ProviderAccountConfig
 from paycore.operator_actions import ActionKind, OperatorAction, record_action
 
-# Registered only if absent: a running fleet's settings are never overwritten by a start.
-REGISTER_ACCOUNT = """
-INSERT INTO provider_accounts (provider_account, provider, account, environment, base_url, api_version,
-                               key_retention, escalation_margin, lookup_rate_per_s, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, make_interval(secs => $7), make_interval(secs => $8), $9, $10)
-ON CONFLICT (provider_account) DO NOTHING
-"""
-
-SELECT_ACCOUNT_SETTINGS = """
-SELECT provider_account, base_url, api_version,
-       extract(epoch FROM key_retention)::float8 AS key_retention_s,
-       extract(epoch FROM escalation_margin)::float8 AS escalation_margin_s,
-       lookup_rate_per_s::float8 AS lookup_rate_per_s
-FROM provider_accounts
-WHERE provider_account = ANY($1::text[])
-"""
-
-SELECT_REGISTERED = """
-SELECT provider_account, base_url, api_version, key_retention, escalation_margin, lookup_rate_per_s,
-       updated_at
-FROM provider_accounts
-ORDER BY provider_account
-"""
-
-UPDATE_ACCOUNT = """
-UPDATE provider_accounts
-SET base_url = $2, api_version = $3, key_retention = make_interval(secs => $4),
-    escalation_margin = make_interval(secs => $5), lookup_rate_per_s = $6, updated_at = $7
-WHERE provider_account = $1
-"""
+PROVIDER_ACCOUNTS = queries.load("provider_accounts")
 
 # Each compared setting; the variable that sets it is the account's provider's
 # (paycore.account_settings.REGISTERED_BY), and an accounts-file entry's field has its name.
@@ -99,7 +71,7 @@ class AccountConfigurationDiffers(ConfigError):
 
 async def _registered(conn: asyncpg.Connection | asyncpg.Pool,
                       ids: list[str]) -> dict[str, dict[str, Any]]:
-    rows = await conn.fetch(SELECT_ACCOUNT_SETTINGS, ids)
+    rows = await PROVIDER_ACCOUNTS.settings_of.fetch(conn, provider_accounts=ids)
     return {r["provider_account"]: {k: r[k] for k in SETTINGS} for r in rows}
 
 
@@ -120,10 +92,11 @@ async def register_provider_accounts(
     """
     accounts = list(accounts)
     for acct in accounts:
-        await pool.execute(
-            REGISTER_ACCOUNT, acct.provider_account, acct.provider, acct.account, acct.environment,
-            acct.base_url, acct.api_version, float(acct.key_retention_s), float(acct.escalation_margin_s),
-            acct.lookup_rate_per_s, now,
+        await PROVIDER_ACCOUNTS.register.execute(
+            pool, provider_account=acct.provider_account, provider=acct.provider, account=acct.account,
+            environment=acct.environment, base_url=acct.base_url, api_version=acct.api_version,
+            key_retention_s=float(acct.key_retention_s), escalation_margin_s=float(acct.escalation_margin_s),
+            lookup_rate_per_s=acct.lookup_rate_per_s, now=now,
         )
     registered = await _registered(pool, [a.provider_account for a in accounts])
     found = [d for acct in accounts for d in differences(registered[acct.provider_account], acct)]
@@ -162,7 +135,9 @@ async def apply_provider_account(
         await register_provider_accounts(conn, [acct], now)
     else:
         after = configured_settings(acct)
-        await conn.execute(UPDATE_ACCOUNT, acct.provider_account, after["base_url"], after["api_version"],
-                           after["key_retention_s"], after["escalation_margin_s"],
-                           after["lookup_rate_per_s"], now)
+        await PROVIDER_ACCOUNTS.update.execute(
+            conn, provider_account=acct.provider_account, base_url=after["base_url"],
+            api_version=after["api_version"], key_retention_s=after["key_retention_s"],
+            escalation_margin_s=after["escalation_margin_s"], lookup_rate_per_s=after["lookup_rate_per_s"],
+            now=now)
     return before, configured_settings(acct)

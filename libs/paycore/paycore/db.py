@@ -19,23 +19,18 @@ from pathlib import Path
 import asyncpg
 import orjson
 
+from paycore import queries
 from paycore.errors import DATABASE_ERRORS
 
 __all__ = ["DATABASE_ERRORS", "create_pool", "migrate", "migrations"]
 
 log = logging.getLogger("paycore.db")
 
-# An arbitrary constant: the advisory lock that serialises migrations.
+# An arbitrary constant: the advisory lock that serialises migrations (taken and released inline in
+# migrate: a session lock, not a statement on any table).
 MIGRATION_LOCK_ID = 0x7061_7963_6F72_65  # "paycore"
 
-CREATE_MIGRATIONS_TABLE = """
-CREATE TABLE IF NOT EXISTS schema_migrations (
-    version     text        PRIMARY KEY,
-    applied_at  timestamptz NOT NULL
-)
-"""
-SELECT_APPLIED = "SELECT version FROM schema_migrations"
-INSERT_APPLIED = "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)"
+MIGRATIONS = queries.load("schema_migrations")  # the runner's bookkeeping
 
 
 @dataclass(frozen=True)
@@ -61,14 +56,14 @@ async def migrate(dsn: str, *, now: datetime) -> list[str]:
     try:
         await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_ID)
         try:
-            await conn.execute(CREATE_MIGRATIONS_TABLE)
-            done = {r["version"] for r in await conn.fetch(SELECT_APPLIED)}
+            await MIGRATIONS.create_table.execute(conn)
+            done = {r["version"] for r in await MIGRATIONS.applied.fetch(conn)}
             for migration in migrations():
                 if migration.version in done:
                     continue
                 async with conn.transaction():
                     await conn.execute(migration.sql)
-                    await conn.execute(INSERT_APPLIED, migration.version, now)
+                    await MIGRATIONS.insert.execute(conn, version=migration.version, now=now)
                 log.info("applied migration %s", migration.version)
                 applied_now.append(migration.version)
         finally:
@@ -122,15 +117,20 @@ async def transaction_on(db: asyncpg.Pool | asyncpg.Connection) -> AsyncIterator
             yield db
 
 
-async def delete_in_batches(pool: asyncpg.Pool, statement: str, *args: object, batch_size: int) -> int:
+async def delete_in_batches(pool: asyncpg.Pool, statement: str | queries.Query, *args: object,
+                            batch_size: int, **params: object) -> int:
     """Run a retention ``DELETE`` until it deletes fewer than ``batch_size`` rows; the total.
 
-    ``statement`` takes ``args`` and then the batch size as its last parameter (its ``LIMIT``),
-    so each run is one short transaction that never holds a whole table's worth of locks.
+    A named query takes ``params`` by name and the batch size as ``:batch_size`` (its ``LIMIT``);
+    a plain statement takes ``args`` and then the batch size as its last parameter. Each run is
+    one short transaction that never holds a whole table's worth of locks.
     """
     deleted = 0
     while True:
-        status = await pool.execute(statement, *args, batch_size)
+        if isinstance(statement, queries.Query):
+            status = await statement.execute(pool, **params, batch_size=batch_size)
+        else:
+            status = await pool.execute(statement, *args, batch_size)
         count = int(status.split()[-1])
         deleted += count
         if count < batch_size:

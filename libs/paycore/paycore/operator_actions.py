@@ -27,9 +27,12 @@ from uuid import UUID
 import asyncpg
 import orjson
 
+from paycore import queries
 from paycore.errors import PaycoreError
 
 log = logging.getLogger("paycore.operator_actions")
+
+ACTIONS = queries.load("operator_actions")
 
 OPERATOR_MAX_LENGTH = 64
 REASON_MAX_LENGTH = 2000
@@ -153,15 +156,6 @@ class OperatorAction:
         }
 
 
-INSERT_ACTION = """
-INSERT INTO operator_actions (occurred_at, operator, action, reason, attempt_id, escalation_id, message_id,
-                              event_id, provider_account, target_operator, state_before, state_after,
-                              detail)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-RETURNING *
-"""
-
-
 async def record_action(
     conn: asyncpg.Connection,
     *,
@@ -191,27 +185,16 @@ async def record_action(
     if all(t is None for t in (attempt_id, escalation_id, message_id, event_id, provider_account,
                                target_operator)):
         raise InvalidOperatorAction("an operator action needs a target")
-    row = await conn.fetchrow(INSERT_ACTION, now, handle, action.value, why, attempt_id, escalation_id,
-                              message_id, event_id, provider_account, target_operator, dict(before),
-                              dict(after),
-                              dict(detail or {}))
+    row = await ACTIONS.insert.fetchrow(
+        conn, now=now, operator=handle, action=action.value, reason=why, attempt_id=attempt_id,
+        escalation_id=escalation_id, message_id=message_id, event_id=event_id,
+        provider_account=provider_account, target_operator=target_operator, state_before=dict(before),
+        state_after=dict(after), detail=dict(detail or {}))
     assert row is not None
     recorded = OperatorAction.from_record(row)
     log.info("operator action %d: %s by %s on %s", recorded.action_id, recorded.action.value,
              recorded.operator, recorded.target)
     return recorded
-
-
-# Each filter is optional; a NULL parameter switches it off. The partial indexes
-# serve the attempt and escalation filters, the operator index the operator one.
-SELECT_ACTIONS = """
-SELECT * FROM operator_actions
-WHERE ($1::uuid IS NULL OR attempt_id = $1)
-  AND ($2::bigint IS NULL OR escalation_id = $2)
-  AND ($3::text IS NULL OR operator = $3)
-ORDER BY occurred_at DESC, action_id DESC
-LIMIT $4
-"""
 
 
 async def list_actions(
@@ -226,7 +209,8 @@ async def list_actions(
     if limit <= 0:
         raise InvalidOperatorAction("limit must be positive")
     who = operator.strip() if operator is not None else None
-    rows = await conn.fetch(SELECT_ACTIONS, attempt_id, escalation_id, who, limit)
+    rows = await ACTIONS.matching.fetch(conn, attempt_id=attempt_id, escalation_id=escalation_id,
+                                        operator=who, limit=limit)
     return [OperatorAction.from_record(r) for r in rows]
 
 

@@ -37,6 +37,7 @@ import asyncpg
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
+from paycore import queries
 from paycore.db import transaction_on
 from paycore.errors import NotFound, PaycoreError
 from paycore.operator_actions import (
@@ -55,6 +56,9 @@ PASSWORD_MAX_LENGTH = 1024
 # Names the identity provider's operators act under (paycore.console_auth); no local account has one.
 OIDC_PREFIX = "oidc:"
 CLIENT_MAX_LENGTH = 128
+
+OPERATORS = queries.load("operators")  # the accounts
+FAILURES = queries.load("operator_login_failures")  # the sign-in throttle's failures
 
 # argon2id with argon2-cffi's defaults (RFC 9106's second recommended option: t=3, 64 MiB, p=4).
 # When these change, a sign-in with the right password stores a new hash (check_needs_rehash).
@@ -198,13 +202,6 @@ def check_password_policy(name: str, password: str) -> None:
 # --------------------------------------------------------------------------- accounts
 
 
-INSERT_OPERATOR = """
-INSERT INTO operators (name, role, password_hash, created_at) VALUES ($1, $2, $3, $4)
-ON CONFLICT (name) DO NOTHING
-RETURNING name, role, created_at, disabled_at
-"""
-
-
 async def add_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, password: str, role: str,
                        now: datetime, *, operator: str, reason: str | None = None,
                        hasher: PasswordHasher = PASSWORD_HASHER) -> AccountChanged:
@@ -214,7 +211,8 @@ async def add_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, passwor
     check_password_policy(handle, password)
     password_hash = hasher.hash(password)  # before the transaction: it takes a while, on purpose
     async with transaction_on(db) as conn:
-        row = await conn.fetchrow(INSERT_OPERATOR, handle, wanted.value, password_hash, now)
+        row = await OPERATORS.insert.fetchrow(conn, name=handle, role=wanted.value,
+                                            password_hash=password_hash, now=now)
         if row is None:
             raise OperatorAccountRefused(f"an operator named {handle!r} exists already")
         added = Operator.from_record(row)
@@ -227,18 +225,12 @@ async def add_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, passwor
     return AccountChanged(added, recorded)
 
 
-DISABLE_OPERATOR = """
-UPDATE operators SET disabled_at = $2 WHERE name = $1 AND disabled_at IS NULL
-RETURNING name, role, created_at, disabled_at
-"""
-
-
 async def disable_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, now: datetime, *,
                            operator: str, reason: str) -> AccountChanged:
     """Disable an account: it can no longer sign in, and its sessions end. Recorded."""
     handle = name.strip()
     async with transaction_on(db) as conn:
-        row = await conn.fetchrow(DISABLE_OPERATOR, handle, now)
+        row = await OPERATORS.disable.fetchrow(conn, name=handle, now=now)
         if row is None:
             current = await get_operator(conn, handle)  # raises OperatorNotFound
             since = current.disabled_at.isoformat() if current.disabled_at else "?"
@@ -261,31 +253,19 @@ async def _record(conn: asyncpg.Connection, action: ActionKind, operator: str, r
         raise OperatorAccountRefused(str(exc)) from None
 
 
-ENABLE_OPERATOR = """
-UPDATE operators SET disabled_at = NULL WHERE name = $1 AND disabled_at IS NOT NULL
-RETURNING name, role, created_at, disabled_at
-"""
-
-
 async def enable_operator(db: asyncpg.Pool | asyncpg.Connection, name: str, now: datetime, *,
                           operator: str, reason: str) -> AccountChanged:
     """Enable a disabled account again (it signs in with the password it had). Recorded."""
     handle = name.strip()
     async with transaction_on(db) as conn:
         current = await get_operator(conn, handle)  # raises OperatorNotFound
-        row = await conn.fetchrow(ENABLE_OPERATOR, handle)
+        row = await OPERATORS.enable.fetchrow(conn, name=handle)
         if row is None:
             raise OperatorAccountRefused(f"operator {handle!r} is not disabled")
         was = current.disabled_at.isoformat() if current.disabled_at else None
         recorded = await _record(conn, ActionKind.OPERATOR_ENABLE, operator, reason, now, handle,
                                  {"disabled_at": was}, {"disabled_at": None})
     return AccountChanged(Operator.from_record(row), recorded)
-
-
-SET_PASSWORD = """
-UPDATE operators SET password_hash = $2 WHERE name = $1
-RETURNING name, role, created_at, disabled_at
-"""
 
 
 async def set_password(db: asyncpg.Pool | asyncpg.Connection, name: str, password: str, now: datetime, *,
@@ -298,19 +278,13 @@ async def set_password(db: asyncpg.Pool | asyncpg.Connection, name: str, passwor
     check_password_policy(handle, password)
     password_hash = hasher.hash(password)  # before the transaction: it takes a while, on purpose
     async with transaction_on(db) as conn:
-        row = await conn.fetchrow(SET_PASSWORD, handle, password_hash)
+        row = await OPERATORS.set_password.fetchrow(conn, name=handle, password_hash=password_hash)
         if row is None:
             raise OperatorNotFound(f"no operator named {handle!r}")
         ended = await end_sessions_of(conn, handle, now, EndReason.PASSWORD_CHANGED, keep=keep_session)
         recorded = await _record(conn, ActionKind.OPERATOR_PASSWORD, operator, reason, now, handle,
                                  {}, {"password": "changed", "sessions_ended": ended})
     return AccountChanged(Operator.from_record(row), recorded, ended)
-
-
-SET_ROLE = """
-UPDATE operators SET role = $2 WHERE name = $1 AND role <> $2
-RETURNING name, role, created_at, disabled_at
-"""
 
 
 async def set_role(db: asyncpg.Pool | asyncpg.Connection, name: str, role: str, now: datetime, *,
@@ -320,7 +294,7 @@ async def set_role(db: asyncpg.Pool | asyncpg.Connection, name: str, role: str, 
     wanted = parse_role(role)
     async with transaction_on(db) as conn:
         current = await get_operator(conn, handle)  # raises OperatorNotFound
-        row = await conn.fetchrow(SET_ROLE, handle, wanted.value)
+        row = await OPERATORS.set_role.fetchrow(conn, name=handle, role=wanted.value)
         if row is None:
             raise OperatorAccountRefused(f"operator {handle!r} is a {wanted.value} already")
         ended = await end_sessions_of(conn, handle, now, EndReason.ROLE_CHANGED)
@@ -346,15 +320,14 @@ async def end_sessions(db: asyncpg.Pool | asyncpg.Connection, name: str, now: da
 
 
 async def get_operator(db: asyncpg.Pool | asyncpg.Connection, name: str) -> Operator:
-    row = await db.fetchrow("SELECT name, role, created_at, disabled_at FROM operators WHERE name = $1",
-                            name.strip())
+    row = await OPERATORS.by_name.fetchrow(db, name=name.strip())
     if row is None:
         raise OperatorNotFound(f"no operator named {name.strip()!r}")
     return Operator.from_record(row)
 
 
 async def list_operators(db: asyncpg.Pool | asyncpg.Connection) -> list[Operator]:
-    rows = await db.fetch("SELECT name, role, created_at, disabled_at FROM operators ORDER BY name")
+    rows = await OPERATORS.all.fetch(db)
     return [Operator.from_record(r) for r in rows]
 
 
@@ -377,27 +350,6 @@ def _lock_key(client: str) -> int:
     # serialises those too.
     digest = hashlib.blake2b(f"paycore.login\x1f{client}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
-
-
-FAILURES_IN_WINDOW = """
-SELECT failed_at FROM operator_login_failures
-WHERE name = $1 AND client = $2 AND failed_at > $3
-ORDER BY failed_at
-"""
-# Served by operator_login_failures_by_age: the table holds only failures inside the window
-# (older ones are deleted at each failure), and at most max_client_failures of them per client.
-CLIENT_FAILURES_IN_WINDOW = """
-SELECT failed_at FROM operator_login_failures
-WHERE client = $1 AND failed_at > $2
-ORDER BY failed_at
-"""
-INSERT_FAILURE = "INSERT INTO operator_login_failures (name, client, failed_at) VALUES ($1, $2, $3)"
-FORGET_OLD_FAILURES = "DELETE FROM operator_login_failures WHERE failed_at <= $1"
-CLEAR_FAILURES = "DELETE FROM operator_login_failures WHERE name = $1 AND client = $2"
-SELECT_FOR_SIGN_IN = """
-SELECT name, role, created_at, disabled_at, password_hash FROM operators WHERE name = $1
-"""
-UPDATE_HASH = "UPDATE operators SET password_hash = $2 WHERE name = $1"
 
 
 def _retry_after(failures: list[datetime], limit: int, throttle: LoginThrottle, now: datetime) -> int:
@@ -426,15 +378,15 @@ async def authenticate(db: asyncpg.Pool | asyncpg.Connection, name: str, passwor
     overlong = len(password) > PASSWORD_MAX_LENGTH  # never a valid password; not worth hashing whole
     async with transaction_on(db) as conn:
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(key_client))
-        from_client = [r["failed_at"] for r in await conn.fetch(CLIENT_FAILURES_IN_WINDOW, key_client,
-                                                                window_start)]
+        from_client = [r["failed_at"] for r in await FAILURES.of_client.fetch(
+            conn, client=key_client, window_start=window_start)]
         if len(from_client) >= throttle.max_client_failures:
             raise TooManyAttempts(_retry_after(from_client, throttle.max_client_failures, throttle, now))
-        failures = [r["failed_at"] for r in await conn.fetch(FAILURES_IN_WINDOW, key_name, key_client,
-                                                             window_start)]
+        failures = [r["failed_at"] for r in await FAILURES.of_name_and_client.fetch(
+            conn, name=key_name, client=key_client, window_start=window_start)]
         if len(failures) >= throttle.max_failures:
             raise TooManyAttempts(_retry_after(failures, throttle.max_failures, throttle, now))
-        row = await conn.fetchrow(SELECT_FOR_SIGN_IN, name.strip())
+        row = await OPERATORS.for_sign_in.fetchrow(conn, name=name.strip())
         account = row if row is not None and row["disabled_at"] is None and not overlong else None
         stored = account["password_hash"] if account is not None else decoy
         try:
@@ -445,12 +397,13 @@ async def authenticate(db: asyncpg.Pool | asyncpg.Connection, name: str, passwor
             verified = False
         if not verified or account is None:
             # Committed with the transaction; the failure is raised after it.
-            await conn.execute(FORGET_OLD_FAILURES, window_start)
-            await conn.execute(INSERT_FAILURE, key_name, key_client, now)
+            await FAILURES.forget_old.execute(conn, window_start=window_start)
+            await FAILURES.insert.execute(conn, name=key_name, client=key_client, now=now)
         else:
-            await conn.execute(CLEAR_FAILURES, key_name, key_client)
+            await FAILURES.clear.execute(conn, name=key_name, client=key_client)
             if hasher.check_needs_rehash(stored):  # the parameters changed since this hash was made
-                await conn.execute(UPDATE_HASH, account["name"], hasher.hash(password))
+                await OPERATORS.update_hash.execute(conn, name=account["name"],
+                                                     password_hash=hasher.hash(password))
     if not verified or account is None:
         raise AuthenticationFailed()
     return Operator.from_record(account)

@@ -1,7 +1,8 @@
 """Orders: the serialization point for payment attempts.
 
 Every transaction that touches an order and its attempts locks the order row
-first (``SELECT … FOR UPDATE``), then the attempt row.
+first (``SELECT … FOR UPDATE``), then the attempt row. The SQL is in
+``paycore/queries/orders.sql``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from uuid import UUID
 
 import asyncpg
 
-from paycore.domain import LIVE_STATE_PREDICATE, OrderStatus
+from paycore import queries
+from paycore.attempt_row import ATTEMPTS
+from paycore.domain import OrderStatus
 from paycore.errors import AttemptNotFound, NotFound, PaycoreError
 from paycore.payment_methods import contains_card_number
 
@@ -57,34 +60,7 @@ class Order:
         return None
 
 
-INSERT_ORDER = """
-INSERT INTO orders (order_id, customer_id, amount_minor, currency, created_at, provider_account)
-VALUES ($1, $2, $3, $4, $5, $6)
-RETURNING *
-"""
-SELECT_ORDER = "SELECT * FROM orders WHERE order_id = $1"
-SELECT_ORDER_ACCOUNT = "SELECT provider_account FROM orders WHERE order_id = $1"
-LOCK_ORDER = "SELECT * FROM orders WHERE order_id = $1 FOR UPDATE"
-
-# The order an attempt belongs to, locked in one round trip (an attempt never
-# changes order; the sub-select's row is read, not locked).
-LOCK_ORDER_OF_ATTEMPT = """
-SELECT * FROM orders
-WHERE order_id = (SELECT order_id FROM payment_attempts WHERE attempt_id = $1)
-FOR UPDATE
-"""
-HAS_LIVE_ATTEMPT = ("SELECT EXISTS (SELECT 1 FROM payment_attempts WHERE order_id = $1 AND "  # noqa: S608
-                    + LIVE_STATE_PREDICATE + ")")
-CANCEL_OUTRIGHT = """
-UPDATE orders SET status = 'Cancelled', cancel_requested_at = $2, version = version + 1
-WHERE order_id = $1 AND status = 'Open'
-RETURNING *
-"""
-REQUEST_CANCEL = """
-UPDATE orders SET cancel_requested_at = $2, version = version + 1
-WHERE order_id = $1 AND status = 'Open' AND cancel_requested_at IS NULL
-RETURNING *
-"""
+ORDERS = queries.load("orders")  # every statement on the orders table
 
 
 def new_order_id() -> str:
@@ -101,20 +77,21 @@ async def create_order(
     conn: asyncpg.Connection | asyncpg.Pool, *, customer_id: str, amount_minor: int, currency: str,
     now: datetime, order_id: str | None = None, provider_account: str | None = None,
 ) -> Order:
-    row = await conn.fetchrow(INSERT_ORDER, order_id or new_order_id(), customer_id, amount_minor,
-                              currency, now, provider_account)
+    row = await ORDERS.insert.fetchrow(conn, order_id=order_id or new_order_id(), customer_id=customer_id,
+                                       amount_minor=amount_minor, currency=currency, now=now,
+                                       provider_account=provider_account)
     assert row is not None
     return Order.from_record(row)
 
 
 async def order_account(conn: asyncpg.Connection | asyncpg.Pool, order_id: str) -> str | None:
     """The provider account the order names (``None``: the default one, or no such order)."""
-    named: str | None = await conn.fetchval(SELECT_ORDER_ACCOUNT, order_id)
+    named: str | None = await ORDERS.account_of.fetchval(conn, order_id=order_id)
     return named
 
 
 async def get_order(conn: asyncpg.Connection | asyncpg.Pool, order_id: str, customer_id: str) -> Order:
-    row = await conn.fetchrow(SELECT_ORDER, order_id)
+    row = await ORDERS.by_id.fetchrow(conn, order_id=order_id)
     if row is None or row["customer_id"] != customer_id:
         raise OrderNotFound(order_id)
     return Order.from_record(row)
@@ -122,7 +99,7 @@ async def get_order(conn: asyncpg.Connection | asyncpg.Pool, order_id: str, cust
 
 async def lock_order(conn: asyncpg.Connection, order_id: str, customer_id: str | None = None) -> Order:
     """Lock the order row (first in the lock order); must run inside a transaction."""
-    row = await conn.fetchrow(LOCK_ORDER, order_id)
+    row = await ORDERS.lock_order.fetchrow(conn, order_id=order_id)
     if row is None or (customer_id is not None and row["customer_id"] != customer_id):
         raise OrderNotFound(order_id)
     return Order.from_record(row)
@@ -131,7 +108,7 @@ async def lock_order(conn: asyncpg.Connection, order_id: str, customer_id: str |
 async def lock_order_of_attempt(conn: asyncpg.Connection, attempt_id: UUID) -> Order:
     """Lock the order of ``attempt_id`` (first in the lock order); raises
     :class:`~paycore.errors.AttemptNotFound` if there is no such attempt."""
-    row = await conn.fetchrow(LOCK_ORDER_OF_ATTEMPT, attempt_id)
+    row = await ORDERS.lock_order_of_attempt.fetchrow(conn, attempt_id=attempt_id)
     if row is None:
         raise AttemptNotFound(f"attempt {attempt_id} not found")
     return Order.from_record(row)
@@ -150,26 +127,19 @@ async def cancel_order(pool: asyncpg.Pool, order_id: str, customer_id: str, now:
             raise OrderNotPayable(order_id, "paid")
         if order.status is OrderStatus.CANCELLED:
             return order
-        if await conn.fetchval(HAS_LIVE_ATTEMPT, order_id):
-            row = await conn.fetchrow(REQUEST_CANCEL, order_id, now)
+        if await ATTEMPTS.order_has_live.fetchval(conn, order_id=order_id):
+            row = await ORDERS.request_cancel.fetchrow(conn, order_id=order_id, now=now)
         else:
-            row = await conn.fetchrow(CANCEL_OUTRIGHT, order_id, now)
+            row = await ORDERS.cancel_outright.fetchrow(conn, order_id=order_id, now=now)
         return Order.from_record(row) if row is not None else order
-
-
-# Recording Succeeded and marking the order Paid happen in one transaction, under the order lock.
-MARK_ORDER_PAID = """
-UPDATE orders SET status = 'Paid', version = version + 1
-WHERE order_id = $1 AND status = 'Open'
-"""
 
 
 async def mark_paid(conn: asyncpg.Connection, order_id: str) -> None:
     """The order is Paid (only an Open one changes); run in the transaction that records Succeeded."""
-    await conn.execute(MARK_ORDER_PAID, order_id)
+    await ORDERS.mark_paid.execute(conn, order_id=order_id)
 
 
 async def find_order(conn: asyncpg.Connection | asyncpg.Pool, order_id: str) -> Order | None:
     """The order, whoever its customer is (recovery's view; checkout uses :func:`get_order`)."""
-    row = await conn.fetchrow(SELECT_ORDER, order_id)
+    row = await ORDERS.by_id.fetchrow(conn, order_id=order_id)
     return Order.from_record(row) if row is not None else None

@@ -19,45 +19,16 @@ import enum
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import orjson
 
+from paycore import queries
 from paycore.db import delete_in_batches
 
-DELETE_EXPIRED = """
-DELETE FROM idempotency_records
-WHERE idempotency_key = $1 AND endpoint = $2 AND customer_id = $3
-  AND (expires_at <= $4 OR (state = 'in_progress' AND created_at <= $5))
-"""
-
-CLAIM_KEY = """
-INSERT INTO idempotency_records (idempotency_key, endpoint, customer_id, request_fingerprint, state,
-                                 created_at, expires_at)
-VALUES ($1, $2, $3, $4, 'in_progress', $5, $6)
-ON CONFLICT (idempotency_key, endpoint, customer_id) DO NOTHING
-RETURNING idempotency_key
-"""
-
-SELECT_RECORD = """
-SELECT request_fingerprint, state, response_status, response_headers, response_body
-FROM idempotency_records
-WHERE idempotency_key = $1 AND endpoint = $2 AND customer_id = $3
-"""
-
-COMPLETE = """
-UPDATE idempotency_records
-SET state = 'completed', response_status = $4, response_headers = $5, response_body = $6
-WHERE idempotency_key = $1 AND endpoint = $2 AND customer_id = $3 AND state = 'in_progress'
-  AND created_at = $7
-"""
-
-RELEASE = """
-DELETE FROM idempotency_records
-WHERE idempotency_key = $1 AND endpoint = $2 AND customer_id = $3 AND state = 'in_progress'
-  AND created_at = $4
-"""
+RECORDS = queries.load("idempotency_records", directory=Path(__file__).with_name("queries"))
 
 
 def fingerprint(value: Any) -> str:
@@ -89,6 +60,10 @@ class KeyScope:
     endpoint: str
     customer_id: str
 
+    def key_params(self) -> dict[str, str]:
+        """The record's primary key, as the queries name it."""
+        return {"idempotency_key": self.key, "endpoint": self.endpoint, "customer_id": self.customer_id}
+
 
 async def claim(
     pool: asyncpg.Pool, scope: KeyScope, request_fingerprint: str, *, now: datetime, ttl_s: int,
@@ -100,13 +75,14 @@ async def claim(
     replaced: the request that claimed it can no longer be running.
     """
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(DELETE_EXPIRED, scope.key, scope.endpoint, scope.customer_id, now,
-                           now - timedelta(seconds=stale_after_s))
-        won = await conn.fetchval(CLAIM_KEY, scope.key, scope.endpoint, scope.customer_id,
-                                  request_fingerprint, now, now + timedelta(seconds=ttl_s))
+        await RECORDS.delete_expired.execute(conn, **scope.key_params(), now=now,
+                                             stale_before=now - timedelta(seconds=stale_after_s))
+        won = await RECORDS.claim.fetchval(conn, **scope.key_params(),
+                                           request_fingerprint=request_fingerprint, now=now,
+                                           expires_at=now + timedelta(seconds=ttl_s))
         if won is not None:
             return Claim.PROCEED, None
-        row = await conn.fetchrow(SELECT_RECORD, scope.key, scope.endpoint, scope.customer_id)
+        row = await RECORDS.by_key.fetchrow(conn, **scope.key_params())
     if row is None:  # expired and removed between the two statements: let the client retry
         return Claim.IN_PROGRESS, None
     if row["request_fingerprint"] != request_fingerprint:
@@ -120,30 +96,16 @@ async def claim(
 async def complete(pool: asyncpg.Pool, scope: KeyScope, response: StoredResponse, *,
                    claimed_at: datetime) -> None:
     """Store the answer of the request that claimed the key at ``claimed_at`` (not of a successor)."""
-    await pool.execute(COMPLETE, scope.key, scope.endpoint, scope.customer_id, response.status,
-                       response.headers, response.body, claimed_at)
+    await RECORDS.complete.execute(pool, **scope.key_params(), response_status=response.status,
+                                   response_headers=response.headers, response_body=response.body,
+                                   claimed_at=claimed_at)
 
 
 async def release(pool: asyncpg.Pool, scope: KeyScope, *, claimed_at: datetime) -> None:
     """Forget this request's claim (made at ``claimed_at``): it ended without a storable answer."""
-    await pool.execute(RELEASE, scope.key, scope.endpoint, scope.customer_id, claimed_at)
-
-
-# A record past its expiry answers nobody any more (``claim`` would delete it on the key's next
-# request); the sweep removes the rest, a batch at a time, skipping rows a request holds.
-SWEEP_EXPIRED = """
-WITH expired AS (
-    SELECT idempotency_key, endpoint, customer_id FROM idempotency_records
-    WHERE expires_at <= $1
-    ORDER BY expires_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)
-DELETE FROM idempotency_records r USING expired e
-WHERE r.idempotency_key = e.idempotency_key AND r.endpoint = e.endpoint AND r.customer_id = e.customer_id
-"""
+    await RECORDS.release.execute(pool, **scope.key_params(), claimed_at=claimed_at)
 
 
 async def sweep_expired(pool: asyncpg.Pool, *, now: datetime, batch_size: int = 5_000) -> int:
     """Delete every record expired at ``now``, in batches; the number deleted."""
-    return await delete_in_batches(pool, SWEEP_EXPIRED, now, batch_size=batch_size)
+    return await delete_in_batches(pool, RECORDS.sweep_expired, now=now, batch_size=batch_size)

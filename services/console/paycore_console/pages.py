@@ -17,6 +17,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from paycore import conflicts, inspection, operator_sessions
+from paycore.accounts import PROVIDER_ACCOUNTS
 from paycore.conflicts import CONFLICT_REASONS
 from paycore.console_auth import Principal
 from paycore.dead_ends import is_dead_end
@@ -352,8 +353,7 @@ async def attempts_page(request: Request) -> Response:
                                               cursor=text_query(request, "cursor"))
     kept = {k: v for k, v in request.query_params.items() if k != "cursor" and v}
     next_url = f"/attempts?{urlencode({**kept, 'cursor': more})}" if more else None
-    accounts = [r["provider_account"] for r in await c.pool.fetch(
-        "SELECT provider_account FROM provider_accounts ORDER BY provider_account")]
+    accounts = [r["provider_account"] for r in await PROVIDER_ACCOUNTS.names.fetch(c.pool)]
     return render(request, "attempts.html", caller, title="Attempts", nav="attempts", items=items,
                   next_url=next_url, query=dict(request.query_params), states=[s.value for s in AttemptState],
                   accounts=accounts, ages=[a for a in AGES if a], now=c.clock.now())

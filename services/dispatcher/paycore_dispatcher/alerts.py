@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
 
+from paycore import queries
 from paycore.clock import Clock
 from paycore.consumer import InboxConsumer, Message, RetryLater
 from paycore.kafka import KafkaSettings
@@ -30,12 +32,7 @@ log = logging.getLogger("paycore.alerts")
 
 ALERTS_GROUP = "paycore-alerts"
 
-RECORD_DELIVERY = """
-INSERT INTO alert_deliveries
-    (dedup_key, escalation_id, endpoint_format, response_status, outcome, delivered_at)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (dedup_key) DO NOTHING
-"""
+DELIVERIES = queries.load("alert_deliveries", directory=Path(__file__).with_name("queries"))
 
 
 def _incident_summary(p: dict[str, Any]) -> str:
@@ -116,9 +113,10 @@ class AlertSender:
             log.error("alert %s rejected by the endpoint with %d; recorded, not retried",
                       message.dedup_key, status)
         escalation_id = message.payload.get("escalation_id")
-        await conn.execute(RECORD_DELIVERY, message.dedup_key,
-                           int(escalation_id) if isinstance(escalation_id, int) else None,
-                           self.format, status, outcome, self.clock.now())
+        await DELIVERIES.record.execute(
+            conn, dedup_key=message.dedup_key,
+            escalation_id=int(escalation_id) if isinstance(escalation_id, int) else None,
+            endpoint_format=self.format, response_status=status, outcome=outcome, now=self.clock.now())
 
 
 def alert_consumer(

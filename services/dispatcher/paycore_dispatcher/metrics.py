@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import asyncpg
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from paycore import contracts
+from paycore import contracts, queries
 from paycore.clock import Clock
 from paycore_dispatcher.relay import PassResult
 
-BACKLOG = """
-SELECT kind,
-       count(*) FILTER (WHERE dead_lettered_at IS NULL) AS pending,
-       count(*) FILTER (WHERE dead_lettered_at IS NOT NULL) AS dead,
-       min(created_at) FILTER (WHERE dead_lettered_at IS NULL) AS oldest
-FROM outbox_messages
-WHERE dispatched_at IS NULL
-GROUP BY kind
-"""
+GAUGES = queries.load("metrics", directory=Path(__file__).with_name("queries"))  # the gauges' reads
 
 
 @dataclass
@@ -62,7 +55,7 @@ class DispatcherMetrics:
     async def refresh(self, pool: asyncpg.Pool, clock: Clock) -> None:
         """Re-read the backlog gauges from the database. Every kind the contracts know is exported,
         0 when none waits: an alert on them must see 0, not "no data", when the outbox is empty."""
-        rows = await pool.fetch(BACKLOG)
+        rows = await GAUGES.backlog.fetch(pool)
         now = clock.now()
         self.backlog.clear()
         self.dead_lettered.clear()

@@ -11,46 +11,15 @@ The counters count what this instance did: ``sum()`` them.
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 
 import asyncpg
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from paycore.domain import LIVE_STATE_PREDICATE, LIVE_STATES, AttemptState
+from paycore import queries
+from paycore.domain import LIVE_STATES, AttemptState
 
-OPEN_BY_STATE = """
-SELECT state, count(*) AS n, min(created_at) AS oldest
-FROM payment_attempts
-WHERE """ + LIVE_STATE_PREDICATE + """
-GROUP BY state
-"""
-
-
-# Open episodes by reason (its prefix before ':', a bounded set) and whether a person acknowledged them.
-OPEN_ESCALATIONS = """
-SELECT split_part(reason, ':', 1) AS reason, acknowledged_at IS NOT NULL AS acknowledged, count(*) AS n
-FROM payment_escalations
-WHERE resolved_at IS NULL
-GROUP BY 1, 2
-"""
-
-OLDEST_UNACKNOWLEDGED = """
-SELECT min(raised_at) FROM payment_escalations WHERE resolved_at IS NULL AND acknowledged_at IS NULL
-"""
-
-# Unknown attempts whose escalation deadline has passed while no episode is open
-# for them: recovery should have escalated them and has not -- it is behind.
-PAST_ESCALATION_DEADLINE = """
-SELECT count(*)
-FROM payment_attempts a
-WHERE a.state = 'Unknown' AND a.escalation_deadline <= $1
-  AND NOT EXISTS (SELECT 1 FROM payment_escalations e
-                  WHERE e.attempt_id = a.attempt_id AND e.resolved_at IS NULL)
-"""
-
-# Provider scopes a 429 paused (paycore.rate_limits) that are still paused at $1.
-PAUSED_SCOPES = """
-SELECT count(*) FROM provider_rate_limit_pauses WHERE paused_until > $1
-"""
+GAUGES = queries.load("metrics", directory=Path(__file__).with_name("queries"))  # the gauges' reads
 
 
 class RecoveryMetrics:
@@ -91,7 +60,7 @@ class RecoveryMetrics:
                                             "Send intents found without a result", registry=r)
 
     async def refresh(self, pool: asyncpg.Pool, now: datetime) -> None:
-        rows = await pool.fetch(OPEN_BY_STATE)
+        rows = await GAUGES.open_by_state.fetch(pool)
         oldest_open = 0.0
         self.oldest_unknown.set(0)
         for state in LIVE_STATES:
@@ -104,12 +73,12 @@ class RecoveryMetrics:
                 self.oldest_unknown.set(age)
         self.oldest_open.set(oldest_open)
         await self._refresh_escalations(pool, now)
-        self.past_deadline.set(await pool.fetchval(PAST_ESCALATION_DEADLINE, now))
-        self.scopes_paused.set(await pool.fetchval(PAUSED_SCOPES, now))
+        self.past_deadline.set(await GAUGES.past_escalation_deadline.fetchval(pool, now=now))
+        self.scopes_paused.set(await GAUGES.paused_scopes.fetchval(pool, now=now))
 
     async def _refresh_escalations(self, pool: asyncpg.Pool, now: datetime) -> None:
-        rows = await pool.fetch(OPEN_ESCALATIONS)
-        oldest: datetime | None = await pool.fetchval(OLDEST_UNACKNOWLEDGED)
+        rows = await GAUGES.open_escalations.fetch(pool)
+        oldest: datetime | None = await GAUGES.oldest_unacknowledged.fetchval(pool)
         # No await between clear and set: a scrape never sees the gauge half filled.
         self.escalations_open.clear()
         for row in rows:

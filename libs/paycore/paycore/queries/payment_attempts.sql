@@ -14,6 +14,10 @@ SELECT * FROM payment_attempts WHERE attempt_id = :attempt_id
 SELECT * FROM payment_attempts
 WHERE order_id = :order_id AND state IN ('NotStarted', 'Started', 'Unknown')
 
+-- name: order_has_live
+-- Whether the order has a live attempt (paycore.orders.cancel_order: cancel outright or request).
+SELECT EXISTS (SELECT 1 FROM payment_attempts WHERE order_id = :order_id AND state IN ('NotStarted', 'Started', 'Unknown'))
+
 -- name: latest_of_customer
 SELECT * FROM payment_attempts
 WHERE order_id = :order_id AND customer_id = :customer_id
