@@ -20,16 +20,15 @@ import asyncpg
 import orjson
 
 from paycore import (
-    escalations,
     notifications,
-    outbox,
 )
 from paycore.attempt_row import ATTEMPTS as A
+from paycore.escalations import ESCALATIONS
 from paycore.events import HISTORY
 from paycore.orders import ORDERS
+from paycore.outbox import OUTBOX
 from paycore.queries import Query
 from paycore.webhook_replays import SEEN
-from paycore_dispatcher import relay
 
 # A sequential scan of one of these, past a few thousand rows, is a plan that grows with the data.
 GROWING = frozenset({"payment_attempts", "payment_attempt_events", "outbox_messages", "orders"})
@@ -196,12 +195,13 @@ async def checkout_and_intake(conn: asyncpg.Connection, plans: Plans, s: Sample,
             state="Started", target="Succeeded", provider_status="succeeded", next_action=None,
             next_action_expires_at=None, outcome_reason=None, payment_id=f"pay_plan_{attempt_id.hex[:8]}",
             next_check_at=now, owner=None, token=None)
-        await explain(conn, plans, "checkout.resolve_escalations", escalations.RESOLVE_FOR_ATTEMPT,
-                      attempt_id, now)
+        await explain_query(conn, plans, "checkout.resolve_escalations", ESCALATIONS.resolve_for_attempt,
+                            attempt_id=attempt_id, now=now)
         await explain_query(conn, plans, "checkout.mark_order_paid", ORDERS.mark_paid, order_id=order_id)
-        await explain(conn, plans, "checkout.enqueue", outbox.ENQUEUE,
-                      f"attempt:{attempt_id}:order-confirmation", attempt_id, f"attempt:{attempt_id}",
-                      "order-confirmation", "{}", now, None)
+        await explain_query(conn, plans, "checkout.enqueue", OUTBOX.enqueue,
+                            dedup_key=f"attempt:{attempt_id}:order-confirmation", attempt_id=attempt_id,
+                            ordering_key=f"attempt:{attempt_id}", kind="order-confirmation", payload="{}",
+                            now=now, traceparent=None)
     finally:
         await conn.execute("DELETE FROM payment_attempts WHERE attempt_id = $1", attempt_id)
         await conn.execute("DELETE FROM orders WHERE order_id = $1", order_id)
@@ -237,8 +237,9 @@ SELECT message_id FROM outbox_messages WHERE ordering_key = ANY($1::text[]) AND 
 async def relay_statements(conn: asyncpg.Connection, plans: Plans, batch: int, now: datetime,
                            keys: Sequence[str]) -> None:
     """The relay's claims (alerts, heads), its followers read and its mark, with rows pending."""
-    await explain(conn, plans, "relay.claim_alerts", relay.CLAIM_ALERTS, now, batch)
-    await explain(conn, plans, "relay.claim_heads", relay.CLAIM_HEADS, now, batch)
-    await explain(conn, plans, "relay.followers", relay.FOLLOWERS, list(keys), now)
+    await explain_query(conn, plans, "relay.claim_alerts", OUTBOX.claim_alerts, now=now, limit=batch)
+    await explain_query(conn, plans, "relay.claim_heads", OUTBOX.claim_heads, now=now, limit=batch)
+    await explain_query(conn, plans, "relay.followers", OUTBOX.followers, ordering_keys=list(keys), now=now)
     ids = [r["message_id"] for r in await conn.fetch(PENDING_OF_KEYS, list(keys))]
-    await explain(conn, plans, "relay.mark_dispatched", outbox.MARK_DISPATCHED, ids, now)
+    await explain_query(conn, plans, "relay.mark_dispatched", OUTBOX.mark_dispatched, message_ids=ids,
+                        now=now)

@@ -60,7 +60,7 @@ SET state = 'Succeeded',
     lease_expires_at = CASE WHEN recovery_owner = NULL AND lease_token = NULL THEN NULL ELSE lease_expires_at END
 WHERE attempt_id = :attempt_id AND version = 1 AND state = 'Started'
 RETURNING *;
--- from: paycore.escalations.RESOLVE_FOR_ATTEMPT
+-- from: payment_escalations.sql:resolve_for_attempt
 UPDATE payment_escalations
 SET resolved_at = now(), next_reminder_at = NULL
 WHERE attempt_id = :attempt_id AND resolved_at IS NULL
@@ -68,7 +68,7 @@ RETURNING escalation_id;
 -- from: orders.sql:mark_paid
 UPDATE orders SET status = 'Paid', version = version + 1
 WHERE order_id = 'wh-' || :n::text AND status = 'Open';
--- from: paycore.outbox.ENQUEUE_EFFECTS
+-- from: outbox_messages.sql:enqueue_effects
 INSERT INTO outbox_messages (dedup_key, attempt_id, ordering_key, kind, payload, created_at, next_attempt_at,
                              traceparent)
 SELECT m.dedup_key, :attempt_id, 'attempt:' || :attempt_id::text, m.kind, m.payload, now(), now(), NULL

@@ -153,6 +153,8 @@ NOTIFICATIONS = "libs/paycore/paycore/notifications.py"
 ATTACH_PREVIEW = "tests/operators/test_attach_preview.py"
 ATTEMPTS_SQL = "libs/paycore/paycore/queries/payment_attempts.sql"  # every statement on the attempts table
 EVENTS_SQL = "libs/paycore/paycore/queries/payment_attempt_events.sql"  # the history, notifications, evidence
+ESCALATIONS_SQL = "libs/paycore/paycore/queries/payment_escalations.sql"  # every statement on escalations
+OUTBOX_SQL = "libs/paycore/paycore/queries/outbox_messages.sql"  # the outbox's, the relay's claims too
 WRITER = "libs/paycore/paycore/writer.py"  # issue 28: the one writer
 DECIDE = "tests/unit/test_decide_outcome.py"  # issue 28: decide_outcome as a table
 DECIDE_PASS = "tests/unit/test_decide_pass.py"  # issue 28: decide_pass as a table
@@ -489,28 +491,29 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     # -- outbox eligibility ------------------------------------------------------------------------
     Mutation(
-        "relay-earliest-unfinished", RELAY,
-        "  AND NOT EXISTS (\n"
-        "      SELECT 1 FROM outbox_messages p\n"
-        "      WHERE p.ordering_key = m.ordering_key\n"
-        "        AND p.message_id < m.message_id\n"
-        "        AND p.dispatched_at IS NULL)\n",
-        "",
+        "relay-earliest-unfinished", OUTBOX_SQL,
+        *in_query(OUTBOX_SQL, 'claim_heads',
+                  "  AND NOT EXISTS (\n"
+                  "      SELECT 1 FROM outbox_messages p\n"
+                  "      WHERE p.ordering_key = m.ordering_key\n"
+                  "        AND p.message_id < m.message_id\n"
+                  "        AND p.dispatched_at IS NULL)\n",
+                  ""),
         t(OUTBOX, "test_a_refund_queued_after_a_confirmation_for_the_same_attempt_is_never_delivered_before_it",
           "test_a_relay_that_finds_the_earliest_row_locked_does_not_deliver_the_later_row"),
         "a row is published only after every earlier row of its attempt",
     ),
     Mutation(
-        "relay-dead-letter-blocks", RELAY,
-        "        AND p.dispatched_at IS NULL)\n",
-        "        AND p.dispatched_at IS NULL AND p.dead_lettered_at IS NULL)\n",
+        "relay-dead-letter-blocks", OUTBOX_SQL,
+        *in_query(OUTBOX_SQL, 'claim_heads', "        AND p.dispatched_at IS NULL)\n",
+                  "        AND p.dispatched_at IS NULL AND p.dead_lettered_at IS NULL)\n"),
         t(OUTBOX, "test_a_dead_lettered_confirmation_blocks_its_refund_until_an_operator_requeues_it"),
         "a dead-lettered row blocks its successors until an operator decides",
     ),
     Mutation(
-        "relay-backing-off-blocks", RELAY,
-        "        AND p.dispatched_at IS NULL)\n",
-        "        AND p.dispatched_at IS NULL AND p.next_attempt_at <= $1)\n",
+        "relay-backing-off-blocks", OUTBOX_SQL,
+        *in_query(OUTBOX_SQL, 'claim_heads', "        AND p.dispatched_at IS NULL)\n",
+                  "        AND p.dispatched_at IS NULL AND p.next_attempt_at <= :now)\n"),
         t(OUTBOX, "test_a_confirmation_backing_off_still_blocks_its_refund_while_other_attempts_rows_are_delivered"),
         "a row backing off after a failed publish still blocks its successors",
     ),
@@ -659,9 +662,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         "only an attempt recovery gave up on (an open dead-end escalation) can be closed",
     ),
     Mutation(
-        "close-dead-end-open-episode", DEAD_ENDS,
-        "WHERE attempt_id = $1 AND resolved_at IS NULL\n  AND (reason = ANY",
-        "WHERE attempt_id = $1\n  AND (reason = ANY",
+        "close-dead-end-open-episode", ESCALATIONS_SQL,
+        *in_query(ESCALATIONS_SQL, 'lock_open_dead_ends', "WHERE attempt_id = :attempt_id AND resolved_at IS NULL\n",
+                  "WHERE attempt_id = :attempt_id\n"),
         t(OPS_DEAD_ENDS, "test_an_unknown_attempt_without_an_open_dead_end_escalation_is_refused"),
         "a dead-end episode that is over does not allow a close",
     ),
@@ -1634,9 +1637,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "one Idempotency-Key used for another order is another intent: 422, never A's stored Succeeded",
     ),
     Mutation(
-        "relay-followers-in-id-order", RELAY,
-        "WHERE ordering_key = ANY($1::text[]) AND dispatched_at IS NULL\nORDER BY ordering_key, message_id\n",
-        "WHERE ordering_key = ANY($1::text[]) AND dispatched_at IS NULL\n",
+        "relay-followers-in-id-order", OUTBOX_SQL,
+        *in_query(OUTBOX_SQL, 'followers', "\nORDER BY ordering_key, message_id", ""),
         t(OUTBOX, "test_an_attempts_rows_go_out_in_id_order_even_when_the_plan_reads_them_in_heap_order"),
         "an attempt's effects go out in outbox order whatever plan reads them (no refund before fulfillment)",
     ),

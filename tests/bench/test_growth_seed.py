@@ -16,7 +16,7 @@ from bench import growth_seed
 from bench.common import seed_provider_account
 from paycore import contracts, leases
 from paycore.clock import SystemClock
-from paycore_dispatcher.relay import CLAIM_HEADS, FOLLOWERS
+from paycore.outbox import OUTBOX
 
 MIX = """
 SELECT state, count(*) AS n, count(*) FILTER (WHERE next_check_at > now()) AS ahead
@@ -85,14 +85,15 @@ async def test_the_real_claim_and_relay_queries_run_on_it(db_dsn: str) -> None:
         # The relay's head claim: the seeded pending rows are backing off (nothing due now);
         # once due, each is a head (its predecessor was dispatched) and the claim takes it.
         async with conn.transaction():
-            assert await conn.fetch(CLAIM_HEADS, now, 500) == []
+            assert await OUTBOX.claim_heads.fetch(conn, now=now, limit=500) == []
         pending = await conn.fetch("SELECT message_id, ordering_key FROM outbox_messages"
                                    " WHERE dispatched_at IS NULL")
         later = now + timedelta(minutes=10)
         async with conn.transaction():
-            heads = await conn.fetch(CLAIM_HEADS, later, 500)
+            heads = await OUTBOX.claim_heads.fetch(conn, now=later, limit=500)
             assert sorted(r["message_id"] for r in heads) == sorted(r["message_id"] for r in pending)
-            followers = await conn.fetch(FOLLOWERS, [r["ordering_key"] for r in pending], later)
+            followers = await OUTBOX.followers.fetch(conn, ordering_keys=[r["ordering_key"] for r in pending],
+                                                     now=later)
             assert len(followers) == len(pending) and all(r["due"] for r in followers)
     finally:
         await conn.close()

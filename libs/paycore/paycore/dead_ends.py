@@ -43,6 +43,7 @@ from paycore.domain import (
     decide_close_not_charged,
 )
 from paycore.errors import PaycoreError
+from paycore.escalations import ESCALATIONS
 from paycore.events import HISTORY, append_events
 from paycore.operator_actions import (
     REASON_MAX_LENGTH,
@@ -93,15 +94,6 @@ def validate_checked(text: str) -> str:
         raise InvalidOperatorAction("what was checked must be one printable line (no control characters)")
     return checked
 
-
-# The open episodes that make this attempt a dead end; locked, since the close resolves them.
-SELECT_DEAD_END_ESCALATIONS = """
-SELECT escalation_id, reason FROM payment_escalations
-WHERE attempt_id = $1 AND resolved_at IS NULL
-  AND (reason = ANY ($2::text[]) OR reason LIKE ANY ($3::text[]))
-ORDER BY escalation_id
-FOR NO KEY UPDATE
-"""
 
 # Escalation reasons that say a payment exists: every verdict against a piece of evidence
 # (mismatch, provider-id conflict, identity conflict, several payments), a final outcome
@@ -161,8 +153,8 @@ async def close_as_not_charged(
             raise CloseRefused(f"attempt {attempt_id} changed since it was shown (version "
                                f"{expected_version}, now {seen.version}); look again")
         await lock_order(conn, seen.order_id)  # the lock order every writer keeps
-        dead_ends = await conn.fetch(SELECT_DEAD_END_ESCALATIONS, attempt_id, DEAD_END_TEXTS,
-                                     DEAD_END_QUALIFIED)
+        dead_ends = await ESCALATIONS.lock_open_dead_ends.fetch(
+            conn, attempt_id=attempt_id, reasons=DEAD_END_TEXTS, qualified=DEAD_END_QUALIFIED)
         decision = decide_close_not_charged(
             seen, dead_ends=[r["escalation_id"] for r in dead_ends],
             evidence=await payment_evidence(conn, seen),

@@ -19,7 +19,7 @@ from uuid import UUID
 
 import asyncpg
 
-from paycore import outbox
+from paycore import outbox, queries
 from paycore.errors import PaycoreError
 from paycore.operator_actions import (
     ActionKind,
@@ -72,23 +72,7 @@ def consumer_poison_key(consumer_group: str, topic: str, partition: int, offset:
     return f"consumer:{consumer_group}:poison:{topic}/{partition}@{offset}"
 
 
-RAISE_ESCALATION = """
-INSERT INTO payment_escalations (escalation_key, attempt_id, reason, detail, raised_at, next_reminder_at)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (escalation_key) WHERE resolved_at IS NULL DO NOTHING
-RETURNING escalation_id,
-    -- the account the alert is about, so pages group by (account, reason) (paycore run incidents):
-    -- the attempt's, else the one a notification's detail names
-    COALESCE((SELECT a.provider_account FROM payment_attempts a WHERE a.attempt_id = $2),
-             $4::jsonb ->> 'provider_account') AS provider_account
-"""
-
-RESOLVE_FOR_ATTEMPT = """
-UPDATE payment_escalations
-SET resolved_at = $2, next_reminder_at = NULL
-WHERE attempt_id = $1 AND resolved_at IS NULL
-RETURNING escalation_id
-"""
+ESCALATIONS = queries.load("payment_escalations")  # every statement on the escalations table
 
 
 async def raise_escalation(
@@ -109,8 +93,9 @@ async def raise_escalation(
     ``Settings.reminder_interval`` (``PAYCORE_REMINDER_INTERVAL_S``), whichever
     service raised the episode.
     """
-    row = await conn.fetchrow(
-        RAISE_ESCALATION, key, attempt_id, reason, detail or {}, now, now + reminder_interval
+    row = await ESCALATIONS.raise_episode.fetchrow(
+        conn, escalation_key=key, attempt_id=attempt_id, reason=reason, detail=detail or {}, now=now,
+        next_reminder_at=now + reminder_interval,
     )
     if row is None:
         return None
@@ -136,37 +121,17 @@ async def raise_escalation(
 
 async def resolve_for_attempt(conn: asyncpg.Connection, attempt_id: UUID, now: datetime) -> list[int]:
     """Close every open episode of an attempt (its payment is settled); no reminder follows."""
-    rows = await conn.fetch(RESOLVE_FOR_ATTEMPT, attempt_id, now)
+    rows = await ESCALATIONS.resolve_for_attempt.fetch(conn, attempt_id=attempt_id, now=now)
     return [r["escalation_id"] for r in rows]
 
 
 # -- reminders: due episodes, and one conditional claim per reminder ---------------------------
 
-DUE_REMINDERS = """
-SELECT e.escalation_id, e.escalation_key, e.attempt_id, e.reason, e.next_reminder_at, e.acknowledged_at,
-       -- the account the alert is about (pages group by account and reason)
-       COALESCE((SELECT a.provider_account FROM payment_attempts a WHERE a.attempt_id = e.attempt_id),
-                e.detail ->> 'provider_account') AS provider_account
-FROM payment_escalations e
-WHERE e.resolved_at IS NULL AND e.next_reminder_at <= $1
-ORDER BY e.next_reminder_at
-LIMIT $2
-"""
-
-# Only the UPDATE that still sees the next_reminder_at it read changes the row: two
-# instances racing one episode send one reminder.
-CLAIM_REMINDER = """
-UPDATE payment_escalations
-SET reminder_count = reminder_count + 1, next_reminder_at = $3
-WHERE escalation_id = $1 AND resolved_at IS NULL AND next_reminder_at = $2
-RETURNING reminder_count
-"""
-
 
 async def due_reminders(conn: asyncpg.Connection | asyncpg.Pool, now: datetime,
                         limit: int) -> list[asyncpg.Record]:
     """Open episodes whose next reminder is due at ``now``, the longest overdue first."""
-    rows: list[asyncpg.Record] = await conn.fetch(DUE_REMINDERS, now, limit)
+    rows: list[asyncpg.Record] = await ESCALATIONS.due_reminders.fetch(conn, now=now, limit=limit)
     return rows
 
 
@@ -175,8 +140,9 @@ async def remind(conn: asyncpg.Connection, episode: asyncpg.Record, *, now: date
     """Queue the next reminder of a due ``episode`` (a :func:`due_reminders` row) and schedule the
     one after it, in the caller's transaction; its number, or ``None`` when another instance
     reminded first or the episode was resolved meanwhile (nothing is queued)."""
-    count: int | None = await conn.fetchval(CLAIM_REMINDER, episode["escalation_id"],
-                                            episode["next_reminder_at"], next_reminder_at)
+    count: int | None = await ESCALATIONS.claim_reminder.fetchval(
+        conn, escalation_id=episode["escalation_id"], due_at=episode["next_reminder_at"],
+        next_reminder_at=next_reminder_at)
     if count is None:
         return None
     await outbox.enqueue(
@@ -194,30 +160,12 @@ class EscalationActionRefused(PaycoreError):
     """The episode does not exist or is already resolved; nothing was changed or recorded."""
 
 
-# The episode row, locked for the operator's transaction; its schedule is the action's "before".
-LOCK_EPISODE = """
-SELECT escalation_id, attempt_id, acknowledged_at, resolved_at, next_reminder_at
-FROM payment_escalations WHERE escalation_id = $1
-FOR NO KEY UPDATE
-"""
-
-ACKNOWLEDGE = """
-UPDATE payment_escalations SET acknowledged_at = $2, next_reminder_at = $3
-WHERE escalation_id = $1 AND resolved_at IS NULL
-RETURNING acknowledged_at, resolved_at, next_reminder_at
-"""
-
-RESOLVE = """
-UPDATE payment_escalations SET resolved_at = $2, next_reminder_at = NULL
-WHERE escalation_id = $1 AND resolved_at IS NULL
-RETURNING acknowledged_at, resolved_at, next_reminder_at
-"""
-
+# What an operator action on an episode changes; recorded before and after.
 SCHEDULE_FIELDS = ("acknowledged_at", "resolved_at", "next_reminder_at")
 
 
 async def _lock_open_episode(conn: asyncpg.Connection, escalation_id: int) -> asyncpg.Record:
-    row = await conn.fetchrow(LOCK_EPISODE, escalation_id)
+    row = await ESCALATIONS.lock_schedule.fetchrow(conn, escalation_id=escalation_id)
     if row is None:
         raise EscalationActionRefused(f"escalation {escalation_id} does not exist")
     if row["resolved_at"] is not None:
@@ -227,8 +175,8 @@ async def _lock_open_episode(conn: asyncpg.Connection, escalation_id: int) -> as
 
 
 async def _act(
-    pool: asyncpg.Pool, escalation_id: int, action: ActionKind, sql: str, *args: Any,
-    operator: str, reason: str | None, now: datetime,
+    pool: asyncpg.Pool, escalation_id: int, action: ActionKind, change: queries.Query, *,
+    operator: str, reason: str | None, now: datetime, **params: Any,
 ) -> OperatorAction:
     """Lock the open episode, change it, and record the action: one transaction.
 
@@ -240,7 +188,7 @@ async def _act(
     reason = validate_reason(action, reason)
     async with pool.acquire() as conn, conn.transaction():
         before = await _lock_open_episode(conn, escalation_id)
-        after = await conn.fetchrow(sql, escalation_id, now, *args)
+        after = await change.fetchrow(conn, escalation_id=escalation_id, now=now, **params)
         assert after is not None  # the row is locked and open
         return await record_action(
             conn, action=action, operator=operator, reason=reason, now=now,
@@ -254,38 +202,30 @@ async def acknowledge(
     reminder_interval: timedelta,
 ) -> OperatorAction:
     """A person has seen it: resets the reminder schedule; open episodes only; recorded."""
-    return await _act(pool, escalation_id, ActionKind.ESCALATION_ACKNOWLEDGE, ACKNOWLEDGE,
-                      now + reminder_interval, operator=operator, reason=reason, now=now)
+    return await _act(pool, escalation_id, ActionKind.ESCALATION_ACKNOWLEDGE, ESCALATIONS.acknowledge,
+                      operator=operator, reason=reason, now=now, next_reminder_at=now + reminder_interval)
 
 
 async def resolve(
     pool: asyncpg.Pool, escalation_id: int, *, operator: str, reason: str, now: datetime
 ) -> OperatorAction:
     """Close an episode whose condition has ended; no reminder follows. Changes no attempt; recorded."""
-    return await _act(pool, escalation_id, ActionKind.ESCALATION_RESOLVE, RESOLVE,
+    return await _act(pool, escalation_id, ActionKind.ESCALATION_RESOLVE, ESCALATIONS.resolve,
                       operator=operator, reason=reason, now=now)
-
-
-RESOLVE_BY_KEY = """
-UPDATE payment_escalations SET resolved_at = $2, next_reminder_at = NULL
-WHERE escalation_key = $1 AND resolved_at IS NULL
-RETURNING escalation_id
-"""
 
 
 async def lock_episode(conn: asyncpg.Connection, escalation_id: int) -> asyncpg.Record | None:
     """The whole episode row, locked for an operator's transaction (after the order and attempt)."""
-    row: asyncpg.Record | None = await conn.fetchrow(
-        "SELECT * FROM payment_escalations WHERE escalation_id = $1 FOR NO KEY UPDATE", escalation_id)
+    row: asyncpg.Record | None = await ESCALATIONS.lock_episode.fetchrow(conn, escalation_id=escalation_id)
     return row
 
 
 async def close_episode(conn: asyncpg.Connection, escalation_id: int, now: datetime) -> asyncpg.Record | None:
     """Resolve one open episode inside the caller's transaction; its schedule after, or None if not open."""
-    row: asyncpg.Record | None = await conn.fetchrow(RESOLVE, escalation_id, now)
-    return row
+    return await ESCALATIONS.resolve.fetchrow(conn, escalation_id=escalation_id, now=now)
 
 
 async def resolve_by_key(conn: asyncpg.Connection, key: str, now: datetime) -> list[int]:
     """Close the open episode of ``key`` (a reconciliation ended its condition); its ids."""
-    return [r["escalation_id"] for r in await conn.fetch(RESOLVE_BY_KEY, key, now)]
+    rows = await ESCALATIONS.resolve_by_key.fetch(conn, escalation_key=key, now=now)
+    return [r["escalation_id"] for r in rows]

@@ -16,27 +16,10 @@ from uuid import UUID
 
 import asyncpg
 
-from paycore import tracing
+from paycore import queries, tracing
 from paycore.contracts import SCHEMA_VERSION
 
-ENQUEUE = """
-INSERT INTO outbox_messages (dedup_key, attempt_id, ordering_key, kind, payload, created_at, next_attempt_at,
-                             traceparent)
-VALUES ($1, $2, $3, $4, $5, $6, $6, $7)
-ON CONFLICT (dedup_key) DO NOTHING
-RETURNING message_id
-"""
-
-# Several effects of one attempt in one round trip, their ids (the relay's order within
-# the attempt's ordering key) in the order given.
-ENQUEUE_EFFECTS = """
-INSERT INTO outbox_messages (dedup_key, attempt_id, ordering_key, kind, payload, created_at, next_attempt_at,
-                             traceparent)
-SELECT m.dedup_key, $1, $2, m.kind, m.payload, $3, $3, $4
-FROM unnest($5::text[], $6::text[], $7::jsonb[]) WITH ORDINALITY AS m(dedup_key, kind, payload, position)
-ORDER BY m.position
-ON CONFLICT (dedup_key) DO NOTHING
-"""
+OUTBOX = queries.load("outbox_messages")  # every statement on the outbox, the relay's too
 
 
 def _body(dedup_key: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -77,8 +60,9 @@ async def enqueue(
     """Queue one message unless its effect is already queued; returns the new id or None."""
     body = _body(dedup_key, kind, payload)
     # The trace this row belongs to, for the relay to continue (None when tracing is off).
-    message_id: int | None = await conn.fetchval(
-        ENQUEUE, dedup_key, attempt_id, ordering, kind, body, now, tracing.current_traceparent()
+    message_id: int | None = await OUTBOX.enqueue.fetchval(
+        conn, dedup_key=dedup_key, attempt_id=attempt_id, ordering_key=ordering, kind=kind, payload=body,
+        now=now, traceparent=tracing.current_traceparent(),
     )
     return message_id
 
@@ -98,8 +82,9 @@ async def enqueue_effects(
     keys = [effect_key(attempt_id, effect) for effect in effects]
     bodies = [_body(key, effect, {"attempt_id": str(attempt_id), **payload})
               for key, effect in zip(keys, effects, strict=True)]
-    await conn.execute(ENQUEUE_EFFECTS, attempt_id, ordering_key(attempt_id), now,
-                       tracing.current_traceparent(), keys, list(effects), bodies)
+    await OUTBOX.enqueue_effects.execute(
+        conn, attempt_id=attempt_id, ordering_key=ordering_key(attempt_id), now=now,
+        traceparent=tracing.current_traceparent(), dedup_keys=keys, kinds=list(effects), payloads=bodies)
 
 
 async def enqueue_effect(
@@ -123,43 +108,20 @@ async def enqueue_effect(
 
 
 # -- the relay's marks, in its pass's transaction (services/dispatcher/paycore_dispatcher/relay.py) ---
-# Each is conditional on the row still being pending: a row an operator skipped or requeued
-# meanwhile is not overwritten.
-
-# One statement for every acknowledged row of a pass (one 10,000-id update cost less per row
-# than one per wave: docs/dispatcher.md, "Benchmark").
-MARK_DISPATCHED = """
-UPDATE outbox_messages
-SET dispatched_at = $2
-WHERE message_id = ANY($1::bigint[]) AND dispatched_at IS NULL AND dead_lettered_at IS NULL
-"""
-
-MARK_FAILED = """
-UPDATE outbox_messages
-SET delivery_attempts = delivery_attempts + 1, last_error = $2, next_attempt_at = $3
-WHERE message_id = $1 AND dispatched_at IS NULL AND dead_lettered_at IS NULL
-RETURNING delivery_attempts
-"""
-
-MARK_DEAD = """
-UPDATE outbox_messages
-SET delivery_attempts = delivery_attempts + 1, last_error = $2, dead_lettered_at = $3
-WHERE message_id = $1 AND dispatched_at IS NULL AND dead_lettered_at IS NULL
-RETURNING delivery_attempts
-"""
+# Each is conditional on the row still being pending (outbox_messages.sql).
 
 
 async def mark_dispatched(conn: asyncpg.Connection, message_ids: list[int], now: datetime) -> None:
     """The broker acknowledged these rows: they are finished."""
-    await conn.execute(MARK_DISPATCHED, message_ids, now)
+    await OUTBOX.mark_dispatched.execute(conn, message_ids=message_ids, now=now)
 
 
 async def mark_failed(conn: asyncpg.Connection, message_id: int, error: str, *, retry_at: datetime) -> None:
     """A send of this row failed: count it, keep the error, try again at ``retry_at``."""
-    await conn.execute(MARK_FAILED, message_id, error, retry_at)
+    await OUTBOX.mark_failed.execute(conn, message_id=message_id, error=error, retry_at=retry_at)
 
 
 async def mark_dead_lettered(conn: asyncpg.Connection, message_id: int, error: str, now: datetime) -> None:
     """The relay gives up on this row: it waits for an operator (``paycore.outbox_admin``) and keeps
     blocking its attempt's later rows; the caller raises its escalation in the same transaction."""
-    await conn.execute(MARK_DEAD, message_id, error, now)
+    await OUTBOX.mark_dead_lettered.execute(conn, message_id=message_id, error=error, now=now)

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from paycore import escalations
+from paycore import escalations, queries
 from paycore.errors import PaycoreError
 from paycore.operator_actions import (
     ActionKind,
@@ -37,52 +37,11 @@ from paycore.operator_actions import (
     validate_reason,
 )
 
-LOCK_ROW = """
-SELECT message_id, attempt_id, ordering_key, dead_lettered_at, dispatched_at, delivery_attempts,
-       next_attempt_at, last_error
-FROM outbox_messages WHERE message_id = $1
-FOR NO KEY UPDATE
-"""
+OUTBOX = queries.load("outbox_messages")
+DEDUP_KEYS = queries.load("outbox_dedup_keys")  # the archived keys of purged rows
 
 # What an operator decision changes; recorded before and after.
 DISPATCH_FIELDS = ("dead_lettered_at", "dispatched_at", "delivery_attempts", "next_attempt_at", "last_error")
-
-REQUEUE = """
-UPDATE outbox_messages
-SET dead_lettered_at = NULL, delivery_attempts = 0, next_attempt_at = $2
-WHERE message_id = $1 AND dispatched_at IS NULL
-RETURNING dead_lettered_at, dispatched_at, delivery_attempts, next_attempt_at, last_error
-"""
-
-SKIP = """
-UPDATE outbox_messages
-SET dead_lettered_at = NULL, dispatched_at = $2, last_error = $3
-WHERE message_id = $1 AND dispatched_at IS NULL
-RETURNING dead_lettered_at, dispatched_at, delivery_attempts, next_attempt_at, last_error
-"""
-
-# Rows locked by a relay or a writer are left for the next run (SKIP LOCKED).
-PURGE = """
-WITH doomed AS (
-    SELECT message_id FROM outbox_messages
-    WHERE dispatched_at IS NOT NULL AND dispatched_at < $1
-    ORDER BY message_id
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-), deleted AS (
-    DELETE FROM outbox_messages m USING doomed d
-    WHERE m.message_id = d.message_id
-    RETURNING m.dedup_key, m.message_id, m.dispatched_at
-), archived AS (
-    INSERT INTO outbox_dedup_keys (dedup_key, message_id, dispatched_at, archived_at)
-    SELECT dedup_key, message_id, dispatched_at, $3 FROM deleted
-    ON CONFLICT (dedup_key) DO NOTHING
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM deleted) AS deleted, (SELECT count(*) FROM archived) AS archived
-"""
-
-PURGE_KEYS = "DELETE FROM outbox_dedup_keys WHERE dispatched_at < $1"
 
 
 class OutboxActionRefused(PaycoreError):
@@ -104,7 +63,7 @@ async def _act(
     why = validate_reason(action, reason)
     assert why is not None  # both outbox actions need a reason
     async with pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(LOCK_ROW, message_id)
+        row = await OUTBOX.lock_message.fetchrow(conn, message_id=message_id)
         if row is None:
             raise OutboxActionRefused(f"outbox message {message_id} does not exist")
         if row["dispatched_at"] is not None:
@@ -114,10 +73,10 @@ async def _act(
                 f"outbox message {message_id} is not dead-lettered (it is pending or backing off; "
                 "the dispatcher is still trying it)")
         if action is ActionKind.OUTBOX_REQUEUE:
-            after = await conn.fetchrow(REQUEUE, message_id, now)
+            after = await OUTBOX.requeue.fetchrow(conn, message_id=message_id, now=now)
         else:
             note = f"skipped by operator {operator}: {why}; last error: {row['last_error']}"
-            after = await conn.fetchrow(SKIP, message_id, now, note[:2000])
+            after = await OUTBOX.skip.fetchrow(conn, message_id=message_id, now=now, note=note[:2000])
         assert after is not None  # the row is locked and undispatched
         resolved = await escalations.resolve_by_key(conn, escalations.dead_letter_key(message_id), now)
         recorded = await record_action(
@@ -165,7 +124,7 @@ async def purge_dispatched(
     deleted = archived = 0
     while True:
         async with pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(PURGE, cutoff, batch_size, now)
+            row = await OUTBOX.purge_dispatched.fetchrow(conn, cutoff=cutoff, batch_size=batch_size, now=now)
         assert row is not None
         deleted += int(row["deleted"])
         archived += int(row["archived"])
@@ -173,6 +132,6 @@ async def purge_dispatched(
             break
     expired = 0
     if key_horizon is not None:
-        status = await pool.execute(PURGE_KEYS, now - key_horizon)
+        status = await DEDUP_KEYS.expire.execute(pool, cutoff=now - key_horizon)
         expired = int(status.split()[-1])
     return PurgeResult(deleted, archived, expired)

@@ -52,7 +52,7 @@ import orjson
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 from opentelemetry.trace import Span, Status, StatusCode
 
-from paycore import contracts, escalations, outbox, tracing
+from paycore import contracts, escalations, outbox, queries, tracing
 from paycore.clock import Clock
 from paycore.db import DATABASE_ERRORS
 from paycore.liveness import SLACK_S, Liveness, beat
@@ -94,60 +94,18 @@ PRODUCER_OPTIONS: dict[str, Any] = {"max_batch_size": 256 * 1024, "partitioner":
 # Rows built per turn of the event loop while a wave is in flight (~2 ms of CPU).
 BUILD_CHUNK = 100
 IDLE_POLL_S = 0.5  # a relay with nothing to do looks again after this (wall time)
-COLUMNS = "message_id, dedup_key, attempt_id, ordering_key, kind, payload, delivery_attempts, traceparent"
+
+# The claims are the library's (paycore/queries/outbox_messages.sql: every statement on the
+# table in one place); the marks go through paycore.outbox.
+OUTBOX = queries.load("outbox_messages")
 
 # For this pass's transaction only. After five runs of a prepared statement PostgreSQL may
 # switch to a generic plan, chosen without the parameter values: for ``message_id =
-# ANY($1)`` with 10,000 ids it walks the pending index and filters (measured on 100,000 rows:
-# the follower lock and the mark went from 0.1-0.2 s to 2-3 s each from the sixth pass of a
-# connection on). Planning each statement for its own values costs well under a millisecond.
+# ANY(:message_ids)`` with 10,000 ids it walks the pending index and filters (measured on
+# 100,000 rows: the follower lock and the mark went from 0.1-0.2 s to 2-3 s each from the
+# sixth pass of a connection on). Planning each statement for its own values costs well
+# under a millisecond.
 CUSTOM_PLANS = "SET LOCAL plan_cache_mode = force_custom_plan"
-
-CLAIM_ALERTS = f"""
-SELECT {COLUMNS}
-FROM outbox_messages
-WHERE ordering_key IS NULL
-  AND dispatched_at IS NULL AND dead_lettered_at IS NULL
-  AND next_attempt_at <= $1
-ORDER BY next_attempt_at, created_at
-LIMIT $2
-FOR NO KEY UPDATE SKIP LOCKED
-"""  # noqa: S608 -- constant column list
-
-# The NOT EXISTS reads the snapshot and ignores row locks: a predecessor that
-# another relay has claimed (locked) is still dispatched_at IS NULL, so it blocks.
-CLAIM_HEADS = f"""
-SELECT {COLUMNS}
-FROM outbox_messages m
-WHERE m.ordering_key IS NOT NULL
-  AND m.dispatched_at IS NULL AND m.dead_lettered_at IS NULL
-  AND m.next_attempt_at <= $1
-  AND NOT EXISTS (
-      SELECT 1 FROM outbox_messages p
-      WHERE p.ordering_key = m.ordering_key
-        AND p.message_id < m.message_id
-        AND p.dispatched_at IS NULL)
-ORDER BY m.next_attempt_at, m.created_at
-LIMIT $2
-FOR NO KEY UPDATE OF m SKIP LOCKED
-"""  # noqa: S608 -- constant column list
-
-# The unfinished rows behind the claimed heads, in order (a plain read: a row
-# locked by someone else is still listed, so the chain can stop before it).
-FOLLOWERS = """
-SELECT message_id, ordering_key, next_attempt_at <= $2 AND dead_lettered_at IS NULL AS due
-FROM outbox_messages
-WHERE ordering_key = ANY($1::text[]) AND dispatched_at IS NULL
-ORDER BY ordering_key, message_id
-"""
-
-LOCK_FOLLOWERS = f"""
-SELECT {COLUMNS}
-FROM outbox_messages
-WHERE message_id = ANY($1::bigint[])
-  AND dispatched_at IS NULL AND dead_lettered_at IS NULL AND next_attempt_at <= $2
-FOR NO KEY UPDATE SKIP LOCKED
-"""  # noqa: S608 -- constant column list
 
 
 Record = tuple[str, bytes, bytes, list[tuple[str, bytes]]]  # topic, key, value, headers
@@ -214,7 +172,7 @@ class PassResult:
 
 
 class Row(NamedTuple):
-    """One claimed outbox row: the ``COLUMNS``, in that order."""
+    """One claimed outbox row: the columns a claim selects, in that order."""
 
     message_id: int
     dedup_key: str
@@ -232,8 +190,10 @@ class Row(NamedTuple):
         return cls._make(r)
 
 
-if tuple(c.strip() for c in COLUMNS.split(",")) != Row._fields:
-    raise RuntimeError("relay: COLUMNS and Row's fields differ; Row.of reads by position")
+# The statements whose rows become Rows: each must select Row's fields, in order.
+CLAIMS = (OUTBOX.claim_alerts, OUTBOX.claim_heads, OUTBOX.lock_followers)
+if any(not q.sql.startswith(f"SELECT {', '.join(Row._fields)}\n") for q in CLAIMS):
+    raise RuntimeError("relay: a claim's columns and Row's fields differ; Row.of reads by position")
 
 
 Failure = tuple[Row, str, bool]  # the row, its error, and whether it is permanent (dead-letter now)
@@ -288,8 +248,9 @@ class Relay:
         now = self.clock.now()
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(CUSTOM_PLANS)
-            alerts = [Row.of(r) for r in await conn.fetch(CLAIM_ALERTS, now, self.config.batch_size)]
-            heads = [Row.of(r) for r in await conn.fetch(CLAIM_HEADS, now, self.config.batch_size)]
+            limit = self.config.batch_size
+            alerts = [Row.of(r) for r in await OUTBOX.claim_alerts.fetch(conn, now=now, limit=limit)]
+            heads = [Row.of(r) for r in await OUTBOX.claim_heads.fetch(conn, now=now, limit=limit)]
             chains = await self._chains(conn, heads, now)
             result.claimed = len(alerts) + sum(len(c) for c in chains)
             if result.claimed == 0:
@@ -316,7 +277,7 @@ class Relay:
         chains: dict[str, list[Row]] = {h.ordering_key or "": [h] for h in heads}
         if self.config.max_chain <= 1 or not heads:
             return list(chains.values())
-        followers = await conn.fetch(FOLLOWERS, list(chains), now)
+        followers = await OUTBOX.followers.fetch(conn, ordering_keys=list(chains), now=now)
         wanted: dict[str, list[int]] = {}
         head_ids = {h.message_id for h in heads}
         blocked: set[str] = set()
@@ -332,7 +293,8 @@ class Relay:
         ids = [mid for run in wanted.values() for mid in run]
         if not ids:
             return list(chains.values())
-        locked = {r["message_id"]: Row.of(r) for r in await conn.fetch(LOCK_FOLLOWERS, ids, now)}
+        locked = {r["message_id"]: Row.of(r)
+                  for r in await OUTBOX.lock_followers.fetch(conn, message_ids=ids, now=now)}
         for key, run in wanted.items():
             for mid in run:
                 row = locked.get(mid)
