@@ -108,6 +108,23 @@ def test_the_services_call_the_librarys_functions_and_never_take_its_sql() -> No
     assert found == {}
 
 
+# Tables a service owns (its migrations are the library's, its statements the service's own).
+SERVICE_TABLES = {"checkout": {"idempotency_records"}, "dispatcher": {"alert_deliveries"}}
+WRITE = re.compile(r"\b(?:INSERT\s+INTO|(?<!FOR )(?<!KEY )UPDATE|DELETE\s+FROM)\s+(\w+)", re.I)  # not a lock
+
+
+def test_a_service_writes_the_librarys_tables_only_with_the_librarys_statements() -> None:
+    """Every write of a table the library owns is a statement of its query files (paycore/queries);
+    a service's own files read (a page's or a gauge's model) or write the service's own tables."""
+    wrong = {}
+    for path in sorted(ROOT.glob("services/*/paycore_*/queries/*.sql")):
+        service = path.parts[-4]
+        written = set(WRITE.findall(path.read_text(encoding="utf-8")))
+        if extra := sorted(written - SERVICE_TABLES.get(service, set())):
+            wrong[str(path.relative_to(ROOT))] = extra
+    assert wrong == {}
+
+
 def _live_state_spellings(tree: ast.AST) -> list[int]:
     """Lines spelling the live states themselves: an SQL ``IN (...)`` list or a Python tuple,
     list or set of exactly those state names."""

@@ -52,11 +52,12 @@ import orjson
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 from opentelemetry.trace import Span, Status, StatusCode
 
-from paycore import contracts, escalations, outbox, queries, tracing
+from paycore import contracts, escalations, outbox, tracing
 from paycore.clock import Clock
 from paycore.db import DATABASE_ERRORS
 from paycore.liveness import SLACK_S, Liveness, beat
 from paycore.logs import bind_log_context
+from paycore.outbox import OUTBOX
 from paycore_dispatcher import settings
 
 log = logging.getLogger("paycore.dispatcher")
@@ -95,9 +96,8 @@ PRODUCER_OPTIONS: dict[str, Any] = {"max_batch_size": 256 * 1024, "partitioner":
 BUILD_CHUNK = 100
 IDLE_POLL_S = 0.5  # a relay with nothing to do looks again after this (wall time)
 
-# The claims are the library's (paycore/queries/outbox_messages.sql: every statement on the
-# table in one place); the marks go through paycore.outbox.
-OUTBOX = queries.load("outbox_messages")
+# The claims are the library's statements (paycore/queries/outbox_messages.sql: every statement
+# on the table in one place), run here; the marks go through paycore.outbox's functions.
 
 # For this pass's transaction only. After five runs of a prepared statement PostgreSQL may
 # switch to a generic plan, chosen without the parameter values: for ``message_id =
