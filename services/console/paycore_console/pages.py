@@ -16,9 +16,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from paycore import conflicts, inspection, operator_sessions
+from paycore import conflicts, operator_sessions
 from paycore.conflicts import CONFLICT_REASONS
-from paycore.console_auth import Principal
 from paycore.dead_ends import is_dead_end
 from paycore.domain import LIVE_STATES, AttemptState
 from paycore.operator_sessions import EndReason
@@ -28,6 +27,7 @@ from paycore.operators import end_sessions as end_operator_sessions
 from paycore_console import (
     actions,
     ids,  # noqa: F401  (registers the {name:id} route convertor)
+    inspection,
 )
 from paycore_console.actions import ActionRefused, Done
 from paycore_console.auth import (
@@ -48,6 +48,7 @@ from paycore_console.auth import (
 )
 from paycore_console.chart import hourly_chart
 from paycore_console.context import Console, console_of
+from paycore_console.credentials import Principal
 from paycore_console.errors import BadRequest
 
 FORM_MAX_BYTES = 64 * 1024
@@ -352,8 +353,7 @@ async def attempts_page(request: Request) -> Response:
                                               cursor=text_query(request, "cursor"))
     kept = {k: v for k, v in request.query_params.items() if k != "cursor" and v}
     next_url = f"/attempts?{urlencode({**kept, 'cursor': more})}" if more else None
-    accounts = [r["provider_account"] for r in await c.pool.fetch(
-        "SELECT provider_account FROM provider_accounts ORDER BY provider_account")]
+    accounts = [r["provider_account"] for r in await inspection.READS.provider_account_names.fetch(c.pool)]
     return render(request, "attempts.html", caller, title="Attempts", nav="attempts", items=items,
                   next_url=next_url, query=dict(request.query_params), states=[s.value for s in AttemptState],
                   accounts=accounts, ages=[a for a in AGES if a], now=c.clock.now())
@@ -388,15 +388,9 @@ async def unmatched_page(request: Request) -> Response:
                   items=items, next_url=f"/notifications/unmatched?cursor={quote(more)}" if more else None)
 
 
-SELECT_NOTIFICATION = """
-SELECT event_id, occurred_at, provider_account, notification_key, detail, attempt_id
-FROM payment_attempt_events WHERE kind = 'notification' AND event_id = $1
-"""
-
-
 async def stored_notification(c: Console, event_id: int) -> tuple[inspection.NotificationSummary, bool]:
     """The notification's identifiers (as the inspection shows them) and whether it was matched on arrival."""
-    row = await c.pool.fetchrow(SELECT_NOTIFICATION, event_id)
+    row = await inspection.READS.stored_notification.fetchrow(c.pool, event_id=event_id)
     if row is None:
         raise ActionRefused("not-found", f"no stored notification {event_id}")
     d = row["detail"]
