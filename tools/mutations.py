@@ -97,7 +97,7 @@ CHAOS_STACK = "tests/chaos/test_stack.py"  # i9
 # import from the copy the tool can check, and are not listed.
 OPERATORS = "libs/paycore/paycore/operators.py"
 LOGIN_FAILURES_SQL = "libs/paycore/paycore/queries/operator_login_failures.sql"  # the sign-in throttle's SQL
-CONSOLE_AUTH = "libs/paycore/paycore/console_auth.py"
+CONSOLE_AUTH = "services/console/paycore_console/credentials.py"
 BEARER = "libs/paycore/paycore/bearer_tokens.py"
 OPERATOR_ACCOUNTS_TESTS = "tests/operators/test_operator_accounts.py"
 CONSOLE_TESTS = "tests/operators/test_console_auth.py"
@@ -817,7 +817,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         'auth-session-expiry', CONSOLE_AUTH,
         'if now >= expires_at:',
         'if now > expires_at:',
-        t(CONSOLE_TESTS, 'test_a_session_names_its_operator_and_role_until_it_expires'),
+        t(CONSOLE_TESTS, 'test_a_session_names_its_operator_and_role_until_it_expires')
+        + t(CONSOLE_TESTS, 'test_the_tokens_own_expiry_holds_whatever_its_session_row_says'),
         'session expiry',
     ),
     Mutation(
@@ -831,7 +832,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         'auth-disabled-operator-s-session', CONSOLE_AUTH,
         'if not account.active:',
         'if False:',
-        t(CONSOLE_TESTS, 'test_a_disabled_operators_sessions_stop_at_once'),
+        t(CONSOLE_TESTS, 'test_a_disabled_operators_sessions_stop_at_once')
+        + t(CONSOLE_TESTS, 'test_a_disabled_account_opens_nothing_even_when_its_sessions_were_not_ended'),
         "disabled operator's session",
     ),
     Mutation(
@@ -1171,14 +1173,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "database-outage-503", CHECKOUT_APP,
-        "    app.add_middleware(DatabaseOutageMiddleware, outage=outage)\n",
+        "    app.add_middleware(UnhandledErrorMiddleware, logger=log, outage=outage)\n",
         "",
         t(DATABASE_OUTAGE, "test_a_database_outage_is_503_with_retry_after_on_every_route_logged_once_and_then_over"),
         "an unreachable database is a 503 with Retry-After on every route, not a 500",
     ),
     Mutation(
         "intake-database-outage-503", INTAKE,
-        "    app.add_middleware(DatabaseOutageMiddleware, outage=outage)\n",
+        "    app.add_middleware(UnhandledErrorMiddleware, logger=log, outage=outage)\n",
         "",
         t(DATABASE_OUTAGE, "test_a_database_outage_is_503_with_retry_after_on_every_route_logged_once_and_then_over"),
         "an unreachable database is a 503 to the provider too, so it redelivers",
@@ -1276,7 +1278,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         'console-database-outage-503', WEB_APP,
-        "    app.add_middleware(DatabaseOutageMiddleware, outage=outage, answer=errors.outage_answer(env))\n",
+        "    app.add_middleware(UnhandledErrorMiddleware, logger=log, outage=outage, answer=errors.outage_answer(env))\n",
         "",
         (WEB_OUTAGE,),
         "an unreachable database is a 503 with Retry-After on the console, never a 500",

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DECLARED_IN: dict[str, tuple[str, ...]] = {
     "README.md": ("paycore_cli.common", "paycore.config", "paycore_dispatcher.settings",
                   "paycore.account_settings", "paycore.operators",
-                  "paycore.console_auth", "paycore_console.settings"),
+                  "paycore_console.credentials", "paycore_console.settings"),
     "docs/recovery.md": ("paycore_recovery.settings",),
     "docs/dispatcher.md": ("paycore_incidents.settings",),
     "services/sandbox/README.md": ("paycore_sandbox.settings",),

@@ -2,7 +2,7 @@
 ``notifications unmatched`` and ``outbox dead-letters``.
 
 Each prints aligned tables for a person, or with ``--json`` one JSON document for a
-script; the data comes from :mod:`paycore.inspection`, the functions the console uses.
+script; the data comes from :mod:`paycore_console.inspection`, the functions the console uses.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from paycore_cli.common import CommandError
 from paycore_cli.operator_commands import attempt_uuid, with_operator_pool
 
 if TYPE_CHECKING:  # imported when a command runs: `paycore health` and the like stay light
-    from paycore import inspection
+    from paycore_console import inspection
 
 
 def aligned(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -42,7 +42,7 @@ def summary(detail: dict[str, Any]) -> str:
 
 
 def print_json(document: Any) -> None:
-    from paycore import inspection
+    from paycore_console import inspection
 
     print(json.dumps(inspection.jsonable(document), indent=2, ensure_ascii=False))
 
@@ -75,7 +75,7 @@ def escalation_rows(items: Sequence[inspection.EscalationItem]) -> list[str]:
 
 
 def cmd_escalations_list(args: argparse.Namespace) -> int:
-    from paycore import inspection
+    from paycore_console import inspection
 
     async def fetch(settings: Any, pool: Any) -> Any:
         return await inspection.list_escalations(
@@ -89,8 +89,8 @@ def cmd_escalations_list(args: argparse.Namespace) -> int:
 
 
 def cmd_escalations_show(args: argparse.Namespace) -> int:
-    from paycore import inspection
     from paycore.operator_actions import table as actions_table
+    from paycore_console import inspection
 
     async def fetch(settings: Any, pool: Any) -> inspection.EscalationDetail | None:
         return await inspection.escalation_detail(pool, args.escalation_id)
@@ -162,7 +162,7 @@ def attempt_lines(d: inspection.AttemptDetail) -> list[str]:
 
 
 def cmd_attempts_show(args: argparse.Namespace) -> int:
-    from paycore import inspection
+    from paycore_console import inspection
 
     attempt_id = attempt_uuid(args.attempt_id)
 
@@ -182,7 +182,7 @@ def cmd_attempts_show(args: argparse.Namespace) -> int:
 # -- unmatched notifications and dead letters ------------------------------------------------
 
 def cmd_notifications_unmatched(args: argparse.Namespace) -> int:
-    from paycore import inspection
+    from paycore_console import inspection
 
     async def fetch(settings: Any, pool: Any) -> Any:
         return await inspection.unmatched_notifications(pool, limit=args.limit, cursor=args.cursor)
@@ -200,7 +200,7 @@ def cmd_notifications_unmatched(args: argparse.Namespace) -> int:
 
 
 def cmd_outbox_dead_letters(args: argparse.Namespace) -> int:
-    from paycore import inspection
+    from paycore_console import inspection
 
     async def fetch(settings: Any, pool: Any) -> Any:
         return await inspection.dead_letters(pool, kind=args.kind, limit=args.limit, cursor=args.cursor)

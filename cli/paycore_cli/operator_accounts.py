@@ -152,7 +152,7 @@ def cmd_operators(args: argparse.Namespace) -> int:
 def _print_sessions(args: argparse.Namespace) -> int:
     from paycore import operator_sessions, operators
     from paycore.clock import SystemClock
-    from paycore.console_auth import SESSION_IDLE
+    from paycore_console.credentials import SESSION_IDLE
 
     async def listed(settings: Any, pool: Any) -> list[operator_sessions.StoredSession]:
         await operators.get_operator(pool, args.name)  # raises OperatorNotFound

@@ -71,7 +71,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     local = _use_local_sandbox(env, urls)
     if base.jwt_secret is None and base.jwks_url is None:
         env["PAYCORE_JWT_SECRET"] = local_jwt_secret(home, create=True) or ""
-    from paycore.console_auth import CONSOLE_SECRET
+    from paycore_console.credentials import CONSOLE_SECRET
     from paycore_console.settings import INSECURE_COOKIES
 
     if CONSOLE_SECRET.get(env) is None:

@@ -17,9 +17,9 @@ import pytest
 from starlette.applications import Starlette
 
 from paycore.clock import FakeClock
-from paycore.console_auth import ConsoleAuth
 from paycore.operators import add_operator
 from paycore_console.app import create_app
+from paycore_console.credentials import ConsoleAuth
 from paycore_console.settings import ConsoleSettings
 
 SECRET = "console-test-secret-" + "x" * 20

@@ -20,18 +20,6 @@ import pytest
 
 from harness.servers import serve_asgi
 from paycore.clock import FakeClock
-from paycore.console_auth import (
-    AuthKeysUnavailable,
-    ConsoleAuth,
-    ConsoleAuthSettings,
-    CsrfRefused,
-    Forbidden,
-    OperatorTokenRefused,
-    Principal,
-    Session,
-    SessionRefused,
-    require,
-)
 from paycore.operators import (
     AuthenticationFailed,
     Role,
@@ -43,6 +31,18 @@ from paycore.operators import (
     set_role,
 )
 from paycore.settings_spec import ConfigError, Secret
+from paycore_console.credentials import (
+    AuthKeysUnavailable,
+    ConsoleAuth,
+    ConsoleAuthSettings,
+    CsrfRefused,
+    Forbidden,
+    OperatorTokenRefused,
+    Principal,
+    Session,
+    SessionRefused,
+    require,
+)
 from tests.support.identity_provider import IdentityProvider
 
 SECRET = "s" * 16 + "e" * 16 + "cret"
@@ -91,6 +91,18 @@ async def test_a_session_names_its_operator_and_role_until_it_expires(
         await auth.verify_session(pool, token, clock.now())
 
 
+async def test_the_tokens_own_expiry_holds_whatever_its_session_row_says(
+    pool: asyncpg.Pool, clock: FakeClock,
+) -> None:
+    # Each check stands alone: a row that outlives its token (written by hand, say) opens nothing.
+    auth = console(PAYCORE_CONSOLE_SESSION_IDLE_S="86400")
+    token = await signed_in(pool, clock, auth)
+    await pool.execute("UPDATE operator_sessions SET expires_at = expires_at + interval '1 day'")
+    clock.advance(8 * 3600)
+    with pytest.raises(SessionRefused, match="expired"):
+        await auth.verify_session(pool, token, clock.now())
+
+
 async def test_the_lifetime_is_a_setting(pool: asyncpg.Pool, clock: FakeClock) -> None:
     auth = console(PAYCORE_CONSOLE_SESSION_TTL_S="60")
     token = await signed_in(pool, clock, auth)
@@ -130,6 +142,17 @@ async def test_a_disabled_operators_sessions_stop_at_once(pool: asyncpg.Pool, cl
     await auth.verify_session(pool, token, clock.now())
     await disable_operator(pool, "alice", clock.now(), operator="root", reason="left")
     with pytest.raises(SessionRefused, match="disabled"):
+        await auth.verify_session(pool, token, clock.now())
+
+
+async def test_a_disabled_account_opens_nothing_even_when_its_sessions_were_not_ended(
+    pool: asyncpg.Pool, clock: FakeClock,
+) -> None:
+    # Disabling ends the sessions too (above); the account's own state is checked regardless.
+    auth = console()
+    token = await signed_in(pool, clock, auth)
+    await pool.execute("UPDATE operators SET disabled_at = $1 WHERE name = 'alice'", clock.now())
+    with pytest.raises(SessionRefused, match="operator disabled"):
         await auth.verify_session(pool, token, clock.now())
 
 

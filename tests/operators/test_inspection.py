@@ -1,4 +1,4 @@
-"""What operators can see (paycore.inspection), on a real PostgreSQL database and the fake clock.
+"""What operators can see (paycore_console.inspection), on a real PostgreSQL database and the fake clock.
 
 Rows are put in place through the library's own writers where the history matters
 (attempts, outcomes, escalations, notifications, operator actions), and as raw rows
@@ -16,13 +16,14 @@ import asyncpg
 import orjson
 import pytest
 
-from paycore import escalations, inspection, leases, outbox, outbox_admin, rate_limits
+from paycore import escalations, leases, outbox, outbox_admin, rate_limits
 from paycore.attempts import Attempt, record_outcome
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
 from paycore.domain import ProviderOutcome
 from paycore.events import EventKind, append_event
 from paycore.notifications import record_notification
+from paycore_console import inspection
 from tests.matrix.helpers import attempt_values, insert_row, new_order, seed_account, started_attempt
 
 REMINDER = timedelta(minutes=15)

@@ -19,7 +19,6 @@ import pytest
 from argon2 import PasswordHasher
 
 from paycore.clock import FakeClock
-from paycore.console_auth import ConsoleAuth, ConsoleAuthSettings, SessionRefused
 from paycore.operator_actions import list_actions
 from paycore.operators import (
     PASSWORD_HASHER,
@@ -37,6 +36,7 @@ from paycore.operators import (
     list_operators,
 )
 from paycore_cli.main import main
+from paycore_console.credentials import ConsoleAuth, ConsoleAuthSettings, SessionRefused
 
 PASSWORD = "correct horse battery"
 CLIENT = "203.0.113.7"

@@ -12,7 +12,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from harness.servers import serve_asgi
-from paycore.http.problems import InternalErrorMiddleware
+from paycore.http.outage import DatabaseOutage
+from paycore.http.unhandled import UnhandledErrorMiddleware
 
 log = logging.getLogger("paycore.test-internal-errors")
 
@@ -29,7 +30,7 @@ async def test_an_unexpected_error_is_one_500_problem_logged_once_and_the_connec
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     app = Starlette(routes=[Route("/broken", broken), Route("/fine", fine)])
-    app.add_middleware(InternalErrorMiddleware, logger=log)
+    app.add_middleware(UnhandledErrorMiddleware, logger=log, outage=DatabaseOutage(log))
     caplog.set_level(logging.INFO)
     peers: list[tuple[str, int]] = []
 

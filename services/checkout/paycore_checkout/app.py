@@ -24,15 +24,15 @@ from paycore.config import Settings, load_settings
 from paycore.db import create_pool, run_every
 from paycore.http.inputs import UnstorableTextRefused
 from paycore.http.openapi import openapi_route
-from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware
+from paycore.http.outage import DatabaseOutage
 from paycore.http.problems import (
-    InternalErrorMiddleware,
     Problem,
     http_exception_handler,
     problem_handler,
 )
 from paycore.http.request_id import RequestIdMiddleware
 from paycore.http.request_metrics import instrument
+from paycore.http.unhandled import UnhandledErrorMiddleware
 from paycore.providers.base import PaymentCalls
 from paycore.providers.registry import for_accounts
 from paycore.tracing import instrument_app
@@ -139,9 +139,9 @@ def create_app(
         lifespan=lifespan,
         exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler},
     )
-    app.add_middleware(DatabaseOutageMiddleware, outage=outage)
-    app.add_middleware(InternalErrorMiddleware, logger=log)  # any other error: one 500, logged once
-    # Outside the outage and error layers, so their 503s and 500s are counted (the 5xx alert).
+    # The database unreachable: 503 with Retry-After, said once; any other error: one 500, logged once.
+    app.add_middleware(UnhandledErrorMiddleware, logger=log, outage=outage)
+    # Outside it, so its 503s and 500s are counted (the 5xx alert).
     instrument(app, "checkout", registry)  # request durations; the registry the admin port serves
     app.add_middleware(UnstorableTextRefused)  # a NUL in the path or query: 400, not a 500
     app.add_middleware(RequestIdMiddleware)  # every answer carries X-Request-Id

@@ -13,11 +13,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from paycore import conflicts, dead_ends, escalations, inspection, notifications, outbox_admin
-from paycore.console_auth import Principal
+from paycore import conflicts, dead_ends, escalations, notifications, outbox_admin
 from paycore.errors import NotFound
-from paycore.inspection import jsonable
 from paycore.operator_actions import InvalidOperatorAction, OperatorAction
+from paycore_console import inspection
+from paycore_console.credentials import Principal
+from paycore_console.inspection import jsonable
 
 if TYPE_CHECKING:
     from paycore_console.context import Console

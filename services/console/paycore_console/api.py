@@ -19,17 +19,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from paycore import inspection
-from paycore.console_auth import Principal
 from paycore.domain import AttemptState
 from paycore.operator_actions import OperatorAction
 from paycore_console import (
     actions,
     ids,  # noqa: F401  (registers the {name:id} route convertor)
+    inspection,
 )
 from paycore_console.actions import Done
 from paycore_console.auth import CSRF_HEADER, Caller, authenticate, check_csrf, may_act
 from paycore_console.context import Console, console_of
+from paycore_console.credentials import Principal
 from paycore_console.errors import BadRequest
 from paycore_console.openapi import document
 from paycore_console.schemas import Components, Schema, page, with_fields

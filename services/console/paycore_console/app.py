@@ -24,17 +24,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from paycore.clock import Clock, SystemClock
-from paycore.console_auth import ConsoleAuth
 from paycore.currencies import format_amount
 from paycore.db import create_pool
 from paycore.http.inputs import UnstorableTextRefused
-from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware, not_ready
-from paycore.http.problems import InternalErrorMiddleware
+from paycore.http.outage import DatabaseOutage, not_ready
 from paycore.http.request_id import RequestIdMiddleware
 from paycore.http.request_metrics import instrument
+from paycore.http.unhandled import UnhandledErrorMiddleware
 from paycore.tracing import instrument_app
 from paycore_console import api, errors, pages
 from paycore_console.context import Console, console_of
+from paycore_console.credentials import ConsoleAuth
 from paycore_console.settings import ConsoleSettings
 
 log = logging.getLogger("paycore.console")
@@ -137,9 +137,9 @@ def create_app(settings: ConsoleSettings, *, clock: Clock | None = None,
         exception_handlers={HTTPException: errors.http_exception, **errors.HANDLERS},
     )
     # The database unreachable: a 503 with Retry-After (a page, or problem+json under /api/), said
-    # once in the log, instead of a 500 and a traceback per request.
-    app.add_middleware(DatabaseOutageMiddleware, outage=outage, answer=errors.outage_answer(env))
-    app.add_middleware(InternalErrorMiddleware, logger=log)
+    # once in the log, instead of a 500 and a traceback per request; any other error: one 500
+    # problem, logged once.
+    app.add_middleware(UnhandledErrorMiddleware, logger=log, outage=outage, answer=errors.outage_answer(env))
     app.add_middleware(SecurityHeaders, hsts_max_age_s=settings.hsts_max_age_s)
     instrument(app, "console")  # request durations; /metrics is on the admin port
     app.add_middleware(UnstorableTextRefused)  # a NUL in the path or query: 400, not a 500

@@ -1,6 +1,6 @@
 """Who is asking, and may they: session cookies and CSRF for browsers, bearer tokens for scripts.
 
-A browser carries the signed session (:mod:`paycore.console_auth`) in a cookie that is
+A browser carries the signed session (:mod:`paycore_console.credentials`) in a cookie that is
 HttpOnly, SameSite=Strict and Secure (unless ``PAYCORE_CONSOLE_INSECURE_COOKIES`` for http on
 loopback). Every POST of a browser carries the CSRF token bound to its session: a form field on
 pages, the ``X-CSRF-Token`` header on the API. A script sends ``Authorization: Bearer`` with an
@@ -21,14 +21,14 @@ import asyncpg
 from starlette.requests import Request
 from starlette.responses import Response
 
-from paycore.console_auth import (
+from paycore.operators import Role
+from paycore_console.credentials import (
     ConsoleAuth,
     CsrfRefused,
     Principal,
     Session,
     require,
 )
-from paycore.operators import Role
 
 SESSION_COOKIE = "paycore_console_session"
 LOGIN_COOKIE = "paycore_console_login"
@@ -76,7 +76,7 @@ def check_csrf(auth: ConsoleAuth, caller: Caller, submitted: str | None) -> None
 
 
 def may_act(caller: Caller) -> Principal:
-    """The principal, if its role may change anything; :class:`paycore.console_auth.Forbidden` if not."""
+    """The principal, if its role may change anything; else :class:`~.credentials.Forbidden`."""
     return require(Role.OPERATOR, caller.principal)
 
 

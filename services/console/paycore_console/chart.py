@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from paycore.inspection import HourCount
+from paycore_console.inspection import HourCount
 
 WIDTH = 720
 HEIGHT = 160

@@ -9,8 +9,8 @@ import jinja2
 from starlette.requests import Request
 
 from paycore.clock import Clock
-from paycore.console_auth import ConsoleAuth
 from paycore.http.outage import DatabaseOutage
+from paycore_console.credentials import ConsoleAuth
 from paycore_console.settings import ConsoleSettings
 
 

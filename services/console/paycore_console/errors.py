@@ -19,7 +19,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import Scope
 
-from paycore.console_auth import (
+from paycore.http.outage import RETRY_AFTER_S, unavailable_response
+from paycore.http.problems import problem_response
+from paycore_console.actions import ActionRefused, BadQuery
+from paycore_console.auth import CSRF_FIELD, Caller, authenticate
+from paycore_console.context import console_of
+from paycore_console.credentials import (
     AuthKeysUnavailable,
     ConsoleAuthError,
     CsrfRefused,
@@ -27,12 +32,7 @@ from paycore.console_auth import (
     OperatorTokenRefused,
     SessionRefused,
 )
-from paycore.http.outage import RETRY_AFTER_S, unavailable_response
-from paycore.http.problems import problem_response
-from paycore.inspection import InvalidCursor
-from paycore_console.actions import ActionRefused, BadQuery
-from paycore_console.auth import CSRF_FIELD, Caller, authenticate
-from paycore_console.context import console_of
+from paycore_console.inspection import InvalidCursor
 
 ACTION_STATUS = {"conflict": 409, "invalid": 422, "not-found": 404}
 

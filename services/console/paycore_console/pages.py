@@ -16,10 +16,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from paycore import conflicts, inspection, operator_sessions
+from paycore import conflicts, operator_sessions
 from paycore.accounts import PROVIDER_ACCOUNTS
 from paycore.conflicts import CONFLICT_REASONS
-from paycore.console_auth import Principal
 from paycore.dead_ends import is_dead_end
 from paycore.domain import LIVE_STATES, AttemptState
 from paycore.operator_sessions import EndReason
@@ -29,6 +28,7 @@ from paycore.operators import end_sessions as end_operator_sessions
 from paycore_console import (
     actions,
     ids,  # noqa: F401  (registers the {name:id} route convertor)
+    inspection,
 )
 from paycore_console.actions import ActionRefused, Done
 from paycore_console.auth import (
@@ -49,6 +49,7 @@ from paycore_console.auth import (
 )
 from paycore_console.chart import hourly_chart
 from paycore_console.context import Console, console_of
+from paycore_console.credentials import Principal
 from paycore_console.errors import BadRequest
 
 FORM_MAX_BYTES = 64 * 1024
@@ -388,15 +389,9 @@ async def unmatched_page(request: Request) -> Response:
                   items=items, next_url=f"/notifications/unmatched?cursor={quote(more)}" if more else None)
 
 
-SELECT_NOTIFICATION = """
-SELECT event_id, occurred_at, provider_account, notification_key, detail, attempt_id
-FROM payment_attempt_events WHERE kind = 'notification' AND event_id = $1
-"""
-
-
 async def stored_notification(c: Console, event_id: int) -> tuple[inspection.NotificationSummary, bool]:
     """The notification's identifiers (as the inspection shows them) and whether it was matched on arrival."""
-    row = await c.pool.fetchrow(SELECT_NOTIFICATION, event_id)
+    row = await inspection.READS.stored_notification.fetchrow(c.pool, event_id=event_id)
     if row is None:
         raise ActionRefused("not-found", f"no stored notification {event_id}")
     d = row["detail"]

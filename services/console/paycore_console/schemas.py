@@ -1,6 +1,6 @@
 """JSON Schemas of the API's answers, derived from the dataclasses the answers are made of.
 
-An answer is :func:`paycore.inspection.jsonable` of an inspection result (or an action's
+An answer is :func:`paycore_console.inspection.jsonable` of an inspection result (or an action's
 :meth:`~paycore_console.actions.Done.as_json`), so its schema is read from the same dataclasses'
 type hints: a field added to ``inspection.AttemptSummary`` is in the document at once. Each
 dataclass is one component (``#/components/schemas/AttemptSummary``); every field is required,

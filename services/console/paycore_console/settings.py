@@ -1,6 +1,6 @@
-"""The console service's own settings; sessions, tokens and sign-in throttling are declared by the
-library (:mod:`paycore.console_auth`, :mod:`paycore.operators`). Host and port are flags of
-``paycore serve console``, not settings."""
+"""The console service's own settings; sessions and tokens are declared by
+:mod:`paycore_console.credentials`, sign-in throttling by the library (:mod:`paycore.operators`).
+Host and port are flags of ``paycore serve console``, not settings."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from paycore.config import Settings, load_settings
-from paycore.console_auth import ConsoleAuthSettings
 from paycore.operators import LoginThrottle
 from paycore.settings_spec import ConfigError, Flag, Group, IpNetwork, Items, Number
+from paycore_console.credentials import ConsoleAuthSettings
 
 CONSOLE_SERVICE = Group("console: the web console service (docs/operators.md)")
 TRUSTED_PROXIES = CONSOLE_SERVICE.declare(

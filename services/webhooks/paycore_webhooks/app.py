@@ -44,9 +44,8 @@ from paycore.db import create_pool
 from paycore.http.bodies import first_duplicate_key, read_limited
 from paycore.http.inputs import UnstorableTextRefused
 from paycore.http.openapi import openapi_route
-from paycore.http.outage import DatabaseOutage, DatabaseOutageMiddleware, is_database_unavailable, not_ready
+from paycore.http.outage import DatabaseOutage, is_database_unavailable, not_ready
 from paycore.http.problems import (
-    InternalErrorMiddleware,
     Problem,
     http_exception_handler,
     problem_handler,
@@ -54,6 +53,7 @@ from paycore.http.problems import (
 )
 from paycore.http.request_id import RequestIdMiddleware
 from paycore.http.request_metrics import instrument
+from paycore.http.unhandled import UnhandledErrorMiddleware
 from paycore.providers.base import (
     InvalidNotification,
     NotificationReceiver,
@@ -234,8 +234,8 @@ def create_app(
         lifespan=lifespan,
         exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler},
     )
-    app.add_middleware(DatabaseOutageMiddleware, outage=outage)
-    app.add_middleware(InternalErrorMiddleware, logger=log)  # any other error: one 500, logged once
+    # The database unreachable: 503 with Retry-After, said once; any other error: one 500, logged once.
+    app.add_middleware(UnhandledErrorMiddleware, logger=log, outage=outage)
     instrument(app, "webhooks", registry)  # request durations; /metrics is on the admin port
     app.add_middleware(UnstorableTextRefused)  # a NUL in the path or query: 400, not a 500
     app.add_middleware(RequestIdMiddleware)  # every answer carries X-Request-Id

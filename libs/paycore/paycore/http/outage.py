@@ -2,7 +2,8 @@
 
 Any route that fails because PostgreSQL is unreachable answers 503
 ``database-unavailable`` problem+json with ``Retry-After`` instead of a 500
-with a traceback. The first such failure logs one warning; a probe then asks
+with a traceback (:class:`paycore.http.unhandled.UnhandledErrorMiddleware`
+answers it). The first such failure logs one warning; a probe then asks
 the database every second and logs one info line when it answers again.
 
 The 503 claims nothing about what happened: a pay request may fail after its
@@ -18,12 +19,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 
 import asyncpg
 import asyncpg.exceptions as pgerr
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from paycore.http.problems import problem_response
 
@@ -162,37 +162,3 @@ def problem_answer(scope: Scope) -> Response:
     """The 503 of an API: ``database-unavailable`` problem+json with Retry-After."""
     return unavailable_response(scope.get("path"))
 
-
-class DatabaseOutageMiddleware:
-    """Answers any request that failed on an unreachable database with the 503 (pure ASGI).
-
-    It sits inside Starlette's error middleware, so such a failure is neither a
-    500 nor a traceback per request; anything else passes through unchanged.
-    ``answer`` makes the 503 (the problem+json of :func:`problem_answer` unless a
-    service serves people pages too: it must keep the status and Retry-After).
-    """
-
-    def __init__(self, app: ASGIApp, outage: DatabaseOutage,
-                 answer: Callable[[Scope], Response] = problem_answer) -> None:
-        self.app = app
-        self.outage = outage
-        self.answer = answer
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def watch_start(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, watch_start)
-        except Exception as exc:
-            if started or not is_database_unavailable(exc):
-                raise
-            self.outage.seen(exc)
-            await self.answer(scope)(scope, receive, send)

@@ -6,7 +6,6 @@ tell "fix your request" from "retry later" without parsing prose.
 
 from __future__ import annotations
 
-import logging
 from http import HTTPStatus
 from typing import Any
 
@@ -14,7 +13,6 @@ import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from paycore.errors import PaycoreError
 
@@ -90,38 +88,3 @@ async def http_exception_handler(request: Request, exc: Exception) -> Response:
     return problem_response(status, _HTTP_SLUGS.get(status, "http-error"), title,
                             instance=request.url.path, headers=dict(exc.headers or {}))
 
-
-class InternalErrorMiddleware:
-    """Answers an unexpected exception with a 500 problem, logged once, keeping the connection.
-
-    Starlette's own error middleware re-raises after its handler, so the server
-    logs a second traceback and closes a keep-alive connection the client did
-    nothing wrong on. Placed inside it (``app.add_middleware`` first), this one
-    logs the traceback once and answers; a response already started cannot be
-    replaced, so that case is re-raised for the server to end the connection.
-    """
-
-    def __init__(self, app: ASGIApp, logger: logging.Logger) -> None:
-        self.app = app
-        self.log = logger
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def watch_start(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, watch_start)
-        except Exception:
-            if started:
-                raise
-            self.log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
-            answer = problem_response(500, "internal", "Internal error",
-                                      "The request failed; it is safe to retry.", instance=scope.get("path"))
-            await answer(scope, receive, send)

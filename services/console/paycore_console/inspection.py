@@ -1,5 +1,8 @@
 """What operators can see: read-only queries behind the console and ``paycore … list|show``.
 
+It lives in the console, which shows it; the CLI (which depends on the console) imports it from
+here. Its SQL is ``queries/inspection.sql``, each statement named.
+
 Nothing here writes. Every function takes a connection (or pool) and, where
 ages or windows matter, the caller's ``now`` -- the one clock. Listings are
 keyset-paginated: the cursor is an opaque string (URL-safe base64 of the last
@@ -27,6 +30,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, TypeAlias
 from urllib.parse import parse_qsl
 from uuid import UUID
@@ -34,8 +38,8 @@ from uuid import UUID
 import asyncpg
 import orjson
 
-from paycore import escalations, events
-from paycore.domain import LIVE_STATE_PREDICATE, LIVE_STATES, AttemptState
+from paycore import escalations, events, queries
+from paycore.domain import LIVE_STATES, AttemptState
 from paycore.errors import PaycoreError
 from paycore.operator_actions import OperatorAction, list_actions
 
@@ -47,6 +51,9 @@ HOURS_CHARTED = 24
 NESTING_SHOWN = 1  # a detail's own fields and the fields of the objects in it; deeper: names only
 
 Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
+
+QUERIES = Path(__file__).with_name("queries")  # the console's own named queries
+READS = queries.load("inspection", directory=QUERIES)  # every statement here, and the pages' lookups
 
 
 class InvalidCursor(PaycoreError, ValueError):
@@ -221,79 +228,6 @@ class Overview:
     last_24h: tuple[HourCount, ...]
 
 
-# The live states only (one_live_attempt_per_order keeps them few); age since creation.
-LIVE_ATTEMPTS_BY_AGE = """
-SELECT state,
-       CASE WHEN $1 - created_at < interval '1 minute' THEN 0
-            WHEN $1 - created_at < interval '1 hour' THEN 1
-            WHEN $1 - created_at < interval '24 hours' THEN 2
-            ELSE 3 END AS bucket,
-       count(*) AS n
-FROM payment_attempts
-WHERE """ + LIVE_STATE_PREDICATE + """
-GROUP BY 1, 2
-"""
-
-OLDEST_UNKNOWN = """
-SELECT attempt_id, created_at FROM payment_attempts
-WHERE state = 'Unknown'
-ORDER BY created_at, attempt_id
-LIMIT 1
-"""
-
-# An episode about an attempt counts under the attempt's account; one about a notification
-# under the account its detail names (the webhook handler records it). The account is looked
-# up per open episode (few) by primary key: a join let the planner hash every attempt.
-OPEN_ESCALATIONS_BY_REASON_AND_ACCOUNT = """
-SELECT e.reason,
-       COALESCE((SELECT a.provider_account FROM payment_attempts a WHERE a.attempt_id = e.attempt_id),
-                e.detail ->> 'provider_account') AS provider_account,
-       count(*) FILTER (WHERE e.acknowledged_at IS NULL) AS unacknowledged,
-       count(*) FILTER (WHERE e.acknowledged_at IS NOT NULL) AS acknowledged
-FROM payment_escalations e
-WHERE e.resolved_at IS NULL
-GROUP BY 1, 2
-"""
-
-# Undispatched rows: pending (the relay still tries them) or dead-lettered (waiting for an operator;
-# never dispatched too, ck_outbox_single_terminal_state). Spelled as the two partial indexes'
-# predicates (outbox_messages_pending, outbox_messages_dead_letters) so neither reads the
-# dispatched rows that retention has not purged yet.
-OUTBOX_BACKLOG = """
-SELECT kind,
-       count(*) FILTER (WHERE dead_lettered_at IS NULL) AS pending,
-       count(*) FILTER (WHERE dead_lettered_at IS NOT NULL) AS dead_lettered,
-       min(created_at) FILTER (WHERE dead_lettered_at IS NULL) AS oldest_pending_at
-FROM outbox_messages
-WHERE (dispatched_at IS NULL AND dead_lettered_at IS NULL) OR dead_lettered_at IS NOT NULL
-GROUP BY kind
-ORDER BY kind
-"""
-
-PAUSED_SCOPES = """
-SELECT scope, paused_until, reason FROM provider_rate_limit_pauses
-WHERE paused_until > $1
-ORDER BY scope
-"""
-
-# Hour index from $1 (the first charted hour); served by payment_attempt_events_entered_unknown (0008).
-ENTERED_UNKNOWN_PER_HOUR = """
-SELECT floor(extract(epoch FROM occurred_at - $1) / 3600)::int AS hour, count(*) AS n
-FROM payment_attempt_events
-WHERE kind = 'transition' AND detail ->> 'to' = 'Unknown'
-  AND detail ->> 'from' IS DISTINCT FROM 'Unknown'
-  AND occurred_at >= $1 AND occurred_at <= $2
-GROUP BY 1
-"""
-
-ESCALATIONS_RAISED_PER_HOUR = """
-SELECT floor(extract(epoch FROM raised_at - $1) / 3600)::int AS hour, count(*) AS n
-FROM payment_escalations
-WHERE raised_at >= $1 AND raised_at <= $2
-GROUP BY 1
-"""
-
-
 def first_charted_hour(now: datetime) -> datetime:
     """The start of the oldest of the 24 charted hours: the chart's last hour is the one ``now`` is in."""
     return now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=HOURS_CHARTED - 1)
@@ -314,13 +248,15 @@ async def overview(conn: Conn, now: datetime) -> Overview:
     escalations by reason and account, the outbox backlog, paused provider scopes, and the last
     24 hours of attempts entering Unknown and escalations raised, per hour."""
     ages: dict[str, list[int]] = {s.value: [0, 0, 0, 0] for s in AttemptState if s in LIVE_STATES}
-    for r in await conn.fetch(LIVE_ATTEMPTS_BY_AGE, now):
+    for r in await READS.live_attempts_by_age.fetch(conn, now=now):
         ages[r["state"]][r["bucket"]] = r["n"]
-    oldest = await conn.fetchrow(OLDEST_UNKNOWN)
-    open_rows = await conn.fetch(OPEN_ESCALATIONS_BY_REASON_AND_ACCOUNT)
+    oldest = await READS.oldest_unknown.fetchrow(conn)
+    open_rows = await READS.open_escalations_by_reason_and_account.fetch(conn)
     start = first_charted_hour(now)
-    unknown = {r["hour"]: r["n"] for r in await conn.fetch(ENTERED_UNKNOWN_PER_HOUR, start, now)}
-    raised = {r["hour"]: r["n"] for r in await conn.fetch(ESCALATIONS_RAISED_PER_HOUR, start, now)}
+    unknown = {r["hour"]: r["n"]
+               for r in await READS.entered_unknown_per_hour.fetch(conn, first_hour=start, now=now)}
+    raised = {r["hour"]: r["n"]
+              for r in await READS.escalations_raised_per_hour.fetch(conn, first_hour=start, now=now)}
     return Overview(
         at=now,
         attempts=tuple(StateAges(s, *counts) for s, counts in ages.items()),
@@ -328,8 +264,8 @@ async def overview(conn: Conn, now: datetime) -> Overview:
                                      now - oldest["created_at"]) if oldest else None,
         escalations_by_reason=_tallies(open_rows, "reason"),
         escalations_by_account=_tallies(open_rows, "provider_account"),
-        outbox=tuple(OutboxKind(**dict(r)) for r in await conn.fetch(OUTBOX_BACKLOG)),
-        paused_scopes=tuple(PausedScope(**dict(r)) for r in await conn.fetch(PAUSED_SCOPES, now)),
+        outbox=tuple(OutboxKind(**dict(r)) for r in await READS.outbox_backlog.fetch(conn)),
+        paused_scopes=tuple(PausedScope(**dict(r)) for r in await READS.paused_scopes.fetch(conn, now=now)),
         last_24h=tuple(HourCount(start + timedelta(hours=h), unknown.get(h, 0), raised.get(h, 0))
                        for h in range(HOURS_CHARTED)),
     )
@@ -358,28 +294,6 @@ class EscalationItem:
         return "acknowledged" if self.acknowledged_at is not None else "open"
 
 
-ESCALATION_COLUMNS = """
-e.escalation_id, e.escalation_key, e.reason, e.attempt_id,
-COALESCE(a.provider_account, e.detail ->> 'provider_account') AS provider_account,
-e.raised_at, e.acknowledged_at, e.resolved_at, e.reminder_count, e.next_reminder_at
-"""
-
-# Open episodes first, then oldest raised first; the sort key is also the cursor
-# (payment_escalations_listing, 0008). A NULL parameter switches its filter off.
-SELECT_ESCALATIONS = """
-SELECT """ + ESCALATION_COLUMNS + """
-FROM payment_escalations e
-LEFT JOIN payment_attempts a ON a.attempt_id = e.attempt_id
-WHERE ($1::text IS NULL OR e.reason = $1)
-  AND ($2::text IS NULL OR COALESCE(a.provider_account, e.detail ->> 'provider_account') = $2)
-  AND ($3::boolean IS NULL OR (e.acknowledged_at IS NOT NULL) = $3)
-  AND (NOT $4::boolean OR e.resolved_at IS NULL)
-  AND ($5::boolean IS NULL OR ((e.resolved_at IS NOT NULL), e.raised_at, e.escalation_id) > ($5, $6, $7))
-ORDER BY (e.resolved_at IS NOT NULL), e.raised_at, e.escalation_id
-LIMIT $8
-"""
-
-
 async def list_escalations(
     conn: Conn, *, reason: str | None = None, provider_account: str | None = None,
     acknowledged: bool | None = None, open_only: bool = True, limit: int = DEFAULT_PAGE,
@@ -390,8 +304,10 @@ async def list_escalations(
     after: list[Any] = [None, None, None]
     if cursor is not None:
         after = _decode_cursor(cursor, (bool, datetime, int))
-    rows = await conn.fetch(SELECT_ESCALATIONS, reason, provider_account, acknowledged, open_only, *after,
-                            _page_limit(limit) + 1)
+    rows = await READS.escalations_page.fetch(
+        conn, reason=reason, account=provider_account, acknowledged=acknowledged, open_only=open_only,
+        after_resolved=after[0], after_raised_at=after[1], after_escalation_id=after[2],
+        limit=_page_limit(limit) + 1)
     items = [EscalationItem(**dict(r)) for r in rows[:limit]]
     if len(rows) <= limit:
         return items, None
@@ -407,17 +323,9 @@ class EscalationDetail:
     actions: tuple[OperatorAction, ...]  # newest first
 
 
-SELECT_ESCALATION = """
-SELECT """ + ESCALATION_COLUMNS + """, e.detail
-FROM payment_escalations e
-LEFT JOIN payment_attempts a ON a.attempt_id = e.attempt_id
-WHERE e.escalation_id = $1
-"""
-
-
 async def escalation_detail(conn: Conn, escalation_id: int) -> EscalationDetail | None:
     """The episode, its detail (identifiers only) and every operator action on it; None if unknown."""
-    row = await conn.fetchrow(SELECT_ESCALATION, escalation_id)
+    row = await READS.escalation.fetchrow(conn, escalation_id=escalation_id)
     if row is None:
         return None
     values = dict(row)
@@ -522,42 +430,6 @@ class AttemptDetail:
     actions: tuple[OperatorAction, ...]  # newest first
 
 
-SELECT_ATTEMPT_ROW = """
-SELECT attempt_id, order_id, attempt_number, provider_account, amount_minor, currency, idempotency_key,
-       client_reference, state, provider_status, provider_payment_id, outcome_reason, version, created_at,
-       first_sent_at, escalation_deadline, recovery_owner, lease_expires_at, next_check_at, request_body
-FROM payment_attempts WHERE attempt_id = $1
-"""
-
-SELECT_ORDER_ROW = """
-SELECT order_id, status, amount_minor, currency, provider_account, created_at, cancel_requested_at
-FROM orders WHERE order_id = $1
-"""
-
-# Notifications matched on arrival carry the attempt's id; one attached later by an operator
-# keeps its NULL (history is append-only) and is named by the attachment's transition event.
-SELECT_NOTIFICATIONS = """
-SELECT event_id, occurred_at, provider_account, notification_key, detail
-FROM payment_attempt_events
-WHERE kind = 'notification' AND event_id = ANY($1::bigint[])
-ORDER BY event_id
-"""
-
-SELECT_OUTBOX_OF_ATTEMPT = """
-SELECT message_id, dedup_key, kind, created_at, delivery_attempts, next_attempt_at, last_error,
-       dispatched_at, dead_lettered_at
-FROM outbox_messages WHERE attempt_id = $1
-ORDER BY message_id
-"""
-
-SELECT_ESCALATIONS_OF_ATTEMPT = """
-SELECT """ + ESCALATION_COLUMNS + """
-FROM payment_escalations e
-LEFT JOIN payment_attempts a ON a.attempt_id = e.attempt_id
-WHERE e.attempt_id = $1
-ORDER BY e.raised_at, e.escalation_id
-"""
-
 # The fields of a notification's stored detail a person may see (event_detail in paycore.notifications).
 NOTIFICATION_FIELDS = ("type", "status", "provider_payment_id", "reference", "amount_minor", "currency",
                        "unparseable")
@@ -577,13 +449,13 @@ def _event_summary(kind: str, detail: Mapping[str, Any]) -> dict[str, Any]:
 
 async def attempt_detail(conn: Conn, attempt_id: UUID) -> AttemptDetail | None:
     """Everything about one attempt an operator needs, or None if there is no such attempt."""
-    row = await conn.fetchrow(SELECT_ATTEMPT_ROW, attempt_id)
+    row = await READS.attempt.fetchrow(conn, attempt_id=attempt_id)
     if row is None:
         return None
     values = dict(row)
     values["request_fields"] = tuple(request_field_names(values.pop("request_body")))
     attempt = AttemptSummary(**values)
-    order = await conn.fetchrow(SELECT_ORDER_ROW, attempt.order_id)
+    order = await READS.order.fetchrow(conn, order_id=attempt.order_id)
     assert order is not None  # a foreign key
     history = await events.history(conn, attempt_id)
     noted = [e["event_id"] for e in history if e["kind"] == "notification"]
@@ -594,10 +466,11 @@ async def attempt_detail(conn: Conn, attempt_id: UUID) -> AttemptDetail | None:
         order=OrderSummary(**dict(order)),
         history=tuple(HistoryEvent(e["event_id"], e["occurred_at"], e["kind"], e["actor"],
                                    _event_summary(e["kind"], e["detail"])) for e in history),
-        notifications=tuple(_notification(r) for r in await conn.fetch(SELECT_NOTIFICATIONS, noted)),
-        outbox=tuple(OutboxRow(**dict(r)) for r in await conn.fetch(SELECT_OUTBOX_OF_ATTEMPT, attempt_id)),
+        notifications=tuple(_notification(r) for r in await READS.notifications.fetch(conn, event_ids=noted)),
+        outbox=tuple(OutboxRow(**dict(r))
+                     for r in await READS.outbox_of_attempt.fetch(conn, attempt_id=attempt_id)),
         escalations=tuple(EscalationItem(**dict(r))
-                          for r in await conn.fetch(SELECT_ESCALATIONS_OF_ATTEMPT, attempt_id)),
+                          for r in await READS.escalations_of_attempt.fetch(conn, attempt_id=attempt_id)),
         actions=tuple(await list_actions(conn, attempt_id=attempt_id, limit=ACTIONS_SHOWN)),
     )
 
@@ -621,24 +494,6 @@ class AttemptItem:
     next_check_at: datetime
 
 
-# Newest first; the sort key is the cursor (payment_attempts_newest, 0013). A NULL parameter
-# switches its filter off. The search is exact: an order id, a client reference, a provider
-# payment id or an attempt id.
-SELECT_ATTEMPTS = """
-SELECT attempt_id, order_id, attempt_number, provider_account, amount_minor, currency, state,
-       provider_payment_id, created_at, next_check_at
-FROM payment_attempts
-WHERE ($1::text IS NULL OR state = $1)
-  AND ($2::text IS NULL OR provider_account = $2)
-  AND ($3::timestamptz IS NULL OR created_at <= $3)
-  AND ($4::text IS NULL OR order_id = $4 OR client_reference = $4 OR provider_payment_id = $4
-       OR attempt_id::text = lower($4))
-  AND ($5::timestamptz IS NULL OR (created_at, attempt_id) < ($5, $6::uuid))
-ORDER BY created_at DESC, attempt_id DESC
-LIMIT $7
-"""
-
-
 async def list_attempts(
     conn: Conn, *, state: str | None = None, provider_account: str | None = None,
     created_before: datetime | None = None, search: str | None = None, limit: int = DEFAULT_PAGE,
@@ -658,8 +513,9 @@ async def list_attempts(
             after[1] = UUID(after[1])
         except ValueError:
             raise InvalidCursor("the cursor is not one this listing made") from None
-    rows = await conn.fetch(SELECT_ATTEMPTS, state, provider_account, created_before, search, *after,
-                            _page_limit(limit) + 1)
+    rows = await READS.attempts_page.fetch(
+        conn, state=state, account=provider_account, created_before=created_before, search=search,
+        after_created_at=after[0], after_attempt_id=after[1], limit=_page_limit(limit) + 1)
     items = [AttemptItem(**dict(r)) for r in rows[:limit]]
     if len(rows) <= limit:
         return items, None
@@ -676,44 +532,19 @@ class UnmatchedNotification:
     escalation_id: int | None  # its open unmatched (or unparseable) episode, if one is open
 
 
-# Stored with no attempt and not attached since (the attachment's transition event names it:
-# payment_attempt_events_attachments, 0008); oldest first by event id
-# (payment_attempt_events_unmatched, 0008).
-SELECT_UNMATCHED = """
-SELECT n.event_id, n.occurred_at, n.provider_account, n.notification_key, n.detail
-FROM payment_attempt_events n
-WHERE n.kind = 'notification' AND n.attempt_id IS NULL
-  AND ($1::bigint IS NULL OR n.event_id > $1)
-  AND NOT EXISTS (SELECT 1 FROM payment_attempt_events t
-                  WHERE t.kind = 'transition' AND t.detail ? 'attached_notification'
-                    AND t.detail ->> 'attached_notification' = n.event_id::text)
-ORDER BY n.event_id
-LIMIT $2
-"""
-
-# An unmatched episode is per subject (escalations.unmatched_key), an unparseable one names
-# its stored event; only open episodes (one_open_escalation_per_key).
-SELECT_OPEN_NOTIFICATION_EPISODES = """
-SELECT escalation_id, escalation_key, detail ->> 'notification_event_id' AS event_id
-FROM payment_escalations
-WHERE resolved_at IS NULL
-  AND (escalation_key = ANY($1::text[])
-       OR (reason = 'unparseable-notification' AND detail ->> 'notification_event_id' = ANY($2::text[])))
-"""
-
-
 async def unmatched_notifications(
     conn: Conn, *, limit: int = DEFAULT_PAGE, cursor: str | None = None
 ) -> tuple[list[UnmatchedNotification], str | None]:
     """Stored notifications no attempt matched and no operator has attached, oldest first, each
     with its open escalation; and the next page's cursor."""
     after = _decode_cursor(cursor, (int,))[0] if cursor is not None else None
-    rows = await conn.fetch(SELECT_UNMATCHED, after, _page_limit(limit) + 1)
+    rows = await READS.unmatched_notifications_page.fetch(conn, after_event_id=after,
+                                                         limit=_page_limit(limit) + 1)
     page = [_notification(r) for r in rows[:limit]]
     keys = {n.event_id: escalations.unmatched_key(n.provider_account, n.notification_key,
                                                   n.provider_payment_id, n.reference) for n in page}
-    episodes = await conn.fetch(SELECT_OPEN_NOTIFICATION_EPISODES, list(keys.values()),
-                                [str(n.event_id) for n in page])
+    episodes = await READS.open_notification_episodes.fetch(conn, keys=list(keys.values()),
+                                                            event_ids=[str(n.event_id) for n in page])
     by_key = {e["escalation_key"]: e["escalation_id"] for e in episodes}
     by_event = {e["event_id"]: e["escalation_id"] for e in episodes if e["event_id"] is not None}
     items = [UnmatchedNotification(n, by_key.get(keys[n.event_id], by_event.get(str(n.event_id))))
@@ -729,33 +560,16 @@ class DeadLetter:
     escalation_id: int | None  # its open outbox dead-letter episode
 
 
-# Oldest first by message id (outbox_messages_dead_letters, 0008).
-SELECT_DEAD_LETTERS = """
-SELECT message_id, dedup_key, kind, created_at, delivery_attempts, next_attempt_at, last_error,
-       dispatched_at, dead_lettered_at, attempt_id
-FROM outbox_messages
-WHERE dead_lettered_at IS NOT NULL
-  AND ($1::text IS NULL OR kind = $1)
-  AND ($2::bigint IS NULL OR message_id > $2)
-ORDER BY message_id
-LIMIT $3
-"""
-
-SELECT_OPEN_EPISODES_BY_KEY = """
-SELECT escalation_key, escalation_id FROM payment_escalations
-WHERE resolved_at IS NULL AND escalation_key = ANY($1::text[])
-"""
-
-
 async def dead_letters(
     conn: Conn, *, kind: str | None = None, limit: int = DEFAULT_PAGE, cursor: str | None = None
 ) -> tuple[list[DeadLetter], str | None]:
     """Dead-lettered outbox rows (waiting for requeue or skip), oldest first; and the next cursor."""
     after = _decode_cursor(cursor, (int,))[0] if cursor is not None else None
-    rows = await conn.fetch(SELECT_DEAD_LETTERS, kind, after, _page_limit(limit) + 1)
+    rows = await READS.dead_letters_page.fetch(conn, kind=kind, after_message_id=after,
+                                               limit=_page_limit(limit) + 1)
     keys = [escalations.dead_letter_key(r["message_id"]) for r in rows[:limit]]
     open_by_key = {e["escalation_key"]: e["escalation_id"]
-                   for e in await conn.fetch(SELECT_OPEN_EPISODES_BY_KEY, keys)}
+                   for e in await READS.open_episodes_by_key.fetch(conn, keys=keys)}
     items = []
     for r, key in zip(rows[:limit], keys, strict=True):
         values = dict(r)
