@@ -9,6 +9,7 @@ states are written everywhere exactly as the partial index that keeps one live a
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,14 @@ def test_the_live_states_are_written_everywhere_as_the_partial_index_writes_them
     assert live_lists
     for name, written in live_lists:
         assert written == LIVE_STATE_PREDICATE, f"{name}: {written}"
+
+
+def test_every_package_with_query_files_ships_them_in_its_wheel() -> None:
+    """The deployment image is built from wheels: a query file left out is a service that fails to
+    import in production only."""
+    folders = sorted({path.parent for path in SQL_FILES})
+    assert len(folders) > 1
+    for folder in folders:
+        package = folder.parent
+        project = tomllib.loads((package.parent / "pyproject.toml").read_text(encoding="utf-8"))
+        assert "queries/*.sql" in project["tool"]["setuptools"]["package-data"][package.name], package

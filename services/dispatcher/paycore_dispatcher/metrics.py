@@ -12,7 +12,7 @@ from paycore import contracts, queries
 from paycore.clock import Clock
 from paycore_dispatcher.relay import PassResult
 
-GAUGES = queries.load("metrics", directory=Path(__file__).with_name("queries"))  # the gauges' reads
+OUTBOX_GAUGES = queries.load("metrics", directory=Path(__file__).with_name("queries"))  # the gauges' reads
 
 
 @dataclass
@@ -55,7 +55,7 @@ class DispatcherMetrics:
     async def refresh(self, pool: asyncpg.Pool, clock: Clock) -> None:
         """Re-read the backlog gauges from the database. Every kind the contracts know is exported,
         0 when none waits: an alert on them must see 0, not "no data", when the outbox is empty."""
-        rows = await GAUGES.backlog.fetch(pool)
+        rows = await OUTBOX_GAUGES.backlog.fetch(pool)
         now = clock.now()
         self.backlog.clear()
         self.dead_lettered.clear()

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from paycore import queries
 from paycore.domain import LIVE_STATES, AttemptState
 
-GAUGES = queries.load("metrics", directory=Path(__file__).with_name("queries"))  # the gauges' reads
+RECOVERY_GAUGES = queries.load("metrics", directory=Path(__file__).with_name("queries"))  # the gauges' reads
 
 
 class RecoveryMetrics:
@@ -60,7 +60,7 @@ class RecoveryMetrics:
                                             "Send intents found without a result", registry=r)
 
     async def refresh(self, pool: asyncpg.Pool, now: datetime) -> None:
-        rows = await GAUGES.open_by_state.fetch(pool)
+        rows = await RECOVERY_GAUGES.open_by_state.fetch(pool)
         oldest_open = 0.0
         self.oldest_unknown.set(0)
         for state in LIVE_STATES:
@@ -73,12 +73,12 @@ class RecoveryMetrics:
                 self.oldest_unknown.set(age)
         self.oldest_open.set(oldest_open)
         await self._refresh_escalations(pool, now)
-        self.past_deadline.set(await GAUGES.past_escalation_deadline.fetchval(pool, now=now))
-        self.scopes_paused.set(await GAUGES.paused_scopes.fetchval(pool, now=now))
+        self.past_deadline.set(await RECOVERY_GAUGES.past_escalation_deadline.fetchval(pool, now=now))
+        self.scopes_paused.set(await RECOVERY_GAUGES.paused_scopes.fetchval(pool, now=now))
 
     async def _refresh_escalations(self, pool: asyncpg.Pool, now: datetime) -> None:
-        rows = await GAUGES.open_escalations.fetch(pool)
-        oldest: datetime | None = await GAUGES.oldest_unacknowledged.fetchval(pool)
+        rows = await RECOVERY_GAUGES.open_escalations.fetch(pool)
+        oldest: datetime | None = await RECOVERY_GAUGES.oldest_unacknowledged.fetchval(pool)
         # No await between clear and set: a scrape never sees the gauge half filled.
         self.escalations_open.clear()
         for row in rows:
