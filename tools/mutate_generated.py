@@ -11,15 +11,16 @@ audit found six such guards, issue 26). This run generates its mutants instead:
    added and removed, ``True``/``False``, numbers (+1 and -1), arithmetic to its inverse, an
    ``except`` clause's exception, a loop run zero times, ``break``/``continue``. Mutants inside
    annotations are not made (``from __future__ import annotations``: never evaluated).
-2. **SQL**, by :mod:`tools.sql_mutants` over the queries of :data:`SQL_TARGETS` and the
+2. **SQL**, by :mod:`tools.sql_mutants` over the named queries of :data:`SQL_TARGETS` and the
    migrations' constraints: each ``WHERE`` conjunct dropped or its comparison flipped, each
    ``ORDER BY``, row lock, ``SKIP LOCKED`` and ``ON CONFLICT … DO NOTHING`` removed, each
    ``COALESCE`` swapped, each ``CHECK`` and uniqueness dropped.
 
 Which tests run for a mutant: the suites of :data:`SUITES` run once under coverage with a
 context per test, so each line knows the tests that execute it. A mutant runs the tests that
-execute its line (for a module-level constant, such as a query, the tests that execute a
-function naming it; for a migration, the schema tests and the matrix), the fastest first,
+execute its line (for a named query, the tests that execute a function of
+:data:`SQL_CALLERS` naming it; for a module-level constant, the tests that execute a function
+naming it; for a migration, the schema tests and the matrix), the fastest first,
 at most ``--max-tests`` of them (taken round-robin across their files), with ``pytest -x``; a
 mutant that survives that sample runs again with a wider one (``--confirm-tests``), and only
 then counts as a survivor (the report says how many of the covering tests ran).
@@ -53,6 +54,7 @@ import orjson
 from tools.mutants_judged import JUDGED, Judged
 from tools.mutate import check_imports_come_from, copy_tree, module_of, run_env
 from tools.sql_mutants import mutants_of as sql_mutants_of
+from tools.sql_mutants import query_at
 
 ROOT = Path(__file__).resolve().parents[1]
 LIB = "libs/paycore/paycore"
@@ -72,19 +74,18 @@ PYTHON_TARGETS: tuple[str, ...] = (
     f"{LIB}/providers/adyen/wire.py",
     f"{LIB}/providers/adyen/notifications.py",
 )
-# Whose queries are mutated: every writer of an attempt, its lease, its events, escalations
-# and outbox rows, and the relay's claims.
-SQL_TARGETS: tuple[str, ...] = (
-    f"{LIB}/attempts.py",
-    f"{LIB}/writer.py",
-    f"{LIB}/leases.py",
-    f"{LIB}/orders.py",
-    f"{LIB}/outbox.py",
-    f"{LIB}/escalations.py",
-    f"{LIB}/notifications.py",
-    f"{LIB}/dead_ends.py",
-    f"{LIB}/conflicts.py",
-    f"{LIB}/webhook_replays.py",
+# Whose queries are mutated: every statement on an attempt, its lease, its events, escalations,
+# outbox rows (the relay's claims among them), orders and replayed deliveries (named queries,
+# docs/decisions/0007-named-queries.md).
+SQL_TARGETS: tuple[str, ...] = tuple(f"{LIB}/queries/{table}.sql" for table in (
+    "payment_attempts", "payment_attempt_events", "payment_escalations", "outbox_messages", "orders",
+    "webhook_deliveries_seen"))
+# The modules that run those queries: a query's mutant runs the tests that execute a function
+# naming it (the coverage map covers these too).
+SQL_CALLERS: tuple[str, ...] = (
+    f"{LIB}/attempt_row.py", f"{LIB}/attempts.py", f"{LIB}/writer.py", f"{LIB}/leases.py",
+    f"{LIB}/orders.py", f"{LIB}/outbox.py", f"{LIB}/escalations.py", f"{LIB}/events.py",
+    f"{LIB}/notifications.py", f"{LIB}/dead_ends.py", f"{LIB}/conflicts.py", f"{LIB}/webhook_replays.py",
     "services/dispatcher/paycore_dispatcher/relay.py",
 )
 MIGRATIONS = f"{LIB}/migrations"
@@ -324,7 +325,13 @@ def _module_level_names(source: str, line: int) -> set[str]:
 
 def tests_for(m: Mutant, source: str, mapping: CoverageMap) -> list[str]:
     """The tests that execute the mutated line, by the rules in the module's docstring."""
-    if m.file.endswith(".sql"):
+    if "/queries/" in m.file:
+        query = query_at(source, m.start)
+        tests: set[str] = set()
+        for f in SQL_CALLERS if query is not None else ():
+            spans = _functions_naming((ROOT / f).read_text(), {query or ""})
+            tests |= mapping.tests_of(f, [n for a, b in spans for n in range(a, b + 1)])
+    elif m.file.endswith(".sql"):
         tests = {t for t in mapping.seconds if t.startswith(MIGRATION_TESTS)}
     else:
         tests = mapping.tests_of(m.file, [m.line])
@@ -525,8 +532,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume and saved.exists():  # the map of the interrupted run (delete it to map again)
             mapping = CoverageMap.load(saved)
         else:
-            mapping = map_coverage(trees, sorted({m.file for m in mutants if m.file.endswith('.py')}),
-                                   args.suites, tmp)
+            covered = {m.file for m in mutants if m.file.endswith(".py")}
+            if any("/queries/" in m.file for m in mutants):
+                covered |= set(SQL_CALLERS)
+            mapping = map_coverage(trees, sorted(covered), args.suites, tmp)
             mapping.save(saved)
         print(f"coverage map: {len(mapping.seconds)} tests in {time.monotonic() - started:.0f} s", flush=True)
 

@@ -2,8 +2,9 @@
 
 cosmic-ray mutates Python; a query is a string to it, so the conditions that guard money in
 SQL (a ``WHERE`` conjunct, an ``ORDER BY``, ``FOR UPDATE``, ``ON CONFLICT``, a ``CHECK``) would
-go unmutated. This module finds the SQL in a Python module (its string literals that start
-with a statement keyword) or in a migration file, and generates, for each span:
+go unmutated. This module finds the SQL in a named-query file (``queries/*.sql``: each query's
+statement), a Python module (its string literals that start with a statement keyword) or a
+migration file, and generates, for each span:
 
 - ``drop-conjunct``: each top-level conjunct of a ``WHERE`` becomes ``(<conjunct> OR TRUE)``
   (its parameters stay in use, so the statement still prepares);
@@ -26,7 +27,7 @@ from __future__ import annotations
 import io
 import re
 import tokenize
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 STATEMENT = re.compile(r"^\s*(SELECT|UPDATE|INSERT|DELETE|WITH)\b", re.I)
@@ -75,6 +76,31 @@ class Span:
 
 
 # -- finding the SQL ---------------------------------------------------------------------------
+
+
+NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$")
+
+
+def query_spans(source: str) -> Iterator[tuple[str, Span]]:
+    """Each named query's statement in a ``queries/*.sql`` file, with its name: from its first
+    line that is not a comment to its last one (its doc and a following section's are left)."""
+    offset, name = 0, None
+    body: list[tuple[int, int]] = []  # (start, end) of the query's lines that are SQL
+    for line in [*source.splitlines(keepends=True), "-- name: end\n"]:
+        named = NAME_LINE.match(line.strip())
+        if named:
+            if name is not None and body:
+                yield name, Span(body[0][0], body[-1][1])
+            name, body = named.group(1), []
+        elif line.strip() and not (line.lstrip().startswith("--") and not body):
+            if not line.lstrip().startswith("--"):
+                body.append((offset, offset + len(line.rstrip("\n"))))
+        offset += len(line)
+
+
+def query_at(source: str, position: int) -> str | None:
+    """The name of the named query whose statement holds ``position``."""
+    return next((name for name, span in query_spans(source) if span.start <= position < span.end), None)
 
 
 def python_spans(source: str) -> Iterator[Span]:
@@ -252,13 +278,19 @@ def line_of(source: str, offset: int) -> int:
 
 
 def mutants_of(file: str, source: str) -> list[SqlMutant]:
-    """Every SQL mutant of a Python module's queries, or of a migration (``.sql``)."""
+    """Every SQL mutant of a named-query file's statements, a Python module's queries, or a
+    migration (any other ``.sql``)."""
     found: list[SqlMutant] = []
-    if file.endswith(".sql"):
+    spans: Iterable[Span] = ()
+    if "/queries/" in file and file.endswith(".sql"):
+        spans = [span for _, span in query_spans(source)]
+    elif file.endswith(".sql"):
         for a, b, replacement, op in mutate_migration(source):
             found.append(SqlMutant(file, a, b, replacement, op, line_of(source, a)))
         return found
-    for span in python_spans(source):
+    else:
+        spans = python_spans(source)
+    for span in spans:
         text = source[span.start:span.end]
         for a, b, replacement, op in mutate_span(text):
             start, end = span.start + a, span.start + b

@@ -84,3 +84,31 @@ def test_a_sample_takes_each_files_fastest_tests_in_turn() -> None:
     tests = ["a.py::1", "a.py::2", "a.py::3", "b.py::1", "c.py::1", "c.py::2"]
     assert sample(tests, 4) == ["a.py::1", "b.py::1", "c.py::1", "a.py::2"]
     assert sample(tests, 10) == tests
+
+
+QUERY_FILE = """-- outbox: the header says what the table is for.
+
+-- name: claim
+-- Why it is written so (the doc is not SQL: nothing in it is mutated, AND stays).
+SELECT * FROM outbox_messages
+WHERE dispatched_at IS NULL AND next_attempt_at <= :now
+ORDER BY next_attempt_at
+FOR NO KEY UPDATE SKIP LOCKED
+
+-- A section comment, after the query.
+
+-- name: mark
+UPDATE outbox_messages SET dispatched_at = :now WHERE message_id = :message_id
+"""
+
+
+def test_a_named_query_files_statements_are_mutated_each_under_its_name() -> None:
+    from tools.sql_mutants import query_at
+
+    found = mutants_of("libs/paycore/paycore/queries/outbox_messages.sql", QUERY_FILE)
+    assert {(m.operator, QUERY_FILE[m.start:m.end]) for m in found} >= {
+        ("drop-conjunct", "dispatched_at IS NULL"), ("drop-conjunct", "next_attempt_at <= :now"),
+        ("drop-order-by", "ORDER BY next_attempt_at"), ("drop-conjunct", "message_id = :message_id")}
+    assert {query_at(QUERY_FILE, m.start) for m in found} == {"claim", "mark"}
+    docs = QUERY_FILE.index("-- Why"), QUERY_FILE.index("SELECT")
+    assert not [m for m in found if docs[0] <= m.start < docs[1]]  # comments are not SQL
