@@ -26,4 +26,16 @@ class Judged:
     why: str
 
 
-JUDGED: tuple[Judged, ...] = ()
+EVIDENCE = "libs/paycore/paycore/evidence.py"
+
+JUDGED: tuple[Judged, ...] = (
+    Judged(
+        EVIDENCE,
+        '- _, account, environment = provider_account.rsplit(":", 2)\n'
+        '+ _, account, environment = provider_account.rsplit(":", 3)',
+        "equivalent",
+        "a provider account is provider:account:environment, exactly two colons (the settings refuse "
+        "any other: account_settings validates it), so splitting at most three times yields the same "
+        "three parts",
+    ),
+)

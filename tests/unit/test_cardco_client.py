@@ -470,6 +470,7 @@ async def test_key_reused_is_logged_as_our_bug(
         (201, payment_object(amount=True), "provider.body-unrecognized"),
         (201, payment_object(amount=4999.0), "provider.body-unrecognized"),
         (201, payment_object(amount=-1), "provider.body-unrecognized"),
+        (201, payment_object(amount=0), "provider.body-unrecognized"),  # the contract: at least 1
         (201, payment_object(currency="eur"), "provider.body-unrecognized"),
         (201, payment_object(livemode="no"), "provider.body-unrecognized"),
         (201, payment_object(reference=5), "provider.body-unrecognized"),
@@ -753,6 +754,8 @@ async def test_get_payment_not_found(client: CardcoClient, cardco: ScriptedCardc
                                                      usegmt=True)}, 30.0),
         ({"Retry-After": email.utils.format_datetime(datetime(2026, 11, 29, 11, 0, tzinfo=UTC),
                                                      usegmt=True)}, 0.0),
+        # An HTTP-date with the "-0000" zone reads as a naive time: GMT, by the HTTP definition.
+        ({"Retry-After": "Sun, 29 Nov 2026 12:00:30 -0000"}, 30.0),
     ],
 )
 async def test_lookup_rate_limited(

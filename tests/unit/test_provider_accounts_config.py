@@ -79,6 +79,7 @@ def test_adyen_test_and_live_endpoints_and_its_31_day_window() -> None:
     ({"PAYCORE_ADYEN_WEBHOOK_PASSWORD": ""}, "PAYCORE_ADYEN_WEBHOOK_PASSWORD"),
     ({"PAYCORE_ADYEN_RETURN_URL": ""}, "PAYCORE_ADYEN_RETURN_URL"),
     ({"PAYCORE_ADYEN_MERCHANT_ACCOUNT": ""}, "PAYCORE_ADYEN_MERCHANT_ACCOUNT"),
+    ({"PAYCORE_ADYEN_MERCHANT_ACCOUNT": "Shop:EU"}, "PAYCORE_ADYEN_MERCHANT_ACCOUNT"),
     ({"PAYCORE_ADYEN_ESCALATION_MARGIN_S": str(31 * 86_400)}, "PAYCORE_ADYEN_ESCALATION_MARGIN_S"),
 ])
 def test_an_adyen_account_missing_what_it_needs_is_refused(change: dict[str, str], variable: str) -> None:
@@ -117,6 +118,7 @@ def test_accounts_of_every_provider_from_the_file(tmp_path: Path) -> None:
      "webhook_username"),
     ({"provider": "cardco", "account": "a", "environment": "test", "api_key_env": "US_KEY",
       "base_url": "http://x"}, "api_key_env"),
+    ({"provider": "stripe", "account": "acct:us", "api_key_env": "US_KEY"}, "account"),
 ])
 def test_a_bad_file_entry_is_refused_naming_its_field(tmp_path: Path, entry: dict[str, Any],
                                                       field: str) -> None:
@@ -199,3 +201,11 @@ def test_an_adyen_account_without_a_return_url_is_refused_saying_what_it_is_for(
     message = refused({**env, "PAYCORE_DEFAULT_PROVIDER": "adyen"}, "PAYCORE_ADYEN_RETURN_URL")
     assert message.startswith("PAYCORE_ADYEN_RETURN_URL: is required")
     assert "returnUrl" in message and "3-D Secure" in message
+
+
+@pytest.mark.parametrize("variable", ["PAYCORE_CARDCO_ACCOUNT", "PAYCORE_STRIPE_ACCOUNT"])
+def test_an_account_label_cannot_hold_the_ids_separator(variable: str) -> None:
+    """``provider:account:environment`` is read back by splitting at its last two colons
+    (paycore.evidence.account_and_mode): a label with a colon would be read as another account."""
+    env = {**CARDCO, **STRIPE, variable: "acct:store"}
+    assert "must not contain ':'" in refused(env, variable)

@@ -44,6 +44,9 @@ STRIPE_API_VERSION: Final = "2026-10-28.endive"  # the version stripe==16.1.0 is
 ADYEN_API_VERSION: Final = "v71"
 PROVIDERS: Final = ("cardco", "stripe", "adyen")
 DAY_S: Final = 86_400
+# Separates provider, account and environment in a provider-account id (``cardco:acct_store:test``):
+# an account label containing it would be read back as another account.
+ACCOUNT_SEPARATOR: Final = ":"
 ESCALATION_MARGIN_CAP_S: Final = 7_200
 
 # Where each provider's create request goes, below the account's base URL.
@@ -118,7 +121,7 @@ CARDCO_BASE_URL = CARDCO.declare(
     "PAYCORE_CARDCO_BASE_URL", Url(), None, "the Cardco API",
     shown_default="— (required when Cardco is the default provider)")
 CARDCO_ACCOUNT = CARDCO.declare(
-    "PAYCORE_CARDCO_ACCOUNT", Text(), None, "the account, e.g. `acct_store`",
+    "PAYCORE_CARDCO_ACCOUNT", Text(forbidden=ACCOUNT_SEPARATOR), None, "the account, e.g. `acct_store`",
     shown_default="— (required with the base URL)")
 CARDCO_ENVIRONMENT = CARDCO.declare(
     "PAYCORE_CARDCO_ENVIRONMENT", Choice(("test", "live")), "test", "the account's mode")
@@ -160,7 +163,7 @@ STRIPE_WEBHOOK_SECRET_PREVIOUS = STRIPE.declare(
 STRIPE_API_BASE = STRIPE.declare(
     "PAYCORE_STRIPE_API_BASE", Url(), "https://api.stripe.com", "the Stripe API (another only for tests)")
 STRIPE_ACCOUNT = STRIPE.declare(
-    "PAYCORE_STRIPE_ACCOUNT", Text(printable=True), "default",
+    "PAYCORE_STRIPE_ACCOUNT", Text(printable=True, forbidden=ACCOUNT_SEPARATOR), "default",
     "the account's label in provider-account ids (`stripe:<label>:<mode>`), e.g. its `acct_…` id")
 STRIPE_API_VERSION_SETTING = STRIPE.declare(
     "PAYCORE_STRIPE_API_VERSION", Text(), STRIPE_API_VERSION,
@@ -183,7 +186,8 @@ ADYEN_API_KEY = ADYEN.declare(
     "PAYCORE_ADYEN_API_KEY", SecretText(), None, "the API credential's key (`X-API-Key`)",
     shown_default="— (required when Adyen is the default provider)")
 ADYEN_MERCHANT_ACCOUNT = ADYEN.declare(
-    "PAYCORE_ADYEN_MERCHANT_ACCOUNT", Text(printable=True), None, "the merchant account payments are made on",
+    "PAYCORE_ADYEN_MERCHANT_ACCOUNT", Text(printable=True, forbidden=ACCOUNT_SEPARATOR), None,
+    "the merchant account payments are made on",
     shown_default="— (required with the API key)")
 ADYEN_ENVIRONMENT = ADYEN.declare(
     "PAYCORE_ADYEN_ENVIRONMENT", Choice(("test", "live")), "test", "the account's mode")
@@ -480,6 +484,8 @@ def _file_account(env: Mapping[str, str], where: str, e: Any) -> ProviderAccount
         raise ConfigError(f"{where}.provider", f"must be one of {', '.join(PROVIDERS)}")
     account = _text(e, "account", where, required=True)
     assert account is not None
+    if ACCOUNT_SEPARATOR in account:
+        raise ConfigError(f"{where}.account", f"must not contain {ACCOUNT_SEPARATOR!r}")
     api_key = _secret_env(env, e, "api_key_env", where)
     if api_key is None:
         raise ConfigError(f"{where}.api_key_env", "is required")

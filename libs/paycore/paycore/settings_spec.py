@@ -194,18 +194,23 @@ class Choice:
 
 @dataclass(frozen=True)
 class Text:
-    """Any text; ``printable`` refuses control and other invisible characters."""
+    """Any text; ``printable`` refuses control and other invisible characters, ``forbidden`` the
+    characters that separate the parts of a larger name (``:`` in a provider-account id)."""
 
     printable: bool = False
+    forbidden: str = ""
 
     def parse(self, raw: str) -> str:
         # Compared verbatim with what others send (token claims): invisible characters never match.
         if self.printable and any(not c.isprintable() for c in raw):
             raise Invalid("must not contain control or other non-printable characters")
+        if any(c in self.forbidden for c in raw):
+            raise Invalid(f"must not contain {' or '.join(repr(c) for c in self.forbidden)}")
         return raw
 
     def accepts(self) -> str:
-        return "printable text" if self.printable else "text"
+        kind = "printable text" if self.printable else "text"
+        return kind + (f" without {' or '.join(repr(c) for c in self.forbidden)}" if self.forbidden else "")
 
 
 @dataclass(frozen=True)
