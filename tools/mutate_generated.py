@@ -22,8 +22,9 @@ execute its line (for a named query, the tests that execute a function of
 :data:`SQL_CALLERS` naming it; for a module-level constant, the tests that execute a function
 naming it; for a migration, the schema tests and the matrix), the fastest first,
 at most ``--max-tests`` of them (taken round-robin across their files), with ``pytest -x``; a
-mutant that survives that sample runs again with a wider one (``--confirm-tests``), and only
-then counts as a survivor (the report says how many of the covering tests ran).
+mutant that survives that sample runs again with every covering test (``--confirm-tests``, up
+to 1,000: a sample missed the one test that kills it more than once), and only then counts as
+a survivor (the report says how many of the covering tests ran).
 
 Everything runs in copies of the working tree (one per worker), never in the repository.
 Each result is appended to the report (JSON lines) as it comes, so ``--resume`` continues an
@@ -483,8 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="parallel copies of the tree (default 2)")
     parser.add_argument("--budget-min", type=float, default=0.0, help="stop starting mutants after this long")
     parser.add_argument("--max-tests", type=int, default=60, help="tests run per mutant at most (default 60)")
-    parser.add_argument("--confirm-tests", type=int, default=200,
-                        help="tests a sample's survivor runs again before it counts (default 200)")
+    parser.add_argument("--confirm-tests", type=int, default=1000,
+                        help="tests a sample's survivor runs again before it counts (default 1000: all)")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="one mutant's test run at most")
     parser.add_argument("--report", type=Path, default=ROOT / ".mutants" / "generated.jsonl",
                         help="results, one JSON line per mutant (default .mutants/generated.jsonl)")
