@@ -1,5 +1,6 @@
 -- pgbench script: the SQL statements one checkout issues, in its three transactions
--- (create attempt, mark started, record Succeeded), against pre-seeded orders.
+-- (create attempt, mark started, record Succeeded), against pre-seeded orders. Each transition
+-- writes its history events in its own statement, as paycore/queries/payment_attempts.sql does.
 -- Run with -M simple: variables are substituted as text, so ids travel quoted.
 SELECT n, quote_literal('bench-' || n) AS order_id FROM nextval('bench_order_seq') AS n \gset
 
@@ -23,19 +24,24 @@ COMMIT;
 BEGIN;
 SELECT * FROM orders
 WHERE order_id = (SELECT order_id FROM payment_attempts WHERE attempt_id = :attempt_id::uuid) FOR UPDATE;
-UPDATE payment_attempts a
-SET state = 'Started', first_sent_at = now(),
-    escalation_deadline = now() + pa.key_retention - pa.escalation_margin,
-    next_check_at = now() + interval '50 seconds', version = a.version + 1
-FROM provider_accounts pa
-WHERE a.attempt_id = :attempt_id::uuid AND a.version = 0 AND a.state = 'NotStarted'
-  AND pa.provider_account = a.provider_account;
-INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
-SELECT :attempt_id::uuid, now(), e.kind, 'endpoint', e.detail
-FROM unnest(ARRAY['send_intent', 'transition']::text[],
-            ARRAY['{"first_send": true}', '{"from": "NotStarted", "to": "Started"}']::jsonb[])
-     WITH ORDINALITY AS e(kind, detail, position)
-ORDER BY e.position;
+WITH moved AS (
+    UPDATE payment_attempts a
+    SET state = 'Started', first_sent_at = now(),
+        escalation_deadline = now() + pa.key_retention - pa.escalation_margin,
+        next_check_at = now() + interval '50 seconds', version = a.version + 1
+    FROM provider_accounts pa
+    WHERE a.attempt_id = :attempt_id::uuid AND a.version = 0 AND a.state = 'NotStarted'
+      AND pa.provider_account = a.provider_account
+    RETURNING a.*
+), logged AS (
+    INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
+    SELECT moved.attempt_id, now(), e.kind, 'endpoint', e.detail
+    FROM moved, unnest(ARRAY['send_intent', 'transition']::text[],
+                       ARRAY['{"first_send": true}', '{"from": "NotStarted", "to": "Started"}']::jsonb[])
+         WITH ORDINALITY AS e(kind, detail, position)
+    ORDER BY e.position
+)
+SELECT * FROM moved;
 COMMIT;
 
 BEGIN;
@@ -44,10 +50,21 @@ WHERE order_id = (SELECT order_id FROM payment_attempts WHERE attempt_id = :atte
 SELECT * FROM payment_attempts WHERE attempt_id = :attempt_id::uuid;
 SELECT attempt_id FROM payment_attempts
 WHERE provider_account = 'cardco:acct_store:test' AND provider_payment_id = 'pay_' || :n AND attempt_id <> :attempt_id::uuid;
-UPDATE payment_attempts SET state = 'Succeeded', provider_status = 'succeeded',
-    provider_payment_id = COALESCE(provider_payment_id, 'pay_' || :n), next_check_at = now(),
-    version = version + 1
-WHERE attempt_id = :attempt_id::uuid AND version = 1 AND state = 'Started';
+WITH moved AS (
+    UPDATE payment_attempts SET state = 'Succeeded', provider_status = 'succeeded',
+        provider_payment_id = COALESCE(provider_payment_id, 'pay_' || :n), next_check_at = now(),
+        version = version + 1
+    WHERE attempt_id = :attempt_id::uuid AND version = 1 AND state = 'Started'
+    RETURNING *
+), logged AS (
+    INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
+    SELECT moved.attempt_id, now(), e.kind, 'endpoint', e.detail
+    FROM moved, unnest(ARRAY['send_result', 'transition']::text[],
+                       ARRAY['{"outcome": "succeeded"}', '{"from": "Started", "to": "Succeeded"}']::jsonb[])
+         WITH ORDINALITY AS e(kind, detail, position)
+    ORDER BY e.position
+)
+SELECT * FROM moved;
 UPDATE payment_escalations SET resolved_at = now(), next_reminder_at = NULL
 WHERE attempt_id = :attempt_id::uuid AND resolved_at IS NULL;
 UPDATE orders SET status = 'Paid', version = version + 1 WHERE order_id = :order_id AND status = 'Open';
@@ -59,10 +76,4 @@ FROM unnest(ARRAY['attempt:' || :attempt_id || E'\x3aorder-confirmation',
      WITH ORDINALITY AS m(dedup_key, kind, payload, position)
 ORDER BY m.position
 ON CONFLICT (dedup_key) DO NOTHING;
-INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
-SELECT :attempt_id::uuid, now(), e.kind, 'endpoint', e.detail
-FROM unnest(ARRAY['send_result', 'transition']::text[],
-            ARRAY['{"outcome": "succeeded"}', '{"from": "Started", "to": "Succeeded"}']::jsonb[])
-     WITH ORDINALITY AS e(kind, detail, position)
-ORDER BY e.position;
 COMMIT;

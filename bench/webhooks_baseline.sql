@@ -45,21 +45,29 @@ SELECT * FROM payment_attempts WHERE attempt_id = :attempt_id;
 SELECT attempt_id FROM payment_attempts
 WHERE provider_account = :account AND provider_payment_id = 'pay_bench_' || :n::text AND attempt_id <> :attempt_id;
 -- from: payment_attempts.sql:apply_outcome
-UPDATE payment_attempts
-SET state = 'Succeeded',
-    provider_status = 'succeeded',
-    next_action = NULL,
-    next_action_expires_at = NULL,
-    outcome_reason = NULL,
-    provider_payment_id = COALESCE(provider_payment_id, 'pay_bench_' || :n::text),
-    next_check_at = now() + interval '60 seconds',
-    version = version + 1,
-    recovery_owner = CASE WHEN recovery_owner = NULL AND lease_token = NULL THEN NULL ELSE recovery_owner END,
-    lease_token = CASE WHEN recovery_owner = NULL AND lease_token = NULL THEN NULL ELSE lease_token END,
-    lease_acquired_at = CASE WHEN recovery_owner = NULL AND lease_token = NULL THEN NULL ELSE lease_acquired_at END,
-    lease_expires_at = CASE WHEN recovery_owner = NULL AND lease_token = NULL THEN NULL ELSE lease_expires_at END
-WHERE attempt_id = :attempt_id AND version = 1 AND state = 'Started'
-RETURNING *;
+WITH moved AS (
+    UPDATE payment_attempts
+    SET state = 'Succeeded',
+        provider_status = 'succeeded',
+        next_action = NULL,
+        next_action_expires_at = NULL,
+        outcome_reason = NULL,
+        provider_payment_id = COALESCE(provider_payment_id, 'pay_bench_' || :n::text),
+        next_check_at = now() + interval '60 seconds',
+        version = version + 1,
+        recovery_owner = CASE WHEN recovery_owner = NULL AND lease_token = NULL THEN NULL ELSE recovery_owner END,
+        lease_token = CASE WHEN recovery_owner = NULL AND lease_token = NULL THEN NULL ELSE lease_token END,
+        lease_acquired_at = CASE WHEN recovery_owner = NULL AND lease_token = NULL THEN NULL ELSE lease_acquired_at END,
+        lease_expires_at = CASE WHEN recovery_owner = NULL AND lease_token = NULL THEN NULL ELSE lease_expires_at END
+    WHERE attempt_id = :attempt_id AND version = 1 AND state = 'Started'
+    RETURNING *
+), logged AS (
+    INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
+    SELECT moved.attempt_id, now(), e.kind, 'notification-handler', e.detail
+    FROM moved, unnest(ARRAY['transition']::text[], ARRAY['{"from": "Started", "to": "Succeeded", "reason": null, "provider_status": "succeeded"}']::jsonb[]) WITH ORDINALITY AS e(kind, detail, position)
+    ORDER BY e.position
+)
+SELECT * FROM moved;
 -- from: payment_escalations.sql:resolve_for_attempt
 UPDATE payment_escalations
 SET resolved_at = now(), next_reminder_at = NULL
@@ -75,11 +83,6 @@ SELECT m.dedup_key, :attempt_id, 'attempt:' || :attempt_id::text, m.kind, m.payl
 FROM unnest(ARRAY['attempt:' || :attempt_id::text || E'\x3aorder-confirmation', 'attempt:' || :attempt_id::text || E'\x3afulfillment-request']::text[], ARRAY['order-confirmation', 'fulfillment-request']::text[], ARRAY['{"attempt_id": "x", "order_id": "wh", "amount_minor": 4999, "currency": "EUR", "provider_account": "cardco\u003aacct_store\u003atest", "provider_payment_id": "pay_bench"}', '{"attempt_id": "x", "order_id": "wh", "amount_minor": 4999, "currency": "EUR", "provider_account": "cardco\u003aacct_store\u003atest", "provider_payment_id": "pay_bench"}']::jsonb[]) WITH ORDINALITY AS m(dedup_key, kind, payload, position)
 ORDER BY m.position
 ON CONFLICT (dedup_key) DO NOTHING;
--- from: payment_attempt_events.sql:insert_many
-INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
-SELECT :attempt_id, now(), e.kind, 'notification-handler', e.detail
-FROM unnest(ARRAY['transition']::text[], ARRAY['{"from": "Started", "to": "Succeeded", "reason": null, "provider_status": "succeeded"}']::jsonb[]) WITH ORDINALITY AS e(kind, detail, position)
-ORDER BY e.position;
 RELEASE SAVEPOINT apply_outcome;
 COMMIT;
 \endif

@@ -177,7 +177,7 @@ async def try_mark_started(
             return StartResult.CONFLICT, None
         history: History = []
         try:
-            started = (await execute(conn, attempt, decision, now=now, history=history)).attempt
+            started = (await execute(conn, attempt, decision, now=now, actor=actor, history=history)).attempt
         except LostRace:
             return StartResult.CONFLICT, None
         assert started is not None
@@ -368,7 +368,7 @@ async def _apply_once(
         escalated_recheck_after_s=escalated_recheck_after_s if lease is not None else None)
     if decision.refused is not None:
         raise TransitionRefused(decision.refused)
-    updated = (await execute(conn, attempt, decision, now=now, lease=lease, escalator=escalator,
+    updated = (await execute(conn, attempt, decision, now=now, actor=actor, lease=lease, escalator=escalator,
                              history=history)).attempt
     return OutcomeResult(updated or attempt, verdict, written=updated is not None)
 
@@ -400,7 +400,8 @@ async def close_never_sent(pool: asyncpg.Pool, attempt: Attempt, lease: Lease, n
         await lock_order(conn, attempt.order_id)  # the endpoint's Started transition takes it too
         history: History = []
         try:
-            closed = (await execute(conn, attempt, decision, now=now, lease=lease, history=history)).attempt
+            closed = (await execute(conn, attempt, decision, now=now, actor=actor, lease=lease,
+                                     history=history)).attempt
         except LostRace:
             return None
         await append_events(conn, attempt_id=attempt.attempt_id, actor=actor, now=now, events=history)

@@ -163,7 +163,8 @@ async def close_as_not_charged(
             raise CloseRefused(decision.refused)
         history: History = []
         try:
-            executed = await execute(conn, seen, decision, now=now, history=history)
+            executed = await execute(conn, seen, decision, now=now, actor=f"operator-{operator}",
+                                     history=history)
         except LostRace:
             raise CloseRefused(f"attempt {attempt_id} changed underneath (it was version {seen.version}); "
                                f"nothing was done; look again") from None

@@ -64,20 +64,23 @@ class Executed:
 
 
 async def execute(conn: asyncpg.Connection, attempt: Attempt, decision: Decision, *, now: datetime,
-                  history: History, lease: Lease | None = None,
+                  actor: str, history: History, lease: Lease | None = None,
                   escalator: Escalator | None = None) -> Executed:
     """Carry out ``decision`` for ``attempt`` as read under its order's lock, in the caller's
-    transaction: the conditional write, its history events (added to ``history``, which the caller
-    appends after this returns), the attempt's escalations resolved when it became final and the
-    decision's opened, the order marked Paid and the effects queued, and, for a writer holding
-    ``lease``, the next look scheduled and the lease released. Raises :class:`LostRace` when the
-    write's condition (version, state, and for recovery's close the lease) matched no row."""
+    transaction: the conditional write with its history events (``history``, the caller's so far,
+    and the write's own, by ``actor``, in the write's statement; ``history`` is emptied when they
+    are written, and what it keeps the caller appends), the attempt's escalations resolved when
+    it became final and the decision's opened, the order marked Paid and the effects queued, and,
+    for a writer holding ``lease``, the next look scheduled and the lease released. Raises
+    :class:`LostRace` when the write's condition (version, state, and for recovery's close the
+    lease) matched no row."""
     if decision.refused is not None:
         raise ValueError(f"a refused decision is not executed: {decision.refused}")
     updated: Attempt | None = None
     resolved: list[int] = []
     if decision.write is not None:
-        updated = await _write(conn, attempt, decision, decision.write, now=now, lease=lease, history=history)
+        updated = await _write(conn, attempt, decision, decision.write, now=now, actor=actor, lease=lease,
+                               history=history)
         if decision.resolves_escalations:
             resolved = await escalations.resolve_for_attempt(conn, attempt.attempt_id, now)
     if decision.effects:
@@ -95,41 +98,42 @@ async def execute(conn: asyncpg.Connection, attempt: Attempt, decision: Decision
 
 
 async def _write(conn: asyncpg.Connection, attempt: Attempt, decision: Decision, write: Write, *,
-                 now: datetime, lease: Lease | None, history: History) -> Attempt:
-    """The one conditional UPDATE of ``write`` and its events; :class:`LostRace` on a miss."""
+                 now: datetime, actor: str, lease: Lease | None, history: History) -> Attempt:
+    """The one conditional UPDATE of ``write``, with ``history`` and the write's own events in
+    the same statement (``history`` is then emptied: written); :class:`LostRace` on a miss."""
     moved: dict[str, Any] = {"from": attempt.state.value, "to": decision.after.value}
     events: History
     if isinstance(write, OutcomeWrite):
-        row = await ATTEMPTS.apply_outcome.fetchrow(
-            conn, attempt_id=attempt.attempt_id, version=attempt.version, state=attempt.state.value,
-            target=write.target.value, provider_status=write.provider_status, next_action=write.next_action,
-            next_action_expires_at=write.next_action_expires_at, outcome_reason=write.outcome_reason,
-            payment_id=write.provider_payment_id, next_check_at=write.next_check_at,
-            owner=lease.owner if lease else None, token=lease.token if lease else None)
+        query = ATTEMPTS.apply_outcome
+        params: dict[str, Any] = dict(
+            state=attempt.state.value, target=write.target.value, provider_status=write.provider_status,
+            next_action=write.next_action, next_action_expires_at=write.next_action_expires_at,
+            outcome_reason=write.outcome_reason, payment_id=write.provider_payment_id,
+            next_check_at=write.next_check_at, owner=lease.owner if lease else None,
+            token=lease.token if lease else None)
         events = [(EventKind.TRANSITION, {**moved, "reason": write.outcome_reason,
                                           "provider_status": write.provider_status})]
     elif isinstance(write, StartWrite):
-        row = await ATTEMPTS.mark_started.fetchrow(conn, attempt_id=attempt.attempt_id,
-                                                   version=attempt.version, now=now,
-                                                   next_check_at=write.next_check_at)
+        query, params = ATTEMPTS.mark_started, dict(next_check_at=write.next_check_at)
         events = [(EventKind.SEND_INTENT, {"endpoint": attempt.endpoint, "api_version": attempt.api_version,
                                            "provider_account": attempt.provider_account, "first_send": True}),
                   (EventKind.TRANSITION, moved)]
     else:
         if not write.under_lease:  # a person's close
-            row = await ATTEMPTS.close_as_not_charged.fetchrow(
-                conn, attempt_id=attempt.attempt_id, version=attempt.version, state=attempt.state.value,
-                outcome_reason=write.outcome_reason, now=now)
+            query = ATTEMPTS.close_as_not_charged
+            params = dict(state=attempt.state.value, outcome_reason=write.outcome_reason)
         elif lease is None:
             raise ValueError("recovery's close is made under its lease")
         else:
-            row = await ATTEMPTS.close_never_sent.fetchrow(
-                conn, attempt_id=attempt.attempt_id, version=attempt.version, owner=lease.owner,
-                token=lease.token, now=now)
+            query, params = ATTEMPTS.close_never_sent, dict(owner=lease.owner, token=lease.token)
         events = [(EventKind.TRANSITION, {**moved, "reason": write.outcome_reason, **decision.detail})]
+    logged = [*history, *events]
+    row = await query.fetchrow(conn, attempt_id=attempt.attempt_id, version=attempt.version, now=now,
+                               actor=actor, kinds=[kind.value for kind, _ in logged],
+                               details=[detail for _, detail in logged], **params)
     if row is None:
         raise LostRace
-    history.extend(events)
+    history.clear()
     return Attempt.from_record(row)
 
 
@@ -156,7 +160,8 @@ async def queue_success_effects(conn: asyncpg.Connection, attempt: Attempt, deci
 
 
 async def escalate_and_finish(pool: asyncpg.Pool, attempt_id: UUID, lease: Lease, escalation: Escalation, *,
-                              recheck_after_s: float, now: datetime, reminder_interval: timedelta) -> bool:
+                              recheck_after_s: float, now: datetime, reminder_interval: timedelta,
+                              actor: str = "recovery") -> bool:
     """Recovery asks a person (:func:`paycore.domain.decide_escalation`): in one transaction, while
     this worker owns the attempt and it is still Started or Unknown, open the episode
     ``attempt:<id>:<reason>`` (its alert only if new), schedule the next look and release the
@@ -172,5 +177,5 @@ async def escalate_and_finish(pool: asyncpg.Pool, attempt_id: UUID, lease: Lease
         if decision.refused is not None:
             return False
         escalator = Escalator(conn, attempt_id, now, None, reminder_interval)
-        return (await execute(conn, current, decision, now=now, history=[], lease=lease,
+        return (await execute(conn, current, decision, now=now, actor=actor, history=[], lease=lease,
                               escalator=escalator)).finished

@@ -5,7 +5,10 @@
 -- A lease is four columns, set and cleared together (the schema's CHECK refuses half a lease);
 -- "owned" is always: this owner, this claim's token, and a lease not yet expired at :now.
 -- Every state change is conditional on the version and state read; only the writer
--- (paycore.writer) runs the ones that move an attempt.
+-- (paycore.writer) runs the ones that move an attempt. Each of those also writes the
+-- transition's history (the caller's events first, then the write's, in the order given) in its
+-- own statement (a "logged" CTE), so the events are written only with the write, one round trip
+-- fewer per transition (docs/performance.md, issue 28).
 
 -- name: by_id
 SELECT * FROM payment_attempts WHERE attempt_id = :attempt_id
@@ -53,55 +56,87 @@ RETURNING *
 -- name: mark_started
 -- NotStarted -> Started. Stamps the key window from the provider-account row in force now: a
 -- later configuration change cannot move this attempt's deadline.
-UPDATE payment_attempts a
-SET state = 'Started',
-    first_sent_at = :now,
-    escalation_deadline = :now::timestamptz + pa.key_retention - pa.escalation_margin,
-    next_check_at = :next_check_at,
-    version = a.version + 1
-FROM provider_accounts pa
-WHERE a.attempt_id = :attempt_id AND a.version = :version AND a.state = 'NotStarted'
-  AND pa.provider_account = a.provider_account
-RETURNING a.*
+WITH moved AS (
+    UPDATE payment_attempts a
+    SET state = 'Started',
+        first_sent_at = :now,
+        escalation_deadline = :now::timestamptz + pa.key_retention - pa.escalation_margin,
+        next_check_at = :next_check_at,
+        version = a.version + 1
+    FROM provider_accounts pa
+    WHERE a.attempt_id = :attempt_id AND a.version = :version AND a.state = 'NotStarted'
+      AND pa.provider_account = a.provider_account
+    RETURNING a.*
+), logged AS (
+    INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
+    SELECT moved.attempt_id, :now, e.kind, :actor, e.detail
+    FROM moved, unnest(:kinds::text[], :details::jsonb[]) WITH ORDINALITY AS e(kind, detail, position)
+    ORDER BY e.position
+)
+SELECT * FROM moved
 
 -- name: apply_outcome
 -- An outcome: a recorded provider payment id is kept. The lease is released only while the row
 -- still carries the writer's claim (owner and token, expired or not): evidence is never refused
 -- for want of a lease, and a token that still matches means nobody has claimed since.
-UPDATE payment_attempts
-SET state = :target,
-    provider_status = :provider_status,
-    next_action = :next_action,
-    next_action_expires_at = :next_action_expires_at,
-    outcome_reason = :outcome_reason,
-    provider_payment_id = COALESCE(provider_payment_id, :payment_id),
-    next_check_at = :next_check_at,
-    version = version + 1,
-    recovery_owner = CASE WHEN recovery_owner = :owner AND lease_token = :token THEN NULL ELSE recovery_owner END,
-    lease_token = CASE WHEN recovery_owner = :owner AND lease_token = :token THEN NULL ELSE lease_token END,
-    lease_acquired_at = CASE WHEN recovery_owner = :owner AND lease_token = :token THEN NULL ELSE lease_acquired_at END,
-    lease_expires_at = CASE WHEN recovery_owner = :owner AND lease_token = :token THEN NULL ELSE lease_expires_at END
-WHERE attempt_id = :attempt_id AND version = :version AND state = :state
-RETURNING *
+WITH moved AS (
+    UPDATE payment_attempts
+    SET state = :target,
+        provider_status = :provider_status,
+        next_action = :next_action,
+        next_action_expires_at = :next_action_expires_at,
+        outcome_reason = :outcome_reason,
+        provider_payment_id = COALESCE(provider_payment_id, :payment_id),
+        next_check_at = :next_check_at,
+        version = version + 1,
+        recovery_owner = CASE WHEN recovery_owner = :owner AND lease_token = :token THEN NULL ELSE recovery_owner END,
+        lease_token = CASE WHEN recovery_owner = :owner AND lease_token = :token THEN NULL ELSE lease_token END,
+        lease_acquired_at = CASE WHEN recovery_owner = :owner AND lease_token = :token THEN NULL ELSE lease_acquired_at END,
+        lease_expires_at = CASE WHEN recovery_owner = :owner AND lease_token = :token THEN NULL ELSE lease_expires_at END
+    WHERE attempt_id = :attempt_id AND version = :version AND state = :state
+    RETURNING *
+), logged AS (
+    INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
+    SELECT moved.attempt_id, :now, e.kind, :actor, e.detail
+    FROM moved, unnest(:kinds::text[], :details::jsonb[]) WITH ORDINALITY AS e(kind, detail, position)
+    ORDER BY e.position
+)
+SELECT * FROM moved
 
 -- name: close_never_sent
 -- NotStarted -> NotApplied(never-sent), by the worker that owns the lease, releasing it.
-UPDATE payment_attempts
-SET state = 'NotApplied', outcome_reason = 'never-sent', next_check_at = :now, version = version + 1,
-    recovery_owner = NULL, lease_token = NULL, lease_acquired_at = NULL, lease_expires_at = NULL
-WHERE attempt_id = :attempt_id AND version = :version AND state = 'NotStarted'
-  AND recovery_owner = :owner AND lease_token = :token AND lease_expires_at > :now
-RETURNING *
+WITH moved AS (
+    UPDATE payment_attempts
+    SET state = 'NotApplied', outcome_reason = 'never-sent', next_check_at = :now, version = version + 1,
+        recovery_owner = NULL, lease_token = NULL, lease_acquired_at = NULL, lease_expires_at = NULL
+    WHERE attempt_id = :attempt_id AND version = :version AND state = 'NotStarted'
+      AND recovery_owner = :owner AND lease_token = :token AND lease_expires_at > :now
+    RETURNING *
+), logged AS (
+    INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
+    SELECT moved.attempt_id, :now, e.kind, :actor, e.detail
+    FROM moved, unnest(:kinds::text[], :details::jsonb[]) WITH ORDINALITY AS e(kind, detail, position)
+    ORDER BY e.position
+)
+SELECT * FROM moved
 
 -- name: close_as_not_charged
 -- Unknown -> Failed by an operator. Any lease is released: a worker that comes back finds a
 -- final attempt, and its evidence, if any, takes the contradiction path.
-UPDATE payment_attempts
-SET state = 'Failed', outcome_reason = :outcome_reason, next_check_at = :now, version = version + 1,
-    next_action = NULL, next_action_expires_at = NULL,
-    recovery_owner = NULL, lease_token = NULL, lease_acquired_at = NULL, lease_expires_at = NULL
-WHERE attempt_id = :attempt_id AND version = :version AND state = :state
-RETURNING *
+WITH moved AS (
+    UPDATE payment_attempts
+    SET state = 'Failed', outcome_reason = :outcome_reason, next_check_at = :now, version = version + 1,
+        next_action = NULL, next_action_expires_at = NULL,
+        recovery_owner = NULL, lease_token = NULL, lease_acquired_at = NULL, lease_expires_at = NULL
+    WHERE attempt_id = :attempt_id AND version = :version AND state = :state
+    RETURNING *
+), logged AS (
+    INSERT INTO payment_attempt_events (attempt_id, occurred_at, kind, actor, detail)
+    SELECT moved.attempt_id, :now, e.kind, :actor, e.detail
+    FROM moved, unnest(:kinds::text[], :details::jsonb[]) WITH ORDINALITY AS e(kind, detail, position)
+    ORDER BY e.position
+)
+SELECT * FROM moved
 
 -- name: claim
 -- This due attempt, if it is live, due, and its lease free or expired. Claiming is not a state

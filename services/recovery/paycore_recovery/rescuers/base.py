@@ -187,7 +187,7 @@ async def escalate(w: Worker, attempt: Attempt, lease: Lease, e: Escalation, del
     """Open the episode, schedule the next look and release the lease: one transaction."""
     raised = await writer.escalate_and_finish(
         w.pool, attempt.attempt_id, lease, e, recheck_after_s=delay_s, now=w.clock.now(),
-        reminder_interval=w.settings.reminder_interval)
+        reminder_interval=w.settings.reminder_interval, actor=w.actor)
     if raised:
         w.metrics.escalations.labels(e.reason.value).inc()
 
