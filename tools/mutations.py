@@ -158,6 +158,7 @@ OUTBOX_SQL = "libs/paycore/paycore/queries/outbox_messages.sql"  # the outbox's,
 WRITER = "libs/paycore/paycore/writer.py"  # issue 28: the one writer
 DECIDE = "tests/unit/test_decide_outcome.py"  # issue 28: decide_outcome as a table
 DECIDE_PASS = "tests/unit/test_decide_pass.py"  # issue 28: decide_pass as a table
+OPERATION_RULES = "tests/unit/test_operation_rules.py"  # issue 29: never more back than was taken
 # Issue 26: the guards an outside mutation audit found unprotected.
 STRIPE_WIRE = "libs/paycore/paycore/providers/stripe/wire.py"
 STRIPE_EVENTS = "libs/paycore/paycore/providers/stripe/events.py"
@@ -1682,5 +1683,57 @@ MUTATIONS: tuple[Mutation, ...] = (
         + t("tests/observability/test_worker_log_hygiene.py",
             "test_consumers_alerts_and_the_incident_agent_log_json_lines_without_secrets"),
         "an alert webhook URL (a Slack webhook's secret path) never reaches a log line",
+    ),
+    # -- issue 29: never more back than was taken (the rules a refund, capture or cancel is decided by) --
+    Mutation(
+        "refund-over-headroom", DOMAIN,
+        "        if amount_minor > room.refundable_minor:\n            return OperationRefusal.EXCEEDS_REFUNDABLE",
+        "        if amount_minor > room.refundable_minor + 1:\n            return OperationRefusal.EXCEEDS_REFUNDABLE",
+        t(OPERATION_RULES, "test_refuse_operation", "test_two_partial_refunds_decided_in_turn_cannot_both_pass"),
+        "a refund one minor unit over what is still refundable is refused",
+    ),
+    Mutation(
+        "refund-of-nothing-captured", DOMAIN,
+        "        if room.captured_minor == 0:\n            return OperationRefusal.NOT_CAPTURED",
+        "        if False:\n            return OperationRefusal.NOT_CAPTURED",
+        t(OPERATION_RULES, "test_refuse_operation"),
+        "a hold, or a payment that did not succeed, is not refunded",
+    ),
+    Mutation(
+        "unknown-refund-frees-its-amount", DOMAIN,
+        "HOLDING_OPERATION_STATES: frozenset[OperationState] = LIVE_OPERATION_STATES | {OperationState.SUCCEEDED}",
+        "HOLDING_OPERATION_STATES: frozenset[OperationState] = frozenset({OperationState.SUCCEEDED})",
+        t(OPERATION_RULES, "test_headroom", "test_two_partial_refunds_decided_in_turn_cannot_both_pass"),
+        "a recorded, sent or Unknown refund holds its amount until evidence frees it",
+    ),
+    Mutation(
+        "refunds-not-subtracted", DOMAIN,
+        "refundable_minor=max(captured - refunded, 0))",
+        "refundable_minor=max(captured, 0))",
+        t(OPERATION_RULES, "test_headroom"),
+        "what was refunded is no longer refundable",
+    ),
+    Mutation(
+        "capture-over-hold", DOMAIN,
+        "        if amount_minor > room.capturable_minor:\n            return OperationRefusal.EXCEEDS_CAPTURABLE",
+        "        if False:\n            return OperationRefusal.EXCEEDS_CAPTURABLE",
+        t(OPERATION_RULES, "test_refuse_operation"),
+        "a capture never exceeds the hold",
+    ),
+    Mutation(
+        "second-capture-or-cancel", DOMAIN,
+        "    capturable = 0 if captures or cancels or captured_upfront_minor else authorized_minor",
+        "    capturable = 0 if captured_upfront_minor else authorized_minor",
+        t(OPERATION_RULES, "test_headroom"),
+        "one capture or one cancel holds a payment: no second capture, no void after a capture",
+    ),
+    Mutation(
+        "returned-only-from-succeeded-refund", DOMAIN,
+        "    OperationKind.REFUND: {**_PAYMENT_LIKE, OperationState.SUCCEEDED: frozenset({OperationState.RETURNED})},",
+        "    OperationKind.REFUND: {**_PAYMENT_LIKE, OperationState.SUCCEEDED: frozenset({OperationState.RETURNED}),"
+        " OperationState.RETURNED: frozenset({OperationState.SUCCEEDED})},",
+        t(OPERATION_RULES, "test_every_kind_has_the_payments_table_and_only_a_refund_comes_back",
+          "test_a_final_operation_has_no_way_out_except_a_refund_returned"),
+        "a returned refund stays returned (its amount is refundable again)",
     ),
 )

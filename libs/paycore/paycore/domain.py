@@ -79,6 +79,136 @@ def can_transition(current: AttemptState, target: AttemptState) -> bool:
     return target in ALLOWED_TRANSITIONS[current]
 
 
+# -- after the payment: captures, cancels and refunds ---------------------------------------------
+# An operation on a payment is an outbound call with the payment's own problem, so it has the
+# payment's states and protocol (docs/architecture.md, "The next operations"); what differs per
+# kind is written here, next to the attempt's table, and nowhere else.
+
+
+class OperationKind(enum.StrEnum):
+    CAPTURE = "capture"  # charge (part of) an authorization's hold, once
+    CANCEL = "cancel"  # release an uncaptured hold (a void)
+    REFUND = "refund"  # give back (part of) what was captured; several, up to the capture
+
+
+class OperationState(enum.StrEnum):
+    NOT_STARTED = "NotStarted"
+    STARTED = "Started"
+    UNKNOWN = "Unknown"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    NOT_APPLIED = "NotApplied"
+    # A succeeded refund that the card network sent back days later (a closed card): the
+    # customer did not get the money, and its amount is refundable again.
+    RETURNED = "Returned"
+
+
+LIVE_OPERATION_STATES: frozenset[OperationState] = frozenset(
+    {OperationState.NOT_STARTED, OperationState.STARTED, OperationState.UNKNOWN}
+)
+# What an operation may still move: live ones may yet take effect, a succeeded one did.
+# Every claim on a payment's money counts these (a refund's headroom; one capture or cancel).
+HOLDING_OPERATION_STATES: frozenset[OperationState] = LIVE_OPERATION_STATES | {OperationState.SUCCEEDED}
+
+_PAYMENT_LIKE: dict[OperationState, frozenset[OperationState]] = {
+    OperationState.NOT_STARTED: frozenset({OperationState.STARTED, OperationState.NOT_APPLIED}),
+    OperationState.STARTED: frozenset({OperationState.STARTED, OperationState.UNKNOWN,
+                                       OperationState.SUCCEEDED, OperationState.FAILED,
+                                       OperationState.NOT_APPLIED}),
+    OperationState.UNKNOWN: frozenset({OperationState.STARTED, OperationState.UNKNOWN,
+                                       OperationState.SUCCEEDED, OperationState.FAILED}),
+    OperationState.SUCCEEDED: frozenset(),
+    OperationState.FAILED: frozenset(),
+    OperationState.NOT_APPLIED: frozenset(),
+    OperationState.RETURNED: frozenset(),
+}
+
+# Each kind's whole state machine: the attempt's, and for a refund one way out of Succeeded.
+# Only Cardco's refunds are "not always final"; a capture or a cancel that succeeded stays so.
+OPERATION_TRANSITIONS: dict[OperationKind, dict[OperationState, frozenset[OperationState]]] = {
+    OperationKind.CAPTURE: _PAYMENT_LIKE,
+    OperationKind.CANCEL: _PAYMENT_LIKE,
+    OperationKind.REFUND: {**_PAYMENT_LIKE, OperationState.SUCCEEDED: frozenset({OperationState.RETURNED})},
+}
+
+
+def can_transition_operation(kind: OperationKind, current: OperationState, target: OperationState) -> bool:
+    """Whether an operation of ``kind`` in ``current`` may become ``target``."""
+    return target in OPERATION_TRANSITIONS[kind][current]
+
+
+@dataclass(frozen=True)
+class HeldAmount:
+    """One operation's claim on a payment's money: its kind, state and amount."""
+
+    kind: OperationKind
+    state: OperationState
+    amount_minor: int
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """What a payment can still give: a capture (of the hold) and refunds (of the capture)."""
+
+    captured_minor: int  # charged: up front, or by a capture that holds (live or Succeeded)
+    capturable_minor: int  # still held and free: 0 once a capture or a cancel holds the payment
+    refundable_minor: int  # captured less every refund that holds
+
+
+def headroom(*, authorized_minor: int, captured_upfront_minor: int,
+             operations: Sequence[HeldAmount]) -> Headroom:
+    """Never more back than was taken: what a payment can still capture and refund.
+
+    For a Succeeded payment: ``authorized_minor`` is its amount, ``captured_upfront_minor``
+    what it charged when it succeeded (all of it with automatic capture, 0 for a hold); a
+    payment that did not succeed has neither (pass 0 for both). A live or Unknown
+    operation holds its amount until evidence frees it: an Unknown refund may have been paid,
+    so counting it as paid is the only side that never gives back twice.
+    """
+    holding = [op for op in operations if op.state in HOLDING_OPERATION_STATES]
+    captures = [op for op in holding if op.kind is OperationKind.CAPTURE]
+    cancels = [op for op in holding if op.kind is OperationKind.CANCEL]
+    captured = captured_upfront_minor + sum(op.amount_minor for op in captures)
+    refunded = sum(op.amount_minor for op in holding if op.kind is OperationKind.REFUND)
+    capturable = 0 if captures or cancels or captured_upfront_minor else authorized_minor
+    return Headroom(captured_minor=captured, capturable_minor=capturable,
+                    refundable_minor=max(captured - refunded, 0))
+
+
+class OperationRefusal(enum.StrEnum):
+    """Why an operation is refused before it is recorded (nothing sent, nothing held)."""
+
+    NOT_CAPTURED = "payment-not-captured"  # a refund of a hold, or of a payment not Succeeded
+    EXCEEDS_REFUNDABLE = "amount-exceeds-refundable"
+    NOT_CAPTURABLE = "payment-not-capturable"  # not a hold, or already captured or cancelled
+    EXCEEDS_CAPTURABLE = "amount-exceeds-capturable"
+    NOT_CANCELABLE = "payment-not-cancelable"
+    AMOUNT_NOT_POSITIVE = "amount-not-positive"
+
+
+def refuse_operation(kind: OperationKind, amount_minor: int, room: Headroom) -> OperationRefusal | None:
+    """Whether a new operation of ``kind`` for ``amount_minor`` is refused, decided against the
+    payment's :func:`headroom` under the payment's lock (so two concurrent partial refunds
+    cannot both pass); ``None``: it may be recorded."""
+    if amount_minor <= 0:
+        return OperationRefusal.AMOUNT_NOT_POSITIVE
+    if kind is OperationKind.REFUND:
+        if room.captured_minor == 0:
+            return OperationRefusal.NOT_CAPTURED
+        if amount_minor > room.refundable_minor:
+            return OperationRefusal.EXCEEDS_REFUNDABLE
+        return None
+    if kind is OperationKind.CAPTURE:
+        if room.capturable_minor == 0:
+            return OperationRefusal.NOT_CAPTURABLE
+        if amount_minor > room.capturable_minor:
+            return OperationRefusal.EXCEEDS_CAPTURABLE
+        return None
+    if room.capturable_minor == 0 or amount_minor != room.capturable_minor:
+        return OperationRefusal.NOT_CANCELABLE  # a cancel releases the whole hold, or nothing
+    return None
+
+
 class OrderStatus(enum.StrEnum):
     OPEN = "Open"
     PAID = "Paid"
