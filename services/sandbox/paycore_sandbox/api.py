@@ -34,7 +34,7 @@ from paycore_sandbox.faults import (
     STALE_LOOKUP_FAULTS,
     STALE_SEARCH_FAULTS,
     FaultContext,
-    Operation,
+    RequestOperation,
 )
 from paycore_sandbox.idempotency import (
     Claim,
@@ -43,6 +43,7 @@ from paycore_sandbox.idempotency import (
     fingerprint,
     parse_idempotency_key,
 )
+from paycore_sandbox.movements import Movement
 from paycore_sandbox.settings import SandboxAccount, SandboxSettings
 from paycore_sandbox.state import Sandbox, SandboxState
 from paycore_sandbox.transport import with_faults
@@ -130,7 +131,7 @@ class IdempotentPost(Generic[Req]):
     """
 
     endpoint: str  # the key scope: each endpoint has its own keys
-    operation: Operation  # what fault rules match
+    operation: RequestOperation  # what fault rules match
     ok_status: int  # what malformed_body/empty_body answer
     validate: Callable[[PostCall], Req]
     execute: Callable[[Sandbox, SandboxState, SandboxAccount, Req, str], Executed]
@@ -278,6 +279,41 @@ async def list_payments(request: Request) -> Response:
         found = state.ledger.by_reference(account, reference)
         indexed = [p for p in found if not unindexed(state, account, p.reference)]
         return JSONResponse({"data": [p.to_public() for p in indexed]})
+
+    return await rate_limited_lookup(request, arrival, ctx, answer)
+
+
+# Captures (and, like them, refunds) are looked up by payment or reference; the faults
+# match the object's reference, as for payments.
+
+def _movement_for(state: SandboxState, account: SandboxAccount, kind: type[Movement],
+                  movement_id: str) -> Movement | None:
+    found = state.movements.get(movement_id)
+    return found if isinstance(found, kind) and found.visible_to(account) else None
+
+
+async def list_movements(request: Request, kind: type[Movement]) -> Response:
+    """``GET`` of the captures or refunds (``kind``) of ``?payment=`` and/or with
+    ``?reference=`` (both: both must match), oldest first."""
+    arrival = await arrive(request)
+    if arrival.account is None:
+        return cast(Response, arrival.rejection)
+    state, account = arrival.state, arrival.account
+    payment_id = request.query_params.get("payment") or None
+    reference = request.query_params.get("reference") or None
+    # A list by payment is about no one reference: only rules without one match it.
+    ctx = FaultContext(account.account, "lookup", reference)
+
+    def answer() -> Response:
+        if payment_id is None and reference is None:
+            return invalid_param("payment", "Give the payment or the reference query "
+                                 "parameter.").response()
+        found = state.movements.by_reference(reference) if reference is not None \
+            else state.movements.of_payment(str(payment_id))
+        rows = [m for m in found if isinstance(m, kind) and m.visible_to(account)
+                and payment_id in (None, m.payment_id) and reference in (None, m.reference)
+                and not unindexed(state, account, m.reference)]
+        return JSONResponse({"data": [m.to_public() for m in rows]})
 
     return await rate_limited_lookup(request, arrival, ctx, answer)
 
