@@ -1,12 +1,13 @@
-"""After the payment: holds, captures and cancels, each change emitting its events.
+"""After the payment: holds, captures, cancels and refunds, each change emitting its events.
 
 The rules of the contract's second half, on Cardco payments only (no other
 dialect has these endpoints). Every check and the change it guards run without
 an await in between, so two concurrent requests can never both pass a check
-that only one of them may pass.
+that only one of them may pass (two refunds that together exceed the
+refundable amount: exactly one is made).
 
-Time-driven changes (a hold lapsing at ``capture_before``, a pending capture
-settling by itself; see :mod:`paycore_sandbox.movements` for which do)
+Time-driven changes (a hold lapsing at ``capture_before``, a pending capture or
+refund settling by itself; see :mod:`paycore_sandbox.movements` for which do)
 are applied by :func:`paycore_sandbox.lifecycle.sweep`, like the payments' own.
 """
 
@@ -21,16 +22,18 @@ from paycore_sandbox.movements import (
     AUTO_FAILURE_REASON,
     Capture,
     Movement,
+    Refund,
     Settled,
     new_movement,
     outcome_for_amount,
 )
 from paycore_sandbox.settings import SandboxAccount
 from paycore_sandbox.state import Sandbox, SandboxState
-from paycore_sandbox.validation import CancelRequest, CaptureRequest
+from paycore_sandbox.validation import CancelRequest, CaptureRequest, RefundRequest
 
 # How long an uncaptured hold lasts in the sandbox (the contract: 7 days).
 HOLD_WINDOW_S = 7 * 86400
+DEFAULT_REFUND_FAILURE = "expired_or_canceled_card"
 
 
 def _refused(code: str, message: str) -> ApiError:
@@ -92,7 +95,7 @@ def cancel(state: SandboxState, account: SandboxAccount, req: CancelRequest) -> 
     return payment
 
 
-# -- captures --------------------------------------------------------
+# -- captures and refunds --------------------------------------------------------
 
 def capture(sandbox: Sandbox, state: SandboxState, account: SandboxAccount,
             req: CaptureRequest, key: str) -> Capture:
@@ -111,8 +114,35 @@ def capture(sandbox: Sandbox, state: SandboxState, account: SandboxAccount,
     return made
 
 
+def refundable(state: SandboxState, payment: Payment) -> int:
+    """Captured minus refunded, pending refunds counting as refunded."""
+    pending = sum(m.amount for m in state.movements.of_payment(payment.id)
+                  if isinstance(m, Refund) and m.pending)
+    return payment.amount_captured - payment.amount_refunded - pending
+
+
+def refund(sandbox: Sandbox, state: SandboxState, account: SandboxAccount,
+           req: RefundRequest, key: str) -> Refund:
+    payment = payment_for(state, account, req.payment, param="payment")
+    if payment.status != "succeeded":
+        raise _refused("payment_not_refundable",
+                       f"Only a succeeded payment can be refunded; this one is "
+                       f"{payment.status}.")
+    left = refundable(state, payment)
+    amount = left if req.amount is None else req.amount
+    if amount > left or amount == 0:  # 0: nothing is left to refund by default
+        raise _refused("amount_exceeds_refundable",
+                       f"amount must be at most what is still refundable, {left}.")
+    made = new_movement(Refund, "re_", payment, amount, req.reference, key,
+                        sandbox.clock.now())
+    assert isinstance(made, Refund)
+    made.reason = req.reason
+    _begin(sandbox, state, made)
+    return made
+
+
 def _begin(sandbox: Sandbox, state: SandboxState, movement: Movement) -> None:
-    """Record a new capture and start it as its amount decides."""
+    """Record a new capture or refund and start it as its amount decides."""
     plan = outcome_for_amount(movement.amount)
     state.movements.add(movement)
     if plan == "now":
@@ -136,7 +166,7 @@ def _settle_later(sandbox: Sandbox, state: SandboxState, delay_s: float) -> None
 
 
 def settle_due(state: SandboxState, now: float) -> None:
-    """Settle the pending captures whose time has come."""
+    """Settle the pending captures and refunds whose time has come."""
     for movement in state.movements.pending():
         if movement.settles_at is not None and movement.settles_to is not None \
                 and now >= movement.settles_at:
@@ -146,10 +176,22 @@ def settle_due(state: SandboxState, now: float) -> None:
 
 def settle(state: SandboxState, movement: Movement, result: Settled,
            failure_reason: str | None) -> None:
-    """The control's settlement of a pending capture."""
+    """The control's settlement of a pending capture or refund."""
     if not movement.pending:
         raise _unexpected(movement.object_name, movement.status, "pending")
     _settle(state, movement, result, failure_reason if result == "failed" else None)
+
+
+def fail_refund(state: SandboxState, refund_: Refund, failure_reason: str) -> None:
+    """The card network returned a succeeded refund: it fails, its amount is refundable again."""
+    if refund_.status != "succeeded":
+        raise _unexpected("refund", refund_.status, "succeeded")
+    payment = state.ledger.get(refund_.payment_id)
+    assert payment is not None
+    payment.amount_refunded -= refund_.amount
+    refund_.status = "failed"
+    refund_.failure_reason = failure_reason
+    _emit(state, refund_)
 
 
 def _settle(state: SandboxState, movement: Movement, status: Settled,
@@ -171,6 +213,9 @@ def _settle(state: SandboxState, movement: Movement, status: Settled,
             state.events.emit(payment, "payment.succeeded")
         else:  # the hold stays as it was (and may lapse at the next sweep)
             payment.amount_capturable = payment.amount
+    elif status == "succeeded":
+        payment.amount_refunded += movement.amount
+        state.events.emit(payment, "payment.refunded", amount=movement.amount)
 
 
 def _emit(state: SandboxState, movement: Movement) -> None:

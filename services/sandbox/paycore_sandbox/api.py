@@ -283,13 +283,33 @@ async def list_payments(request: Request) -> Response:
     return await rate_limited_lookup(request, arrival, ctx, answer)
 
 
-# Captures (and, like them, refunds) are looked up by payment or reference; the faults
-# match the object's reference, as for payments.
+# Captures and refunds are looked up alike (GET /v1/refunds/{id}, GET /v1/refunds?...,
+# GET /v1/captures?...); the faults match the object's reference, as for payments.
 
 def _movement_for(state: SandboxState, account: SandboxAccount, kind: type[Movement],
                   movement_id: str) -> Movement | None:
     found = state.movements.get(movement_id)
     return found if isinstance(found, kind) and found.visible_to(account) else None
+
+
+async def get_movement(request: Request, kind: type[Movement]) -> Response:
+    """``GET`` of one capture or refund (``kind``) by its id: 200, or 404."""
+    arrival = await arrive(request)
+    if arrival.account is None:
+        return cast(Response, arrival.rejection)
+    sandbox, state, account = arrival.sandbox, arrival.state, arrival.account
+    movement_id = request.path_params["movement_id"]
+    lifecycle.sweep(state, sandbox.clock.now())
+    found = _movement_for(state, account, kind, movement_id)
+    ctx = FaultContext(account.account, "lookup", found.reference if found else None)
+
+    def answer() -> Response:
+        movement = _movement_for(state, account, kind, movement_id)
+        if movement is None or stale(state, account, movement.reference):
+            return not_found(f"No such {kind.object_name}: {movement_id}").response()
+        return JSONResponse(movement.to_public())
+
+    return await rate_limited_lookup(request, arrival, ctx, answer)
 
 
 async def list_movements(request: Request, kind: type[Movement]) -> Response:

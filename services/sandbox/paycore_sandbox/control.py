@@ -2,11 +2,12 @@
 
 Contract endpoints: ``GET /_sandbox/payments``, ``POST|DELETE /_sandbox/faults``,
 ``POST /_sandbox/clock``, ``POST /_sandbox/payments/{id}/action``,
-``POST /_sandbox/payments/{id}/refund``.
+``POST /_sandbox/payments/{id}/refund``, ``POST /_sandbox/refunds/{id}/fail``.
 
-Sandbox extensions for captures: ``POST /_sandbox/captures/{id}/settle``
-(``{"result", "failure_reason"?}``: a pending one becomes ``succeeded`` or
-``failed``, as ``/action`` completes a pending payment) and
+Sandbox extensions for captures and refunds: ``POST /_sandbox/refunds/{id}/settle``
+and ``POST /_sandbox/captures/{id}/settle`` (``{"result", "failure_reason"?}``: a
+pending one becomes ``succeeded``, ``failed`` or, a refund only, ``canceled``, as
+``/action`` completes a pending payment), ``GET /_sandbox/refunds`` and
 ``GET /_sandbox/captures`` (every one ever made, with its idempotency key).
 
 Sandbox extensions for tests: ``GET /_sandbox/faults`` (active rules),
@@ -46,7 +47,7 @@ from paycore_sandbox.dialects import DEFAULT_DIALECT, DIALECT_NAMES, Endpoint, d
 from paycore_sandbox.errors import ApiError, JSONResponse, invalid_param, not_found
 from paycore_sandbox.faults import parse_rules
 from paycore_sandbox.ledger import Payment
-from paycore_sandbox.movements import Capture, Movement
+from paycore_sandbox.movements import Capture, Movement, Refund
 from paycore_sandbox.settings import webhook_url_problem
 from paycore_sandbox.state import Sandbox
 from paycore_sandbox.validation import parse_json
@@ -153,6 +154,17 @@ def _failure_reason(body: dict[str, Any], default: str | None) -> str | None:
     return reason
 
 
+async def refund_fail(request: Request) -> Response:
+    """A succeeded refund comes back failed (a closed card): ``refund.failed``."""
+    sandbox = _fresh(request)
+    body = await _json_object(request, optional=True)
+    reason = _failure_reason(body, after_payment.DEFAULT_REFUND_FAILURE)
+    refund = _movement(sandbox, request, Refund)
+    assert isinstance(refund, Refund) and reason is not None
+    after_payment.fail_refund(sandbox.state, refund, reason)
+    return JSONResponse(refund.to_public())
+
+
 async def _settle(request: Request, kind: type[Movement], results: tuple[str, ...]) -> Response:
     sandbox = _fresh(request)
     body = await _json_object(request)
@@ -163,6 +175,10 @@ async def _settle(request: Request, kind: type[Movement], results: tuple[str, ..
     movement = _movement(sandbox, request, kind)
     after_payment.settle(sandbox.state, movement, result, reason)
     return JSONResponse(movement.to_public())
+
+
+async def refund_settle(request: Request) -> Response:
+    return await _settle(request, Refund, ("succeeded", "failed", "canceled"))
 
 
 async def capture_settle(request: Request) -> Response:
@@ -176,6 +192,10 @@ async def _movements(request: Request, kind: type[Movement]) -> Response:
     rows = [m.to_ledger() for m in sandbox.state.movements if isinstance(m, kind)]
     rows = [r for r in rows if all(r[k] == v for k, v in filters.items())]
     return JSONResponse({"data": rows})
+
+
+async def refunds(request: Request) -> Response:
+    return await _movements(request, Refund)
 
 
 async def captures(request: Request) -> Response:

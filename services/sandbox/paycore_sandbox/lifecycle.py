@@ -106,10 +106,12 @@ def complete_action(state: SandboxState, now: float, payment: Payment,
 
 
 def refund(state: SandboxState, payment: Payment, amount: int | None) -> None:
+    """The control's refund (first half of the contract): no refund object, only
+    ``payment.refunded``; the API's pending refunds are not refundable again."""
     if payment.status != "succeeded":
         raise ApiError(409, "invalid_request", "payment_unexpected_state",
                        f"Only succeeded payments can be refunded; this one is {payment.status}.")
-    remaining = payment.amount_captured - payment.amount_refunded
+    remaining = after_payment.refundable(state, payment)
     amount = remaining if amount is None else amount
     if amount <= 0 or amount > remaining:
         raise invalid_param("amount", f"amount must be between 1 and {remaining}.")

@@ -17,6 +17,7 @@ from paycore_sandbox.ledger import CaptureMode
 from paycore_sandbox.tokens import Outcome, outcome_for
 
 MAX_REFERENCE = 64
+MAX_REASON = 200
 ALLOWED_FIELDS = ("amount", "currency", "payment_method", "reference", "description",
                   "return_url", "capture")
 CAPTURE_MODES: tuple[CaptureMode, ...] = ("automatic", "manual")
@@ -76,6 +77,14 @@ class CancelRequest:
     reference: str
 
 
+@dataclass(frozen=True)
+class RefundRequest:
+    payment: str
+    amount: int | None  # None: all that is still refundable
+    reference: str
+    reason: str | None
+
+
 def validate_capture(payment_id: str, body: Any) -> CaptureRequest:
     # The amount is required: unlike a refund's, the contract gives it no default.
     body = _object_of(body, ("amount", "reference"))
@@ -84,6 +93,19 @@ def validate_capture(payment_id: str, body: Any) -> CaptureRequest:
 
 def validate_cancel(payment_id: str, body: Any) -> CancelRequest:
     return CancelRequest(payment_id, _reference(_object_of(body, ("reference",))))
+
+
+def validate_refund(body: Any) -> RefundRequest:
+    body = _object_of(body, ("payment", "amount", "reference", "reason"))
+    payment = body.get("payment")
+    if not isinstance(payment, str) or not payment:
+        raise invalid_param("payment", "payment is required: the id of the payment to refund.")
+    amount = _amount(body) if "amount" in body else None
+    reference = _reference(body)
+    reason = _optional_str(body, "reason")
+    if reason is not None and len(reason) > MAX_REASON:
+        raise invalid_param("reason", f"reason must be at most {MAX_REASON} characters.")
+    return RefundRequest(payment, amount, reference, reason)
 
 
 def _object_of(body: Any, allowed: tuple[str, ...]) -> dict[str, Any]:

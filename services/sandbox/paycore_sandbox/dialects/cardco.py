@@ -17,7 +17,7 @@ import orjson
 from starlette.routing import BaseRoute, Route
 
 from paycore.webhook_signatures import signed_headers
-from paycore_sandbox import api, captures
+from paycore_sandbox import api, captures, refunds
 from paycore_sandbox.dialects import WebhookMessage, answered_2xx
 from paycore_sandbox.ledger import Payment
 from paycore_sandbox.settings import SandboxAccount
@@ -38,6 +38,9 @@ class CardcoDialect:
             Route("/v1/payments/{payment_id}/cancel", captures.cancel_payment,
                   methods=["POST"]),
             Route("/v1/captures", captures.list_captures, methods=["GET"]),
+            Route("/v1/refunds", refunds.create_refund, methods=["POST"]),
+            Route("/v1/refunds", refunds.list_refunds, methods=["GET"]),
+            Route("/v1/refunds/{movement_id}", refunds.get_refund, methods=["GET"]),
         ]
 
     def render_payment(self, payment: Payment) -> dict[str, Any]:
