@@ -31,10 +31,12 @@ def new_reference() -> str:
 
 
 def payment_body(reference: str | None = None, payment_method: str = "tok_visa",
-                 amount: int = 4999, currency: str = "EUR") -> dict[str, Any]:
-    return {"amount": amount, "currency": currency, "payment_method": payment_method,
+                 amount: int = 4999, currency: str = "EUR",
+                 capture: str | None = None) -> dict[str, Any]:
+    body = {"amount": amount, "currency": currency, "payment_method": payment_method,
             "reference": reference or new_reference(), "description": "order",
             "return_url": "https://shop.example/return"}
+    return body if capture is None else {**body, "capture": capture}
 
 
 async def create(client: httpx.AsyncClient, body: Any, *, key: str | None = None,
@@ -43,6 +45,28 @@ async def create(client: httpx.AsyncClient, body: Any, *, key: str | None = None
     headers = auth(account, api_key)
     headers["Idempotency-Key"] = raw_key_header or f'"{key or new_key()}"'
     return await client.post("/v1/payments", json=body, headers=headers)
+
+
+async def post(client: httpx.AsyncClient, path: str, body: Any, *, key: str | None = None,
+               account: str = "acct_store", api_key: str = STORE_TEST_KEY) -> httpx.Response:
+    """A ``POST /v1/…`` with an Idempotency-Key (a fresh one unless ``key``)."""
+    headers = {**auth(account, api_key), "Idempotency-Key": f'"{key or new_key()}"'}
+    return await client.post(path, json=body, headers=headers)
+
+
+async def paid(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
+    """A new payment (``payment_body(**body)``), which must be created."""
+    response = await create(client, payment_body(**body))
+    assert response.status_code in (201, 402), response.text
+    payment: dict[str, Any] = response.json()
+    return payment
+
+
+async def get_json(client: httpx.AsyncClient, path: str, **params: str) -> Any:
+    """A ``GET /v1/…`` answered 200: its body."""
+    response = await client.get(path, params=params, headers=auth())
+    assert response.status_code == 200, response.text
+    return response.json()
 
 
 async def ledger(client: httpx.AsyncClient, **filters: str) -> list[dict[str, Any]]:

@@ -157,8 +157,9 @@ async def test_token_outcomes(client: httpx.AsyncClient, token: str, status: int
     assert response.status_code == status
     payment = response.json()
     assert set(payment) == {"id", "object", "account", "livemode", "amount", "currency",
-                            "reference", "status", "decline_code", "amount_refunded",
-                            "next_action", "created"}
+                            "reference", "status", "decline_code", "capture",
+                            "amount_capturable", "amount_captured", "amount_refunded",
+                            "capture_before", "next_action", "created"}
     assert payment["id"].startswith("pay_")
     assert payment["object"] == "payment"
     assert (payment["account"], payment["livemode"]) == ("acct_store", False)
@@ -166,6 +167,9 @@ async def test_token_outcomes(client: httpx.AsyncClient, token: str, status: int
     assert payment["reference"] == body["reference"]
     assert (payment["status"], payment["decline_code"]) == (state, decline_code)
     assert payment["amount_refunded"] == 0
+    assert (payment["capture"], payment["amount_capturable"], payment["capture_before"]) == \
+        ("automatic", 0, None)
+    assert payment["amount_captured"] == (4999 if state == "succeeded" else 0)
     if token == "tok_3ds":
         action = payment["next_action"]
         assert action["type"] == "redirect_to_url"

@@ -281,7 +281,7 @@ async def test_webhook_faults_are_accepted_and_stored(client: httpx.AsyncClient)
     ([{"fault": "delay"}], "rules[0].match"),
     ([{"fault": "delay", "match": {"any": False}}], "rules[0].match.any"),
     ([{"fault": "delay", "match": {"colour": "red"}}], "rules[0].match.colour"),
-    ([{"fault": "delay", "match": {"operation": "refund"}}], "rules[0].match.operation"),
+    ([{"fault": "delay", "match": {"operation": "settle"}}], "rules[0].match.operation"),
     ([{"fault": "delay", "match": {"any": True}, "probability": 2}], "rules[0].probability"),
     ([{"fault": "delay", "match": {"any": True}, "times": 0}], "rules[0].times"),
     ([{"fault": "delay", "match": {"any": True}, "delay_ms": -1}], "rules[0].delay_ms"),

@@ -1,4 +1,5 @@
-"""The Cardco ``/v1`` API: create a payment, look payments up.
+"""The Cardco ``/v1`` API: create a payment, look payments up, and what every
+Cardco endpoint shares (arrival, idempotent POSTs, rate-limited lookups).
 
 Order of checks on every request: capture, authenticate (401/403), version
 (400), faults (see :mod:`paycore_sandbox.transport`), then the real work.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 import orjson
 from starlette.requests import Request
@@ -33,6 +34,7 @@ from paycore_sandbox.faults import (
     STALE_LOOKUP_FAULTS,
     STALE_SEARCH_FAULTS,
     FaultContext,
+    RequestOperation,
 )
 from paycore_sandbox.idempotency import (
     Claim,
@@ -41,7 +43,7 @@ from paycore_sandbox.idempotency import (
     fingerprint,
     parse_idempotency_key,
 )
-from paycore_sandbox.ledger import Payment
+from paycore_sandbox.movements import Movement
 from paycore_sandbox.settings import SandboxAccount, SandboxSettings
 from paycore_sandbox.state import Sandbox, SandboxState
 from paycore_sandbox.transport import with_faults
@@ -93,50 +95,84 @@ async def arrive(request: Request, auth: Authenticate = authenticate) -> Arrival
     return Arrival(sandbox, state, entry, account, None)
 
 
-# -- POST /v1/payments ---------------------------------------------------------
+# -- idempotent POSTs -----------------------------------------------------------
 
 @dataclass(frozen=True)
-class CreateCall:
-    """Everything a create needs, detached from the HTTP request (a late
-    arrival processes it after the request is gone)."""
+class PostCall:
+    """Everything a POST needs, detached from the HTTP request (a late arrival
+    processes it after the request is gone)."""
 
     account: SandboxAccount
     key_header: str | None
     body: Any
+    target: str | None = None  # the payment id in the path, if any
 
 
-async def create_payment(request: Request) -> Response:
+@dataclass(frozen=True)
+class Executed:
+    """What an executed POST answers, and what its execution faults match."""
+
+    status: int
+    body: dict[str, Any]
+    reference: str
+
+
+Req = TypeVar("Req")
+
+
+@dataclass(frozen=True)
+class IdempotentPost(Generic[Req]):
+    """One ``POST /v1`` endpoint under the contract's idempotency rules.
+
+    ``validate`` raises :class:`ApiError` for a request rejected before execution
+    (400, the key not stored); ``execute`` does the work (no await: it must not be
+    interleaved with another request's checks) and raises :class:`ApiError` when
+    its rules refuse it, nothing done (400 or 404, the key not stored either).
+    """
+
+    endpoint: str  # the key scope: each endpoint has its own keys
+    operation: RequestOperation  # what fault rules match
+    ok_status: int  # what malformed_body/empty_body answer
+    validate: Callable[[PostCall], Req]
+    execute: Callable[[Sandbox, SandboxState, SandboxAccount, Req, str], Executed]
+
+
+async def idempotent_post(request: Request, post: IdempotentPost[Req],
+                          target: str | None = None) -> Response:
     arrival = await arrive(request)
     if arrival.account is None:
         return cast(Response, arrival.rejection)
     sandbox, state, account = arrival.sandbox, arrival.state, arrival.account
     body = parse_json(await request.body())
-    call = CreateCall(account, request.headers.get("idempotency-key"), body)
-    ctx = FaultContext(account.account, "create", reference_of(body))
+    call = PostCall(account, request.headers.get("idempotency-key"), body, target)
+    ctx = FaultContext(account.account, post.operation, reference_of(body))
 
     async def process(delay_s: float) -> Response:
-        return await _process_create(sandbox, state, call, delay_s)
+        return await _process_post(sandbox, state, post, call, delay_s)
 
     return await with_faults(request, sandbox, state, arrival.entry, ctx, process,
-                             ok_status=201)
+                             ok_status=post.ok_status)
 
 
-async def _process_create(sandbox: Sandbox, state: SandboxState, call: CreateCall,
-                          delay_s: float) -> Response:
+async def _process_post(sandbox: Sandbox, state: SandboxState, post: IdempotentPost[Req],
+                        call: PostCall, delay_s: float) -> Response:
     try:
         key = parse_idempotency_key(call.key_header)
-        req = validate_create(call.body)
+        req = post.validate(call)
     except ApiError as exc:  # rejected before execution: nothing stored
         await state.gate.sleep(delay_s)
         return exc.response()
-    scope = (call.account.account, call.account.environment)
-    claim, record = await state.keys.claim(scope, key, fingerprint(call.body),
+    scope = (call.account.account, call.account.environment, post.endpoint)
+    # The payment in the path is part of what the key stands for (the body alone is
+    # the fingerprint where there is none, as it always was for POST /v1/payments).
+    signed = call.body if call.target is None else {"payment": call.target, "body": call.body}
+    claim, record = await state.keys.claim(scope, key, fingerprint(signed),
                                            sandbox.clock.now())
     if claim is Claim.FRESH:
         # Execution runs as its own task: a client that disconnects (cancelling
-        # this handler) must not interrupt a payment half-way.
-        task = sandbox.spawn(_execute(sandbox, state, record, call.account, req, key, delay_s),
-                             survives_reset=True)
+        # this handler) must not interrupt it half-way.
+        task = sandbox.spawn(_execute(sandbox, state, post, record, call.account, req, key,
+                                      delay_s), survives_reset=True)
         return cast(Response, await asyncio.shield(task))
     if claim is Claim.MISMATCH:
         response = ApiError(422, "idempotency_error", "key_reused",
@@ -153,29 +189,44 @@ async def _process_create(sandbox: Sandbox, state: SandboxState, call: CreateCal
     return response
 
 
-async def _execute(sandbox: Sandbox, state: SandboxState, record: KeyRecord,
-                   account: SandboxAccount, req: CreateRequest, key: str,
+async def _execute(sandbox: Sandbox, state: SandboxState, post: IdempotentPost[Req],
+                   record: KeyRecord, account: SandboxAccount, req: Req, key: str,
                    delay_s: float) -> Response:
-    payment: Payment | None = None
-    stored: StoredResponse | None = None
     try:
-        payment = lifecycle.create_payment(sandbox, state, account, req, key)
-        record.payment_id = payment.id
-        ctx = FaultContext(account.account, "create", req.reference)
-        if state.faults.take(ctx, EXECUTION_FAULTS) is not None:
-            stored = StoredResponse.of_error(internal())
-        else:
-            stored = StoredResponse(req.outcome.http_status, orjson.dumps(payment.to_public()))
-        # A `delay` fault answers late with the key still in progress.
+        done = post.execute(sandbox, state, account, req, key)
+    except ApiError as exc:  # refused by the endpoint's rules: nothing done, nothing stored
+        state.keys.abandon(record)
         await state.gate.sleep(delay_s)
+        return exc.response()
     except BaseException:
-        if payment is None:
-            state.keys.abandon(record)  # nothing happened: nothing to replay
-        else:
-            state.keys.complete(record, stored or StoredResponse.of_error(internal()))
+        state.keys.abandon(record)  # nothing happened: nothing to replay
         raise
-    state.keys.complete(record, stored)
+    ctx = FaultContext(account.account, post.operation, done.reference)
+    if state.faults.take(ctx, EXECUTION_FAULTS) is not None:
+        stored = StoredResponse.of_error(internal())
+    else:
+        stored = StoredResponse(done.status, orjson.dumps(done.body))
+    try:
+        await state.gate.sleep(delay_s)  # a `delay` fault answers late, the key in progress
+    finally:
+        state.keys.complete(record, stored)
     return stored.to_response(replayed=False)
+
+
+# -- POST /v1/payments ---------------------------------------------------------
+
+def _create(sandbox: Sandbox, state: SandboxState, account: SandboxAccount,
+            req: CreateRequest, key: str) -> Executed:
+    payment = lifecycle.create_payment(sandbox, state, account, req, key)
+    return Executed(req.outcome.http_status, payment.to_public(), req.reference)
+
+
+CREATE = IdempotentPost("/v1/payments", "create", 201,
+                        lambda call: validate_create(call.body), _create)
+
+
+async def create_payment(request: Request) -> Response:
+    return await idempotent_post(request, CREATE)
 
 
 # -- lookups -----------------------------------------------------------------
@@ -192,22 +243,24 @@ async def get_payment(request: Request) -> Response:
 
     def answer() -> Response:
         payment = state.ledger.find_for(account, payment_id)
-        if payment is None or _stale(state, account, payment):
+        if payment is None or stale(state, account, payment.reference):
             return not_found(f"No such payment: {payment_id}").response()
         return JSONResponse(payment.to_public())
 
     return await rate_limited_lookup(request, arrival, ctx, answer)
 
 
-def _stale(state: SandboxState, account: SandboxAccount, payment: Payment) -> bool:
-    """Whether a ``lookup_stale`` rule hides this existing payment from a by-id lookup."""
-    ctx = FaultContext(account.account, "lookup", payment.reference)
+def stale(state: SandboxState, account: SandboxAccount, reference: str) -> bool:
+    """Whether a ``lookup_stale`` rule hides an existing object (a payment, capture or
+    refund, by its reference) from a by-id lookup."""
+    ctx = FaultContext(account.account, "lookup", reference)
     return state.faults.take(ctx, STALE_LOOKUP_FAULTS) is not None
 
 
-def _unindexed(state: SandboxState, account: SandboxAccount, payment: Payment) -> bool:
-    """Whether a ``search_stale`` rule hides this existing payment from a lookup by reference."""
-    ctx = FaultContext(account.account, "lookup", payment.reference)
+def unindexed(state: SandboxState, account: SandboxAccount, reference: str) -> bool:
+    """Whether a ``search_stale`` rule hides an existing object (by its reference) from a
+    lookup by reference."""
+    ctx = FaultContext(account.account, "lookup", reference)
     return state.faults.take(ctx, STALE_SEARCH_FAULTS) is not None
 
 
@@ -224,8 +277,63 @@ async def list_payments(request: Request) -> Response:
             return invalid_param("reference", "The reference query parameter is required."
                                  ).response()
         found = state.ledger.by_reference(account, reference)
-        indexed = [p for p in found if not _unindexed(state, account, p)]
+        indexed = [p for p in found if not unindexed(state, account, p.reference)]
         return JSONResponse({"data": [p.to_public() for p in indexed]})
+
+    return await rate_limited_lookup(request, arrival, ctx, answer)
+
+
+# Captures and refunds are looked up alike (GET /v1/refunds/{id}, GET /v1/refunds?...,
+# GET /v1/captures?...); the faults match the object's reference, as for payments.
+
+def _movement_for(state: SandboxState, account: SandboxAccount, kind: type[Movement],
+                  movement_id: str) -> Movement | None:
+    found = state.movements.get(movement_id)
+    return found if isinstance(found, kind) and found.visible_to(account) else None
+
+
+async def get_movement(request: Request, kind: type[Movement]) -> Response:
+    """``GET`` of one capture or refund (``kind``) by its id: 200, or 404."""
+    arrival = await arrive(request)
+    if arrival.account is None:
+        return cast(Response, arrival.rejection)
+    sandbox, state, account = arrival.sandbox, arrival.state, arrival.account
+    movement_id = request.path_params["movement_id"]
+    lifecycle.sweep(state, sandbox.clock.now())
+    found = _movement_for(state, account, kind, movement_id)
+    ctx = FaultContext(account.account, "lookup", found.reference if found else None)
+
+    def answer() -> Response:
+        movement = _movement_for(state, account, kind, movement_id)
+        if movement is None or stale(state, account, movement.reference):
+            return not_found(f"No such {kind.object_name}: {movement_id}").response()
+        return JSONResponse(movement.to_public())
+
+    return await rate_limited_lookup(request, arrival, ctx, answer)
+
+
+async def list_movements(request: Request, kind: type[Movement]) -> Response:
+    """``GET`` of the captures or refunds (``kind``) of ``?payment=`` and/or with
+    ``?reference=`` (both: both must match), oldest first."""
+    arrival = await arrive(request)
+    if arrival.account is None:
+        return cast(Response, arrival.rejection)
+    state, account = arrival.state, arrival.account
+    payment_id = request.query_params.get("payment") or None
+    reference = request.query_params.get("reference") or None
+    # A list by payment is about no one reference: only rules without one match it.
+    ctx = FaultContext(account.account, "lookup", reference)
+
+    def answer() -> Response:
+        if payment_id is None and reference is None:
+            return invalid_param("payment", "Give the payment or the reference query "
+                                 "parameter.").response()
+        found = state.movements.by_reference(reference) if reference is not None \
+            else state.movements.of_payment(str(payment_id))
+        rows = [m for m in found if isinstance(m, kind) and m.visible_to(account)
+                and payment_id in (None, m.payment_id) and reference in (None, m.reference)
+                and not unindexed(state, account, m.reference)]
+        return JSONResponse({"data": [m.to_public() for m in rows]})
 
     return await rate_limited_lookup(request, arrival, ctx, answer)
 

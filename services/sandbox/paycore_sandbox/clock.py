@@ -10,6 +10,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+# A timer may fire a hair early relative to the wall clock; sweeps run from a timer
+# add this margin so they always see their change as due.
+TIMER_MARGIN_S = 0.05
+
 
 class SandboxClock:
     def __init__(self, real: Callable[[], float] = time.time) -> None:

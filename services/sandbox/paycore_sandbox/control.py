@@ -2,7 +2,13 @@
 
 Contract endpoints: ``GET /_sandbox/payments``, ``POST|DELETE /_sandbox/faults``,
 ``POST /_sandbox/clock``, ``POST /_sandbox/payments/{id}/action``,
-``POST /_sandbox/payments/{id}/refund``.
+``POST /_sandbox/payments/{id}/refund``, ``POST /_sandbox/refunds/{id}/fail``.
+
+Sandbox extensions for captures and refunds: ``POST /_sandbox/refunds/{id}/settle``
+and ``POST /_sandbox/captures/{id}/settle`` (``{"result", "failure_reason"?}``: a
+pending one becomes ``succeeded``, ``failed`` or, a refund only, ``canceled``, as
+``/action`` completes a pending payment), ``GET /_sandbox/refunds`` and
+``GET /_sandbox/captures`` (every one ever made, with its idempotency key).
 
 Sandbox extensions for tests: ``GET /_sandbox/faults`` (active rules),
 ``GET /_sandbox/clock``, ``POST /_sandbox/reset`` (forget everything, release
@@ -35,12 +41,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from paycore_sandbox import lifecycle
+from paycore_sandbox import after_payment, lifecycle
 from paycore_sandbox.api import sandbox_of
 from paycore_sandbox.dialects import DEFAULT_DIALECT, DIALECT_NAMES, Endpoint, dialect_named
 from paycore_sandbox.errors import ApiError, JSONResponse, invalid_param, not_found
 from paycore_sandbox.faults import parse_rules
 from paycore_sandbox.ledger import Payment
+from paycore_sandbox.movements import Capture, Movement, Refund
 from paycore_sandbox.settings import webhook_url_problem
 from paycore_sandbox.state import Sandbox
 from paycore_sandbox.validation import parse_json
@@ -130,6 +137,69 @@ async def payment_refund(request: Request) -> Response:
     payment = _payment(sandbox, request)
     lifecycle.refund(sandbox.state, payment, amount)
     return JSONResponse(dialect_named(payment.dialect).render_payment(payment))
+
+
+def _movement(sandbox: Sandbox, request: Request, kind: type[Movement]) -> Movement:
+    movement_id = request.path_params["movement_id"]
+    movement = sandbox.state.movements.get(movement_id)
+    if not isinstance(movement, kind):
+        raise not_found(f"No such {kind.object_name}: {movement_id}")
+    return movement
+
+
+def _failure_reason(body: dict[str, Any], default: str | None) -> str | None:
+    reason = body.get("failure_reason", default)
+    if reason is not None and (not isinstance(reason, str) or not reason):
+        raise invalid_param("failure_reason", "failure_reason must be a non-empty string.")
+    return reason
+
+
+async def refund_fail(request: Request) -> Response:
+    """A succeeded refund comes back failed (a closed card): ``refund.failed``."""
+    sandbox = _fresh(request)
+    body = await _json_object(request, optional=True)
+    reason = _failure_reason(body, after_payment.DEFAULT_REFUND_FAILURE)
+    refund = _movement(sandbox, request, Refund)
+    assert isinstance(refund, Refund) and reason is not None
+    after_payment.fail_refund(sandbox.state, refund, reason)
+    return JSONResponse(refund.to_public())
+
+
+async def _settle(request: Request, kind: type[Movement], results: tuple[str, ...]) -> Response:
+    sandbox = _fresh(request)
+    body = await _json_object(request)
+    result = body.get("result")
+    if result not in results:
+        raise invalid_param("result", f"result must be one of {', '.join(results)}.")
+    reason = _failure_reason(body, None)
+    movement = _movement(sandbox, request, kind)
+    after_payment.settle(sandbox.state, movement, result, reason)
+    return JSONResponse(movement.to_public())
+
+
+async def refund_settle(request: Request) -> Response:
+    return await _settle(request, Refund, ("succeeded", "failed", "canceled"))
+
+
+async def capture_settle(request: Request) -> Response:
+    return await _settle(request, Capture, ("succeeded", "failed"))
+
+
+async def _movements(request: Request, kind: type[Movement]) -> Response:
+    sandbox = _fresh(request)
+    filters = {k: v for k, v in request.query_params.items()
+               if k in ("account", "environment", "payment", "reference", "idempotency_key")}
+    rows = [m.to_ledger() for m in sandbox.state.movements if isinstance(m, kind)]
+    rows = [r for r in rows if all(r[k] == v for k, v in filters.items())]
+    return JSONResponse({"data": rows})
+
+
+async def refunds(request: Request) -> Response:
+    return await _movements(request, Refund)
+
+
+async def captures(request: Request) -> Response:
+    return await _movements(request, Capture)
 
 
 async def reset(request: Request) -> Response:

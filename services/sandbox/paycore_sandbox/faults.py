@@ -2,9 +2,12 @@
 
 A rule is ``{"fault", "match", "probability", "times", "delay_ms"}``. ``match``
 is ``{"reference": R}`` or ``{"any": true}``; as sandbox extensions it may also
-carry ``"account"``, ``"operation"`` (``create`` | ``lookup``) and ``"dialect"``
-(``cardco`` | ``stripe`` | ``adyen``: whose wire the request or payment speaks), and
-every key given must match. A rule's ``times`` is consumed only when it fires, and
+carry ``"account"``, ``"operation"`` (``create`` | ``capture`` | ``cancel`` |
+``refund`` | ``lookup``) and ``"dialect"`` (``cardco`` | ``stripe`` | ``adyen``: whose
+wire the request or payment speaks), and every key given must match. ``reference``
+is the reference of the object the request is about: the payment's for creates and
+payment lookups; the capture's, the cancel's or the refund's for those POSTs; the
+capture's or refund's for their lookups. A rule's ``times`` is consumed only when it fires, and
 an exhausted rule is removed.
 
 When each fault acts, and why:
@@ -36,6 +39,10 @@ hides them all: byte for byte a real miss. Consulted at execution time like
 hidden. Lookups by id never consult it. The Stripe dialect's Search
 (``GET /v1/payment_intents/search``) honours it the same way.
 
+Cardco's refund and capture lookups honour both the same way, on the refund's or
+capture's own reference: ``lookup_stale`` in ``GET /v1/refunds/{id}``,
+``search_stale`` in the lists (``GET /v1/refunds?…``, ``GET /v1/captures?…``).
+
 One arrival/response fault is chosen per request (the first matching rule that
 fires); ``error_500_after``, ``lookup_stale`` and ``search_stale`` are chosen
 separately at execution time.
@@ -55,7 +62,11 @@ from typing import Any, Literal
 
 from paycore_sandbox.errors import invalid_param
 
-Operation = Literal["create", "lookup", "webhook"]
+# What a request does, for ``match.operation``: each POST kind, lookups, and webhooks.
+RequestOperation = Literal["create", "capture", "cancel", "refund", "lookup"]
+REQUEST_OPERATIONS: tuple[RequestOperation, ...] = ("create", "capture", "cancel", "refund",
+                                                    "lookup")
+Operation = RequestOperation | Literal["webhook"]
 
 HOLD_FAULTS = frozenset({"drop_request", "lose_response", "late_arrival"})
 TRANSPORT_FAULTS = frozenset({
@@ -90,7 +101,7 @@ class Match:
     any: bool = False
     reference: str | None = None
     account: str | None = None
-    operation: Literal["create", "lookup"] | None = None
+    operation: RequestOperation | None = None
     dialect: str | None = None
 
     def matches(self, ctx: FaultContext) -> bool:
@@ -222,8 +233,9 @@ def _match_from(raw: Any, where: str) -> Match:
         if name in raw and (not isinstance(raw[name], str) or not raw[name]):
             raise invalid_param(f"{where}.{name}", f"{name} must be a non-empty string.")
     operation = raw.get("operation")
-    if operation is not None and operation not in ("create", "lookup"):
-        raise invalid_param(f"{where}.operation", "operation must be 'create' or 'lookup'.")
+    if operation is not None and operation not in REQUEST_OPERATIONS:
+        raise invalid_param(f"{where}.operation",
+                            f"operation must be one of {', '.join(REQUEST_OPERATIONS)}.")
     return Match(any=raw.get("any") is True, reference=raw.get("reference"),
                  account=raw.get("account"), operation=operation, dialect=raw.get("dialect"))
 

@@ -1,6 +1,7 @@
 """Idempotency keys: header parsing, body fingerprints and the key store.
 
-Keys are scoped to (account, environment). A record remembers the body
+Keys are scoped to (account, environment), and for Cardco also to the endpoint: each
+``POST`` has its own keys (a dialect's scope names its dialect). A record remembers the body
 fingerprint, when the key was first seen (sandbox clock) and, once the first
 request finished, the exact status and body to replay.
 """
@@ -33,7 +34,7 @@ def parse_idempotency_key(raw: str | None) -> str:
     """The key's value from a Structured Field String or a bare token."""
     if raw is None or not raw.strip():
         raise ApiError(400, "invalid_request", "missing_idempotency_key",
-                       "An Idempotency-Key header is required for POST /v1/payments.")
+                       "An Idempotency-Key header is required on every POST.")
     text = raw.strip(" \t")
     value = _parse_sf_string(text) if text.startswith('"') else _parse_token(text)
     if not value:
@@ -95,7 +96,7 @@ class StoredResponse:
 
 @dataclass
 class KeyRecord:
-    scope: tuple[str, str]
+    scope: tuple[str, ...]
     key: str
     fingerprint: str
     first_seen: float
@@ -118,13 +119,13 @@ class Claim(Enum):
 class IdempotencyStore:
     def __init__(self, retention_s: int) -> None:
         self._retention_s = retention_s
-        self._records: dict[tuple[str, str, str], KeyRecord] = {}
+        self._records: dict[tuple[str, ...], KeyRecord] = {}
         # Check-and-claim must be one step so two same-key requests can never
         # both execute; the lock makes that explicit rather than relying on
         # the absence of awaits.
         self._lock = asyncio.Lock()
 
-    async def claim(self, scope: tuple[str, str], key: str, fp: str,
+    async def claim(self, scope: tuple[str, ...], key: str, fp: str,
                     now: float) -> tuple[Claim, KeyRecord]:
         async with self._lock:
             slot = (*scope, key)

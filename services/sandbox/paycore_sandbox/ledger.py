@@ -9,8 +9,9 @@ from typing import Any, Literal
 
 from paycore_sandbox.settings import Environment, SandboxAccount
 
-PaymentStatus = Literal["processing", "requires_action", "succeeded", "declined",
-                        "failed", "canceled"]
+PaymentStatus = Literal["processing", "requires_action", "requires_capture", "succeeded",
+                        "declined", "failed", "canceled"]
+CaptureMode = Literal["automatic", "manual"]
 FINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "declined", "failed", "canceled"})
 
 
@@ -37,6 +38,11 @@ class Payment:
     return_url: str | None = None
     # Sandbox clock time at which a tok_async payment succeeds.
     completes_at: float | None = None
+    capture: CaptureMode = "automatic"
+    amount_capturable: int = 0  # held, not yet captured; 0 while a capture is pending
+    amount_captured: int = 0
+    capture_before: int | None = None  # an uncaptured hold lapses then (requires_capture only)
+    cancel_reference: str | None = None  # the merchant's reference of its cancel, if any
     # The wire dialect that created it (``paycore_sandbox.dialects``): its
     # lookups, webhook events and endpoints are that dialect's only.
     dialect: str = "cardco"
@@ -59,7 +65,10 @@ class Payment:
             "id": self.id, "object": "payment", "account": self.account,
             "livemode": self.livemode, "amount": self.amount, "currency": self.currency,
             "reference": self.reference, "status": self.status,
-            "decline_code": self.decline_code, "amount_refunded": self.amount_refunded,
+            "decline_code": self.decline_code, "capture": self.capture,
+            "amount_capturable": self.amount_capturable,
+            "amount_captured": self.amount_captured, "amount_refunded": self.amount_refunded,
+            "capture_before": self.capture_before,
             "next_action": dict(self.next_action) if self.next_action else None,
             "created": self.created,
         }
@@ -75,6 +84,7 @@ class Payment:
             "payment_method": self.payment_method,
             "description": self.description,
             "return_url": self.return_url,
+            "cancel_reference": self.cancel_reference,
         })
         return entry
 

@@ -22,6 +22,7 @@ from paycore_sandbox.delivery import WebhookSender
 from paycore_sandbox.faults import FaultBook, HoldGate
 from paycore_sandbox.idempotency import IdempotencyStore
 from paycore_sandbox.ledger import Ledger
+from paycore_sandbox.movements import MovementBook
 from paycore_sandbox.ratelimit import TokenBucket
 from paycore_sandbox.settings import SandboxAccount, SandboxSettings
 from paycore_sandbox.webhooks import WebhookEmitter
@@ -33,6 +34,7 @@ class SandboxState:
     def __init__(self, sandbox: Sandbox) -> None:
         settings = sandbox.settings
         self.ledger = Ledger()
+        self.movements = MovementBook()  # captures and refunds
         self.keys = IdempotencyStore(settings.key_retention_s)
         self.faults = FaultBook()
         self.requests = RequestLog()

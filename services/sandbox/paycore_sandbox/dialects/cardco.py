@@ -1,8 +1,10 @@
 """The Cardco dialect: ``docs/providers/cardco.md``, the sandbox's native wire.
 
 Its payments' data objects are the core payment as the contract shows it, its
-event types are the core's, and its webhooks are Standard Webhooks signed with
-the account's ``whsec_`` secret (:func:`paycore.webhook_signatures.signed_headers`).
+event types are the core's (and, for captures and refunds, which only this wire
+has, ``capture.<status>`` / ``refund.<status>`` with the contract's objects), and
+its webhooks are Standard Webhooks signed with the account's ``whsec_`` secret
+(:func:`paycore.webhook_signatures.signed_headers`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import orjson
 from starlette.routing import BaseRoute, Route
 
 from paycore.webhook_signatures import signed_headers
-from paycore_sandbox import api
+from paycore_sandbox import api, captures, refunds
 from paycore_sandbox.dialects import WebhookMessage, answered_2xx
 from paycore_sandbox.ledger import Payment
 from paycore_sandbox.settings import SandboxAccount
@@ -31,6 +33,14 @@ class CardcoDialect:
             Route("/v1/payments", api.create_payment, methods=["POST"]),
             Route("/v1/payments", api.list_payments, methods=["GET"]),
             Route("/v1/payments/{payment_id}", api.get_payment, methods=["GET"]),
+            Route("/v1/payments/{payment_id}/captures", captures.create_capture,
+                  methods=["POST"]),
+            Route("/v1/payments/{payment_id}/cancel", captures.cancel_payment,
+                  methods=["POST"]),
+            Route("/v1/captures", captures.list_captures, methods=["GET"]),
+            Route("/v1/refunds", refunds.create_refund, methods=["POST"]),
+            Route("/v1/refunds", refunds.list_refunds, methods=["GET"]),
+            Route("/v1/refunds/{movement_id}", refunds.get_refund, methods=["GET"]),
         ]
 
     def render_payment(self, payment: Payment) -> dict[str, Any]:
