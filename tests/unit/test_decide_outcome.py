@@ -114,8 +114,10 @@ def test_what_the_transition_table_refuses_is_a_refusal() -> None:
 
 def test_a_current_customer_action_is_looked_at_again_when_it_expires_if_that_comes_first() -> None:
     soon, later = NOW + timedelta(seconds=20), NOW + timedelta(hours=1)
-    for expires, due in ((soon, soon), (later, NOW + timedelta(seconds=60)), (NOW - timedelta(seconds=1),
-                                                                               NOW + timedelta(seconds=60))):
+    ordinary = NOW + timedelta(seconds=60)
+    # An action expiring now, or already expired, keeps the ordinary delay: a zero one would spin.
+    for expires, due in ((soon, soon), (later, ordinary), (NOW, ordinary),
+                         (NOW - timedelta(seconds=1), ordinary)):
         f = foresee(S.STARTED, ProviderOutcome.requires_action("pay_1", {"type": "redirect"}, expires))
         assert f.write is not None and f.write.next_check_at == due, expires
         assert f.write.next_action == {"type": "redirect"} and f.write.next_action_expires_at == expires
