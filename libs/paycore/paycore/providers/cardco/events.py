@@ -4,6 +4,10 @@ An event is ``{"id", "type", "created", "account", "livemode", "sequence",
 "data": {"object": payment}}``; ``id`` may be null in deployments without
 stable event ids. A delivery no configured secret verifies is refused; a verified
 one that does not fit is kept raw by the intake, never applied.
+
+Refund and capture events (``refund.*``, ``capture.*``: :data:`OPERATION_EVENT_TYPES`) have the
+same envelope around a refund or capture; :func:`parse_operation_event` reads them into an
+:class:`OperationEvent`, apart from :func:`parse_event`, which refuses them as before.
 """
 
 from __future__ import annotations
@@ -26,7 +30,14 @@ from paycore.providers.base import (
     VerifiedDelivery,
     standard_notification_key,
 )
-from paycore.providers.cardco.wire import NAME, parse_payment
+from paycore.providers.cardco.wire import (
+    NAME,
+    ProviderCapture,
+    ProviderRefund,
+    parse_capture,
+    parse_payment,
+    parse_refund,
+)
 from paycore.providers.webhook_secrets import PreviousSecretLog, account_secrets
 from paycore.webhook_replays import SignedDelivery
 from paycore.webhook_signatures import InvalidSecret, VerificationFailed, Verifier, decode_secret
@@ -34,6 +45,12 @@ from paycore.webhook_signatures import InvalidSecret, VerificationFailed, Verifi
 EVENT_TYPES = frozenset({
     "payment.processing", "payment.requires_action", "payment.succeeded", "payment.declined",
     "payment.failed", "payment.canceled", "payment.refunded",
+})
+
+# The events about a refund or a capture: ``<object>.<its status>``.
+OPERATION_EVENT_TYPES: Final = frozenset({
+    "refund.pending", "refund.succeeded", "refund.failed", "refund.canceled",
+    "capture.pending", "capture.succeeded", "capture.failed",
 })
 
 
@@ -64,18 +81,24 @@ def _lone_surrogate_json(body: bytes) -> Any:
     return value
 
 
-def parse_event(body: bytes) -> Notification:
-    """The notification in a verified body, or :class:`InvalidEvent`.
-
-    It may still hold text PostgreSQL cannot store (NUL, a lone surrogate):
-    check :func:`paycore.pgtext.json_problem` of ``event`` before recording it.
-    """
+def _event_json(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or :class:`InvalidEvent` (``not-json``, ``not-an-object``)."""
     try:
         event = orjson.loads(body)
     except orjson.JSONDecodeError:
         event = _lone_surrogate_json(body)
     if not isinstance(event, dict):
         raise InvalidEvent("not-an-object")
+    return event
+
+
+def parse_event(body: bytes) -> Notification:
+    """The notification in a verified body, or :class:`InvalidEvent`.
+
+    It may still hold text PostgreSQL cannot store (NUL, a lone surrogate):
+    check :func:`paycore.pgtext.json_problem` of ``event`` before recording it.
+    """
+    event = _event_json(body)
     event_type = event.get("type")
     if not isinstance(event_type, str) or event_type not in EVENT_TYPES:
         raise InvalidEvent("unknown-type")
@@ -118,6 +141,103 @@ def parse_event(body: bytes) -> Notification:
         object_account=payment.account,
         object_livemode=payment.livemode,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class OperationEvent:
+    """A verified Cardco event about a refund or a capture.
+
+    The envelope is read as :func:`parse_event` reads a payment event's (``id``, ``sequence``,
+    ``account``, ``livemode`` and ``created`` may be null); the envelope's account and mode are
+    kept apart from the object's, for the caller to judge, as a notification's are.
+
+    :param event_id: The stable event id, or ``None`` (a deployment without one, or blank).
+    :param event_type: One of :data:`OPERATION_EVENT_TYPES`.
+    :param created: Unix time the event was made, when it says.
+    :param sequence: Counts the events of this refund or capture from 1, when it says.
+    :param account: What the envelope says.
+    :param livemode: What the envelope says.
+    :param operation: The refund or capture, as it was when the event was made; its status is
+        the event type's.
+    :param event: The event as received (no card data or secrets in it).
+    """
+
+    event_id: str | None
+    event_type: str
+    created: int | None
+    sequence: int | None
+    account: str | None
+    livemode: bool | None
+    operation: ProviderRefund | ProviderCapture
+    event: dict[str, Any] = dataclasses.field(repr=False, compare=False)
+
+
+def is_operation_event(body_or_type: bytes | str) -> bool:
+    """Whether an event type, or a verified body's, is a refund's or capture's: read it with
+    :func:`parse_operation_event`, else with :func:`parse_event`. A body that is not even an
+    event says ``False`` (then :func:`parse_event` says why)."""
+    if isinstance(body_or_type, str):
+        return body_or_type in OPERATION_EVENT_TYPES
+    try:
+        event_type = _event_json(body_or_type).get("type")
+    except InvalidEvent:
+        return False
+    return isinstance(event_type, str) and event_type in OPERATION_EVENT_TYPES
+
+
+def parse_operation_event(body: bytes) -> OperationEvent:
+    """The refund or capture event in a verified body, or :class:`InvalidEvent`.
+
+    Refused (reasons are fixed strings; nothing of the body is echoed): ``not-json``,
+    ``not-an-object``, ``unknown-type`` (not a refund or capture event), ``invalid-id``,
+    ``invalid-sequence``, ``invalid-created``, ``invalid-account``, ``invalid-livemode``,
+    ``missing-object``, ``wrong-object`` (a refund event about a capture, or a payment),
+    ``invalid-refund`` / ``invalid-capture`` (the object does not fit the contract), and
+    ``status-differs-from-type`` (``refund.succeeded`` about a failed refund: which is true?).
+    Like :func:`parse_event`'s, it may hold text PostgreSQL cannot store.
+    """
+    event = _event_json(body)
+    event_type = event.get("type")
+    if not isinstance(event_type, str) or event_type not in OPERATION_EVENT_TYPES:
+        raise InvalidEvent("unknown-type")
+    envelope = _operation_envelope(event)
+    kind, _, status = event_type.partition(".")
+    operation = _operation_object(event, kind)
+    if operation.status != status:
+        raise InvalidEvent("status-differs-from-type")
+    return OperationEvent(event_type=event_type, operation=operation, event=event, **envelope)
+
+
+def _operation_envelope(event: dict[str, Any]) -> dict[str, Any]:
+    """The envelope's fields, each null or of its type, as :func:`parse_event` reads them."""
+    event_id, sequence, created = event.get("id"), event.get("sequence"), event.get("created")
+    account, livemode = event.get("account"), event.get("livemode")
+    if event_id is not None and not isinstance(event_id, str):
+        raise InvalidEvent("invalid-id")
+    if sequence is not None and (type(sequence) is not int or sequence < 1):
+        raise InvalidEvent("invalid-sequence")
+    if created is not None and (type(created) is not int or created < 0):
+        raise InvalidEvent("invalid-created")
+    if account is not None and not isinstance(account, str):
+        raise InvalidEvent("invalid-account")
+    if livemode is not None and not isinstance(livemode, bool):
+        raise InvalidEvent("invalid-livemode")
+    return {"event_id": _blank_to_none(event_id), "sequence": sequence, "created": created,
+            "account": account, "livemode": livemode}
+
+
+def _operation_object(event: dict[str, Any], kind: str) -> ProviderRefund | ProviderCapture:
+    """``data.object``, the refund or capture the type names (``kind``)."""
+    data = event.get("data")
+    obj = data.get("object") if isinstance(data, dict) else None
+    if obj is None:
+        raise InvalidEvent("missing-object")
+    if not isinstance(obj, dict) or obj.get("object") != kind:
+        raise InvalidEvent("wrong-object")
+    operation = parse_refund(obj) if kind == "refund" else parse_capture(obj)
+    if operation is None:
+        raise InvalidEvent(f"invalid-{kind}")
+    return operation
 
 
 def notification_key(n: Notification) -> str | None:

@@ -1,4 +1,5 @@
-"""Cardco's wire: the payment object, parsing, errors, ``Retry-After`` and structured headers.
+"""Cardco's wire: the payment, refund and capture objects, parsing, errors, ``Retry-After`` and
+structured headers.
 
 The contract is ``docs/providers/cardco.md``; nothing here relies on what the
 project's sandbox does beyond it. A body that does not fit the contract parses to
@@ -10,9 +11,10 @@ from __future__ import annotations
 import email.utils
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, ClassVar, Final, TypeVar
 
 import httpx
 
@@ -29,8 +31,13 @@ NAME: Final = "cardco"
 
 # Every payment status the contract defines; anything else is unrecognised.
 PAYMENT_STATUSES: Final = frozenset(
-    {"processing", "requires_action", "succeeded", "declined", "failed", "canceled"}
+    {"processing", "requires_action", "requires_capture", "succeeded", "declined", "failed", "canceled"}
 )
+# The statuses ProviderPayment.to_outcome maps. requires_capture (a hold) is not one yet:
+# parse_payment refuses it as it refused every unknown status before, so no caller turns
+# a hold into an attempt outcome by accident.
+OUTCOME_STATUSES: Final = PAYMENT_STATUSES - {"requires_capture"}
+CAPTURE_MODES: Final = frozenset({"automatic", "manual"})
 
 # 400 error codes that the contract documents as "rejected before execution,
 # nothing was created". Any other 400 is not understood, and so is Unknown.
@@ -61,12 +68,18 @@ class ProviderPayment:
     :param int amount_minor: Amount in minor units.
     :param str currency: Three-letter currency.
     :param reference: The merchant reference it carries, when present.
-    :param str status: One of ``processing``, ``requires_action``,
+    :param str status: One of ``processing``, ``requires_action``, ``requires_capture``,
         ``succeeded``, ``declined``, ``failed``, ``canceled``.
     :param decline_code: Set when declined.
     :param int amount_refunded: Refunded amount in minor units (0 when absent).
     :param next_action: The customer's next action while ``requires_action``.
     :param next_action_expires_at: When that action expires (UTC).
+    :param capture: ``automatic`` or ``manual``; ``None`` when the object has no capture
+        fields (a server older than the contract's after-payment part).
+    :param amount_capturable: Held and not yet captured, when the object says.
+    :param amount_captured: Charged so far, when the object says.
+    :param capture_before: Unix time after which an uncaptured hold lapses; ``None``
+        unless ``requires_capture``.
     :raises ValueError: An unknown status, or ``requires_action`` without a
         next action.
     """
@@ -82,6 +95,10 @@ class ProviderPayment:
     amount_refunded: int = 0
     next_action: dict[str, Any] | None = None
     next_action_expires_at: datetime | None = None
+    capture: str | None = None
+    amount_capturable: int | None = None
+    amount_captured: int | None = None
+    capture_before: int | None = None
 
     def __post_init__(self) -> None:
         if self.status not in PAYMENT_STATUSES:
@@ -116,7 +133,11 @@ class ProviderPayment:
 
         :return: The outcome, carrying the payment id, status, amount and
             currency.
+        :raises ValueError: A status this table does not map (``requires_capture``): it
+            must never fall through to ``failed``, a hold is not a failure.
         """
+        if self.status not in OUTCOME_STATUSES:
+            raise ValueError(f"no outcome for payment status {self.status!r}")
         common: dict[str, Any] = {"amount_minor": self.amount_minor, "currency": self.currency,
                                   "claim": self.claim()}
         if self.status == "succeeded":
@@ -146,7 +167,18 @@ class ProviderPayment:
 
 
 def parse_payment(obj: Any) -> ProviderPayment | None:
-    """A payment object, or ``None`` when the JSON does not fit the contract."""
+    """A payment object whose status :meth:`ProviderPayment.to_outcome` maps, or ``None`` when
+    the JSON does not fit the contract or the status is one it does not map (``requires_capture``:
+    refused as every unknown status was before it was defined)."""
+    payment = parse_payment_object(obj)
+    if payment is None or payment.status not in OUTCOME_STATUSES:
+        return None
+    return payment
+
+
+def parse_payment_object(obj: Any) -> ProviderPayment | None:
+    """A payment object in any status of the contract, ``requires_capture`` included, or ``None``
+    when the JSON does not fit it. Not for outcomes: see :func:`parse_payment`."""
     if not isinstance(obj, dict):
         return None
     pid, status, amount, currency = obj.get("id"), obj.get("status"), obj.get("amount"), obj.get("currency")
@@ -187,6 +219,9 @@ def parse_payment(obj: Any) -> ProviderPayment | None:
                 return None
     if status == "requires_action" and next_action is None:
         return None
+    capture = _capture_fields(obj, status)
+    if capture is None:
+        return None
 
     return ProviderPayment(
         id=pid,
@@ -200,7 +235,201 @@ def parse_payment(obj: Any) -> ProviderPayment | None:
         amount_refunded=refunded,
         next_action=next_action,
         next_action_expires_at=expires_at,
+        capture=capture.mode,
+        amount_capturable=capture.capturable,
+        amount_captured=capture.captured,
+        capture_before=capture.before,
     )
+
+
+@dataclass(frozen=True)
+class _CaptureFields:
+    mode: str | None
+    capturable: int | None
+    captured: int | None
+    before: int | None
+
+
+def _capture_fields(obj: dict[str, Any], status: str) -> _CaptureFields | None:
+    """A payment's capture fields, or ``None`` when one present is malformed.
+
+    Each may be absent (a server older than the after-payment part sends none, and the
+    payment parses as before); present, it must fit: ``capture`` a mode, the amounts
+    non-negative integers (never null), ``capture_before`` a unix time or null. A hold
+    (``requires_capture``) must say it is ``manual`` and when it lapses. Other statuses
+    are not checked against the fields (``capture_before`` "null unless requires_capture"):
+    the outcome of a charge does not depend on them.
+    """
+    mode = obj.get("capture")
+    if "capture" in obj and mode not in CAPTURE_MODES:
+        return None
+    amounts: list[int | None] = []
+    for key in ("amount_capturable", "amount_captured"):
+        value = obj.get(key)
+        if key in obj and not _is_non_negative_int(value):
+            return None
+        amounts.append(value)
+    before = obj.get("capture_before")
+    if before is not None and not _is_non_negative_int(before):
+        return None
+    if status == "requires_capture" and (mode != "manual" or before is None):
+        return None
+    return _CaptureFields(mode, amounts[0], amounts[1], before)
+
+
+def _is_non_negative_int(value: object) -> bool:
+    return _is_int(value) and value >= 0
+
+
+# ---------------------------------------------------------------------------
+# After the payment: refunds and captures
+
+MAX_REFERENCE_LEN: Final = 64
+
+
+def failure_reason_fits(status: str, failure_reason: str | None) -> bool:
+    """A refund's or capture's ``failure_reason`` is a non-empty string exactly when it failed.
+
+    ``canceled`` (refunds only) may carry one or not: the contract says nothing of a reason
+    for it, and a canceled refund is final, so refusing either would leave it unreadable.
+    """
+    if status == "failed":
+        return bool(failure_reason)
+    if status == "canceled":
+        return failure_reason is None or bool(failure_reason)
+    return failure_reason is None
+
+
+@dataclass(frozen=True)
+class ProviderMovement:
+    """What a Cardco refund and capture share, validated: money moving after a payment.
+
+    :param str id: Its id (``re_…`` / ``cap_…``).
+    :param str payment: The payment it moves money of (``pay_…``).
+    :param str account: The Cardco account.
+    :param bool livemode: ``True`` for live mode.
+    :param int amount_minor: Amount in minor units, positive.
+    :param str currency: Three-letter currency.
+    :param str reference: The merchant's id of this refund or capture (1 to 64 characters).
+    :param str status: One of :attr:`STATUSES`.
+    :param failure_reason: Set exactly when ``failed`` (and perhaps when ``canceled``).
+    :param int created: Unix time.
+    :raises ValueError: A status not in :attr:`STATUSES`, or a ``failure_reason`` that does
+        not fit it.
+    """
+
+    OBJECT: ClassVar[str]
+    ID_PREFIX: ClassVar[str]
+    STATUSES: ClassVar[frozenset[str]]
+
+    id: str
+    payment: str
+    account: str
+    livemode: bool
+    amount_minor: int
+    currency: str
+    reference: str
+    status: str
+    failure_reason: str | None
+    created: int
+
+    def __post_init__(self) -> None:
+        if self.status not in self.STATUSES:
+            raise ValueError(f"unknown {self.OBJECT} status {self.status!r}")
+        if not failure_reason_fits(self.status, self.failure_reason):
+            raise ValueError(f"a {self.status} {self.OBJECT} has the wrong failure_reason")
+
+
+@dataclass(frozen=True)
+class ProviderRefund(ProviderMovement):
+    """A Cardco refund. ``succeeded`` is not always final: a returned refund becomes ``failed``."""
+
+    OBJECT: ClassVar[str] = "refund"
+    ID_PREFIX: ClassVar[str] = "re_"
+    STATUSES: ClassVar[frozenset[str]] = frozenset({"pending", "succeeded", "failed", "canceled"})
+
+
+@dataclass(frozen=True)
+class ProviderCapture(ProviderMovement):
+    """A Cardco capture of a held payment; ``succeeded`` and ``failed`` are final."""
+
+    OBJECT: ClassVar[str] = "capture"
+    ID_PREFIX: ClassVar[str] = "cap_"
+    STATUSES: ClassVar[frozenset[str]] = frozenset({"pending", "succeeded", "failed"})
+
+
+M = TypeVar("M", bound=ProviderMovement)
+T = TypeVar("T")
+
+
+def parse_refund(obj: Any) -> ProviderRefund | None:
+    """A refund object, or ``None`` when the JSON does not fit the contract."""
+    return _parse_movement(obj, ProviderRefund)
+
+
+def parse_capture(obj: Any) -> ProviderCapture | None:
+    """A capture object, or ``None`` when the JSON does not fit the contract."""
+    return _parse_movement(obj, ProviderCapture)
+
+
+def parse_list(obj: Any, parse: Callable[[Any], T | None]) -> list[T] | None:
+    """A lookup's ``{"data": [...]}`` answer, each element read by ``parse`` (oldest first, as
+    answered), or ``None`` when the shape is wrong or any element does not fit: a list with a
+    part missing could be taken for the whole."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("data"), list):
+        return None
+    parsed: list[T] = []
+    for item in obj["data"]:
+        value = parse(item)
+        if value is None:
+            return None
+        parsed.append(value)
+    return parsed
+
+
+_MOVEMENT_FIELDS: Final = ("id", "payment", "account", "livemode", "amount", "currency", "reference",
+                           "status", "failure_reason", "created")
+
+
+def _parse_movement(obj: Any, cls: type[M]) -> M | None:
+    # Every field is required (the contract's objects always carry them), except that an
+    # absent failure_reason reads as null, as decline_code does; unknown fields are ignored.
+    if not isinstance(obj, dict) or obj.get("object") != cls.OBJECT:
+        return None
+    f: dict[str, Any] = {key: obj.get(key) for key in _MOVEMENT_FIELDS}
+    if not (_movement_ids_fit(f, cls.ID_PREFIX) and _movement_amount_fits(f)
+            and _movement_state_fits(f, cls.STATUSES)):
+        return None
+    return cls(id=f["id"], payment=f["payment"], account=f["account"], livemode=f["livemode"],
+               amount_minor=f["amount"], currency=f["currency"], reference=f["reference"],
+               status=f["status"], failure_reason=f["failure_reason"], created=f["created"])
+
+
+def _movement_ids_fit(f: dict[str, Any], prefix: str) -> bool:
+    """Its id, its payment's, its account and mode, and the merchant's reference."""
+    reference = f["reference"]
+    return (_is_id(f["id"], prefix) and _is_id(f["payment"], "pay_")
+            and isinstance(f["account"], str) and bool(f["account"]) and isinstance(f["livemode"], bool)
+            and isinstance(reference, str) and 0 < len(reference) <= MAX_REFERENCE_LEN)
+
+
+def _movement_amount_fits(f: dict[str, Any]) -> bool:
+    amount, currency = f["amount"], f["currency"]
+    return (_is_int(amount) and amount > 0
+            and isinstance(currency, str) and CURRENCY_RE.fullmatch(currency) is not None)
+
+
+def _movement_state_fits(f: dict[str, Any], statuses: frozenset[str]) -> bool:
+    """Its status, the failure_reason that goes with it, and when it was created."""
+    status, reason, created = f["status"], f["failure_reason"], f["created"]
+    return (isinstance(status, str) and status in statuses
+            and (reason is None or isinstance(reason, str)) and failure_reason_fits(status, reason)
+            and _is_non_negative_int(created))
+
+
+def _is_id(value: object, prefix: str) -> bool:
+    """A Cardco id: its kind's prefix and something after it."""
+    return isinstance(value, str) and value.startswith(prefix) and len(value) > len(prefix)
 
 
 def error_code(obj: Any) -> tuple[str, str | None] | None:
