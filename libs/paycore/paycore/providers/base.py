@@ -36,13 +36,14 @@ import orjson
 
 from paycore.attempt_row import Attempt
 from paycore.config import ProviderAccountConfig
-from paycore.domain import Claim, ProviderOutcome
+from paycore.domain import Claim, OperationKind, ProviderOutcome
 from paycore.errors import PaycoreError
 from paycore.webhook_replays import SignedDelivery
 
 __all__ = [
     "KEY_VERSION", "Capabilities", "InvalidNotification", "LookupResult", "Notification",
-    "NotificationFormat", "NotificationReceiver", "NotificationUnverified", "PaymentCalls", "PaymentMethod",
+    "NotificationFormat", "NotificationReceiver", "NotificationUnverified", "OperationCalls",
+    "OperationEnding", "OperationLookup", "OperationOutcome", "PaymentCalls", "PaymentMethod",
     "PaymentRecord", "Provider", "ReferenceLookup", "StoredRequest", "VerifiedDelivery",
     "standard_notification_key", "synthesized_key",
 ]
@@ -403,3 +404,124 @@ class Provider(PaymentCalls, NotificationReceiver, Protocol):
 
     @property
     def capabilities(self) -> Capabilities: ...
+
+
+# ---------------------------------------------------------------------------
+# After the payment: captures, cancels and refunds
+#
+# An operation is sent like an attempt: recorded first, its request stored as a
+# :class:`StoredRequest` (``attempt_id`` is the operation's id, ``client_reference`` the
+# operation's own reference, ``amount_minor``/``currency`` what it moves), and every send
+# transmits those bytes under that key.
+
+
+class OperationEnding(enum.StrEnum):
+    """How one capture, cancel or refund call (or what a lookup found) ended."""
+
+    SUCCEEDED = "succeeded"
+    PENDING = "pending"  # the provider has it; the ending comes by webhook or lookup
+    FAILED = "failed"  # final, nothing moved (a failed or canceled refund or capture)
+    REJECTED = "rejected-before-execution"  # the only send was refused, nothing was done
+    UNKNOWN = "unknown"  # no answer that proves anything: only evidence resolves it
+
+
+@dataclass(frozen=True)
+class OperationOutcome:
+    """The classified ending of an operation call, or an operation object a lookup found.
+
+    :param operation: Capture, cancel or refund.
+    :param ending: See :class:`OperationEnding`.
+    :param reason: Machine-readable why (``rejected:<code>``, ``provider.in-progress``, a
+        failure reason); never card data or secrets.
+    :param provider_status: The object's status as the provider wrote it.
+    :param provider_operation_id: The refund's or capture's id (none for a cancel: its
+        answer is the payment).
+    :param provider_payment_id: The payment the answer names.
+    :param request_rejected: The provider refused these very bytes as invalid (a
+        documented 400): the same request will be refused again, so a rejected resend is
+        never repeated. On the only send that is ``REJECTED``; on a resend ``UNKNOWN``.
+    :param claim: What the answer said about itself (reference, amount, account, mode),
+        kept even when it is not evidence about this operation.
+    """
+
+    operation: OperationKind
+    ending: OperationEnding
+    reason: str | None = None
+    provider_status: str | None = None
+    provider_operation_id: str | None = None
+    provider_payment_id: str | None = None
+    amount_minor: int | None = None
+    currency: str | None = None
+    http_status: int | None = None
+    replayed: bool = False
+    request_rejected: bool = False
+    claim: Claim | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def unknown(cls, operation: OperationKind, reason: str, **kw: Any) -> OperationOutcome:
+        return cls(operation, OperationEnding.UNKNOWN, reason=reason, **kw)
+
+    @classmethod
+    def refused_before_execution(cls, operation: OperationKind, code: str, *, first_send: bool,
+                                 resend_reason: str, **kw: Any) -> OperationOutcome:
+        """As :meth:`ProviderOutcome.refused_before_execution`: ``REJECTED`` (``rejected:<code>``)
+        only on the only send and not replayed; else ``UNKNOWN`` (``resend_reason``), since the
+        refusal of this send says nothing about an earlier one that may have taken effect."""
+        if first_send and not kw.get("replayed", False):
+            return cls(operation, OperationEnding.REJECTED, reason=f"rejected:{code}", **kw)
+        return cls.unknown(operation, resend_reason, **kw)
+
+
+@dataclass(frozen=True)
+class OperationLookup:
+    """The answer to one operation lookup.
+
+    :param kind: ``found`` (``found`` holds at least one object, as answered, oldest first;
+        not yet judged as evidence), ``not_found``, or ``unavailable`` (no usable answer:
+        ``reason`` says why; ``retry_after_s`` when rate-limited). ``unavailable`` is never
+        "not found".
+    """
+
+    kind: Literal["found", "not_found", "unavailable"]
+    found: tuple[OperationOutcome, ...] = ()
+    reason: str | None = None
+    retry_after_s: float | None = None
+
+
+class OperationCalls(Protocol):
+    """Captures, cancels and refunds: what the operations' outbox and recovery call.
+
+    The rules of :class:`PaymentCalls` hold: one send per call, the stored bytes under the
+    stored key, no retries, and nothing the provider does raises.
+    """
+
+    def operation_endpoint(self, account: ProviderAccountConfig, kind: OperationKind,
+                           provider_payment_id: str) -> str:
+        """The absolute URL an operation of ``kind`` on the payment is stored with."""
+        ...
+
+    def build_operation_body(self, kind: OperationKind, *, provider_payment_id: str, amount_minor: int,
+                             reference: str, reason: str | None = None) -> str:
+        """The operation's body, serialized once to be stored (a cancel sends only the reference).
+
+        :raises ValueError: A value the provider's contract would reject (nothing is recorded).
+        """
+        ...
+
+    async def send_operation(self, stored: StoredRequest, kind: OperationKind, *, provider_payment_id: str,
+                             budget_s: float | None, first_send: bool) -> OperationOutcome:
+        """Send the stored operation request once and classify the answer. An answer about
+        another payment or reference is ``UNKNOWN``. Never raises for what the provider does."""
+        ...
+
+    async def find_operation_by_reference(self, provider_account: str, kind: OperationKind, reference: str,
+                                          *, budget_s: float | None) -> OperationLookup:
+        """Every operation object of ``kind`` carrying ``reference`` (``unavailable`` when the
+        provider has no such lookup, sending nothing)."""
+        ...
+
+    async def get_refund(self, provider_account: str, refund_id: str, *,
+                         budget_s: float | None) -> OperationLookup:
+        """One refund by the provider's id."""
+        ...

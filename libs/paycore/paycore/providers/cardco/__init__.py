@@ -3,6 +3,8 @@
 - :mod:`.request`: what is sent (the body stored on the attempt, the create request);
 - :mod:`.wire`: the payment object, parsing, errors, ``Retry-After``, structured headers;
 - :mod:`.client`: :class:`CardcoClient` (create and classify, lookups, budgets);
+- :mod:`.operations`: its captures, cancels and refunds; :mod:`.answers`: what a ``POST``'s
+  non-success answer means, for the create and the operations alike;
 - :mod:`.events`: webhook verification and events, parsed into a neutral notification.
 
 The contract is ``docs/providers/cardco.md``.

@@ -40,7 +40,7 @@ from paycore.config import ProviderAccountConfig
 from paycore.domain import ProviderOutcome
 from paycore.errors import InvalidPaymentMethod
 from paycore.evidence import judge
-from paycore.providers.adapter import DeliveryVerifier, ProviderClient
+from paycore.providers.adapter import DeliveryVerifier
 from paycore.providers.base import (
     Capabilities,
     LookupResult,
@@ -50,12 +50,13 @@ from paycore.providers.base import (
     StoredRequest,
 )
 from paycore.providers.cardco import events
+from paycore.providers.cardco.answers import classify_error
+from paycore.providers.cardco.operations import CardcoOperations
 from paycore.providers.cardco.request import build_request_body, create_request
 from paycore.providers.cardco.wire import (
     REJECTION_CODES,
     UNREADABLE,
     auth_headers,
-    error_code,
     is_replayed,
     parse_payment,
     read_json,
@@ -70,9 +71,10 @@ CAPABILITIES: Final = Capabilities(
 )
 
 
-class CardcoClient(ProviderClient[httpx.Request, httpx.Response]):
+class CardcoClient(CardcoOperations):
     """The one HTTP client for Cardco, and Cardco's :class:`~paycore.providers.base.Provider`.
 
+    Captures, cancels and refunds are :class:`~paycore.providers.cardco.operations.CardcoOperations`'s.
     Its pool, budgets, logs and webhook side are :class:`~paycore.providers.adapter.ProviderClient`'s
     (one keep-alive pool, no httpx timeout: the per-call budget is the deadline; no redirects,
     no retries, no environment proxies). Its parameters are that class's: the configured
@@ -154,48 +156,19 @@ class CardcoClient(ProviderClient[httpx.Request, httpx.Response]):
                 )
             return dataclasses.replace(payment.to_outcome(), **meta)
 
-        if status == 400:
-            body = read_json(response.content)
-            if body is UNREADABLE:
-                return ProviderOutcome.unknown("provider.body-unreadable", **meta)
-            error = error_code(body)
-            if error is None or error[0] not in REJECTION_CODES:
-                return ProviderOutcome.unknown("provider.body-unrecognized", **meta)
-            code, param = error
-            # The contract never stores a 400 under the key, so a replayed one is
-            # off-contract and proves nothing either.
-            # A resend refused before execution: Unknown (the earlier send may have taken
-            # effect), and the same bytes will be refused again (request_rejected).
-            return ProviderOutcome.refused_before_execution(
-                code + (f":{param}" if param else ""), first_send=first_send,
-                resend_reason=f"provider.rejected-this-send.{code}", request_rejected=True, **meta)
-
-        retry_after = retry_after_seconds(response, self._clock.now())
-        if retry_after is not None:
-            meta["detail"] = {"retry_after_s": retry_after}
-
-        if status == 429:
-            # Rejected before execution and not stored under the key: on the
-            # only send, nothing happened. On a resend it says nothing about
-            # the earlier one.
-            return ProviderOutcome.refused_before_execution(
-                "rate_limited", first_send=first_send,
-                resend_reason="provider.rate-limited", **meta)
-        if status == 409:
-            return ProviderOutcome.unknown("provider.in-progress", **meta)
-        if status == 422:
+        error = classify_error(response, rejection_codes=REJECTION_CODES, now=self._clock.now())
+        if error.reason == "provider.key-reused":
             # The stored body never changes, so a key reused with another body
             # is our bug (or a key collision), never the customer's.
             self._log.error("cardco create attempt_id=%s: idempotency key reused with a different body",
                             stored.attempt_id)
-            return ProviderOutcome.unknown("provider.key-reused", **meta)
-        if status in (401, 403):
-            return ProviderOutcome.unknown("provider.rejected.auth", **meta)
-        if 500 <= status <= 599:
-            # Even a 503 "not processed" may come from a proxy that did forward
-            # the request; a 500 is stored under the key and may hide a payment.
-            return ProviderOutcome.unknown(f"provider.http-{status}", **meta)
-        return ProviderOutcome.unknown(f"provider.unexpected-status-{status}", **meta)
+        if error.refused_code is not None:
+            # A resend refused before execution: Unknown (the earlier send may have taken
+            # effect); a 400's same bytes will be refused again (request_rejected).
+            return ProviderOutcome.refused_before_execution(
+                error.refused_code, first_send=first_send, resend_reason=error.reason,
+                request_rejected=error.request_rejected, **error.meta)
+        return ProviderOutcome.unknown(error.reason, **error.meta)
 
     # -- lookups ------------------------------------------------------------
 
