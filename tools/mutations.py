@@ -35,6 +35,8 @@ class Mutation:
 
 ATTEMPTS = "libs/paycore/paycore/attempts.py"
 CARDCO = "libs/paycore/paycore/providers/cardco/client.py"
+CARDCO_ANSWERS = "libs/paycore/paycore/providers/cardco/answers.py"
+CARDCO_OPERATIONS = "libs/paycore/paycore/providers/cardco/operations.py"
 CARDCO_REQUEST = "libs/paycore/paycore/providers/cardco/request.py"
 LEASES = "libs/paycore/paycore/leases.py"
 RESCUE_UNKNOWN = "services/recovery/paycore_recovery/rescuers/unknown.py"  # gathers an Unknown pass's facts
@@ -158,7 +160,8 @@ OUTBOX_SQL = "libs/paycore/paycore/queries/outbox_messages.sql"  # the outbox's,
 WRITER = "libs/paycore/paycore/writer.py"  # issue 28: the one writer
 DECIDE = "tests/unit/test_decide_outcome.py"  # issue 28: decide_outcome as a table
 DECIDE_PASS = "tests/unit/test_decide_pass.py"  # issue 28: decide_pass as a table
-OPERATION_RULES = "tests/unit/test_operation_rules.py"  # issue 29: never more back than was taken
+OPERATION_RULES = "tests/unit/test_operation_rules.py"
+OPERATION_CLIENT = "tests/unit/test_cardco_operations_client.py"  # issue 29: Cardco's after-payment calls  # issue 29: never more back than was taken
 # Issue 26: the guards an outside mutation audit found unprotected.
 STRIPE_WIRE = "libs/paycore/paycore/providers/stripe/wire.py"
 STRIPE_EVENTS = "libs/paycore/paycore/providers/stripe/events.py"
@@ -541,16 +544,16 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     # -- Unknown classification --------------------------------------------------------------------
     Mutation(
-        "client-5xx-unknown", CARDCO,
-        'return ProviderOutcome.unknown(f"provider.http-{status}", **meta)',
-        'return ProviderOutcome.not_applied(f"provider.http-{status}", **meta)',
+        "client-5xx-unknown", CARDCO_ANSWERS,
+        'return ErrorAnswer(f"provider.http-{status}", meta=meta)',
+        'return ErrorAnswer(f"provider.http-{status}", "server_error", meta=meta)',
         t(CLIENT, "test_classification"),
         "a 5xx answer may hide a payment: Unknown",
     ),
     Mutation(
-        "client-409-unknown", CARDCO,
-        'return ProviderOutcome.unknown("provider.in-progress", **meta)',
-        'return ProviderOutcome.not_applied("provider.in-progress", **meta)',
+        "client-409-unknown", CARDCO_ANSWERS,
+        'return ErrorAnswer("provider.in-progress", meta=meta)',
+        'return ErrorAnswer("provider.in-progress", "in_progress", meta=meta)',
         t(CLIENT, "test_classification"),
         "a 409 (the key's first request still running) is Unknown",
     ),
@@ -578,18 +581,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         "an answer replayed from the key proves nothing about this send",
     ),
     Mutation(
-        "client-400-only-send", CARDCO,
-        'code + (f":{param}" if param else ""), first_send=first_send,',
-        'code + (f":{param}" if param else ""), first_send=True,',
+        "client-refused-only-send", CARDCO,
+        "                error.refused_code, first_send=first_send, resend_reason=error.reason,",
+        "                error.refused_code, first_send=True, resend_reason=error.reason,",
         t(CLIENT, "test_classification"),
-        "a documented 400 is NotApplied only on the only send",
+        "a documented 400 or a 429 is NotApplied only on the only send",
     ),
     Mutation(
-        "client-429-only-send", CARDCO,
-        '"rate_limited", first_send=first_send,',
-        '"rate_limited", first_send=True,',
+        "client-429-refused", CARDCO_ANSWERS,
+        'return ErrorAnswer("provider.rate-limited", "rate_limited", meta=meta)',
+        'return ErrorAnswer("provider.rate-limited", meta=meta)',
         t(CLIENT, "test_classification"),
-        "a 429 is NotApplied only on the only send",
+        "a 429 on the only send was refused before execution: NotApplied, not Unknown",
     ),
     # -- Stripe and Adyen (issue 11) ---------------------------------------------------------------
     Mutation(
@@ -1735,5 +1738,34 @@ MUTATIONS: tuple[Mutation, ...] = (
         t(OPERATION_RULES, "test_every_kind_has_the_payments_table_and_only_a_refund_comes_back",
           "test_a_final_operation_has_no_way_out_except_a_refund_returned"),
         "a returned refund stays returned (its amount is refundable again)",
+    ),
+    Mutation(
+        "operation-refused-only-send", CARDCO_OPERATIONS,
+        "                    kind, error.refused_code, first_send=first_send, resend_reason=error.reason,",
+        "                    kind, error.refused_code, first_send=True, resend_reason=error.reason,",
+        t(OPERATION_CLIENT, "test_a_documented_400_is_rejected_on_the_first_send_only",
+          "test_rate_limited_is_rejected_on_the_first_send_only"),
+        "a refused capture, cancel or refund is NotApplied only on the only send",
+    ),
+    Mutation(
+        "operation-answer-about-another", CARDCO_OPERATIONS,
+        "        if attribute is not None:\n            # About another operation or payment",
+        "        if False:\n            # About another operation or payment",
+        t(OPERATION_CLIENT, "test_an_answer_naming_another_operation_is_not_evidence"),
+        "an answer naming another reference, amount or payment is not evidence about this operation",
+    ),
+    Mutation(
+        "operation-refund-body-names-payment", CARDCO_OPERATIONS,
+        "        if kind is OperationKind.REFUND and _body_payment(stored.request_body) != provider_payment_id:",
+        "        if False:",
+        t(OPERATION_CLIENT, "test_a_request_naming_another_payment_is_not_sent"),
+        "a stored refund naming another payment than the one asked is never sent",
+    ),
+    Mutation(
+        "operation-cancel-must-be-canceled", CARDCO_OPERATIONS,
+        '        if payment.status != "canceled":',
+        "        if False:",
+        t(OPERATION_CLIENT, "test_a_cancel_answered_with_a_payment_not_canceled_is_unknown"),
+        "a cancel's 200 counts only when it shows the payment canceled",
     ),
 )

@@ -64,7 +64,8 @@ class ScriptedCardco:
         self.app = Starlette(
             routes=[
                 Route("/v1/payments", self._handle, methods=["GET", "POST"]),
-                Route("/v1/payments/{payment_id:path}", self._handle, methods=["GET"]),
+                # POST: a payment's capture or cancel, answered from the script as well.
+                Route("/v1/payments/{payment_id:path}", self._handle, methods=["GET", "POST"]),
             ]
         )
 

@@ -36,6 +36,7 @@ from tests.sandbox.support import (
     new_reference,
     paid,
 )
+from tests.support.scripted_cardco import payment_object, running_scripted_cardco
 
 CAPTURE, CANCEL, REFUND = OperationKind.CAPTURE, OperationKind.CANCEL, OperationKind.REFUND
 ACCOUNT = "cardco:acct_store:test"
@@ -422,3 +423,31 @@ async def test_a_rate_limited_lookup_is_unavailable_with_when_to_ask_again(
     assert (result.kind, result.reason, result.retry_after_s) == ("unavailable", "provider.rate-limited", 1.0)
     assert (await client.find_operation_by_reference(ACCOUNT, REFUND, request.client_reference,
                                                      budget_s=5)).kind == "found"
+
+
+@pytest.mark.parametrize("status", ["requires_capture", "succeeded"])
+async def test_a_cancel_answered_with_a_payment_not_canceled_is_unknown(status: str) -> None:
+    """The contract's 200 is the canceled payment; a 200 showing it held or charged is not
+    understood, so nothing is concluded (the sandbox never answers so: a scripted server does)."""
+    async with running_scripted_cardco() as cardco:
+        client = CardcoClient([account(cardco.base_url)], SystemClock(), max_call_duration_s=30)
+        try:
+            pid = "pay_3f9c"
+            request = StoredRequest(
+                attempt_id=uuid.uuid4(), provider_account=ACCOUNT,
+                endpoint=client.operation_endpoint(account(cardco.base_url), CANCEL, pid),
+                api_version=CARDCO_API_VERSION, idempotency_key=new_key(),
+                request_body=client.build_operation_body(CANCEL, provider_payment_id=pid, amount_minor=4999,
+                                                         reference="ORD-5521-void"),
+                client_reference="ORD-5521-void", amount_minor=4999, currency="EUR")
+            hold = {"capture_before": 1796500000, "amount_capturable": 4999}
+            held = hold if status == "requires_capture" else {}
+            cardco.reply(200, payment_object(status, id=pid, capture="manual", **held))
+            outcome = await send(client, request, CANCEL, pid)
+            assert (outcome.ending, outcome.reason) == (OperationEnding.UNKNOWN,
+                                                        f"provider.cancel-answered-{status}")
+            cardco.reply(200, payment_object("canceled", id=pid, capture="manual"))
+            resent = await send(client, request, CANCEL, pid, first_send=False)
+            assert resent.ending is OperationEnding.SUCCEEDED
+        finally:
+            await client.aclose()
