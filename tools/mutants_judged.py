@@ -27,6 +27,7 @@ class Judged:
 
 
 EVIDENCE = "libs/paycore/paycore/evidence.py"
+DOMAIN = "libs/paycore/paycore/domain.py"
 
 JUDGED: tuple[Judged, ...] = (
     Judged(
@@ -37,5 +38,21 @@ JUDGED: tuple[Judged, ...] = (
         "a provider account is provider:account:environment, exactly two colons (the settings refuse "
         "any other: account_settings validates it), so splitting at most three times yields the same "
         "three parts",
+    ),
+    Judged(
+        DOMAIN,
+        "- raised.append(Escalation(EscalationReason.RESEND_REJECTED, detail, per_evidence=False))\n"
+        "+ raised.append(Escalation(EscalationReason.RESEND_REJECTED, detail, per_evidence=True))",
+        "equivalent",
+        "a refused resend is an answer to a send, and a send's outcome is written with no evidence key "
+        "(only notifications carry one, notifications.py), so the episode key is the same either way",
+    ),
+    Judged(
+        DOMAIN,
+        "- per_evidence=False))\n+ per_evidence=True))",
+        "unobservable",
+        "succeeded-after-cancel is raised only by the write that makes the attempt Succeeded, which "
+        "happens once (a final state never changes), so either key opens exactly one episode; only "
+        "the key's text would carry the notification's key",
     ),
 )
