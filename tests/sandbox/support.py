@@ -117,3 +117,27 @@ def error_of(response: httpx.Response) -> dict[str, Any]:
     error: dict[str, Any] = body["error"]
     assert {"type", "code", "message"} <= set(error), error
     return error
+
+
+# -- after the payment: what the refund and capture tests share --------------------------------
+
+# A refund's and a capture's fields are the same (the contract's two objects).
+MOVEMENT_FIELDS = {"id", "object", "payment", "account", "livemode", "amount", "currency",
+                   "reference", "status", "failure_reason", "created"}
+
+
+async def payment_of(client: httpx.AsyncClient, payment_id: str) -> dict[str, Any]:
+    payment: dict[str, Any] = await get_json(client, f"/v1/payments/{payment_id}")
+    return payment
+
+
+def refused(response: httpx.Response, code: str) -> None:
+    """A 400 ``invalid_request`` with this code: nothing done."""
+    assert response.status_code == 400, response.text
+    error = error_of(response)
+    assert (error["type"], error["code"]) == ("invalid_request", code)
+
+
+def types_of(seen: list[dict[str, Any]], object_id: str) -> list[tuple[str, int]]:
+    """The (type, sequence) of the events about one object, in delivery order."""
+    return [(e["type"], e["sequence"]) for e in seen if e["data"]["object"]["id"] == object_id]

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.sandbox.support import (
+    MOVEMENT_FIELDS,
     OTHER_TEST_KEY,
     add_faults,
     advance,
@@ -24,13 +25,14 @@ from tests.sandbox.support import (
     new_reference,
     paid,
     payment_body,
+    payment_of,
     post,
+    refused,
+    types_of,
 )
 from tests.sandbox.test_webhook_delivery import Env, running
 
 WEEK = 7 * 86400
-CAPTURE_FIELDS = {"id", "object", "payment", "account", "livemode", "amount", "currency",
-                  "reference", "status", "failure_reason", "created"}
 
 
 async def _held(client: httpx.AsyncClient, amount: int = 4999, **body: Any) -> dict[str, Any]:
@@ -50,24 +52,12 @@ async def _cancel(client: httpx.AsyncClient, payment_id: str, **kwargs: Any) -> 
                       {"reference": new_reference()}, **kwargs)
 
 
-async def _payment(client: httpx.AsyncClient, payment_id: str) -> dict[str, Any]:
-    payment: dict[str, Any] = await get_json(client, f"/v1/payments/{payment_id}")
-    return payment
-
 
 async def _captures(client: httpx.AsyncClient, **params: str) -> list[dict[str, Any]]:
     data: list[dict[str, Any]] = (await get_json(client, "/v1/captures", **params))["data"]
     return data
 
 
-def _refused(response: httpx.Response, code: str) -> None:
-    assert response.status_code == 400, response.text
-    error = error_of(response)
-    assert (error["type"], error["code"]) == ("invalid_request", code)
-
-
-def _types(seen: list[dict[str, Any]], object_id: str) -> list[tuple[str, int]]:
-    return [(e["type"], e["sequence"]) for e in seen if e["data"]["object"]["id"] == object_id]
 
 
 # -- the payment object --------------------------------------------------------
@@ -81,8 +71,8 @@ async def test_manual_payment_holds_the_amount(client: httpx.AsyncClient) -> Non
     assert (payment["capture"], payment["amount_capturable"], payment["amount_captured"],
             payment["amount_refunded"]) == ("manual", 4999, 0, 0)
     assert payment["capture_before"] == payment["created"] + WEEK
-    assert await _payment(client, payment["id"]) == payment
-    assert _types(await events(client, payment["id"]), payment["id"]) == [
+    assert await payment_of(client, payment["id"]) == payment
+    assert types_of(await events(client, payment["id"]), payment["id"]) == [
         ("payment.requires_capture", 1)]
 
 
@@ -127,12 +117,12 @@ async def test_manual_async_and_3ds_payments_are_held_once_approved(
                              json={"result": "succeeded"})
     assert (done.json()["status"], done.json()["amount_capturable"]) == ("requires_capture", 4999)
     await advance(client, 1)
-    held = await _payment(client, asynchronous["id"])
+    held = await payment_of(client, asynchronous["id"])
     assert (held["status"], held["amount_capturable"]) == ("requires_capture", 4999)
     assert held["capture_before"] >= held["created"] + WEEK
-    assert _types(await events(client, asynchronous["id"]), asynchronous["id"]) == [
+    assert types_of(await events(client, asynchronous["id"]), asynchronous["id"]) == [
         ("payment.processing", 1), ("payment.requires_capture", 2)]
-    assert _types(await events(client, three_ds["id"]), three_ds["id"]) == [
+    assert types_of(await events(client, three_ds["id"]), three_ds["id"]) == [
         ("payment.requires_action", 1), ("payment.requires_capture", 2)]
 
 
@@ -146,19 +136,19 @@ async def test_capture_charges_the_amount_and_releases_the_rest(
     response = await _capture(client, payment["id"], 3000, reference)
     assert response.status_code == 201
     capture = response.json()
-    assert set(capture) == CAPTURE_FIELDS
+    assert set(capture) == MOVEMENT_FIELDS
     assert capture["id"].startswith("cap_")
-    assert {k: capture[k] for k in CAPTURE_FIELDS - {"id", "created"}} == {
+    assert {k: capture[k] for k in MOVEMENT_FIELDS - {"id", "created"}} == {
         "object": "capture", "payment": payment["id"], "account": "acct_store",
         "livemode": False, "amount": 3000, "currency": "EUR", "reference": reference,
         "status": "succeeded", "failure_reason": None}
     assert isinstance(capture["created"], int)
-    after = await _payment(client, payment["id"])
+    after = await payment_of(client, payment["id"])
     assert (after["status"], after["amount_captured"], after["amount_capturable"],
             after["capture_before"]) == ("succeeded", 3000, 0, None)
     seen = await events(client, payment["id"])
-    assert _types(seen, capture["id"]) == [("capture.succeeded", 1)]
-    assert _types(seen, payment["id"]) == [("payment.requires_capture", 1),
+    assert types_of(seen, capture["id"]) == [("capture.succeeded", 1)]
+    assert types_of(seen, payment["id"]) == [("payment.requires_capture", 1),
                                            ("payment.succeeded", 2)]
     assert [e["data"]["object"] for e in seen if e["type"] == "capture.succeeded"] == [capture]
 
@@ -166,20 +156,20 @@ async def test_capture_charges_the_amount_and_releases_the_rest(
 async def test_capture_of_the_whole_hold(client: httpx.AsyncClient) -> None:
     payment = await _held(client)
     assert (await _capture(client, payment["id"], 4999)).status_code == 201
-    assert (await _payment(client, payment["id"]))["amount_captured"] == 4999
+    assert (await payment_of(client, payment["id"]))["amount_captured"] == 4999
 
 
 async def test_capture_more_than_capturable_is_refused(client: httpx.AsyncClient) -> None:
     payment = await _held(client)
-    _refused(await _capture(client, payment["id"], 5000), "amount_too_large")
+    refused(await _capture(client, payment["id"], 5000), "amount_too_large")
     assert await _captures(client, payment=payment["id"]) == []
-    assert await _payment(client, payment["id"]) == payment  # nothing done
+    assert await payment_of(client, payment["id"]) == payment  # nothing done
 
 
 async def test_one_capture_per_payment(client: httpx.AsyncClient) -> None:
     payment = await _held(client)
     assert (await _capture(client, payment["id"], 1000)).status_code == 201
-    _refused(await _capture(client, payment["id"], 1000), "payment_not_capturable")
+    refused(await _capture(client, payment["id"], 1000), "payment_not_capturable")
     assert len(await _captures(client, payment=payment["id"])) == 1
 
 
@@ -189,7 +179,7 @@ async def test_only_a_hold_is_capturable(client: httpx.AsyncClient) -> None:
     canceled = await _held(client)
     assert (await _cancel(client, canceled["id"])).status_code == 200
     for payment in (automatic, declined, canceled):
-        _refused(await _capture(client, payment["id"], 100), "payment_not_capturable")
+        refused(await _capture(client, payment["id"], 100), "payment_not_capturable")
 
 
 async def test_capture_of_an_unknown_or_foreign_payment_is_404(
@@ -201,7 +191,7 @@ async def test_capture_of_an_unknown_or_foreign_payment_is_404(
         response = await _capture(client, payment_id, 100, **account)
         assert response.status_code == 404
         assert error_of(response)["code"] == "resource_missing"
-    assert (await _payment(client, payment["id"]))["status"] == "requires_capture"
+    assert (await payment_of(client, payment["id"]))["status"] == "requires_capture"
 
 
 @pytest.mark.parametrize(("body", "param"), [
@@ -238,23 +228,23 @@ async def test_cancel_releases_the_hold(client: httpx.AsyncClient) -> None:
     assert (canceled["id"], canceled["status"], canceled["amount_capturable"],
             canceled["amount_captured"], canceled["capture_before"]) == (
         payment["id"], "canceled", 0, 0, None)
-    assert await _payment(client, payment["id"]) == canceled
-    assert _types(await events(client, payment["id"]), payment["id"]) == [
+    assert await payment_of(client, payment["id"]) == canceled
+    assert types_of(await events(client, payment["id"]), payment["id"]) == [
         ("payment.requires_capture", 1), ("payment.canceled", 2)]
-    _refused(await _cancel(client, payment["id"]), "payment_not_cancelable")
+    refused(await _cancel(client, payment["id"]), "payment_not_cancelable")
 
 
 async def test_cancel_after_capture_is_refused(client: httpx.AsyncClient) -> None:
     payment = await _held(client)
     assert (await _capture(client, payment["id"], 2000)).status_code == 201
-    _refused(await _cancel(client, payment["id"]), "payment_not_cancelable")
-    assert (await _payment(client, payment["id"]))["status"] == "succeeded"
+    refused(await _cancel(client, payment["id"]), "payment_not_cancelable")
+    assert (await payment_of(client, payment["id"]))["status"] == "succeeded"
 
 
 async def test_only_a_hold_is_cancelable(client: httpx.AsyncClient) -> None:
     for payment in (await paid(client), await paid(client, payment_method="tok_3ds",
                                                     capture="manual")):
-        _refused(await _cancel(client, payment["id"]), "payment_not_cancelable")
+        refused(await _cancel(client, payment["id"]), "payment_not_cancelable")
     assert (await _cancel(client, "pay_nope")).status_code == 404
 
 
@@ -264,7 +254,7 @@ async def test_cancel_needs_a_reference(client: httpx.AsyncClient, body: Any) ->
     response = await post(client, f"/v1/payments/{payment['id']}/cancel", body)
     assert response.status_code == 400
     assert error_of(response)["code"] == "parameter_invalid"
-    assert (await _payment(client, payment["id"]))["status"] == "requires_capture"
+    assert (await payment_of(client, payment["id"]))["status"] == "requires_capture"
 
 
 # -- the hold lapses ----------------------------------------------------------------
@@ -273,15 +263,15 @@ async def test_cancel_needs_a_reference(client: httpx.AsyncClient, body: Any) ->
 async def test_hold_lapses_by_the_sandbox_clock(client: httpx.AsyncClient) -> None:
     payment = await _held(client)
     await advance(client, WEEK - 60)  # a margin: `created` is the creation time rounded down
-    assert (await _payment(client, payment["id"]))["status"] == "requires_capture"
+    assert (await payment_of(client, payment["id"]))["status"] == "requires_capture"
     await advance(client, 60)
-    lapsed = await _payment(client, payment["id"])
+    lapsed = await payment_of(client, payment["id"])
     assert (lapsed["status"], lapsed["amount_capturable"], lapsed["capture_before"]) == (
         "canceled", 0, None)
-    assert _types(await events(client, payment["id"]), payment["id"]) == [
+    assert types_of(await events(client, payment["id"]), payment["id"]) == [
         ("payment.requires_capture", 1), ("payment.canceled", 2)]
-    _refused(await _capture(client, payment["id"], 100), "payment_not_capturable")
-    _refused(await _cancel(client, payment["id"]), "payment_not_cancelable")
+    refused(await _capture(client, payment["id"], 100), "payment_not_capturable")
+    refused(await _cancel(client, payment["id"]), "payment_not_cancelable")
 
 
 # -- pending captures (the sandbox's amount rule) -------------------------------------
@@ -293,22 +283,22 @@ async def test_pending_capture_succeeds_later(client: httpx.AsyncClient) -> None
     assert response.status_code == 201
     capture = response.json()
     assert capture["status"] == "pending"
-    during = await _payment(client, payment["id"])
+    during = await payment_of(client, payment["id"])
     assert (during["status"], during["amount_capturable"]) == ("requires_capture", 0)
     # The hold is taken by the pending capture: no second capture, no cancel.
-    _refused(await _capture(client, payment["id"], 100), "payment_not_capturable")
-    _refused(await _cancel(client, payment["id"]), "payment_not_cancelable")
+    refused(await _capture(client, payment["id"], 100), "payment_not_capturable")
+    refused(await _cancel(client, payment["id"]), "payment_not_cancelable")
 
     async def settled() -> bool:
         [found] = await _captures(client, payment=payment["id"])
         return bool(found["status"] == "succeeded")
 
     await eventually(settled, what="the pending capture to succeed")
-    after = await _payment(client, payment["id"])
+    after = await payment_of(client, payment["id"])
     assert (after["status"], after["amount_captured"]) == ("succeeded", 2091)
     seen = await events(client, payment["id"])
-    assert _types(seen, capture["id"]) == [("capture.pending", 1), ("capture.succeeded", 2)]
-    assert _types(seen, payment["id"])[-1] == ("payment.succeeded", 2)
+    assert types_of(seen, capture["id"]) == [("capture.pending", 1), ("capture.succeeded", 2)]
+    assert types_of(seen, payment["id"])[-1] == ("payment.succeeded", 2)
 
 
 async def test_failed_capture_leaves_the_hold(client: httpx.AsyncClient) -> None:
@@ -318,9 +308,9 @@ async def test_failed_capture_leaves_the_hold(client: httpx.AsyncClient) -> None
     await advance(client, 1)
     [failed] = await _captures(client, payment=payment["id"])
     assert (failed["status"], failed["failure_reason"]) == ("failed", "declined")
-    held = await _payment(client, payment["id"])
+    held = await payment_of(client, payment["id"])
     assert held == payment  # the hold is as it was
-    assert _types(await events(client, payment["id"]), capture["id"]) == [
+    assert types_of(await events(client, payment["id"]), capture["id"]) == [
         ("capture.pending", 1), ("capture.failed", 2)]
     # A failed capture is not the payment's capture: it can still be captured.
     assert (await _capture(client, payment["id"], 2000)).json()["status"] == "succeeded"
@@ -335,12 +325,12 @@ async def test_capture_settled_by_the_control(client: httpx.AsyncClient) -> None
     done = await client.post(f"/_sandbox/captures/{one['id']}/settle",
                              json={"result": "succeeded"})
     assert (done.status_code, done.json()["status"]) == (200, "succeeded")
-    assert (await _payment(client, first["id"]))["amount_captured"] == 1093
+    assert (await payment_of(client, first["id"]))["amount_captured"] == 1093
     failed = await client.post(f"/_sandbox/captures/{two['id']}/settle",
                                json={"result": "failed", "failure_reason": "issuer_unavailable"})
     assert (failed.json()["status"], failed.json()["failure_reason"]) == (
         "failed", "issuer_unavailable")
-    assert (await _payment(client, second["id"]))["amount_capturable"] == 4999
+    assert (await payment_of(client, second["id"]))["amount_capturable"] == 4999
     again = await client.post(f"/_sandbox/captures/{one['id']}/settle",
                               json={"result": "failed"})
     assert (again.status_code, error_of(again)["code"]) == (409, "capture_unexpected_state")
@@ -356,10 +346,10 @@ async def test_a_pending_capture_holds_off_the_lapse(client: httpx.AsyncClient) 
     payment = await _held(client)
     capture = (await _capture(client, payment["id"], 1093)).json()
     await advance(client, WEEK + 60)
-    assert (await _payment(client, payment["id"]))["status"] == "requires_capture"
+    assert (await payment_of(client, payment["id"]))["status"] == "requires_capture"
     await client.post(f"/_sandbox/captures/{capture['id']}/settle", json={"result": "failed"})
     # The hold is back, and long past capture_before: it lapses at once.
-    assert (await _payment(client, payment["id"]))["status"] == "canceled"
+    assert (await payment_of(client, payment["id"]))["status"] == "canceled"
 
 
 # -- idempotency ------------------------------------------------------------------
@@ -378,7 +368,7 @@ async def test_capture_replay_and_key_reuse(client: httpx.AsyncClient) -> None:
     other = await _held(client)
     elsewhere = await _capture(client, other["id"], 1000, reference, key=key)
     assert (elsewhere.status_code, error_of(elsewhere)["code"]) == (422, "key_reused")
-    assert (await _payment(client, other["id"]))["status"] == "requires_capture"
+    assert (await payment_of(client, other["id"]))["status"] == "requires_capture"
     missing = await client.post(f"/v1/payments/{other['id']}/captures",
                                 json={"amount": 1, "reference": "x"}, headers=auth())
     assert (missing.status_code, error_of(missing)["code"]) == (400, "missing_idempotency_key")

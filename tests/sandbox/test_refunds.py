@@ -15,6 +15,7 @@ from harness.servers import serve_asgi
 from paycore_sandbox.app import create_app
 from paycore_sandbox.settings import SandboxAccount, SandboxSettings
 from tests.sandbox.support import (
+    MOVEMENT_FIELDS,
     OTHER_TEST_KEY,
     STORE_LIVE_KEY,
     STORE_TEST_KEY,
@@ -30,12 +31,12 @@ from tests.sandbox.support import (
     new_reference,
     paid,
     payment_body,
+    payment_of,
     post,
+    refused,
+    types_of,
 )
 from tests.sandbox.test_webhook_delivery import Env, running
-
-REFUND_FIELDS = {"id", "object", "payment", "account", "livemode", "amount", "currency",
-                 "reference", "status", "failure_reason", "created"}
 
 
 async def _refund(client: httpx.AsyncClient, payment_id: str, amount: int | None = None,
@@ -54,10 +55,6 @@ async def _refunded(client: httpx.AsyncClient, payment_id: str, amount: int | No
     return refund
 
 
-async def _payment(client: httpx.AsyncClient, payment_id: str) -> dict[str, Any]:
-    payment: dict[str, Any] = await get_json(client, f"/v1/payments/{payment_id}")
-    return payment
-
 
 async def _refunds(client: httpx.AsyncClient, **params: str) -> list[dict[str, Any]]:
     data: list[dict[str, Any]] = (await get_json(client, "/v1/refunds", **params))["data"]
@@ -69,14 +66,6 @@ async def _one(client: httpx.AsyncClient, refund_id: str) -> dict[str, Any]:
     return refund
 
 
-def _refused(response: httpx.Response, code: str) -> None:
-    assert response.status_code == 400, response.text
-    error = error_of(response)
-    assert (error["type"], error["code"]) == ("invalid_request", code)
-
-
-def _types(seen: list[dict[str, Any]], object_id: str) -> list[tuple[str, int]]:
-    return [(e["type"], e["sequence"]) for e in seen if e["data"]["object"]["id"] == object_id]
 
 
 # -- POST /v1/refunds ---------------------------------------------------------------
@@ -89,17 +78,17 @@ async def test_full_refund_by_default(client: httpx.AsyncClient) -> None:
         "payment": payment["id"], "reference": reference, "reason": "requested_by_customer"})
     assert response.status_code == 201
     refund = response.json()
-    assert set(refund) == REFUND_FIELDS
+    assert set(refund) == MOVEMENT_FIELDS
     assert refund["id"].startswith("re_")
-    assert {k: refund[k] for k in REFUND_FIELDS - {"id", "created"}} == {
+    assert {k: refund[k] for k in MOVEMENT_FIELDS - {"id", "created"}} == {
         "object": "refund", "payment": payment["id"], "account": "acct_store",
         "livemode": False, "amount": 4999, "currency": "EUR", "reference": reference,
         "status": "succeeded", "failure_reason": None}
-    after = await _payment(client, payment["id"])
+    after = await payment_of(client, payment["id"])
     assert (after["status"], after["amount_refunded"]) == ("succeeded", 4999)
     seen = await events(client, payment["id"])
-    assert _types(seen, refund["id"]) == [("refund.succeeded", 1)]
-    assert _types(seen, payment["id"]) == [("payment.succeeded", 1), ("payment.refunded", 2)]
+    assert types_of(seen, refund["id"]) == [("refund.succeeded", 1)]
+    assert types_of(seen, payment["id"]) == [("payment.succeeded", 1), ("payment.refunded", 2)]
     assert [e["data"]["object"] for e in seen if e["type"] == "refund.succeeded"] == [refund]
     [row] = (await client.get("/_sandbox/refunds", params={"payment": payment["id"]})).json()[
         "data"]
@@ -110,12 +99,12 @@ async def test_partial_refunds_up_to_the_captured_amount(client: httpx.AsyncClie
     payment = await paid(client)
     await _refunded(client, payment["id"], 1000)
     await _refunded(client, payment["id"], 3000)
-    _refused(await _refund(client, payment["id"], 1000), "amount_exceeds_refundable")
+    refused(await _refund(client, payment["id"], 1000), "amount_exceeds_refundable")
     last = await _refunded(client, payment["id"])  # all that is left
     assert last["amount"] == 999
-    _refused(await _refund(client, payment["id"]), "amount_exceeds_refundable")
-    _refused(await _refund(client, payment["id"], 1), "amount_exceeds_refundable")
-    assert (await _payment(client, payment["id"]))["amount_refunded"] == 4999
+    refused(await _refund(client, payment["id"]), "amount_exceeds_refundable")
+    refused(await _refund(client, payment["id"], 1), "amount_exceeds_refundable")
+    assert (await payment_of(client, payment["id"]))["amount_refunded"] == 4999
     assert [r["amount"] for r in await _refunds(client, payment=payment["id"])] == [
         1000, 3000, 999]
 
@@ -123,11 +112,11 @@ async def test_partial_refunds_up_to_the_captured_amount(client: httpx.AsyncClie
 async def test_refund_of_a_captured_hold_is_bounded_by_the_capture(
         client: httpx.AsyncClient) -> None:
     payment = await paid(client, capture="manual")
-    _refused(await _refund(client, payment["id"]), "payment_not_refundable")
+    refused(await _refund(client, payment["id"]), "payment_not_refundable")
     captured = await post(client, f"/v1/payments/{payment['id']}/captures",
                           {"amount": 3000, "reference": new_reference()})
     assert captured.status_code == 201
-    _refused(await _refund(client, payment["id"], 3001), "amount_exceeds_refundable")
+    refused(await _refund(client, payment["id"], 3001), "amount_exceeds_refundable")
     assert (await _refunded(client, payment["id"]))["amount"] == 3000
 
 
@@ -135,14 +124,14 @@ async def test_refund_of_a_captured_hold_is_bounded_by_the_capture(
 async def test_only_a_succeeded_payment_is_refundable(client: httpx.AsyncClient,
                                                       token: str) -> None:
     payment = await paid(client, payment_method=token)
-    _refused(await _refund(client, payment["id"], 100), "payment_not_refundable")
+    refused(await _refund(client, payment["id"], 100), "payment_not_refundable")
     assert await _refunds(client, payment=payment["id"]) == []
 
 
 async def test_canceled_payment_is_not_refundable(client: httpx.AsyncClient) -> None:
     payment = await paid(client, capture="manual")
     await post(client, f"/v1/payments/{payment['id']}/cancel", {"reference": new_reference()})
-    _refused(await _refund(client, payment["id"]), "payment_not_refundable")
+    refused(await _refund(client, payment["id"]), "payment_not_refundable")
 
 
 async def test_refund_of_an_unknown_or_foreign_payment_is_404(
@@ -155,7 +144,7 @@ async def test_refund_of_an_unknown_or_foreign_payment_is_404(
         assert response.status_code == 404
         error = error_of(response)
         assert (error["code"], error["param"]) == ("resource_missing", "payment")
-    assert (await _payment(client, payment["id"]))["amount_refunded"] == 0
+    assert (await payment_of(client, payment["id"]))["amount_refunded"] == 0
 
 
 @pytest.mark.parametrize(("change", "param"), [
@@ -197,9 +186,9 @@ async def test_concurrent_refunds_never_exceed_the_refundable_amount(
     assert sorted(a.status_code for a in answers) == [201, 400, 400, 400]
     for answer in answers:
         if answer.status_code == 400:
-            _refused(answer, "amount_exceeds_refundable")
+            refused(answer, "amount_exceeds_refundable")
     assert [r["amount"] for r in await _refunds(client, payment=payment["id"])] == [3000]
-    assert (await _payment(client, payment["id"]))["amount_refunded"] == 3000
+    assert (await payment_of(client, payment["id"]))["amount_refunded"] == 3000
 
 
 # -- pending, failed and canceled refunds ---------------------------------------------
@@ -209,17 +198,17 @@ async def test_pending_refund_counts_as_refunded(client: httpx.AsyncClient) -> N
     payment = await paid(client, amount=5000)
     pending = await _refunded(client, payment["id"], 1093)
     assert pending["status"] == "pending"
-    during = await _payment(client, payment["id"])
+    during = await payment_of(client, payment["id"])
     assert during["amount_refunded"] == 0  # succeeded refunds only
-    _refused(await _refund(client, payment["id"], 3908), "amount_exceeds_refundable")
+    refused(await _refund(client, payment["id"], 3908), "amount_exceeds_refundable")
     assert (await _refunded(client, payment["id"]))["amount"] == 3907
-    _refused(await _refund(client, payment["id"], 1), "amount_exceeds_refundable")
+    refused(await _refund(client, payment["id"], 1), "amount_exceeds_refundable")
     # A canceled refund's amount is refundable again.
     canceled = await client.post(f"/_sandbox/refunds/{pending['id']}/settle",
                                  json={"result": "canceled"})
     assert (canceled.status_code, canceled.json()["status"]) == (200, "canceled")
     assert (await _refunded(client, payment["id"]))["amount"] == 1093
-    assert _types(await events(client, payment["id"]), pending["id"]) == [
+    assert types_of(await events(client, payment["id"]), pending["id"]) == [
         ("refund.pending", 1), ("refund.canceled", 2)]
 
 
@@ -232,10 +221,10 @@ async def test_pending_refund_succeeds_later(client: httpx.AsyncClient) -> None:
         return bool((await _one(client, refund["id"]))["status"] == "succeeded")
 
     await eventually(succeeded, what="the pending refund to succeed")
-    assert (await _payment(client, payment["id"]))["amount_refunded"] == 2091
+    assert (await payment_of(client, payment["id"]))["amount_refunded"] == 2091
     seen = await events(client, payment["id"])
-    assert _types(seen, refund["id"]) == [("refund.pending", 1), ("refund.succeeded", 2)]
-    assert _types(seen, payment["id"]) == [("payment.succeeded", 1), ("payment.refunded", 2)]
+    assert types_of(seen, refund["id"]) == [("refund.pending", 1), ("refund.succeeded", 2)]
+    assert types_of(seen, payment["id"]) == [("payment.succeeded", 1), ("payment.refunded", 2)]
     refunded = [e for e in seen if e["type"] == "payment.refunded"]
     assert refunded[0]["data"]["object"]["amount_refunded"] == 2091
 
@@ -246,8 +235,8 @@ async def test_pending_refund_fails_later(client: httpx.AsyncClient) -> None:
     await advance(client, 1)
     failed = await _one(client, refund["id"])
     assert (failed["status"], failed["failure_reason"]) == ("failed", "declined")
-    assert (await _payment(client, payment["id"]))["amount_refunded"] == 0
-    assert _types(await events(client, payment["id"]), refund["id"]) == [
+    assert (await payment_of(client, payment["id"]))["amount_refunded"] == 0
+    assert types_of(await events(client, payment["id"]), refund["id"]) == [
         ("refund.pending", 1), ("refund.failed", 2)]
     assert (await _refunded(client, payment["id"]))["amount"] == 4999  # refundable again
 
@@ -261,7 +250,7 @@ async def test_settle_control(client: httpx.AsyncClient) -> None:
     done = await client.post(f"/_sandbox/refunds/{first['id']}/settle",
                              json={"result": "succeeded"})
     assert (done.status_code, done.json()["status"]) == (200, "succeeded")
-    assert (await _payment(client, payment["id"]))["amount_refunded"] == 1093
+    assert (await payment_of(client, payment["id"]))["amount_refunded"] == 1093
     failed = await client.post(f"/_sandbox/refunds/{second['id']}/settle",
                                json={"result": "failed", "failure_reason": "lost_or_stolen_card"})
     assert (failed.json()["status"], failed.json()["failure_reason"]) == (
@@ -278,7 +267,7 @@ async def test_settle_control(client: httpx.AsyncClient) -> None:
 async def test_fail_control_returns_a_succeeded_refund(client: httpx.AsyncClient) -> None:
     payment = await paid(client)
     refund = await _refunded(client, payment["id"], 4000)
-    _refused(await _refund(client, payment["id"], 1000), "amount_exceeds_refundable")
+    refused(await _refund(client, payment["id"], 1000), "amount_exceeds_refundable")
     failed = await client.post(f"/_sandbox/refunds/{refund['id']}/fail",
                                json={"failure_reason": "expired_or_canceled_card"})
     assert failed.status_code == 200
@@ -286,9 +275,9 @@ async def test_fail_control_returns_a_succeeded_refund(client: httpx.AsyncClient
     assert (failed.json()["status"], failed.json()["failure_reason"]) == (
         "failed", "expired_or_canceled_card")
     assert await _one(client, refund["id"]) == failed.json()
-    assert (await _payment(client, payment["id"]))["amount_refunded"] == 0
+    assert (await payment_of(client, payment["id"]))["amount_refunded"] == 0
     seen = await events(client, payment["id"])
-    assert _types(seen, refund["id"]) == [("refund.succeeded", 1), ("refund.failed", 2)]
+    assert types_of(seen, refund["id"]) == [("refund.succeeded", 1), ("refund.failed", 2)]
     # Its amount is refundable again.
     assert (await _refunded(client, payment["id"]))["amount"] == 4999
     twice = await client.post(f"/_sandbox/refunds/{refund['id']}/fail")
@@ -317,7 +306,7 @@ async def test_control_refund_respects_pending_refunds(client: httpx.AsyncClient
     assert too_much.status_code == 400
     rest = await client.post(f"/_sandbox/payments/{payment['id']}/refund")
     assert rest.json()["amount_refunded"] == 3907
-    _refused(await _refund(client, payment["id"], 1), "amount_exceeds_refundable")
+    refused(await _refund(client, payment["id"], 1), "amount_exceeds_refundable")
 
 
 # -- idempotency ------------------------------------------------------------------------
@@ -359,7 +348,7 @@ async def test_refused_refund_is_not_stored(client: httpx.AsyncClient) -> None:
     payment = await paid(client)
     pending = await _refunded(client, payment["id"], 4093)
     key, reference = new_key(), new_reference()
-    _refused(await _refund(client, payment["id"], 1000, reference, key=key),
+    refused(await _refund(client, payment["id"], 1000, reference, key=key),
              "amount_exceeds_refundable")
     await client.post(f"/_sandbox/refunds/{pending['id']}/settle", json={"result": "failed"})
     retried = await _refund(client, payment["id"], 1000, reference, key=key)
