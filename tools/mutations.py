@@ -157,6 +157,9 @@ ATTEMPTS_SQL = "libs/paycore/paycore/queries/payment_attempts.sql"  # every stat
 EVENTS_SQL = "libs/paycore/paycore/queries/payment_attempt_events.sql"  # the history, notifications, evidence
 ESCALATIONS_SQL = "libs/paycore/paycore/queries/payment_escalations.sql"  # every statement on escalations
 OUTBOX_SQL = "libs/paycore/paycore/queries/outbox_messages.sql"  # the outbox's, the relay's claims too
+OPERATIONS_SQL = "libs/paycore/paycore/queries/payment_operations.sql"  # issue 29: recording under the lock
+OPERATIONS_REPO = "libs/paycore/paycore/operations.py"  # issue 29: recording an operation
+RECORD_OPERATION = "tests/matrix/test_record_operation.py"
 WRITER = "libs/paycore/paycore/writer.py"  # issue 28: the one writer
 DECIDE = "tests/unit/test_decide_outcome.py"  # issue 28: decide_outcome as a table
 DECIDE_PASS = "tests/unit/test_decide_pass.py"  # issue 28: decide_pass as a table
@@ -1767,5 +1770,35 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if False:",
         t(OPERATION_CLIENT, "test_a_cancel_answered_with_a_payment_not_canceled_is_unknown"),
         "a cancel's 200 counts only when it shows the payment canceled",
+    ),
+    Mutation(
+        "record-operation-lock", OPERATIONS_SQL,
+        *in_query(OPERATIONS_SQL, "lock_payment", "\nFOR NO KEY UPDATE", ""),
+        t(RECORD_OPERATION, "test_two_concurrent_partial_refunds_over_the_refundable_amount_record_exactly_one"),
+        "two concurrent partial refunds are decided one after the other, never both against the same headroom",
+    ),
+    Mutation(
+        "record-operation-succeeded-only", OPERATIONS_REPO,
+        '            succeeded = payment["state"] == AttemptState.SUCCEEDED.value',
+        "            succeeded = True",
+        t(RECORD_OPERATION, "test_a_payment_that_did_not_succeed_gives_nothing"),
+        "a payment that did not succeed can be neither captured, cancelled nor refunded",
+    ),
+    Mutation(
+        "record-operation-holding-amounts", OPERATIONS_REPO,
+        "captured_upfront_minor=upfront, operations=held)",
+        "captured_upfront_minor=upfront, operations=[])",
+        t(RECORD_OPERATION, "test_a_refund_over_the_captured_amount_by_one_minor_unit_is_refused",
+          "test_an_unknown_refund_holds_its_amount",
+          "test_a_second_capture_and_a_cancel_after_a_capture_are_refused",
+          "test_a_capture_after_a_cancel_is_refused"),
+        "what the payment's operations already hold (an Unknown refund too) is not given again",
+    ),
+    Mutation(
+        "record-operation-backstop", OPERATIONS_REPO,
+        "        if exc.constraint_name != ONE_CAPTURE_OR_CANCEL:",
+        "        if True:",
+        t(RECORD_OPERATION, "test_a_capture_the_lock_did_not_see_wins_the_unique_index_and_the_recording_is_refused"),
+        "a capture or cancel that loses the unique index to a lock-skipping writer is a refusal, not an error",
     ),
 )

@@ -149,6 +149,38 @@ def attempt_values(
     return values
 
 
+def operation_values(payment: asyncpg.Record, now: datetime, *, kind: str = "refund",
+                     state: str = "NotStarted", sent: bool | None = None,
+                     **overrides: Any) -> dict[str, Any]:
+    """A valid payment_operations row; ``sent`` adds the send timestamps (by default exactly when
+    the state has crossed the send boundary)."""
+    reference = f"op-{uuid.uuid4().hex[:12]}"
+    values: dict[str, Any] = {
+        "operation_id": uuid.uuid4(),
+        "attempt_id": payment["attempt_id"],
+        "kind": kind,
+        "requested_by": "backoffice:store",
+        "provider_account": payment["provider_account"],
+        "endpoint": "http://127.0.0.1:9/v1/refunds",
+        "api_version": "2026-11-01",
+        "client_reference": reference,
+        "idempotency_key": str(uuid.uuid4()),
+        "request_body": f'{{"reference":"{reference}"}}',
+        "amount_minor": 1000,
+        "currency": "EUR",
+        "state": state,
+        "created_at": now,
+        "next_check_at": now + timedelta(seconds=60),
+    }
+    if sent is None:
+        sent = state != "NotStarted"
+    if sent:
+        values["first_sent_at"] = now
+        values["escalation_deadline"] = now + timedelta(hours=22)
+    values.update(overrides)
+    return values
+
+
 async def event_count(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: uuid.UUID, kind: str) -> int:
     n: int = await conn.fetchval(
         "SELECT count(*) FROM payment_attempt_events WHERE attempt_id = $1 AND kind = $2", attempt_id, kind

@@ -8,7 +8,7 @@ or too strict fails here. The states and kinds the database allows are the domai
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -17,7 +17,7 @@ import pytest
 from paycore.clock import FakeClock
 from paycore.domain import OperationKind, OperationState
 
-from .helpers import attempt_values, insert_row, new_order, seed_account
+from .helpers import attempt_values, insert_row, new_order, operation_values, seed_account
 
 CheckViolation = asyncpg.exceptions.CheckViolationError
 UniqueViolation = asyncpg.exceptions.UniqueViolationError
@@ -30,38 +30,6 @@ async def payment(pool: asyncpg.Pool, clock: FakeClock) -> asyncpg.Record:
     order = await new_order(pool, clock)
     return await insert_row(pool, "payment_attempts",
                             attempt_values(order, account, clock.now(), state="Succeeded"))
-
-
-def operation_values(payment: asyncpg.Record, now: datetime, *, kind: str = "refund",
-                     state: str = "NotStarted", sent: bool | None = None,
-                     **overrides: Any) -> dict[str, Any]:
-    """A valid payment_operations row; ``sent`` adds the send timestamps (by default exactly when
-    the state has crossed the send boundary)."""
-    reference = f"op-{uuid.uuid4().hex[:12]}"
-    values: dict[str, Any] = {
-        "operation_id": uuid.uuid4(),
-        "attempt_id": payment["attempt_id"],
-        "kind": kind,
-        "requested_by": "backoffice:store",
-        "provider_account": payment["provider_account"],
-        "endpoint": "http://127.0.0.1:9/v1/refunds",
-        "api_version": "2026-11-01",
-        "client_reference": reference,
-        "idempotency_key": str(uuid.uuid4()),
-        "request_body": f'{{"reference":"{reference}"}}',
-        "amount_minor": 1000,
-        "currency": "EUR",
-        "state": state,
-        "created_at": now,
-        "next_check_at": now + timedelta(seconds=60),
-    }
-    if sent is None:
-        sent = state != "NotStarted"
-    if sent:
-        values["first_sent_at"] = now
-        values["escalation_deadline"] = now + timedelta(hours=22)
-    values.update(overrides)
-    return values
 
 
 async def rejected(pool: asyncpg.Pool, values: dict[str, Any], constraint: str,
