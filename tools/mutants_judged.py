@@ -55,4 +55,25 @@ JUDGED: tuple[Judged, ...] = (
         "happens once (a final state never changes), so either key opens exactly one episode; only "
         "the key's text would carry the notification's key",
     ),
+    Judged(
+        DOMAIN,
+        "- delay_s: float = 0.0\n+ delay_s: float = 1.0",
+        "equivalent",
+        "PassDecision's default delay is taken only by the gather steps (LOOK_UP, READ_HISTORY, "
+        "CHECK_RESEND, LOOK_UP_ACTION), which read no delay; every step that schedules passes its own",
+    ),
+    Judged(
+        DOMAIN,
+        "- delay_s: float = 0.0\n+ delay_s: float = -1.0",
+        "equivalent",
+        "as the +1.0 mutant: the default is only taken by gather steps, which read no delay",
+    ),
+    Judged(
+        DOMAIN,
+        "- return PassDecision(Step.FINISH, max(delay_s, 0.0), result=result)\n"
+        "+ return PassDecision(Step.FINISH, max(delay_s, -1.0), result=result)",
+        "equivalent",
+        "no caller of _finish passes a negative delay (an expired action is classified Unknown by "
+        "kind_of before action_delay runs), and a due time in the past is due now either way",
+    ),
 )

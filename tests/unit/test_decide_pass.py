@@ -109,6 +109,9 @@ def test_a_pending_customer_action_is_never_resent_and_waits_for_its_poll_or_exp
     assert decide(a, PassFacts()) == PassDecision(Step.FINISH, 90, result=Pass.RESCHEDULED)
     later = dataclasses.replace(a, next_action_expires_at=NOW + timedelta(hours=1))
     assert decide(later, PassFacts()).delay_s == 300
+    # Expiring within the second: looked at again when it expires, not a second later.
+    soon = dataclasses.replace(a, next_action_expires_at=NOW + timedelta(milliseconds=500))
+    assert decide(soon, PassFacts()).delay_s == 0.5
 
 
 def test_a_pending_customer_action_past_the_deadline_is_escalated_not_resent() -> None:
@@ -163,9 +166,11 @@ def test_failing_lookups_past_the_deadline_escalate_and_only_read_on_the_slow_ca
     assert (d.step, escalated(d), d.delay_s, d.result) == (Step.ESCALATE, "deadline", 3600, "lookup-failed")
 
 
-def test_a_429_pauses_the_account_for_its_retry_after() -> None:
+def test_a_429_pauses_the_account_for_its_retry_after_or_one_second_without_one() -> None:
     d = decide(facts=dataclasses.replace(GATHERED, lookups=Lookups("rate_limited", retry_after_s=7)))
     assert (d.step, d.delay_s) == (Step.PAUSE, 7)
+    bare = decide(facts=dataclasses.replace(GATHERED, lookups=Lookups("rate_limited")))
+    assert (bare.step, bare.delay_s, bare.result) == (Step.PAUSE, 1.0, "paused")
 
 
 # -- Unknown: nothing found -------------------------------------------------------------------------
