@@ -65,3 +65,23 @@ async def test_a_send_intent_is_refused_for_an_attempt_changed_since_it_was_read
                            attempt.attempt_id)
     assert await attempts.commit_send_intent(rec.pool, attempt, lease, rec.clock.now(), "recovery-w1") == (
         attempts.IntentResult.REFUSED, "changed")
+
+
+async def test_a_committed_resend_intent_records_what_is_sent_and_that_it_is_not_the_first_send(
+    rec: RecoveryStack,
+) -> None:
+    """The history is the audit of every send: a resend's intent names the stored endpoint, API
+    version and account, says it is a resend (the first send's intent says ``first_send: true``),
+    and which lease committed it."""
+    attempt, lease = await claimed(rec)
+    assert await attempts.commit_send_intent(rec.pool, attempt, lease, rec.clock.now(), "recovery-w1") == (
+        attempts.IntentResult.COMMITTED, None)
+    details = await rec.pool.fetch(
+        "SELECT detail, actor FROM payment_attempt_events WHERE attempt_id = $1 AND kind = 'send_intent'"
+        " ORDER BY event_id", attempt.attempt_id)
+    first, resend = (r["detail"] for r in details[-2:])
+    assert first["first_send"] is True
+    assert resend == {"endpoint": attempt.endpoint, "api_version": attempt.api_version,
+                      "provider_account": attempt.provider_account, "first_send": False,
+                      "lease_token": str(lease.token)}
+    assert details[-1]["actor"] == "recovery-w1"
