@@ -28,6 +28,7 @@ class Judged:
 
 EVIDENCE = "libs/paycore/paycore/evidence.py"
 DOMAIN = "libs/paycore/paycore/domain.py"
+ATTEMPTS = "libs/paycore/paycore/attempts.py"
 
 JUDGED: tuple[Judged, ...] = (
     Judged(
@@ -75,5 +76,19 @@ JUDGED: tuple[Judged, ...] = (
         "equivalent",
         "no caller of _finish passes a negative delay (an expired action is classified Unknown by "
         "kind_of before action_delay runs), and a due time in the past is due now either way",
+    ),
+    Judged(
+        ATTEMPTS,
+        "- written: bool = False\n+ written: bool = True",
+        "equivalent",
+        "OutcomeResult is built in one place, which always passes written= explicitly",
+    ),
+    Judged(
+        ATTEMPTS,
+        "- if current.version != attempt.version or current.state is not AttemptState.NOT_STARTED:\n"
+        "+ if current.version != attempt.version and current.state is not AttemptState.NOT_STARTED:",
+        "equivalent",
+        "a NotStarted attempt's version moves only with its state (mark_started, close_never_sent; "
+        "a lease claim keeps the version), so for it the two tests are true together or not at all",
     ),
 )
