@@ -160,6 +160,7 @@ OUTBOX_SQL = "libs/paycore/paycore/queries/outbox_messages.sql"  # the outbox's,
 OPERATIONS_SQL = "libs/paycore/paycore/queries/payment_operations.sql"  # issue 29: recording under the lock
 OPERATIONS_REPO = "libs/paycore/paycore/operations.py"  # issue 29: recording an operation
 RECORD_OPERATION = "tests/matrix/test_record_operation.py"
+OPERATION_WRITES = "tests/matrix/test_operation_writes.py"  # issue 29: start and apply, conditional
 WRITER = "libs/paycore/paycore/writer.py"  # issue 28: the one writer
 DECIDE = "tests/unit/test_decide_outcome.py"  # issue 28: decide_outcome as a table
 DECIDE_PASS = "tests/unit/test_decide_pass.py"  # issue 28: decide_pass as a table
@@ -1835,6 +1836,27 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    if False:\n        return OperationDecision(",
         t(DECIDE_OPERATION, "test_a_live_operation", "test_a_refusal_says_why"),
         "an Unknown operation never becomes NotApplied: the kind's table decides",
+    ),
+    # -- issue 29: an operation's writes, conditional on the version (and state) read -----------------
+    Mutation(
+        "operation-apply-outcome-version", OPERATIONS_SQL,
+        *in_query(OPERATIONS_SQL, "apply_outcome", "version = :version", "(version = :version OR TRUE)"),
+        t(OPERATION_WRITES, "test_a_stale_version_writes_nothing"),
+        "an outcome decided on a stale version (even Started -> Started since) writes nothing",
+    ),
+    Mutation(
+        "operation-apply-outcome-guard", OPERATIONS_SQL,
+        *in_query(OPERATIONS_SQL, "apply_outcome", "version = :version AND state = :state",
+                  "(version = :version OR TRUE) AND (state = :state OR TRUE)"),
+        t(OPERATION_WRITES, "test_a_stale_version_writes_nothing"),
+        "an outcome is written only on the version and state it was decided against",
+    ),
+    Mutation(
+        "operation-mark-started-guard", OPERATIONS_SQL,
+        *in_query(OPERATIONS_SQL, "mark_started", "o.version = :version AND o.state = 'NotStarted'",
+                  "(o.version = :version OR TRUE) AND (o.state = 'NotStarted' OR TRUE)"),
+        t(OPERATION_WRITES, "test_a_stale_start_writes_nothing"),
+        "an operation is started once, from NotStarted, with one send intent",
     ),
     Mutation(
         "record-operation-lock", OPERATIONS_SQL,
