@@ -160,10 +160,12 @@ OUTBOX_SQL = "libs/paycore/paycore/queries/outbox_messages.sql"  # the outbox's,
 OPERATIONS_SQL = "libs/paycore/paycore/queries/payment_operations.sql"  # issue 29: recording under the lock
 OPERATIONS_REPO = "libs/paycore/paycore/operations.py"  # issue 29: recording an operation
 RECORD_OPERATION = "tests/matrix/test_record_operation.py"
+OPERATION_WRITES = "tests/matrix/test_operation_writes.py"  # issue 29: start and apply, conditional
 WRITER = "libs/paycore/paycore/writer.py"  # issue 28: the one writer
 DECIDE = "tests/unit/test_decide_outcome.py"  # issue 28: decide_outcome as a table
 DECIDE_PASS = "tests/unit/test_decide_pass.py"  # issue 28: decide_pass as a table
 OPERATION_RULES = "tests/unit/test_operation_rules.py"
+DECIDE_OPERATION = "tests/unit/test_decide_operation_outcome.py"  # issue 29: an operation's outcome, as a table
 OPERATION_CLIENT = "tests/unit/test_cardco_operations_client.py"  # issue 29: Cardco's after-payment calls  # issue 29: never more back than was taken
 # Issue 26: the guards an outside mutation audit found unprotected.
 STRIPE_WIRE = "libs/paycore/paycore/providers/stripe/wire.py"
@@ -1770,6 +1772,91 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if False:",
         t(OPERATION_CLIENT, "test_a_cancel_answered_with_a_payment_not_canceled_is_unknown"),
         "a cancel's 200 counts only when it shows the payment canceled",
+    ),
+    # -- issue 29: decide_operation_outcome, one mutation per rule's guard ---------------------------
+    Mutation(
+        "operation-decide-a-final-state-never-changes", DOMAIN,
+        "    if state in FINAL_OPERATION_STATES:\n",
+        "    if False:\n",
+        t(DECIDE_OPERATION, "test_a_final_state_never_changes_except_a_refund_returned"),
+        "a final capture, cancel or refund has no way out but a refund returned",
+    ),
+    Mutation(
+        "operation-decide-refund-returned", DOMAIN,
+        "        if kind is OperationKind.REFUND and state is OperationState.SUCCEEDED \\\n",
+        "        if False and state is OperationState.SUCCEEDED \\\n",
+        t(DECIDE_OPERATION, "test_a_final_state_never_changes_except_a_refund_returned"),
+        "a succeeded refund reported failed is Returned (its amount refundable again) and a person told",
+    ),
+    Mutation(
+        "operation-decide-returned-only-a-refund", DOMAIN,
+        "        if kind is OperationKind.REFUND and state is OperationState.SUCCEEDED \\\n",
+        "        if state is OperationState.SUCCEEDED \\\n",
+        t(DECIDE_OPERATION, "test_a_final_state_never_changes_except_a_refund_returned"),
+        "a succeeded capture or cancel never comes back: a failure reported for it is a contradiction",
+    ),
+    Mutation(
+        "operation-decide-contradiction", DOMAIN,
+        "        if target in FINAL_OPERATION_STATES and not agrees:\n",
+        "        if False:\n",
+        t(DECIDE_OPERATION, "test_a_final_state_never_changes_except_a_refund_returned"),
+        "a final ending against another recorded final state is escalated",
+    ),
+    Mutation(
+        "operation-decide-returned-agrees-with-failed", DOMAIN,
+        " or (state is OperationState.RETURNED and target is OperationState.FAILED)",
+        "",
+        t(DECIDE_OPERATION, "test_a_final_state_never_changes_except_a_refund_returned"),
+        "a returned refund reported failed again is no contradiction",
+    ),
+    Mutation(
+        "operation-decide-not-started-takes-no-outcome", DOMAIN,
+        "    if state is OperationState.NOT_STARTED:\n        return OperationDecision(",
+        "    if False:\n        return OperationDecision(",
+        t(DECIDE_OPERATION, "test_a_live_operation", "test_a_refusal_says_why"),
+        "only a sender that started an operation has an outcome for it",
+    ),
+    Mutation(
+        "operation-decide-unknown-never-overwrites", DOMAIN,
+        "    if target is OperationState.UNKNOWN and (state is OperationState.UNKNOWN or provider_status is not None):\n",
+        "    if False:\n",
+        t(DECIDE_OPERATION, "test_a_live_operation"),
+        "Unknown never overwrites Unknown nor a seen provider status",
+    ),
+    Mutation(
+        "operation-decide-unknown-keeps-a-seen-status", DOMAIN,
+        "(state is OperationState.UNKNOWN or provider_status is not None)",
+        "(state is OperationState.UNKNOWN or False)",
+        t(DECIDE_OPERATION, "test_a_live_operation"),
+        "a Started operation whose provider status was seen is not made Unknown",
+    ),
+    Mutation(
+        "operation-decide-transition-table", DOMAIN,
+        "    if not can_transition_operation(kind, state, target):\n        return OperationDecision(",
+        "    if False:\n        return OperationDecision(",
+        t(DECIDE_OPERATION, "test_a_live_operation", "test_a_refusal_says_why"),
+        "an Unknown operation never becomes NotApplied: the kind's table decides",
+    ),
+    # -- issue 29: an operation's writes, conditional on the version (and state) read -----------------
+    Mutation(
+        "operation-apply-outcome-version", OPERATIONS_SQL,
+        *in_query(OPERATIONS_SQL, "apply_outcome", "version = :version", "(version = :version OR TRUE)"),
+        t(OPERATION_WRITES, "test_a_stale_version_writes_nothing"),
+        "an outcome decided on a stale version (even Started -> Started since) writes nothing",
+    ),
+    Mutation(
+        "operation-apply-outcome-guard", OPERATIONS_SQL,
+        *in_query(OPERATIONS_SQL, "apply_outcome", "version = :version AND state = :state",
+                  "(version = :version OR TRUE) AND (state = :state OR TRUE)"),
+        t(OPERATION_WRITES, "test_a_stale_version_writes_nothing"),
+        "an outcome is written only on the version and state it was decided against",
+    ),
+    Mutation(
+        "operation-mark-started-guard", OPERATIONS_SQL,
+        *in_query(OPERATIONS_SQL, "mark_started", "o.version = :version AND o.state = 'NotStarted'",
+                  "(o.version = :version OR TRUE) AND (o.state = 'NotStarted' OR TRUE)"),
+        t(OPERATION_WRITES, "test_a_stale_start_writes_nothing"),
+        "an operation is started once, from NotStarted, with one send intent",
     ),
     Mutation(
         "record-operation-lock", OPERATIONS_SQL,

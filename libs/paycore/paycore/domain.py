@@ -21,8 +21,11 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
+
+if TYPE_CHECKING:  # providers.base imports this module; the outcome is only read here
+    from paycore.providers.base import OperationOutcome
 
 # -- states and the transition table --------------------------------------------------------------
 
@@ -209,6 +212,95 @@ def refuse_operation(kind: OperationKind, amount_minor: int, room: Headroom) -> 
     return None
 
 
+# What each ending (``providers.base.OperationEnding``, keyed by its value: that module imports
+# this one) makes of an operation.
+OPERATION_ENDING_TARGET: dict[str, OperationState] = {
+    "succeeded": OperationState.SUCCEEDED,
+    "pending": OperationState.STARTED,
+    "failed": OperationState.FAILED,
+    "rejected-before-execution": OperationState.NOT_APPLIED,
+    "unknown": OperationState.UNKNOWN,
+}
+FINAL_OPERATION_STATES: frozenset[OperationState] = frozenset(OperationState) - LIVE_OPERATION_STATES
+
+
+@dataclass(frozen=True)
+class OperationWrite:
+    """The conditional UPDATE an operation's outcome makes, on the version and state read."""
+
+    target: OperationState
+    version: int  # the version read: the write happens only while the row still has it
+    provider_status: str | None
+    outcome_reason: str | None
+    provider_operation_id: str | None  # kept when the operation recorded one already (COALESCE)
+    next_check_at: datetime
+
+
+@dataclass(frozen=True)
+class OperationDecision:
+    """What :func:`decide_operation_outcome` decided: the operation goes from ``from_state`` to
+    ``to_state`` by ``write`` (``None``: nothing is written); ``refused``: nothing may be done,
+    and why; ``escalation``: a person is asked to look."""
+
+    from_state: OperationState
+    to_state: OperationState
+    write: OperationWrite | None = None
+    refused: str | None = None
+    escalation: EscalationReason | None = None
+
+    @property
+    def written(self) -> bool:
+        return self.write is not None
+
+
+def decide_operation_outcome(kind: OperationKind, state: OperationState, version: int,
+                             outcome: OperationOutcome, *, now: datetime, recheck_after_s: float,
+                             provider_status: str | None = None) -> OperationDecision:
+    """What ``outcome`` does to an operation of ``kind`` read in ``state`` at ``version`` (with
+    the ``provider_status`` it recorded), in this order, as :func:`decide_outcome` for a payment:
+
+    - a final state never changes; a final ending that contradicts it (Succeeded and a
+      reported failure, Failed and a reported success, …) is escalated as a contradiction --
+      except a Succeeded refund reported failed: the network sent it back, so it is
+      ``Returned`` (its amount refundable again) and a person is told (``refund-returned``);
+      a Returned refund reported failed agrees with it;
+    - a NotStarted operation takes no outcome (only a sender that started it has one);
+    - Unknown never overwrites Unknown, nor a Started operation whose provider status was
+      seen (nothing is written); else Started becomes Unknown;
+    - ``pending`` keeps (or makes) the operation Started, its provider status recorded;
+    - ``rejected-before-execution`` is NotApplied, ``succeeded`` Succeeded, ``failed`` Failed;
+    - the kind's transition table decides the rest (NotApplied only from Started, the only
+      send): what it refuses is a refusal. A live operation is looked at again after
+      ``recheck_after_s``.
+    """
+    target = OPERATION_ENDING_TARGET[outcome.ending]
+    if state in FINAL_OPERATION_STATES:
+        if kind is OperationKind.REFUND and state is OperationState.SUCCEEDED \
+                and target is OperationState.FAILED:
+            target = OperationState.RETURNED
+            write = _operation_write(target, version, outcome, now, recheck_after_s)
+            return OperationDecision(state, target, write, escalation=EscalationReason.REFUND_RETURNED)
+        agrees = target is state or (state is OperationState.RETURNED and target is OperationState.FAILED)
+        if target in FINAL_OPERATION_STATES and not agrees:
+            return OperationDecision(state, state, escalation=EscalationReason.CONTRADICTION)
+        return OperationDecision(state, state)
+    if state is OperationState.NOT_STARTED:
+        return OperationDecision(state, state,
+                                 refused=f"{kind.value} is NotStarted; no outcome can be recorded")
+    if target is OperationState.UNKNOWN and (state is OperationState.UNKNOWN or provider_status is not None):
+        return OperationDecision(state, state)
+    if not can_transition_operation(kind, state, target):
+        return OperationDecision(state, state, refused=f"transition {state} -> {target} is not allowed")
+    return OperationDecision(state, target, _operation_write(target, version, outcome, now, recheck_after_s))
+
+
+def _operation_write(target: OperationState, version: int, outcome: OperationOutcome, now: datetime,
+                     recheck_after_s: float) -> OperationWrite:
+    return OperationWrite(target=target, version=version, provider_status=outcome.provider_status,
+                          outcome_reason=outcome.reason, provider_operation_id=outcome.provider_operation_id,
+                          next_check_at=now + timedelta(seconds=recheck_after_s))
+
+
 class OrderStatus(enum.StrEnum):
     OPEN = "Open"
     PAID = "Paid"
@@ -296,6 +388,7 @@ class EscalationReason(enum.StrEnum):
     # What an outcome meets.
     CONTRADICTION = "contradiction"  # a final outcome against another recorded final state
     SUCCEEDED_AFTER_CANCEL = "succeeded-after-cancel"  # charged after the order was cancelled
+    REFUND_RETURNED = "refund-returned"  # a succeeded refund the network sent back: not paid out
     # Recovery's dead ends (the attempt stays Unknown; dead_ends closes them).
     DEADLINE = "deadline"  # the key window is closing or closed
     RESEND_REJECTED = "resend-rejected"  # a resend refused before execution: never again

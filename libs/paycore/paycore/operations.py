@@ -6,7 +6,11 @@ Recording is the payment's "recorded before sent" step for what follows a paymen
 hold, asks :func:`paycore.domain.refuse_operation` (against :func:`paycore.domain.headroom`)
 and, when nothing refuses it, inserts the operation NotStarted with its exact request and a
 key generated once, here. Two recorders of one payment decide one after the other, so two
-concurrent partial refunds cannot both pass. Sending, outcomes and recovery are not here yet.
+concurrent partial refunds cannot both pass.
+
+:func:`start` moves one to Started with its send intent, :func:`apply` writes what
+:func:`paycore.domain.decide_operation_outcome` decided; each is one conditional statement with
+its history event. Sending and recovery are not here yet.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from paycore.config import ProviderAccountConfig
 from paycore.domain import (
     AttemptState,
     HeldAmount,
+    OperationDecision,
     OperationKind,
     OperationRefusal,
     OperationState,
@@ -34,7 +39,7 @@ from paycore.errors import AttemptNotFound, NotFound
 
 __all__ = [
     "HOLD_STATUS", "OPERATIONS", "Operation", "OperationNotFound", "OperationRequests", "Recorded",
-    "Refused", "get_operation", "operations_of", "record_operation",
+    "Refused", "apply", "get_operation", "operations_of", "record_operation", "start",
 ]
 
 OPERATIONS = queries.load("payment_operations")  # every statement on the operations table
@@ -204,3 +209,35 @@ async def operations_of(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUI
     """A payment's operations, oldest first."""
     rows = await OPERATIONS.by_attempt.fetch(conn, attempt_id=attempt_id)
     return [Operation.from_record(row) for row in rows]
+
+
+async def start(conn: asyncpg.Connection, operation: Operation, *, now: datetime, next_check_at: datetime,
+                actor: str) -> Operation | None:
+    """NotStarted -> Started for ``operation`` as read (its version), with a ``send_intent`` event
+    naming it; ``None``: it moved meanwhile (or is not NotStarted), and nothing was written."""
+    row = await OPERATIONS.mark_started.fetchrow(
+        conn, operation_id=operation.operation_id, version=operation.version, now=now,
+        next_check_at=next_check_at, actor=actor,
+        detail={"operation_id": str(operation.operation_id), "operation": operation.kind.value,
+                "idempotency_key": operation.idempotency_key})
+    return None if row is None else Operation.from_record(row)
+
+
+async def apply(conn: asyncpg.Connection, operation: Operation, decision: OperationDecision, now: datetime,
+                *, actor: str = "paycore") -> Operation | None:
+    """Write ``decision`` for ``operation``: the conditional UPDATE on the version and state it was
+    decided against, with its ``transition`` event. ``None``: nothing to write (the decision
+    writes nothing or refused) or the row moved meanwhile, and nothing was written."""
+    write = decision.write
+    if write is None:
+        return None
+    row = await OPERATIONS.apply_outcome.fetchrow(
+        conn, operation_id=operation.operation_id, version=write.version, state=decision.from_state.value,
+        target=write.target.value, provider_status=write.provider_status,
+        outcome_reason=write.outcome_reason, provider_operation_id=write.provider_operation_id,
+        next_check_at=write.next_check_at, now=now, actor=actor,
+        detail={"operation_id": str(operation.operation_id), "operation": operation.kind.value,
+                "from": decision.from_state.value, "to": write.target.value,
+                "reason": write.outcome_reason,
+                **({"escalation": decision.escalation.value} if decision.escalation else {})})
+    return None if row is None else Operation.from_record(row)

@@ -57,3 +57,46 @@ SELECT * FROM payment_operations WHERE operation_id = :operation_id
 SELECT * FROM payment_operations
 WHERE attempt_id = :attempt_id
 ORDER BY created_at, operation_id
+
+-- name: mark_started
+-- NotStarted -> Started, the operation's send boundary, with its send intent in the payment's
+-- history, in one statement: the event is written only with the move. Stamps the key window from
+-- the provider-account row in force now, as for attempts: a later configuration change cannot
+-- move this operation's deadline.
+WITH moved AS (
+    UPDATE payment_operations o
+    SET state = 'Started',
+        first_sent_at = :now,
+        escalation_deadline = :now::timestamptz + pa.key_retention - pa.escalation_margin,
+        next_check_at = :next_check_at,
+        version = o.version + 1
+    FROM provider_accounts pa
+    WHERE o.operation_id = :operation_id AND o.version = :version AND o.state = 'NotStarted'
+      AND pa.provider_account = o.provider_account
+    RETURNING o.*
+), logged AS (
+    INSERT INTO payment_attempt_events (attempt_id, operation_id, occurred_at, kind, actor, detail)
+    SELECT moved.attempt_id, moved.operation_id, :now, 'send_intent', :actor, :detail
+    FROM moved
+)
+SELECT * FROM moved
+
+-- name: apply_outcome
+-- An outcome (paycore.domain.decide_operation_outcome), on the version and state read, with its
+-- transition event: a recorded provider operation id is kept.
+WITH moved AS (
+    UPDATE payment_operations
+    SET state = :target,
+        provider_status = :provider_status,
+        outcome_reason = :outcome_reason,
+        provider_operation_id = COALESCE(provider_operation_id, :provider_operation_id),
+        next_check_at = :next_check_at,
+        version = version + 1
+    WHERE operation_id = :operation_id AND version = :version AND state = :state
+    RETURNING *
+), logged AS (
+    INSERT INTO payment_attempt_events (attempt_id, operation_id, occurred_at, kind, actor, detail)
+    SELECT moved.attempt_id, moved.operation_id, :now, 'transition', :actor, :detail
+    FROM moved
+)
+SELECT * FROM moved
