@@ -91,4 +91,25 @@ JUDGED: tuple[Judged, ...] = (
         "a NotStarted attempt's version moves only with its state (mark_started, close_never_sent; "
         "a lease claim keeps the version), so for it the two tests are true together or not at all",
     ),
+    Judged(
+        ATTEMPTS,
+        "- if pid is not None and pid != attempt.provider_payment_id:\n"
+        "+ if pid is not None or pid != attempt.provider_payment_id:",
+        "equivalent",
+        "the test only skips a lookup: the owner query excludes the attempt itself and binds NULL to "
+        "nothing, so for no id or the attempt's own id it answers no owner either way",
+    ),
+    Judged(
+        ATTEMPTS,
+        "- MAX_REAPPLY = 5\n+ MAX_REAPPLY = 6",
+        "unobservable",
+        "a tuning bound: what is guaranteed (and tested, test_continuous_status_churn_exhausts_the_"
+        "bounded_retries) is that churn ends in OutcomeNotConfirmed after a bounded number of tries",
+    ),
+    Judged(
+        ATTEMPTS,
+        "- MAX_REAPPLY = 5\n+ MAX_REAPPLY = 4",
+        "unobservable",
+        "as MAX_REAPPLY = 6: the bound's exact value is tuning, its existence is tested",
+    ),
 )
