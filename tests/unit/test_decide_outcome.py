@@ -198,3 +198,13 @@ def test_recovery_escalates_only_a_live_attempt_and_schedules_its_next_look() ->
     for state in (S.SUCCEEDED, S.FAILED, S.NOT_APPLIED, S.NOT_STARTED):
         d = decide_escalation(dataclasses.replace(ATTEMPT, state=state), e, recheck_after_s=3600)
         assert (d.refused is not None, d.escalations) == (True, ()), state
+
+
+def test_an_outcome_is_a_replay_only_when_the_provider_said_so() -> None:
+    """``replayed`` goes into the send's history: an answer built without the provider's
+    replay header (no answer at all, a parsed first answer) is not a replay."""
+    made = (ProviderOutcome.unknown("provider.no-response"), ProviderOutcome.failed("card_declined"),
+            ProviderOutcome.not_applied("rejected:invalid_request"),
+            ProviderOutcome.succeeded("pay_1", 4999, "EUR"))
+    assert [o.replayed for o in made] == [False] * 4
+    assert ProviderOutcome.unknown("provider.http-500", replayed=True).replayed

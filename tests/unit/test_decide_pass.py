@@ -109,6 +109,9 @@ def test_a_pending_customer_action_is_never_resent_and_waits_for_its_poll_or_exp
     assert decide(a, PassFacts()) == PassDecision(Step.FINISH, 90, result=Pass.RESCHEDULED)
     later = dataclasses.replace(a, next_action_expires_at=NOW + timedelta(hours=1))
     assert decide(later, PassFacts()).delay_s == 300
+    # An action with an expiry waits for it even when its payment id is known: nothing to ask.
+    known = dataclasses.replace(a, provider_payment_id="pay_1")
+    assert decide(known, PassFacts()) == PassDecision(Step.FINISH, 90, result=Pass.RESCHEDULED)
     # Expiring within the second: looked at again when it expires, not a second later.
     soon = dataclasses.replace(a, next_action_expires_at=NOW + timedelta(milliseconds=500))
     assert decide(soon, PassFacts()).delay_s == 0.5
