@@ -2,7 +2,7 @@
 
 One verifier for every service that takes tokens from the identity provider:
 the checkout service's customers and the operator console's operators
-(the console's :mod:`paycore_console.credentials`). HS256 with a shared
+(the console's credentials). HS256 with a shared
 secret, or RS256/ES256 keys from ``PAYCORE_JWKS_URL``. The key set is cached and refetched when a token
 names an unknown ``kid`` (at most once per cooldown), so the identity provider
 can rotate keys. What a verified token *means* -- a customer id, an operator's

@@ -178,14 +178,14 @@ KAFKA_MIN_INSYNC_REPLICAS = KAFKA.declare(
     "`min.insync.replicas` of each topic the dispatcher creates: with `acks=all` a record is acknowledged "
     "only once this many replicas hold it; at most the replication factor")
 # Days, not an asyncio budget: the budget bound (~24.8 days) would refuse it. One of a chain the
-# dispatcher checks at start-up (paycore_dispatcher.settings): outbox rows (the replay horizon) <=
+# dispatcher checks at start-up (the dispatcher's settings): outbox rows (the replay horizon) <=
 # the topics' retention < consumer inbox rows.
 KAFKA_RETENTION = KAFKA.declare(
     "PAYCORE_KAFKA_RETENTION_S", Number("seconds", maximum=None), 35 * 86_400.0,
     "`retention.ms` of each topic the dispatcher creates (set the same on topics you create): the "
     "longest a consumer may stay behind; not below PAYCORE_OUTBOX_RETENTION_S")
 # Incident grouping (issue 14): `paycore run incidents` writes the pages, `paycore run alerts`
-# delivers them when PAYCORE_ALERT_INCIDENT_GROUPING says so (paycore_dispatcher.settings).
+# delivers them when PAYCORE_ALERT_INCIDENT_GROUPING says so (the dispatcher's settings).
 KAFKA_PAGES_TOPIC = KAFKA.declare(
     "PAYCORE_KAFKA_PAGES_TOPIC", KafkaTopic(), "ops.pages",
     "pages after incident grouping: per-attempt alerts passed through, and incident open/closed pages")

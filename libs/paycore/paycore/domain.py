@@ -797,7 +797,7 @@ def decide_outcome(attempt: Attempt, outcome: ProviderOutcome, verdict: Verdict,
 
 
 class PassKind(enum.StrEnum):
-    """The kinds of stuck work recovery rescues; each has its own rescuer (paycore_recovery.rescuers)."""
+    """The kinds of stuck work recovery rescues; each has its own rescuer (in the recovery service)."""
 
     NOT_STARTED = "not-started"  # recorded, never moved to Started: closed once abandoned
     CUSTOMER_ACTION = "customer-action"  # Started, the customer's action current: never resent
@@ -821,7 +821,7 @@ def kind_of(attempt: Attempt, now: datetime, settle_s: float) -> PassKind:
 
 @dataclass(frozen=True)
 class Timing:
-    """Recovery's policy numbers, as a pass needs them (``paycore_recovery.settings``)."""
+    """Recovery's policy numbers, as a pass needs them (the recovery service's settings)."""
 
     abandonment_s: float  # a NotStarted attempt this old is closed as never sent
     settle_s: float  # a Started attempt's answer may still come this long after its first send

@@ -1,7 +1,7 @@
 """Console sessions, kept server-side: every write to ``operator_sessions``.
 
 A password sign-in opens a row; the cookie carries a random session id inside a signed token
-(the console's :mod:`paycore_console.credentials`), and the table keeps only the id's SHA-256, so
+(the console's credentials), and the table keeps only the id's SHA-256, so
 a copy of it opens nothing. A session is usable while it is not ended, before its absolute expiry,
 and while it was seen within the idle timeout (the policy is the console's ``verify_session``;
 ``last_seen_at`` moves at most once a minute, :data:`TOUCH_EVERY_S`, so reading a page is not a

@@ -53,7 +53,7 @@ from paycore.settings_spec import ConfigError, Count, Group, Number
 PASSWORD_MIN_LENGTH = 12
 # argon2 hashes any length, but a megabyte-long "password" is a cheap way to burn CPU.
 PASSWORD_MAX_LENGTH = 1024
-# Names the identity provider's operators act under (paycore_console.credentials); no local account has one.
+# Names the identity provider's operators act under (the console's credentials); no local account has one.
 OIDC_PREFIX = "oidc:"
 CLIENT_MAX_LENGTH = 128
 

@@ -107,7 +107,7 @@ async def enqueue_effect(
     )
 
 
-# -- the relay's marks, in its pass's transaction (services/dispatcher/paycore_dispatcher/relay.py) ---
+# -- the relay's marks, in its pass's transaction (the dispatcher's relay) ---
 # Each is conditional on the row still being pending (outbox_messages.sql).
 
 

@@ -1,5 +1,5 @@
 -- outbox_messages: every statement on the outbox, whoever runs it: queueing (paycore.outbox),
--- the relay's claims and marks (services/dispatcher/paycore_dispatcher/relay.py loads this
+-- the relay's claims and marks (the dispatcher's relay loads this
 -- file; its marks go through paycore.outbox), an operator's requeue or skip, and retention
 -- (paycore.outbox_admin).
 --
