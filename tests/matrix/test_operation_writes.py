@@ -88,7 +88,8 @@ async def test_apply_moves_the_row_and_appends_exactly_one_transition(
         pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig) -> None:
     op = await started(pool, clock, account)
     outcome = succeeded(op.kind)
-    decision = decide_operation_outcome(op.kind, op.state, op.version, outcome, now=clock.now(),
+    decision = decide_operation_outcome(op.kind, op.state, op.version, outcome,
+                                        provider_status=op.provider_status, now=clock.now(),
                                         recheck_after_s=60)
     async with pool.acquire() as conn:
         done = await operations.apply(conn, op, decision, clock.now(), actor="test")
@@ -105,11 +106,13 @@ async def test_a_stale_version_writes_nothing(pool: asyncpg.Pool, clock: FakeClo
                                               account: ProviderAccountConfig) -> None:
     op = await started(pool, clock, account)
     first = decide_operation_outcome(op.kind, op.state, op.version, OperationOutcome(
-        op.kind, OperationEnding.PENDING, provider_status="pending"), now=clock.now(), recheck_after_s=60)
+        op.kind, OperationEnding.PENDING, provider_status="pending"), provider_status=op.provider_status,
+        now=clock.now(), recheck_after_s=60)
     async with pool.acquire() as conn:
         assert await operations.apply(conn, op, first, clock.now()) is not None  # Started -> Started
         # Decided on the version before that write: the state still matches, the version does not.
-        late = decide_operation_outcome(op.kind, op.state, op.version, succeeded(op.kind), now=clock.now(),
+        late = decide_operation_outcome(op.kind, op.state, op.version, succeeded(op.kind),
+                                        provider_status=op.provider_status, now=clock.now(),
                                         recheck_after_s=60)
         assert await operations.apply(conn, op, late, clock.now()) is None
     row = await pool.fetchrow("SELECT state, version FROM payment_operations WHERE operation_id = $1",

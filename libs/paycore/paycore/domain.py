@@ -254,8 +254,8 @@ class OperationDecision:
 
 
 def decide_operation_outcome(kind: OperationKind, state: OperationState, version: int,
-                             outcome: OperationOutcome, *, now: datetime, recheck_after_s: float,
-                             provider_status: str | None = None) -> OperationDecision:
+                             outcome: OperationOutcome, *, provider_status: str | None, now: datetime,
+                             recheck_after_s: float) -> OperationDecision:
     """What ``outcome`` does to an operation of ``kind`` read in ``state`` at ``version`` (with
     the ``provider_status`` it recorded), in this order, as :func:`decide_outcome` for a payment:
 

@@ -16,9 +16,10 @@ its history event. Sending and recovery are not here yet.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 from uuid import UUID
 
 import asyncpg
@@ -69,12 +70,11 @@ class OperationRequests(Protocol):
 
 @dataclass(frozen=True)
 class Operation:
-    """A ``payment_operations`` row: the operation and its stored request."""
+    """A ``payment_operations`` row: the operation, its stored request and what was seen of it."""
 
     operation_id: UUID
     attempt_id: UUID
     kind: OperationKind
-    state: OperationState
     requested_by: str
     provider_account: str
     endpoint: str
@@ -84,20 +84,27 @@ class Operation:
     request_body: str
     amount_minor: int
     currency: str
+    state: OperationState
+    provider_status: str | None
+    outcome_reason: str | None
+    provider_operation_id: str | None
     created_at: datetime
+    first_sent_at: datetime | None
+    escalation_deadline: datetime | None
+    recovery_owner: str | None
+    lease_token: UUID | None
+    lease_acquired_at: datetime | None
+    lease_expires_at: datetime | None
     next_check_at: datetime
     version: int
 
     @classmethod
-    def from_record(cls, row: asyncpg.Record) -> Operation:
-        return cls(
-            operation_id=row["operation_id"], attempt_id=row["attempt_id"], kind=OperationKind(row["kind"]),
-            state=OperationState(row["state"]), requested_by=row["requested_by"],
-            provider_account=row["provider_account"], endpoint=row["endpoint"],
-            api_version=row["api_version"],
-            client_reference=row["client_reference"], idempotency_key=row["idempotency_key"],
-            request_body=row["request_body"], amount_minor=row["amount_minor"], currency=row["currency"],
-            created_at=row["created_at"], next_check_at=row["next_check_at"], version=row["version"])
+    def from_record(cls, row: Mapping[str, Any]) -> Operation:
+        """From a row (every column of the table), as :meth:`paycore.domain.Attempt.from_record`."""
+        values = dict(row)
+        values["kind"] = OperationKind(values["kind"])
+        values["state"] = OperationState(values["state"])
+        return cls(**values)
 
 
 @dataclass(frozen=True)
