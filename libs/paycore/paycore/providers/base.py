@@ -43,8 +43,8 @@ from paycore.webhook_replays import SignedDelivery
 __all__ = [
     "KEY_VERSION", "Capabilities", "InvalidNotification", "LookupResult", "Notification",
     "NotificationFormat", "NotificationReceiver", "NotificationUnverified", "OperationCalls",
-    "OperationEnding", "OperationLookup", "OperationOutcome", "PaymentCalls", "PaymentMethod",
-    "PaymentRecord", "Provider", "ReferenceLookup", "StoredRequest", "VerifiedDelivery",
+    "OperationEnding", "OperationLookup", "OperationNotification", "OperationOutcome", "PaymentCalls",
+    "PaymentMethod", "PaymentRecord", "Provider", "ReferenceLookup", "StoredRequest", "VerifiedDelivery",
     "standard_notification_key", "synthesized_key",
 ]
 
@@ -487,6 +487,31 @@ class OperationLookup:
     found: tuple[OperationOutcome, ...] = ()
     reason: str | None = None
     retry_after_s: float | None = None
+
+
+@dataclass(frozen=True)
+class OperationNotification:
+    """One verified notification about a capture, cancel or refund, in provider-neutral terms.
+
+    The webhook intake finds the operation by ``outcome.provider_operation_id`` or by the
+    reference in ``outcome.claim`` (the operation's own), judges the claim as it judges a
+    payment's, and applies ``outcome`` through :func:`paycore.domain.decide_operation_outcome`.
+
+    :param event_id: The provider's id of this notification (its deduplication key), or ``None``.
+    :param event_type: As the provider named it (``refund.succeeded``, ``REFUND_FAILED``, …).
+    :param payload_account: What the envelope says, apart from the object's (in ``claim``).
+    :param outcome: The operation as the notification shows it: kind, ending (Adyen's
+        "received" is never ``SUCCEEDED``), provider status, the operation's and the payment's
+        provider ids, amount, currency, and the claim (reference, account, mode).
+    :param event: The notification as received (no card data or secrets in it).
+    """
+
+    event_id: str | None
+    event_type: str
+    payload_account: str | None
+    payload_livemode: bool | None
+    outcome: OperationOutcome
+    event: dict[str, Any] = field(repr=False, compare=False)
 
 
 class OperationCalls(Protocol):
