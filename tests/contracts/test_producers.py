@@ -17,6 +17,7 @@ from pathlib import Path
 from jsonschema import Draft202012Validator
 
 from paycore import contracts, escalations
+from paycore.domain import OPERATION_EFFECTS
 from paycore_recovery.reminders import send_due_reminders
 from tests.matrix.test_notification_matrix import account, live_attempt, succeeded_event
 from tests.support.timings import REMINDER_INTERVAL
@@ -50,8 +51,9 @@ async def test_every_payload_the_producers_write_validates_against_the_released_
 
     rows = await hooks.pool.fetch("SELECT kind, payload FROM outbox_messages ORDER BY message_id")
     # Every contract of the outbox exercised; `incident` pages come from the incidents agent
-    # instead (tests/incidents: the alert worker checks each one on receipt).
-    assert {r["kind"] for r in rows} == contracts.kinds() - {"incident"}
+    # instead (tests/incidents: the alert worker checks each one on receipt), the operations'
+    # effects from their own flows (tests/operations/test_effect_contracts.py).
+    assert {r["kind"] for r in rows} == contracts.kinds() - {"incident", *OPERATION_EFFECTS.values()}
     assert any(r["payload"].get("alert") == "reminder" for r in rows)
     assert any(r["kind"] == "operator-alert" and r["payload"]["attempt_id"] is None for r in rows)
     for r in rows:

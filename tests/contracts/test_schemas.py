@@ -12,6 +12,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from paycore import contracts, currencies
+from paycore.domain import OPERATION_EFFECTS
 
 from .compat import breaking_changes
 
@@ -33,9 +34,10 @@ SHIPPED = sorted(contracts.schema_files())
 
 def test_the_contracts_cover_every_kind_the_producers_write() -> None:
     # paycore.attempts (confirmation, fulfillment), paycore.notifications (refund),
-    # paycore.escalations and the reminder job (operator-alert); the incidents agent (incident).
+    # paycore.escalations and the reminder job (operator-alert); the incidents agent (incident);
+    # paycore.operations (what captures, voids and refunds end as).
     assert contracts.kinds() == {"order-confirmation", "fulfillment-request", "refund-request",
-                                 "operator-alert", "incident"}
+                                 "operator-alert", "incident", *OPERATION_EFFECTS.values()}
 
 
 @pytest.mark.parametrize(("kind", "version"), SHIPPED)

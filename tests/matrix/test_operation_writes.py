@@ -22,6 +22,7 @@ from paycore.providers.base import OperationEnding, OperationOutcome
 from .helpers import attempt_values, insert_row, new_order, operation_values, seed_account
 
 S = OperationState
+HOUR = timedelta(hours=1)
 
 
 @pytest.fixture
@@ -92,7 +93,7 @@ async def test_apply_moves_the_row_and_appends_exactly_one_transition(
                                         provider_status=op.provider_status, now=clock.now(),
                                         recheck_after_s=60)
     async with pool.acquire() as conn:
-        done = await operations.apply(conn, op, decision, clock.now(), actor="test")
+        done = await operations.apply(conn, op, decision, clock.now(), actor="test", reminder_interval=HOUR)
     assert done is not None and (done.state, done.version) == (S.SUCCEEDED, op.version + 1)
     row = await pool.fetchrow("SELECT provider_status, provider_operation_id FROM payment_operations "
                               "WHERE operation_id = $1", op.operation_id)
@@ -109,12 +110,12 @@ async def test_a_stale_version_writes_nothing(pool: asyncpg.Pool, clock: FakeClo
         op.kind, OperationEnding.PENDING, provider_status="pending"), provider_status=op.provider_status,
         now=clock.now(), recheck_after_s=60)
     async with pool.acquire() as conn:
-        assert await operations.apply(conn, op, first, clock.now()) is not None  # Started -> Started
+        assert await operations.apply(conn, op, first, clock.now(), reminder_interval=HOUR) is not None  # Started -> Started
         # Decided on the version before that write: the state still matches, the version does not.
         late = decide_operation_outcome(op.kind, op.state, op.version, succeeded(op.kind),
                                         provider_status=op.provider_status, now=clock.now(),
                                         recheck_after_s=60)
-        assert await operations.apply(conn, op, late, clock.now()) is None
+        assert await operations.apply(conn, op, late, clock.now(), reminder_interval=HOUR) is None
     row = await pool.fetchrow("SELECT state, version FROM payment_operations WHERE operation_id = $1",
                               op.operation_id)
     assert (row["state"], row["version"]) == ("Started", op.version + 1)

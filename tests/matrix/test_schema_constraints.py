@@ -545,7 +545,7 @@ async def test_an_outbox_dedup_key_is_unique(pool: asyncpg.Pool, clock: FakeCloc
 @pytest.mark.parametrize(
     ("column", "bad", "good", "constraint"),
     [
-        ("status", "Refunded", "Paid", "ck_order_status"),
+        ("status", "Shipped", "Paid", "ck_order_status"),
         ("status", "open", "Cancelled", "ck_order_status"),
         ("amount_minor", 0, 1, "ck_order_amount"),
         ("currency", "eur", "USD", "ck_order_currency"),

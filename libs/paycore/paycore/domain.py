@@ -305,6 +305,52 @@ class OrderStatus(enum.StrEnum):
     OPEN = "Open"
     PAID = "Paid"
     CANCELLED = "Cancelled"
+    # After the payment (issue 29): what its operations made of a paid (or held) order.
+    AUTHORIZED = "Authorized"  # a hold: the amount is reserved, nothing charged yet
+    PARTIALLY_REFUNDED = "PartiallyRefunded"
+    REFUNDED = "Refunded"  # everything captured was given back
+    VOIDED = "Voided"  # the hold was released, nothing charged
+
+
+# Orders whose payment took effect (charged or held): never payable again, never cancelled.
+PAID_ORDER_STATUSES: frozenset[OrderStatus] = frozenset({
+    OrderStatus.PAID, OrderStatus.AUTHORIZED, OrderStatus.PARTIALLY_REFUNDED, OrderStatus.REFUNDED})
+_REFUND_STATUSES: frozenset[OrderStatus] = frozenset({
+    OrderStatus.PAID, OrderStatus.PARTIALLY_REFUNDED, OrderStatus.REFUNDED})
+
+
+def order_status_after_operation(current: OrderStatus, kind: OperationKind, target: OperationState, *,
+                                 captured_minor: int, refunded_minor: int) -> OrderStatus:
+    """The order's status once an operation of ``kind`` became ``target``: Paid ->
+    PartiallyRefunded -> Refunded by what its Succeeded refunds add up to (``refunded_minor``,
+    of ``captured_minor``; a Returned refund no longer counts, so the order goes back);
+    Authorized -> Paid by a capture, Authorized -> Voided by a cancel. A cancelled order stays
+    cancelled (its refund answers a payment that came too late), and nothing else moves it."""
+    if kind is OperationKind.REFUND and target in (OperationState.SUCCEEDED, OperationState.RETURNED):
+        if current not in _REFUND_STATUSES:
+            return current
+        if refunded_minor <= 0:
+            return OrderStatus.PAID
+        return OrderStatus.REFUNDED if refunded_minor >= captured_minor else OrderStatus.PARTIALLY_REFUNDED
+    if current is OrderStatus.AUTHORIZED and target is OperationState.SUCCEEDED:
+        return OrderStatus.PAID if kind is OperationKind.CAPTURE else OrderStatus.VOIDED
+    return current
+
+
+# The effect each final state of each kind puts on ``payments.effects`` (its contract:
+# paycore/contracts/schemas/<effect>.v1.json), after the payment's own effects.
+OPERATION_EFFECTS: dict[tuple[OperationKind, OperationState], str] = {
+    (OperationKind.REFUND, OperationState.SUCCEEDED): "refund-succeeded",
+    (OperationKind.REFUND, OperationState.FAILED): "refund-failed",
+    (OperationKind.REFUND, OperationState.NOT_APPLIED): "refund-failed",
+    (OperationKind.REFUND, OperationState.RETURNED): "refund-returned",
+    (OperationKind.CAPTURE, OperationState.SUCCEEDED): "captured",
+    (OperationKind.CAPTURE, OperationState.FAILED): "capture-failed",
+    (OperationKind.CAPTURE, OperationState.NOT_APPLIED): "capture-failed",
+    (OperationKind.CANCEL, OperationState.SUCCEEDED): "voided",
+    (OperationKind.CANCEL, OperationState.FAILED): "void-failed",
+    (OperationKind.CANCEL, OperationState.NOT_APPLIED): "void-failed",
+}
 
 
 # -- the attempt, as a value ----------------------------------------------------------------------

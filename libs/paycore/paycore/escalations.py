@@ -37,6 +37,11 @@ def attempt_key(attempt_id: UUID, reason: str, evidence_key: str | None = None) 
     return f"{key}:{evidence_key}" if evidence_key else key
 
 
+def operation_key(operation_id: UUID, reason: str) -> str:
+    """``operation:<id>:<reason>``: a capture's, cancel's or refund's own episode (one per reason)."""
+    return f"operation:{operation_id}:{reason}"
+
+
 def unmatched_key(provider_account: str, notification_key: str | None, provider_payment_id: str | None,
                   reference: str | None) -> str:
     """A notification no attempt matched: never per delivery (by its key, else its payment id

@@ -24,23 +24,29 @@ from uuid import UUID
 
 import asyncpg
 
-from paycore import queries
+from paycore import escalations, outbox, queries
 from paycore.config import ProviderAccountConfig
 from paycore.domain import (
+    FINAL_OPERATION_STATES,
+    OPERATION_EFFECTS,
     AttemptState,
     HeldAmount,
     OperationDecision,
     OperationKind,
     OperationRefusal,
     OperationState,
+    OrderStatus,
     headroom,
+    order_status_after_operation,
     refuse_operation,
 )
 from paycore.errors import AttemptNotFound, NotFound
+from paycore.orders import lock_order_of_attempt, set_status_after_operation
+from paycore.providers.base import StoredRequest
 
 __all__ = [
     "HOLD_STATUS", "OPERATIONS", "Operation", "OperationNotFound", "OperationRequests", "Recorded",
-    "Refused", "apply", "get_operation", "operations_of", "record_operation", "start",
+    "Refused", "apply", "effect_key", "get_operation", "operations_of", "record_operation", "start",
 ]
 
 OPERATIONS = queries.load("payment_operations")  # every statement on the operations table
@@ -97,6 +103,18 @@ class Operation:
     lease_expires_at: datetime | None
     next_check_at: datetime
     version: int
+
+    def stored_request(self) -> StoredRequest:
+        """What every send of this operation transmits: its stored bytes under its key."""
+        return StoredRequest(
+            attempt_id=self.operation_id, provider_account=self.provider_account, endpoint=self.endpoint,
+            api_version=self.api_version, idempotency_key=self.idempotency_key,
+            request_body=self.request_body, client_reference=self.client_reference,
+            amount_minor=self.amount_minor, currency=self.currency)
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_OPERATION_STATES
 
     @classmethod
     def from_record(cls, row: Mapping[str, Any]) -> Operation:
@@ -231,20 +249,79 @@ async def start(conn: asyncpg.Connection, operation: Operation, *, now: datetime
 
 
 async def apply(conn: asyncpg.Connection, operation: Operation, decision: OperationDecision, now: datetime,
-                *, actor: str = "paycore") -> Operation | None:
-    """Write ``decision`` for ``operation``: the conditional UPDATE on the version and state it was
-    decided against, with its ``transition`` event. ``None``: nothing to write (the decision
-    writes nothing or refused) or the row moved meanwhile, and nothing was written."""
-    write = decision.write
-    if write is None:
+                *, reminder_interval: timedelta, actor: str = "paycore") -> Operation | None:
+    """Write ``decision`` for ``operation``, the one writer of operation outcomes, in one
+    transaction (a savepoint inside the caller's) and in the lock order (the order row, then the
+    operation's): the conditional UPDATE on the version and state it was decided against with
+    its ``transition`` event; for a final state, the order's status
+    (:func:`~paycore.domain.order_status_after_operation`) and the effect
+    (:data:`~paycore.domain.OPERATION_EFFECTS`) queued in the payment's order, once by its key
+    ``operation:<id>:<effect>``; and the decision's escalation, ``operation:<id>:<reason>``.
+
+    ``None``: nothing was written -- the decision writes nothing (an escalation alone is still
+    opened), refused, or the row moved meanwhile (read it again and decide again).
+    """
+    if decision.refused is not None:
         return None
-    row = await OPERATIONS.apply_outcome.fetchrow(
-        conn, operation_id=operation.operation_id, version=write.version, state=decision.from_state.value,
-        target=write.target.value, provider_status=write.provider_status,
-        outcome_reason=write.outcome_reason, provider_operation_id=write.provider_operation_id,
-        next_check_at=write.next_check_at, now=now, actor=actor,
-        detail={"operation_id": str(operation.operation_id), "operation": operation.kind.value,
-                "from": decision.from_state.value, "to": write.target.value,
-                "reason": write.outcome_reason,
-                **({"escalation": decision.escalation.value} if decision.escalation else {})})
-    return None if row is None else Operation.from_record(row)
+    async with conn.transaction():
+        order = await lock_order_of_attempt(conn, operation.attempt_id)
+        updated: Operation | None = None
+        write = decision.write
+        if write is not None:
+            row = await OPERATIONS.apply_outcome.fetchrow(
+                conn, operation_id=operation.operation_id, version=write.version,
+                state=decision.from_state.value, target=write.target.value,
+                provider_status=write.provider_status, outcome_reason=write.outcome_reason,
+                provider_operation_id=write.provider_operation_id, next_check_at=write.next_check_at,
+                now=now, actor=actor,
+                detail={"operation_id": str(operation.operation_id), "operation": operation.kind.value,
+                        "from": decision.from_state.value, "to": write.target.value,
+                        "reason": write.outcome_reason,
+                        **({"escalation": decision.escalation.value} if decision.escalation else {})})
+            if row is None:
+                return None
+            updated = Operation.from_record(row)
+            effect = OPERATION_EFFECTS.get((updated.kind, updated.state))
+            if effect is not None:
+                status = await _order_status_after(conn, order.status, updated)
+                await outbox.enqueue(
+                    conn, dedup_key=effect_key(updated.operation_id, effect), kind=effect,
+                    payload=_effect_payload(updated, order.order_id, status), now=now,
+                    attempt_id=updated.attempt_id, ordering=outbox.ordering_key(updated.attempt_id))
+        if decision.escalation is not None:
+            await escalations.raise_escalation(
+                conn, key=escalations.operation_key(operation.operation_id, decision.escalation.value),
+                reason=decision.escalation.value, attempt_id=operation.attempt_id, now=now,
+                reminder_interval=reminder_interval,
+                detail={"operation_id": str(operation.operation_id), "operation": operation.kind.value,
+                        "amount_minor": operation.amount_minor, "currency": operation.currency,
+                        "from": decision.from_state.value, "to": decision.to_state.value})
+        return updated
+
+
+def effect_key(operation_id: UUID, effect: str) -> str:
+    """The dedup key of an operation's effect: the operation's, so evidence arriving twice (a
+    webhook and a lookup) queues it once."""
+    return f"operation:{operation_id}:{effect}"
+
+
+async def _order_status_after(conn: asyncpg.Connection, current: OrderStatus, op: Operation) -> OrderStatus:
+    """The order's status once ``op`` ended, written when it changes (under the order's lock)."""
+    totals = await OPERATIONS.settled_amounts.fetchrow(conn, attempt_id=op.attempt_id)
+    assert totals is not None  # the operation's payment exists (a foreign key)
+    held = totals["provider_status"] == HOLD_STATUS
+    captured = totals["captured_later"] if held else totals["payment_amount"]
+    status = order_status_after_operation(current, op.kind, op.state, captured_minor=captured,
+                                          refunded_minor=totals["refunded"])
+    if status is not current:
+        await set_status_after_operation(conn, totals["order_id"], status)
+    return status
+
+
+def _effect_payload(op: Operation, order_id: str, order_status: OrderStatus) -> dict[str, Any]:
+    # What the store's consumers need to act (contracts/schemas/<effect>.v1.json): no card data,
+    # no requester (an operator's name is not the store's business on Kafka).
+    return {"attempt_id": str(op.attempt_id), "order_id": order_id, "operation_id": str(op.operation_id),
+            "operation": op.kind.value, "amount_minor": op.amount_minor, "currency": op.currency,
+            "provider_account": op.provider_account, "provider_operation_id": op.provider_operation_id,
+            "order_status": order_status.value, "reason": op.outcome_reason}

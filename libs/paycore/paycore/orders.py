@@ -16,7 +16,7 @@ import asyncpg
 
 from paycore import queries
 from paycore.attempt_row import ATTEMPTS
-from paycore.domain import OrderStatus
+from paycore.domain import PAID_ORDER_STATUSES, OrderStatus
 from paycore.errors import AttemptNotFound, NotFound, PaycoreError
 from paycore.payment_methods import contains_card_number
 
@@ -53,9 +53,9 @@ class Order:
 
     @property
     def not_payable_reason(self) -> str | None:
-        if self.status is OrderStatus.PAID:
+        if self.status in PAID_ORDER_STATUSES:
             return "paid"
-        if self.status is OrderStatus.CANCELLED or self.cancel_requested_at is not None:
+        if self.status in (OrderStatus.CANCELLED, OrderStatus.VOIDED) or self.cancel_requested_at is not None:
             return "cancelled"
         return None
 
@@ -123,9 +123,9 @@ async def cancel_order(pool: asyncpg.Pool, order_id: str, customer_id: str, now:
     """
     async with pool.acquire() as conn, conn.transaction():
         order = await lock_order(conn, order_id, customer_id)
-        if order.status is OrderStatus.PAID:
+        if order.status in PAID_ORDER_STATUSES:
             raise OrderNotPayable(order_id, "paid")
-        if order.status is OrderStatus.CANCELLED:
+        if order.status in (OrderStatus.CANCELLED, OrderStatus.VOIDED):
             return order
         if await ATTEMPTS.order_has_live.fetchval(conn, order_id=order_id):
             row = await ORDERS.request_cancel.fetchrow(conn, order_id=order_id, now=now)
@@ -137,6 +137,12 @@ async def cancel_order(pool: asyncpg.Pool, order_id: str, customer_id: str, now:
 async def mark_paid(conn: asyncpg.Connection, order_id: str) -> None:
     """The order is Paid (only an Open one changes); run in the transaction that records Succeeded."""
     await ORDERS.mark_paid.execute(conn, order_id=order_id)
+
+
+async def set_status_after_operation(conn: asyncpg.Connection, order_id: str, status: OrderStatus) -> None:
+    """The status an operation gave the order (:func:`paycore.domain.order_status_after_operation`);
+    run under the order's lock, in the operation's outcome transaction."""
+    await ORDERS.set_status.execute(conn, order_id=order_id, status=status.value)
 
 
 async def find_order(conn: asyncpg.Connection | asyncpg.Pool, order_id: str) -> Order | None:

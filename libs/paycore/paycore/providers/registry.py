@@ -11,7 +11,7 @@ so a stored row says which provider wrote it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Final, Protocol
+from typing import Final, Protocol, cast
 
 import httpx
 
@@ -24,6 +24,7 @@ from paycore.providers.base import (
     Capabilities,
     LookupResult,
     NotificationFormat,
+    OperationCalls,
     PaymentCalls,
     PaymentMethod,
     Provider,
@@ -122,9 +123,21 @@ class ProviderRouter:
         return await self._for(provider_account).find_by_reference(provider_account, reference,
                                                                     budget_s=budget_s)
 
+    def operations_of_account(self, provider_account: str) -> OperationCalls:
+        """The captures, cancels and refunds of the account's provider (see :func:`operations_of`)."""
+        return cast(OperationCalls, self._for(provider_account))
+
     async def aclose(self) -> None:
         for adapter in self.adapters.values():
             await adapter.aclose()
+
+
+def operations_of(client: PaymentCalls, provider_account: str) -> OperationCalls:
+    """The captures, cancels and refunds of ``provider_account``'s provider, from what checkout
+    and recovery hold (:func:`for_accounts`: one provider, or a router over several)."""
+    if isinstance(client, ProviderRouter):
+        return client.operations_of_account(provider_account)
+    return cast(OperationCalls, client)
 
 
 def notification_format(provider_account: str) -> NotificationFormat:

@@ -41,3 +41,9 @@ RETURNING *
 -- Recording Succeeded and marking the order Paid happen in one transaction, under the order lock.
 UPDATE orders SET status = 'Paid', version = version + 1
 WHERE order_id = :order_id AND status = 'Open'
+
+-- name: set_status
+-- What a capture, cancel or refund made of the order (paycore.domain.order_status_after_operation),
+-- under the order lock, in the operation's outcome transaction. Unchanged is not written.
+UPDATE orders SET status = :status, version = version + 1
+WHERE order_id = :order_id AND status <> :status

@@ -100,3 +100,17 @@ WITH moved AS (
     FROM moved
 )
 SELECT * FROM moved
+
+-- name: settled_amounts
+-- What a payment's final operations add up to, for its order's status: the payment's amount and
+-- provider status (a hold charged nothing up front), what Succeeded captures charged later and
+-- what Succeeded refunds gave back. Read under the order's lock, after the operation's write.
+SELECT a.order_id, a.amount_minor AS payment_amount, a.provider_status,
+       COALESCE(SUM(o.amount_minor) FILTER (WHERE o.kind = 'capture' AND o.state = 'Succeeded'), 0)
+           AS captured_later,
+       COALESCE(SUM(o.amount_minor) FILTER (WHERE o.kind = 'refund' AND o.state = 'Succeeded'), 0)
+           AS refunded
+FROM payment_attempts a
+LEFT JOIN payment_operations o ON o.attempt_id = a.attempt_id
+WHERE a.attempt_id = :attempt_id
+GROUP BY a.attempt_id
