@@ -166,6 +166,12 @@ DECIDE = "tests/unit/test_decide_outcome.py"  # issue 28: decide_outcome as a ta
 DECIDE_PASS = "tests/unit/test_decide_pass.py"  # issue 28: decide_pass as a table
 OPERATION_RULES = "tests/unit/test_operation_rules.py"
 DECIDE_OPERATION = "tests/unit/test_decide_operation_outcome.py"  # issue 29: an operation's outcome, as a table
+REFUND_SENDS = "tests/operations/test_refund_sends.py"  # issue 29: refunds sent and applied
+REFUND_RECOVERY = "tests/operations/test_refund_recovery.py"  # issue 29: unanswered refunds resolved
+REFUND_NOTIFICATIONS = "tests/operations/test_refund_notifications.py"  # issue 29: refund webhooks
+RESCUE_OPERATIONS = "services/recovery/paycore_recovery/rescuers/operations.py"
+OPERATION_HANDLER = "services/webhooks/paycore_webhooks/operation_handler.py"
+NOTIFICATIONS = "libs/paycore/paycore/notifications.py"
 OPERATION_CLIENT = "tests/unit/test_cardco_operations_client.py"  # issue 29: Cardco's after-payment calls  # issue 29: never more back than was taken
 # Issue 26: the guards an outside mutation audit found unprotected.
 STRIPE_WIRE = "libs/paycore/paycore/providers/stripe/wire.py"
@@ -1887,5 +1893,83 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if True:",
         t(RECORD_OPERATION, "test_a_capture_the_lock_did_not_see_wins_the_unique_index_and_the_recording_is_refused"),
         "a capture or cancel that loses the unique index to a lock-skipping writer is a refusal, not an error",
+    ),
+    Mutation(
+        "operation-order-status", OPERATIONS_REPO,
+        "    if status is not current:\n        await set_status_after_operation(",
+        "    if False:\n        await set_status_after_operation(",
+        t(REFUND_SENDS, "test_a_full_refund_succeeds_once_and_the_order_is_refunded",
+          "test_partial_refunds_add_up_to_the_capture_and_no_further"),
+        "the order follows its refunds: Paid -> PartiallyRefunded -> Refunded",
+    ),
+    Mutation(
+        "operation-refunded-whole", DOMAIN,
+        "return OrderStatus.REFUNDED if refunded_minor >= captured_minor else",
+        "return OrderStatus.REFUNDED if refunded_minor > captured_minor else",
+        t(REFUND_SENDS, "test_a_full_refund_succeeds_once_and_the_order_is_refunded"),
+        "an order whose capture was given back whole is Refunded",
+    ),
+    Mutation(
+        "operation-returned-not-refunded", OPERATIONS_SQL,
+        *in_query(OPERATIONS_SQL, "settled_amounts", "o.kind = 'refund' AND o.state = 'Succeeded'",
+                  "o.kind = 'refund' AND o.state IN ('Succeeded', 'Returned')"),
+        t(REFUND_NOTIFICATIONS, "test_a_succeeded_refund_that_comes_back_is_returned_and_a_person_told"),
+        "a refund the network sent back no longer counts: the order is Paid again",
+    ),
+    Mutation(
+        "operation-effect-queued", OPERATIONS_REPO,
+        "            effect = OPERATION_EFFECTS.get((updated.kind, updated.state))",
+        "            effect = None",
+        t(REFUND_SENDS, "test_a_full_refund_succeeds_once_and_the_order_is_refunded"),
+        "what an operation ended as reaches the store's consumers",
+    ),
+    Mutation(
+        "operation-resend-only-in-window", DOMAIN,
+        "    if escalation_deadline is None or now >= escalation_deadline:\n        return OperationStep.ESCALATE_DEADLINE",
+        "    if False:\n        return OperationStep.ESCALATE_DEADLINE",
+        t(REFUND_RECOVERY, "test_past_the_key_window_nothing_is_resent_and_a_person_is_asked"),
+        "an operation is resent under its key only inside the provider's key window",
+    ),
+    Mutation(
+        "operation-never-sent-closed", DOMAIN,
+        "    if state is OperationState.NOT_STARTED:\n        return OperationStep.CLOSE_NEVER_SENT",
+        "    if False:\n        return OperationStep.CLOSE_NEVER_SENT",
+        t(REFUND_RECOVERY, "test_a_refund_never_sent_is_closed_and_frees_its_amount"),
+        "an operation whose sender died before the send intent is closed, freeing its amount",
+    ),
+    Mutation(
+        "operation-evidence-amount", EVIDENCE_RULES,
+        "    mismatch = _first_mismatch(operation, claim) if claim is not None else None",
+        "    mismatch = None",
+        t(REFUND_NOTIFICATIONS, "test_a_refund_event_about_another_amount_or_payment_resolves_nothing"),
+        "a refund notification about another amount, account or reference resolves nothing",
+    ),
+    Mutation(
+        "operation-evidence-payment", EVIDENCE_RULES,
+        "    if reported_payment_id is not None and payment_id is not None and reported_payment_id != payment_id:",
+        "    if False:",
+        t(REFUND_NOTIFICATIONS, "test_a_refund_event_about_another_amount_or_payment_resolves_nothing"),
+        "a refund of another payment resolves nothing",
+    ),
+    Mutation(
+        "operation-identity-conflict", OPERATION_HANDLER,
+        "                and by_id.operation_id != by_reference.operation_id)",
+        "                and False)",
+        t(REFUND_NOTIFICATIONS, "test_an_event_whose_id_and_reference_name_two_refunds_is_applied_to_neither"),
+        "a notification naming two operations is applied to neither",
+    ),
+    Mutation(
+        "refund-request-only-for-refunds-elsewhere", NOTIFICATIONS,
+        "            and n.amount_refunded > await refunds_of_ours(conn, result.attempt_id)):",
+        "            and True):",
+        t(REFUND_NOTIFICATIONS, "test_a_succeeded_refund_that_comes_back_is_returned_and_a_person_told"),
+        "paycore's own refund, reported on the payment, is not announced as one made elsewhere",
+    ),
+    Mutation(
+        "automatic-refund-setting", RESCUE_OPERATIONS,
+        '        if self.recovery.succeeded_after_cancel != "refund":',
+        "        if False:",
+        t("tests/operations/test_refund_after_cancel.py", "test_with_escalate_a_person_decides"),
+        "with PAYCORE_SUCCEEDED_AFTER_CANCEL=escalate paycore refunds nothing by itself",
     ),
 )

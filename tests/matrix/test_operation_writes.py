@@ -110,7 +110,8 @@ async def test_a_stale_version_writes_nothing(pool: asyncpg.Pool, clock: FakeClo
         op.kind, OperationEnding.PENDING, provider_status="pending"), provider_status=op.provider_status,
         now=clock.now(), recheck_after_s=60)
     async with pool.acquire() as conn:
-        assert await operations.apply(conn, op, first, clock.now(), reminder_interval=HOUR) is not None  # Started -> Started
+        # Started -> Started
+        assert await operations.apply(conn, op, first, clock.now(), reminder_interval=HOUR) is not None
         # Decided on the version before that write: the state still matches, the version does not.
         late = decide_operation_outcome(op.kind, op.state, op.version, succeeded(op.kind),
                                         provider_status=op.provider_status, now=clock.now(),

@@ -5,16 +5,33 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 
+from paycore.clock import FakeClock
+from paycore.config import Settings
 from paycore.operation_sends import OperationSender
 from paycore.providers.registry import for_accounts
 from tests.sandbox.support import eventually
-from tests.support.stack import Stack
+from tests.support.stack import Sandbox, Shop
 
-__all__ = ["effects_of", "eventually", "order_status", "paid_order", "refund_posts", "sender"]
+__all__ = ["Stack", "effects_of", "eventually", "order_status", "paid_order", "refund_posts", "sender"]
+
+
+class Stack(Protocol):
+    """What these tests need of a running stack (checkout's, or the intake's with checkout)."""
+
+    @property
+    def sandbox(self) -> Sandbox: ...
+    @property
+    def shop(self) -> Shop: ...
+    @property
+    def clock(self) -> FakeClock: ...
+    @property
+    def pool(self) -> asyncpg.Pool: ...
+    @property
+    def settings(self) -> Settings: ...
 
 
 async def paid_order(stack: Stack, amount_minor: int = 5000) -> tuple[str, uuid.UUID]:

@@ -294,6 +294,45 @@ def decide_operation_outcome(kind: OperationKind, state: OperationState, version
     return OperationDecision(state, target, _operation_write(target, version, outcome, now, recheck_after_s))
 
 
+class OperationStep(enum.StrEnum):
+    """What recovery does with a due operation (:func:`decide_operation_step`)."""
+
+    CLOSE_NEVER_SENT = "close-never-sent"  # its sender died before the send intent: nothing sent
+    APPLY_FOUND = "apply-found"  # a lookup found it: the object is the evidence
+    RESEND = "resend"  # the same bytes under the same key, inside the key window
+    WAIT = "wait"  # the provider has it, or the lookup failed: look again later
+    ESCALATE_DEADLINE = "escalate-deadline"  # the key window is closing and nothing proves an ending
+    ESCALATE_MULTIPLE = "escalate-multiple"  # a lookup found several for one reference
+
+
+def decide_operation_step(state: OperationState, *, provider_status: str | None,
+                          escalation_deadline: datetime | None, lookup: str, found: int,
+                          now: datetime) -> OperationStep:
+    """Recovery's one decision for a due live operation, the payment's rules (the reference's
+    recovery loop) for what follows it:
+
+    - NotStarted and due: its sender never committed the send intent -> closed, never sent;
+    - a lookup (``lookup`` is ``found``, ``not_found``, ``unsupported`` -- the provider has
+      none, so a same-key resend is the only evidence -- or ``unavailable``) that found exactly
+      one object applies it; several for one reference is a person's to untangle;
+    - otherwise past the deadline (``first_sent_at`` + key retention - margin; none is past:
+      a live sent operation always has one) is escalated: after it a resend could be a new
+      operation;
+    - an operation the provider acknowledged (a provider status was recorded) or a failed lookup
+      waits: the provider has it, or nothing was learnt;
+    - else (not found, or no lookup) the same request is sent again under the same key.
+    """
+    if state is OperationState.NOT_STARTED:
+        return OperationStep.CLOSE_NEVER_SENT
+    if lookup == "found":
+        return OperationStep.APPLY_FOUND if found == 1 else OperationStep.ESCALATE_MULTIPLE
+    if escalation_deadline is None or now >= escalation_deadline:
+        return OperationStep.ESCALATE_DEADLINE
+    if provider_status is not None or lookup == "unavailable":
+        return OperationStep.WAIT
+    return OperationStep.RESEND
+
+
 def _operation_write(target: OperationState, version: int, outcome: OperationOutcome, now: datetime,
                      recheck_after_s: float) -> OperationWrite:
     return OperationWrite(target=target, version=version, provider_status=outcome.provider_status,
@@ -441,6 +480,7 @@ class EscalationReason(enum.StrEnum):
     RESEND_NOT_SAFE = "resend-not-safe"  # a resend condition fails (``resend-not-safe:<which>``)
     # Inputs nothing could be matched to or stored.
     UNMATCHED_PAYMENT = "unmatched-payment"
+    UNMATCHED_OPERATION = "unmatched-operation"  # a refund or capture notification of nothing of ours
     UNPARSEABLE_NOTIFICATION = "unparseable-notification"
     OUTBOX_DEAD_LETTER = "outbox-dead-letter"
     CONSUMER_POISON_MESSAGE = "consumer-poison-message"

@@ -142,3 +142,25 @@ def identify(by_reference: A | None, by_payment_id: A | None) -> Identification[
             {"reference_attempt_id": str(by_reference.attempt_id),
              "provider_payment_id_attempt_id": str(by_payment_id.attempt_id)}))
     return Identification(by_reference or by_payment_id)
+
+
+def judge_operation(operation: Subject, claim: Claim | None, *, reported_payment_id: str | None,
+                    payment_id: str | None, reported_operation_id: str | None,
+                    recorded_operation_id: str | None) -> Verdict:
+    """Whether what a capture's, cancel's or refund's answer, lookup or notification says is
+    evidence about ``operation`` (its own reference, amount, currency, account and mode: the
+    :class:`Subject`), on the payment whose provider id is ``payment_id``: an answer about
+    another payment, or another refund than the one recorded, is a conflict about ids; any
+    other difference is a mismatch. Neither resolves anything."""
+    if reported_payment_id is not None and payment_id is not None and reported_payment_id != payment_id:
+        return Verdict(EscalationReason.PROVIDER_ID_CONFLICT, "provider_payment_id",
+                       {"recorded": payment_id, "reported": reported_payment_id})
+    if (reported_operation_id is not None and recorded_operation_id is not None
+            and reported_operation_id != recorded_operation_id):
+        return Verdict(EscalationReason.PROVIDER_ID_CONFLICT, "provider_operation_id",
+                       {"recorded": recorded_operation_id, "reported": reported_operation_id})
+    mismatch = _first_mismatch(operation, claim) if claim is not None else None
+    if mismatch is not None:
+        assert claim is not None
+        return Verdict(EscalationReason.MISMATCH, mismatch, {"field": mismatch, **claim.as_detail()})
+    return ACCEPTED

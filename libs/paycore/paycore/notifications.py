@@ -34,6 +34,7 @@ from paycore.attempts import Attempt, OutcomeResult, apply_outcome, get_attempt,
 from paycore.domain import AttemptState, Decision, OrderFacts, Verdict, decide_outcome
 from paycore.errors import PaycoreError, TransitionRefused
 from paycore.events import HISTORY, EventKind, append_event
+from paycore.operations import refunds_of_ours
 from paycore.operator_actions import (
     ActionKind,
     OperatorAction,
@@ -95,9 +96,10 @@ class Recorded:
 
 async def record_notification(
     conn: asyncpg.Connection, *, provider_account: str, key: str | None, attempt_id: UUID | None,
-    detail: dict[str, Any], now: datetime, actor: str = HANDLER_ACTOR,
+    detail: dict[str, Any], now: datetime, actor: str = HANDLER_ACTOR, operation_id: UUID | None = None,
 ) -> Recorded:
-    """Record a notification first in the handler's transaction.
+    """Record a notification first in the handler's transaction (about ``operation_id``, when
+    it is a capture's, cancel's or refund's).
 
     A keyed insert that conflicts waits for the other transaction holding the
     same key: if it commits, this returns a duplicate; if it rolls back, this
@@ -105,11 +107,12 @@ async def record_notification(
     """
     if key is None:
         event_id = await HISTORY.insert_unkeyed_notification.fetchval(
-            conn, attempt_id=attempt_id, now=now, actor=actor, account=provider_account, detail=detail)
+            conn, attempt_id=attempt_id, operation_id=operation_id, now=now, actor=actor,
+            account=provider_account, detail=detail)
         return Recorded(event_id)
     event_id = await HISTORY.insert_keyed_notification.fetchval(
-        conn, attempt_id=attempt_id, now=now, actor=actor, account=provider_account, notification_key=key,
-        detail=detail)
+        conn, attempt_id=attempt_id, operation_id=operation_id, now=now, actor=actor,
+        account=provider_account, notification_key=key, detail=detail)
     return Recorded(event_id)
 
 
@@ -128,7 +131,8 @@ async def apply_notification(
     same conditional write as checkout and recovery (same effect-keyed outbox
     rows, same escalation resolution); processing and requires_action move
     Unknown to Started and store the action. A refund of a Succeeded attempt is
-    recorded and queues ``attempt:<id>:refund-request`` after the confirmation.
+    recorded and, when more was refunded than paycore's own refunds hold (one made
+    elsewhere), queues ``attempt:<id>:refund-request`` after the confirmation.
     """
     recorded = await apply_outcome(
         conn, attempt.attempt_id, n.outcome, now=now, actor=actor, recheck_after_s=recheck_after_s,
@@ -137,7 +141,10 @@ async def apply_notification(
     result = recorded.attempt
     if not recorded.verdict.accepted:
         return recorded
-    if n.is_refund and result.state is AttemptState.SUCCEEDED and result.provider_payment_id == n.payment_id:
+    if (n.is_refund and result.state is AttemptState.SUCCEEDED and result.provider_payment_id == n.payment_id
+            and n.amount_refunded > await refunds_of_ours(conn, result.attempt_id)):
+        # A refund made elsewhere (the provider's dashboard): paycore's own refunds announce
+        # themselves (refund-succeeded), so one of them reported on the payment is not this.
         await outbox.enqueue_effect(
             conn, attempt_id=result.attempt_id, effect="refund-request", now=now,
             payload={"order_id": result.order_id, "amount_refunded_minor": n.amount_refunded,
@@ -329,7 +336,8 @@ async def preview_attach(db: asyncpg.Pool | asyncpg.Connection, *, event_id: int
     # keeps a recorded id: COALESCE).
     payment_id = ((attempt.provider_payment_id or n.outcome.provider_payment_id) if foreseen.written
                   else attempt.provider_payment_id)
-    refund = n.is_refund and foreseen.after is AttemptState.SUCCEEDED and payment_id == n.payment_id
+    refund = (n.is_refund and foreseen.after is AttemptState.SUCCEEDED and payment_id == n.payment_id
+              and n.amount_refunded > await refunds_of_ours(db, attempt.attempt_id))
     unmatched = await HISTORY.open_unmatched_episode.fetchval(db, escalation_key=escalations.unmatched_key(
         attempt.provider_account, row["notification_key"], n.payment_id, n.reference))
     return AttachPreview(attempt, None, foreseen, refund_request=refund, unmatched_escalation=unmatched)

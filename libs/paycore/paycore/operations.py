@@ -30,6 +30,7 @@ from paycore.domain import (
     FINAL_OPERATION_STATES,
     OPERATION_EFFECTS,
     AttemptState,
+    EscalationReason,
     HeldAmount,
     OperationDecision,
     OperationKind,
@@ -41,12 +42,30 @@ from paycore.domain import (
     refuse_operation,
 )
 from paycore.errors import AttemptNotFound, NotFound
+from paycore.leases import Lease
 from paycore.orders import lock_order_of_attempt, set_status_after_operation
 from paycore.providers.base import StoredRequest
 
 __all__ = [
-    "HOLD_STATUS", "OPERATIONS", "Operation", "OperationNotFound", "OperationRequests", "Recorded",
-    "Refused", "apply", "effect_key", "get_operation", "operations_of", "record_operation", "start",
+    "HOLD_STATUS",
+    "OPERATIONS",
+    "Operation",
+    "OperationNotFound",
+    "OperationRequests",
+    "Recorded",
+    "Refused",
+    "apply",
+    "claim_due",
+    "close_never_sent",
+    "effect_key",
+    "escalate_and_finish",
+    "find_for_notification",
+    "finish",
+    "get_operation",
+    "operations_of",
+    "record_operation",
+    "refunds_of_ours",
+    "start",
 ]
 
 OPERATIONS = queries.load("payment_operations")  # every statement on the operations table
@@ -223,6 +242,17 @@ def _reference(payment_reference: str, kind: OperationKind, number: int, operati
     return derived if len(derived) <= MAX_REFERENCE_LEN else f"{kind.value}-{operation_id.hex}"
 
 
+async def refunds_of_ours(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID) -> int:
+    """What the payment's own refunds add up to (live, Succeeded, or Returned since), in minor units."""
+    held: int = await OPERATIONS.refunds_of_ours.fetchval(conn, attempt_id=attempt_id)
+    return held
+
+
+async def charged_after_cancel(conn: asyncpg.Connection | asyncpg.Pool, batch: int) -> list[UUID]:
+    """Payments charged after their order was cancelled that paycore has not refunded yet."""
+    return [row["attempt_id"] for row in await OPERATIONS.charged_after_cancel.fetch(conn, batch=batch)]
+
+
 async def get_operation(conn: asyncpg.Connection | asyncpg.Pool, operation_id: UUID) -> Operation:
     row = await OPERATIONS.by_id.fetchrow(conn, operation_id=operation_id)
     if row is None:
@@ -325,3 +355,69 @@ def _effect_payload(op: Operation, order_id: str, order_status: OrderStatus) -> 
             "operation": op.kind.value, "amount_minor": op.amount_minor, "currency": op.currency,
             "provider_account": op.provider_account, "provider_operation_id": op.provider_operation_id,
             "order_status": order_status.value, "reason": op.outcome_reason}
+
+
+# -- recovery's claims on operations (a lease per operation, as for attempts) ---------------------
+
+
+async def claim_due(pool: asyncpg.Pool, lease: Lease, now: datetime, lease_s: float) -> Operation | None:
+    """Claim the next due live operation with ``lease`` (``None``: nothing is due and free)."""
+    row = await OPERATIONS.claim_due.fetchrow(pool, owner=lease.owner, token=lease.token, now=now,
+                                              expires_at=now + timedelta(seconds=lease_s))
+    return None if row is None else Operation.from_record(row)
+
+
+async def finish(conn: asyncpg.Connection | asyncpg.Pool, operation_id: UUID, lease: Lease, now: datetime,
+                 next_check_at: datetime) -> bool:
+    """Schedule the next look and release ``lease``; ``False``: the lease is not this worker's."""
+    status: str = await OPERATIONS.finish.execute(conn, operation_id=operation_id, owner=lease.owner,
+                                                  token=lease.token, now=now, next_check_at=next_check_at)
+    return status == "UPDATE 1"
+
+
+async def close_never_sent(pool: asyncpg.Pool, operation: Operation, lease: Lease, now: datetime,
+                           *, actor: str) -> Operation | None:
+    """NotStarted -> NotApplied (``never-sent``) under ``lease``: its sender never committed the
+    send intent, so nothing was sent. ``None``: it moved, or the lease is not this worker's."""
+    row = await OPERATIONS.close_never_sent.fetchrow(
+        pool, operation_id=operation.operation_id, version=operation.version, owner=lease.owner,
+        token=lease.token, now=now, actor=actor,
+        detail={"operation_id": str(operation.operation_id), "operation": operation.kind.value,
+                "from": OperationState.NOT_STARTED.value, "to": OperationState.NOT_APPLIED.value,
+                "reason": "never-sent"})
+    return None if row is None else Operation.from_record(row)
+
+
+async def escalate_and_finish(pool: asyncpg.Pool, operation: Operation, lease: Lease,
+                              reason: EscalationReason, *, now: datetime, next_check_at: datetime,
+                              reminder_interval: timedelta, detail: Mapping[str, Any] | None = None) -> bool:
+    """Ask a person about ``operation`` (episode ``operation:<id>:<reason>``, its alert only if
+    new), schedule the next look and release the lease, in one transaction while this worker
+    still owns it. ``False``: the lease is not this worker's any more (nothing is raised)."""
+    async with pool.acquire() as conn, conn.transaction():
+        await lock_order_of_attempt(conn, operation.attempt_id)
+        if not await finish(conn, operation.operation_id, lease, now, next_check_at):
+            return False
+        await escalations.raise_escalation(
+            conn, key=escalations.operation_key(operation.operation_id, reason.value), reason=reason.value,
+            attempt_id=operation.attempt_id, now=now, reminder_interval=reminder_interval,
+            detail={"operation_id": str(operation.operation_id), "operation": operation.kind.value,
+                    "amount_minor": operation.amount_minor, "currency": operation.currency,
+                    "state": operation.state.value, **(detail or {})})
+        return True
+
+
+async def find_for_notification(conn: asyncpg.Connection | asyncpg.Pool, provider_account: str, *,
+                                provider_operation_id: str | None, reference: str | None
+                                ) -> tuple[Operation | None, Operation | None]:
+    """The operations a notification names, by the provider's id and by the operation's own
+    reference, independently (either may be ``None``), for the caller to see whether they agree."""
+    by_id = by_reference = None
+    if provider_operation_id:
+        row = await OPERATIONS.by_provider_operation.fetchrow(
+            conn, account=provider_account, provider_operation_id=provider_operation_id)
+        by_id = None if row is None else Operation.from_record(row)
+    if reference:
+        row = await OPERATIONS.by_reference.fetchrow(conn, account=provider_account, reference=reference)
+        by_reference = None if row is None else Operation.from_record(row)
+    return by_id, by_reference

@@ -1,4 +1,5 @@
-"""The recovery sweep: claim due attempts in the reference's order, hand each to its rescuer.
+"""The recovery sweep: claim due attempts in the reference's order, hand each to its rescuer;
+then the due captures, cancels and refunds (:mod:`paycore_recovery.rescuers.operations`).
 
 For every due attempt, in ``(next_check_at, created_at, attempt_id)`` order: claim it, then
 the rescuer of its kind (:mod:`paycore_recovery.rescuers`, deciding with
@@ -39,6 +40,7 @@ from paycore_recovery.metrics import RecoveryMetrics
 from paycore_recovery.pacing import Pacer
 from paycore_recovery.rescuers import rescuers_for
 from paycore_recovery.rescuers.base import Checkpoint, timing_of
+from paycore_recovery.rescuers.operations import OperationRescuer
 from paycore_recovery.settings import RecoverySettings
 
 __all__ = ["Pass", "RecoveryWorker", "default_owner", "liveness_bound_s"]
@@ -135,6 +137,9 @@ class RecoveryWorker:
         self.after_final_check: Checkpoint = _no_pause
         self._timing = timing_of(settings, recovery)
         self.rescuers = rescuers_for(self)
+        # What follows a payment has its own rows and leases, and its own task (issue 29).
+        self.operations = OperationRescuer(pool=pool, client=client, clock=clock, settings=settings,
+                                           recovery=recovery, owner=self.owner)
 
     # -- the sweep -------------------------------------------------------------------------
 
@@ -165,6 +170,13 @@ class RecoveryWorker:
                 results.append(await self._recover_guarded(attempt, lease))
 
         await asyncio.gather(*(lane() for _ in range(self.recovery.concurrency)))
+        beat(self.liveness)
+        try:
+            await self.operations.refund_charged_after_cancel()
+            await self.operations.run_pass()
+        except MAY_HAVE_COMMITTED:
+            log.exception("claiming due operations failed; ending this sweep's operations")
+            self.metrics.failures.inc()
         await send_due_reminders(self.pool, self.clock, self.settings)
         return results
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from paycore.config import ConfigError, Settings
-from paycore.settings_spec import Count, Group, Items, Number
+from paycore.settings_spec import Choice, Count, Group, Items, Number
 
 # Recovery's durations have no upper bound of their own: a day-long cadence is policy.
 SECONDS = Number("seconds", maximum=None)
@@ -36,6 +36,11 @@ SEARCH_LAG = RECOVERY.declare(
 PAYMENT_TOKEN_TTL = RECOVERY.declare(
     "PAYCORE_PAYMENT_TOKEN_TTL_S", SECONDS, 86_400.0,
     "a stored payment-method token older than this is not resent")
+SUCCEEDED_AFTER_CANCEL = RECOVERY.declare(
+    "PAYCORE_SUCCEEDED_AFTER_CANCEL", Choice(("refund", "escalate"), case="lower"), "refund",
+    "a payment charged after its order was cancelled: `refund` it automatically (its "
+    "succeeded-after-cancel episode stays for a person to see) or only `escalate` "
+    "(docs/decisions/0008-succeeded-after-cancel.md)")
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,7 @@ class RecoverySettings:
     # A miss by an eventually consistent reference lookup this soon after a send ended may be
     # indexing lag (Stripe: usually under a minute, longer during incidents): it proves nothing.
     search_lag_s: float = SEARCH_LAG.default
+    succeeded_after_cancel: str = SUCCEEDED_AFTER_CANCEL.default  # refund | escalate
     # Reminder intervals are the library's (paycore.config.Settings): every service
     # that raises an escalation schedules its first reminder from the same setting.
 
@@ -78,4 +84,5 @@ def load_recovery_settings(app: Settings, env: Mapping[str, str] | None = None) 
         action_poll_s=ACTION_POLL.read(env),
         payment_token_ttl_s=PAYMENT_TOKEN_TTL.read(env),
         search_lag_s=SEARCH_LAG.read(env),
+        succeeded_after_cancel=SUCCEEDED_AFTER_CANCEL.read(env),
     ).validate(app)

@@ -54,10 +54,12 @@ from paycore.http.problems import (
 from paycore.http.request_id import RequestIdMiddleware
 from paycore.http.request_metrics import instrument
 from paycore.http.unhandled import UnhandledErrorMiddleware
+from paycore.pgtext import json_problem
 from paycore.providers.base import (
     InvalidNotification,
     NotificationReceiver,
     NotificationUnverified,
+    OperationNotification,
     Provider,
     VerifiedDelivery,
 )
@@ -65,6 +67,7 @@ from paycore.providers.registry import adapters_for
 from paycore.tracing import instrument_app
 from paycore_webhooks.handler import DeliveryResult, handle_notification, record_unparseable, storage_problem
 from paycore_webhooks.openapi import document
+from paycore_webhooks.operation_handler import handle_operation_notification
 
 log = logging.getLogger("paycore.webhooks")
 MAX_BODY = 256 * 1024
@@ -166,6 +169,8 @@ async def _record(intake: Intake, receiver: NotificationReceiver, delivery: Veri
         log.warning("webhook %s for %s is not a %s event (%s): recording it raw",
                     header_id[:64], account.provider_account, receiver.name, parsed)
         unstorable: str | None = f"not-a-{receiver.name}-event:{parsed}"
+    elif isinstance(parsed, OperationNotification):
+        unstorable = json_problem(parsed.event)
     else:
         unstorable = storage_problem(parsed)
     await intake.purge_replay_window()
@@ -177,6 +182,11 @@ async def _record(intake: Intake, receiver: NotificationReceiver, delivery: Veri
                                         now=intake.clock.now(),
                                         reminder_interval=intake.settings.reminder_interval,
                                         delivery=delivery.replay)
+    if isinstance(parsed, OperationNotification):  # a capture's, cancel's or refund's
+        return await handle_operation_notification(
+            intake.pool, account=account, n=parsed, key=delivery.key, now=intake.clock.now(),
+            delivery=delivery.replay, reminder_interval=intake.settings.reminder_interval,
+            recheck_after_s=intake.settings.recheck_after_s)
     return await handle_notification(intake.pool, account=account, n=parsed, key=delivery.key,
                                      now=intake.clock.now(), delivery=delivery.replay,
                                      reminder_interval=intake.settings.reminder_interval,

@@ -286,8 +286,9 @@ class VerifiedDelivery:
         recorded under.
     :param replay: What identifies a byte-identical replay inside the signature
         tolerance, when the signature scheme has one.
-    :param parsed: The notification, with ``key`` its deduplication key; or why the
-        verified body is not one this provider understands (kept raw, never applied).
+    :param parsed: The notification (a payment's, or a capture's, cancel's or refund's), with
+        ``key`` its deduplication key; or why the verified body is not one this provider
+        understands (kept raw, never applied).
     :param previous_secret: The account's previous secret verified it (a rotation is under
         way and the provider still signs with the old one); handled exactly the same.
     """
@@ -295,7 +296,7 @@ class VerifiedDelivery:
     account: ProviderAccountConfig
     delivery_id: str
     replay: SignedDelivery | None
-    parsed: Notification | InvalidNotification
+    parsed: Notification | OperationNotification | InvalidNotification
     key: str | None = None
     previous_secret: bool = False
 
@@ -487,6 +488,18 @@ class OperationLookup:
     found: tuple[OperationOutcome, ...] = ()
     reason: str | None = None
     retry_after_s: float | None = None
+
+    @property
+    def outcome_kind(self) -> str:
+        """``found``, ``not_found``, ``unavailable``, or ``unsupported``: the provider has no such
+        lookup (``reason`` ``lookup.unsupported.<kind>``), so only a same-key resend can tell."""
+        if self.kind == "unavailable" and (self.reason or "").startswith(UNSUPPORTED_LOOKUP):
+            return "unsupported"
+        return self.kind
+
+
+# The reason of an OperationLookup that the provider has no such lookup (sent nothing).
+UNSUPPORTED_LOOKUP: Final = "lookup.unsupported"
 
 
 @dataclass(frozen=True)

@@ -65,15 +65,15 @@ WHERE attempt_id = :attempt_id AND kind = 'send_intent'
 -- The first write of the handler's transaction. A conflicting insert waits for the transaction
 -- holding the same key: it commits -> no row (a duplicate); it rolls back -> this one proceeds.
 INSERT INTO payment_attempt_events
-    (attempt_id, occurred_at, kind, actor, provider_account, notification_key, detail)
-VALUES (:attempt_id, :now, 'notification', :actor, :account, :notification_key, :detail)
+    (attempt_id, operation_id, occurred_at, kind, actor, provider_account, notification_key, detail)
+VALUES (:attempt_id, :operation_id, :now, 'notification', :actor, :account, :notification_key, :detail)
 ON CONFLICT (provider_account, notification_key) DO NOTHING
 RETURNING event_id
 
 -- name: insert_unkeyed_notification
 INSERT INTO payment_attempt_events
-    (attempt_id, occurred_at, kind, actor, provider_account, notification_key, detail)
-VALUES (:attempt_id, :now, 'notification', :actor, :account, NULL, :detail)
+    (attempt_id, operation_id, occurred_at, kind, actor, provider_account, notification_key, detail)
+VALUES (:attempt_id, :operation_id, :now, 'notification', :actor, :account, NULL, :detail)
 RETURNING event_id
 
 -- name: notification_recorded

@@ -106,11 +106,90 @@ SELECT * FROM moved
 -- provider status (a hold charged nothing up front), what Succeeded captures charged later and
 -- what Succeeded refunds gave back. Read under the order's lock, after the operation's write.
 SELECT a.order_id, a.amount_minor AS payment_amount, a.provider_status,
-       COALESCE(SUM(o.amount_minor) FILTER (WHERE o.kind = 'capture' AND o.state = 'Succeeded'), 0)
+       COALESCE(SUM(o.amount_minor) FILTER (WHERE o.kind = 'capture' AND o.state = 'Succeeded'), 0)::bigint
            AS captured_later,
-       COALESCE(SUM(o.amount_minor) FILTER (WHERE o.kind = 'refund' AND o.state = 'Succeeded'), 0)
+       COALESCE(SUM(o.amount_minor) FILTER (WHERE o.kind = 'refund' AND o.state = 'Succeeded'), 0)::bigint
            AS refunded
 FROM payment_attempts a
 LEFT JOIN payment_operations o ON o.attempt_id = a.attempt_id
 WHERE a.attempt_id = :attempt_id
 GROUP BY a.attempt_id
+
+-- name: claim_due
+-- The next due live operation whose lease is free or expired, claimed with :token, in the
+-- order of the due index (next_check_at, created_at, operation_id). SKIP LOCKED hands
+-- concurrent workers different operations; MATERIALIZED runs the locking scan once. Claiming
+-- is not a state change: the version stays.
+WITH next_due AS MATERIALIZED (
+    SELECT operation_id FROM payment_operations
+    WHERE state IN ('NotStarted', 'Started', 'Unknown')
+      AND next_check_at <= :now AND (recovery_owner IS NULL OR lease_expires_at <= :now)
+    ORDER BY next_check_at, created_at, operation_id
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE payment_operations o
+SET recovery_owner = :owner, lease_token = :token, lease_acquired_at = :now, lease_expires_at = :expires_at
+FROM next_due
+WHERE o.operation_id = next_due.operation_id
+  AND o.state IN ('NotStarted', 'Started', 'Unknown')
+  AND o.next_check_at <= :now AND (o.recovery_owner IS NULL OR o.lease_expires_at <= :now)
+RETURNING o.*
+
+-- name: finish
+-- Schedules the next look and releases the lease, only while this worker owns it.
+UPDATE payment_operations
+SET next_check_at = :next_check_at,
+    recovery_owner = NULL, lease_token = NULL, lease_acquired_at = NULL, lease_expires_at = NULL
+WHERE operation_id = :operation_id
+  AND recovery_owner = :owner AND lease_token = :token AND lease_expires_at > :now
+
+-- name: close_never_sent
+-- NotStarted -> NotApplied(never-sent) by the worker that owns the lease, releasing it, with its
+-- transition event: its sender died before the send intent, so nothing was sent, and the
+-- amount it held is free again.
+WITH moved AS (
+    UPDATE payment_operations
+    SET state = 'NotApplied', outcome_reason = 'never-sent', next_check_at = :now, version = version + 1,
+        recovery_owner = NULL, lease_token = NULL, lease_acquired_at = NULL, lease_expires_at = NULL
+    WHERE operation_id = :operation_id AND version = :version AND state = 'NotStarted'
+      AND recovery_owner = :owner AND lease_token = :token AND lease_expires_at > :now
+    RETURNING *
+), logged AS (
+    INSERT INTO payment_attempt_events (attempt_id, operation_id, occurred_at, kind, actor, detail)
+    SELECT moved.attempt_id, moved.operation_id, :now, 'transition', :actor, :detail
+    FROM moved
+)
+SELECT * FROM moved
+
+-- name: by_provider_operation
+-- The operation a notification names by the provider's id of the refund or capture.
+SELECT * FROM payment_operations
+WHERE provider_account = :account AND provider_operation_id = :provider_operation_id
+
+-- name: by_reference
+-- The operation a notification or a lookup names by the operation's own reference.
+SELECT * FROM payment_operations
+WHERE provider_account = :account AND client_reference = :reference
+
+-- name: refunds_of_ours
+-- What the payment's own refunds add up to, live, Succeeded or Returned since (a provider's report
+-- may be older than the return): a provider report of a refund up to this amount is paycore's
+-- own, not one made elsewhere.
+SELECT COALESCE(SUM(amount_minor), 0)::bigint FROM payment_operations
+WHERE attempt_id = :attempt_id AND kind = 'refund'
+  AND state IN ('NotStarted', 'Started', 'Unknown', 'Succeeded', 'Returned')
+
+-- name: charged_after_cancel
+-- Payments charged after their order was cancelled (their succeeded-after-cancel episode is
+-- open) that paycore has not refunded yet: recovery's automatic refund (decision 0008). A refund
+-- of paycore's that was never sent does not count (its sender died before the send intent).
+SELECT e.attempt_id
+FROM payment_escalations e
+WHERE e.reason = 'succeeded-after-cancel' AND e.resolved_at IS NULL AND e.attempt_id IS NOT NULL
+  AND NOT EXISTS (
+      SELECT 1 FROM payment_operations o
+      WHERE o.attempt_id = e.attempt_id AND o.requested_by = 'paycore'
+        AND o.outcome_reason IS DISTINCT FROM 'never-sent')
+ORDER BY e.raised_at, e.escalation_id
+LIMIT :batch

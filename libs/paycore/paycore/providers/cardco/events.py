@@ -21,15 +21,18 @@ from typing import Any, Final
 import orjson
 
 from paycore.config import ConfigError, ProviderAccountConfig
+from paycore.domain import Claim, OperationKind
 from paycore.pgtext import json_problem
 from paycore.providers.adapter import EventFormat, OneEventPerDelivery
 from paycore.providers.base import (
     InvalidNotification,
     Notification,
     NotificationUnverified,
+    OperationNotification,
     VerifiedDelivery,
     standard_notification_key,
 )
+from paycore.providers.cardco.operations import movement_outcome
 from paycore.providers.cardco.wire import (
     NAME,
     ProviderCapture,
@@ -240,6 +243,19 @@ def _operation_object(event: dict[str, Any], kind: str) -> ProviderRefund | Prov
     return operation
 
 
+def operation_notification(event: OperationEvent) -> OperationNotification:
+    """A refund or capture event in neutral terms: the object's outcome, and the envelope's
+    account and mode added to the claim as statements that must agree with it."""
+    kind = OperationKind.REFUND if isinstance(event.operation, ProviderRefund) else OperationKind.CAPTURE
+    outcome = movement_outcome(kind, event.operation)
+    claim = outcome.claim or Claim()
+    claim = dataclasses.replace(
+        claim, accounts=(*claim.accounts, *(() if event.account is None else (event.account,))),
+        livemodes=(*claim.livemodes, *(() if event.livemode is None else (event.livemode,))))
+    return OperationNotification(event.event_id, event.event_type, event.account, event.livemode,
+                                 dataclasses.replace(outcome, claim=claim), event.event)
+
+
 def notification_key(n: Notification) -> str | None:
     """Cardco's event id is stable across redeliveries when the deployment sends one; without
     it, the fields that identify one logical event (payment id, type, status, amount, currency,
@@ -289,6 +305,14 @@ class WebhookVerifier(OneEventPerDelivery):
         webhook_id = headers["webhook-id"].strip()
         replay = SignedDelivery(webhook_id, int(headers["webhook-timestamp"].strip()))
         try:
+            if is_operation_event(body):
+                op = operation_notification(parse_operation_event(body))
+                if op.event_id is not None and op.event_id != webhook_id:
+                    raise InvalidEvent("id-differs-from-webhook-id")
+                # The webhook-id is stable across redeliveries (Standard Webhooks): the key when
+                # the event carries no id of its own.
+                return VerifiedDelivery(account, webhook_id, replay, op, key=op.event_id or webhook_id,
+                                        previous_secret=previous)
             n = parse_event(body)
             if n.event_id is not None and n.event_id != webhook_id:
                 raise InvalidEvent("id-differs-from-webhook-id")
