@@ -40,6 +40,9 @@ class Event:
     amount: int | None = None
     # The capture or refund the event is about (its data object); None: the payment.
     object_id: str | None = None
+    # For a payment event: the capture or refund whose settlement made it (a dialect that
+    # notifies the movement itself, Adyen, sends nothing more for it); None otherwise.
+    caused_by: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The event body in its dialect (Cardco: the contract's event body)."""
@@ -57,21 +60,24 @@ class WebhookEmitter:
         self._by_id: dict[str, Event] = {}
         self._sequences: dict[str, int] = {}
 
-    def emit(self, payment: Payment, type_: str, *, amount: int | None = None) -> Event:
+    def emit(self, payment: Payment, type_: str, *, amount: int | None = None,
+             caused_by: str | None = None) -> Event:
         """Record the core event ``type_`` (``payment.<status>``) about ``payment``;
-        ``amount``: what it moved when not the payment's amount (a refund's)."""
+        ``amount``: what it moved when not the payment's amount (a refund's); ``caused_by``:
+        the capture or refund whose settlement made it."""
         wire_type, data = dialect_named(payment.dialect).render_event(payment, type_)
         return self._record(Event(
             id="", type=wire_type, created=0, account=payment.account,
             livemode=payment.livemode, environment=payment.environment, sequence=0,
             payment=data, payment_id=payment.id, reference=payment.reference or None,
             dialect=payment.dialect, idempotency_key=payment.idempotency_key or None,
-            amount=amount))
+            amount=amount, caused_by=caused_by))
 
     def emit_movement(self, movement: Movement, type_: str) -> Event:
         """Record ``capture.<status>`` / ``refund.<status>`` about ``movement``.
 
-        Only Cardco's wire has these objects, so the data object is the contract's;
+        The data object is Cardco's contract object (a dialect without one, Adyen, renders
+        its notification from it); the event goes to the endpoints of its payment's dialect;
         ``sequence`` counts the events of the movement itself, and webhook faults match
         its own reference.
         """
@@ -79,7 +85,7 @@ class WebhookEmitter:
             id="", type=type_, created=0, account=movement.account,
             livemode=movement.livemode, environment=movement.environment, sequence=0,
             payment=movement.to_public(), payment_id=movement.payment_id,
-            reference=movement.reference, dialect=DEFAULT_DIALECT,
+            reference=movement.reference, dialect=movement.dialect,
             idempotency_key=movement.idempotency_key, amount=movement.amount,
             object_id=movement.id))
 

@@ -1,7 +1,9 @@
 """The Adyen dialect: Checkout API v71 payments and standard notifications.
 
-Routes (:mod:`.adyen_api`): ``POST /v71/payments`` only — Adyen has no payment
-lookup. Answers and errors: :mod:`.adyen_wire`. Notifications
+Routes: ``POST /v71/payments`` (:mod:`.adyen_api`) and the modifications
+``POST /v71/payments/{pspReference}/{refunds|captures|cancels}``
+(:mod:`.adyen_modifications`: always ``received``, the outcome notified) — Adyen has
+no payment or modification lookup. Answers and errors: :mod:`.adyen_wire`. Notifications
 (:mod:`.adyen_webhooks`): ``{"live", "notificationItems": [...]}`` with a
 per-item HMAC and basic auth, sent to the ``adyen`` endpoints only, for final
 states only; several events may share one notification (``batches``:
@@ -24,6 +26,7 @@ from starlette.routing import BaseRoute, Route
 
 from paycore_sandbox.dialects import WebhookMessage
 from paycore_sandbox.dialects import adyen_api as handlers
+from paycore_sandbox.dialects import adyen_modifications as modifications
 from paycore_sandbox.dialects import adyen_webhooks as notifications
 from paycore_sandbox.dialects import adyen_wire as wire
 from paycore_sandbox.ledger import Payment
@@ -36,14 +39,23 @@ class AdyenDialect:
     batches = True
 
     def routes(self) -> Sequence[BaseRoute]:
-        return [Route(wire.PAYMENTS_PATH, handlers.create_payment, methods=["POST"])]
+        modified = wire.PAYMENTS_PATH + "/{psp_reference}"
+        return [Route(wire.PAYMENTS_PATH, handlers.create_payment, methods=["POST"]),
+                Route(modified + "/refunds", modifications.create_refund, methods=["POST"]),
+                Route(modified + "/captures", modifications.create_capture, methods=["POST"]),
+                Route(modified + "/cancels", modifications.create_cancel, methods=["POST"])]
 
     def render_payment(self, payment: Payment) -> dict[str, Any]:
         # Adyen has no payment object: the /payments answer as it would be now.
         return wire.payment_response(payment, bool(payment.dialect_data.get("native_3ds")))
 
     def render_event(self, payment: Payment, core_type: str) -> tuple[str, dict[str, Any]]:
-        return core_type, payment.to_public()
+        data = payment.to_public()
+        # The /cancels request executing now, if any: its CANCELLATION item names it.
+        modification = payment.dialect_data.get(notifications.MODIFICATION)
+        if modification is not None:
+            data[notifications.MODIFICATION] = dict(modification)
+        return core_type, data
 
     def event_json(self, event: Event) -> dict[str, Any]:
         return {"id": event.id, "type": event.type, "created": event.created,

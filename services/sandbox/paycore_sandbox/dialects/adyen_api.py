@@ -17,6 +17,10 @@ payment. Every error is Adyen's shape ``{"status", "errorCode", "message",
   ``tok_async`` → ``Received``, then ``Authorised`` (notified) after
   ``async_delay_s``; ``tok_expired`` → 422 (nothing stored). ``returnUrl`` is
   required (422).
+- Manual capture: ``captureDelayHours`` above 0 or ``additionalData.manualCapture:
+  "true"`` → ``Authorised`` and held (``requires_capture``; ``AUTHORISATION``
+  notified), until a ``/captures`` or ``/cancels``
+  (:mod:`paycore_sandbox.dialects.adyen_modifications`) or the hold lapses.
 - Idempotency (``Idempotency-Key``, optional, ≤ 64 characters, kept
   :data:`KEY_RETENTION_S` = 31 days as Adyen documents as its minimum, per
   account): the same key and body replays the stored answer (same
@@ -32,13 +36,18 @@ payment. Every error is Adyen's shape ``{"status", "errorCode", "message",
 - No lookup: Adyen has no payment lookup by merchant reference; none is served.
 
 Wire shapes, validation and error codes: :mod:`paycore_sandbox.dialects.adyen_wire`.
+The modifications share this module's arrival (:func:`arrive`), key store and
+execution (:func:`idempotent`): the key scope is the merchant account's, and what
+a key stands for includes the path.
 """
 
 from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Any, cast
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 import orjson
 from starlette.requests import Request
@@ -46,6 +55,7 @@ from starlette.responses import Response
 
 from paycore_sandbox import lifecycle
 from paycore_sandbox.api import sandbox_of
+from paycore_sandbox.capture import CapturedRequest
 from paycore_sandbox.dialects.adyen_wire import (
     IN_PROGRESS,
     INTERNAL,
@@ -65,7 +75,7 @@ from paycore_sandbox.dialects.adyen_wire import (
     validate,
 )
 from paycore_sandbox.errors import FaultAnswers
-from paycore_sandbox.faults import EXECUTION_FAULTS, FaultContext
+from paycore_sandbox.faults import EXECUTION_FAULTS, FaultContext, RequestOperation
 from paycore_sandbox.idempotency import (
     Claim,
     IdempotencyStore,
@@ -78,7 +88,7 @@ from paycore_sandbox.state import Sandbox, SandboxState
 from paycore_sandbox.transport import with_faults
 from paycore_sandbox.validation import parse_json, reference_of
 
-__all__ = ["ANSWERS", "PAYMENTS_PATH", "create_payment"]
+__all__ = ["ANSWERS", "PAYMENTS_PATH", "AdyenCall", "Done", "arrive", "create_payment", "idempotent"]
 
 
 class _Replayed(Response):
@@ -113,9 +123,23 @@ def _answer(stored: StoredResponse, psp: str, key: str | None, *,
                media_type="application/json")
 
 
-# -- POST /v71/payments -----------------------------------------------------------
+# -- what every POST shares ---------------------------------------------------------
 
-async def create_payment(request: Request) -> Response:
+@dataclass(frozen=True)
+class AdyenCall:
+    """A captured, authenticated POST, detached from the HTTP request."""
+
+    sandbox: Sandbox
+    state: SandboxState
+    entry: CapturedRequest
+    account: SandboxAccount
+    body: Any
+    key_header: str | None
+
+
+async def arrive(request: Request) -> AdyenCall | Response:
+    """Capture the request, then authenticate it (401) and check that the body's
+    ``merchantAccount``, when it names one, is the key's (403)."""
     sandbox = sandbox_of(request)
     state = sandbox.state
     raw = await request.body()
@@ -129,29 +153,38 @@ async def create_payment(request: Request) -> Response:
     if isinstance(merchant, str) and merchant != account.account:
         entry.processed(403, False)
         return INVALID_MERCHANT.response()
-    key_header = request.headers.get("idempotency-key")
-    ctx = FaultContext(account.account, "create", reference_of(body), NAME)
-
-    async def process(delay_s: float) -> Response:
-        return await _process(sandbox, state, account, key_header, body, delay_s)
-
-    return await with_faults(request, sandbox, state, entry, ctx, process, ok_status=200,
-                             answers=ANSWERS)
+    return AdyenCall(sandbox, state, entry, account, body, request.headers.get("idempotency-key"))
 
 
-async def _process(sandbox: Sandbox, state: SandboxState, account: SandboxAccount,
-                   key_header: str | None, body: Any, delay_s: float) -> Response:
+@dataclass(frozen=True)
+class Done:
+    """What an executed request answers, the pspReference its header (and a replay) names,
+    and the reference its execution faults match."""
+
+    answer: StoredResponse
+    psp_reference: str
+    reference: str
+
+
+V = TypeVar("V")
+
+
+async def idempotent(call: AdyenCall, operation: RequestOperation, signed: Any, delay_s: float,
+                     validate: Callable[[], V], execute: Callable[[V, str | None], Done]) -> Response:
+    """Validate (422, nothing stored), claim the key (``signed``: what it stands for), then
+    execute once: ``execute`` runs without an await, so no other request's checks interleave."""
+    state = call.state
     try:
-        key = parse_key(key_header)
-        create = validate(body)
+        key = parse_key(call.key_header)
+        req = validate()
     except AdyenError as exc:  # rejected before execution: nothing stored
         await state.gate.sleep(delay_s)
         return exc.response()
     store = _store(state)
     record: KeyRecord | None = None
     if key is not None:
-        scope = (f"{NAME}:{account.account}", account.environment)
-        claim, record = await store.claim(scope, key, fingerprint(body), sandbox.clock.now())
+        scope = (f"{NAME}:{call.account.account}", call.account.environment)
+        claim, record = await store.claim(scope, key, fingerprint(signed), call.sandbox.clock.now())
         if claim is not Claim.FRESH:
             if claim is Claim.MISMATCH:
                 response = KEY_REUSED.response(key)
@@ -163,39 +196,58 @@ async def _process(sandbox: Sandbox, state: SandboxState, account: SandboxAccoun
             await state.gate.sleep(delay_s)
             return response
     # Execution runs as its own task: a client that disconnects (cancelling
-    # this handler) must not interrupt a payment half-way.
-    task = sandbox.spawn(_execute(sandbox, state, store, record, account, create, key,
-                                  delay_s), survives_reset=True)
+    # this handler) must not interrupt it half-way.
+    task = call.sandbox.spawn(_execute(call, store, record, operation, key, delay_s,
+                                       lambda: execute(req, key)), survives_reset=True)
     return cast(Response, await asyncio.shield(task))
 
 
-async def _execute(sandbox: Sandbox, state: SandboxState, store: IdempotencyStore,
-                   record: KeyRecord | None, account: SandboxAccount, create: AdyenCreate,
-                   key: str | None, delay_s: float) -> Response:
+async def _execute(call: AdyenCall, store: IdempotencyStore, record: KeyRecord | None,
+                   operation: RequestOperation, key: str | None, delay_s: float,
+                   run: Callable[[], Done]) -> Response:
+    state = call.state
     try:
-        payment = lifecycle.create_payment(sandbox, state, account, create.request,
-                                           key or "", dialect=NAME,
-                                           payment_id=new_psp_reference(),
-                                           dialect_data={"native_3ds": create.native_3ds})
-        # Rendered at once, before any await: the key must keep this payment's answer.
-        stored = StoredResponse(200, orjson.dumps(payment_response(payment,
-                                                                   create.native_3ds)))
+        done = run()
     except BaseException:
         if record is not None:
             store.abandon(record)  # nothing executed: nothing to replay
         raise
-    ctx = FaultContext(account.account, "create", payment.reference, NAME)
-    # The payment is executed: the key keeps its real answer whatever this
-    # request is told (Adyen does not replay a 500; a resend gets the answer).
+    ctx = FaultContext(call.account.account, operation, done.reference, NAME)
+    # Executed: the key keeps its real answer whatever this request is told
+    # (Adyen does not replay a 500; a resend gets the answer).
     failed = state.faults.take(ctx, EXECUTION_FAULTS) is not None
     if record is not None:
-        record.payment_id = payment.id
+        record.payment_id = done.psp_reference
     try:
         # A `delay` fault answers late with the key still in progress.
         await state.gate.sleep(delay_s)
     finally:
         if record is not None:
-            store.complete(record, stored)
-    return INTERNAL.response(key) if failed else _answer(stored, payment.id, key,
+            store.complete(record, done.answer)
+    return INTERNAL.response(key) if failed else _answer(done.answer, done.psp_reference, key,
                                                           replayed=False)
 
+
+# -- POST /v71/payments -----------------------------------------------------------
+
+async def create_payment(request: Request) -> Response:
+    call = await arrive(request)
+    if isinstance(call, Response):
+        return call
+    ctx = FaultContext(call.account.account, "create", reference_of(call.body), NAME)
+
+    async def process(delay_s: float) -> Response:
+        return await idempotent(call, "create", call.body, delay_s, lambda: validate(call.body),
+                                lambda create, key: _create(call, create, key))
+
+    return await with_faults(request, call.sandbox, call.state, call.entry, ctx, process,
+                             ok_status=200, answers=ANSWERS)
+
+
+def _create(call: AdyenCall, create: AdyenCreate, key: str | None) -> Done:
+    payment = lifecycle.create_payment(call.sandbox, call.state, call.account, create.request,
+                                       key or "", dialect=NAME, payment_id=new_psp_reference(),
+                                       dialect_data={"native_3ds": create.native_3ds})
+    # Rendered at once, before any await: the key must keep this payment's answer.
+    answer = StoredResponse(200, orjson.dumps(payment_response(payment, create.native_3ds)))
+    return Done(answer, payment.id, payment.reference)

@@ -2,16 +2,33 @@
 
 One notification per payment event an Adyen merchant would get:
 
-- ``payment.succeeded`` → ``AUTHORISATION`` ``success: "true"``;
+- ``payment.succeeded`` / ``payment.requires_capture`` (authorised, held for a
+  manual capture) → ``AUTHORISATION`` ``success: "true"``;
 - ``payment.declined`` / ``payment.failed`` → ``AUTHORISATION`` ``success: "false"``
   with ``reason`` (the refusal reason);
-- ``payment.canceled`` (an abandoned customer action expired) → ``CANCELLATION``;
-- ``payment.refunded`` → ``REFUND`` for the refunded amount.
+- ``payment.canceled`` (an abandoned customer action expired, a hold lapsed) →
+  ``CANCELLATION``;
+- ``payment.refunded`` (the control's refund) → ``REFUND`` for the refunded amount.
 
-Pending states (``processing``, ``requires_action``) are not notified, as Adyen
-does not. A modification (``CANCELLATION``, ``REFUND``) has its own
-``pspReference`` (derived from the event id, so every redelivery is identical)
-and names the payment in ``originalReference``.
+And one per ending of a modification paycore requested
+(:mod:`paycore_sandbox.dialects.adyen_modifications`), its ``merchantReference``
+the request's ``reference``, its ``pspReference`` the one the request was answered:
+
+- ``refund.succeeded`` / ``refund.failed`` / ``refund.canceled`` → ``REFUND``
+  ``success: "true"`` / ``"false"`` (``reason``: the failure reason); a succeeded
+  refund the control fails later (``/_sandbox/refunds/{id}/fail``) is notified
+  ``REFUND`` ``"false"`` too (Adyen would say ``REFUND_FAILED``; the sandbox's event
+  does not tell the two apart, and paycore reads both as the refund failed);
+- ``capture.succeeded`` / ``capture.failed`` → ``CAPTURE`` ``"true"`` / ``"false"``;
+- a ``/cancels`` request: ``payment.canceled`` → ``CANCELLATION`` ``"true"``,
+  :data:`CANCEL_REFUSED` (the payment had no hold to cancel) → ``"false"``.
+
+The payment events a capture's or refund's settlement makes (``caused_by``) are not
+notified: Adyen tells of the modification only. Pending states (``processing``,
+``requires_action``, a pending refund or capture) are not notified, as Adyen
+does not. A modification (``CANCELLATION``, ``REFUND``, ``CAPTURE``) has its own
+``pspReference`` (derived from the event or movement id, so every redelivery is
+identical) and names the payment in ``originalReference``.
 
 Each item is signed: HMAC-SHA256, keyed with the account's hex HMAC key, over
 ``pspReference:originalReference:merchantAccountCode:merchantReference:value:currency:eventCode:success``
@@ -52,6 +69,18 @@ REFUSALS: dict[str, tuple[str, str]] = {
     "insufficient_funds": ("Not enough balance", "12"),
 }
 AUTHENTICATION_FAILED = ("3D Not Authenticated", "11")
+# The core event of a /cancels request refused by the rules (no hold to cancel): Adyen
+# answers "received" and notifies CANCELLATION success "false"; no other dialect emits it.
+CANCEL_REFUSED = "payment.cancel_refused"
+# Where an Adyen payment's event snapshot carries the /cancels request it answers
+# (``{"pspReference", "reference"}``), set only while that request executes.
+MODIFICATION = "modification"
+# Movement event types → eventCode and success.
+_MOVEMENT_ITEMS: dict[str, tuple[str, str]] = {
+    "refund.succeeded": ("REFUND", "true"), "refund.failed": ("REFUND", "false"),
+    "refund.canceled": ("REFUND", "false"),
+    "capture.succeeded": ("CAPTURE", "true"), "capture.failed": ("CAPTURE", "false"),
+}
 
 
 def _derived(purpose: str, account: SandboxAccount) -> bytes:
@@ -89,6 +118,12 @@ def modification_reference(event_id: str) -> str:
     return base64.b32encode(digest).decode("ascii")[:16]
 
 
+def movement_psp_reference(movement_id: str) -> str:
+    """A capture's or refund's pspReference: 16 characters, fixed per movement (its answer and
+    every notification of it name the same one)."""
+    return modification_reference(f"movement:{movement_id}")
+
+
 def signing_string(item: dict[str, Any]) -> str:
     values = dict(item, value=item["amount"]["value"], currency=item["amount"]["currency"])
     return ":".join(str(values.get(name, "")) for name in SIGNED_FIELDS)
@@ -107,6 +142,10 @@ def unsigned_item(event: Event) -> dict[str, Any] | None:
     (:meth:`paycore_sandbox.dialects.adyen.AdyenDialect.render_event`); the item is
     derived from them.
     """
+    if event.object_id is not None:
+        return _movement_item(event)
+    if event.caused_by is not None:
+        return None  # the capture's or refund's own item tells of it
     payment = event.payment
     psp = event.payment_id
     amount = event.amount if event.amount is not None else int(payment["amount"])
@@ -118,7 +157,13 @@ def unsigned_item(event: Event) -> dict[str, Any] | None:
         "paymentMethod": "visa",
         "pspReference": psp,
     }
-    if event.type == "payment.succeeded":
+    modification = payment.get(MODIFICATION)
+    if event.type in ("payment.canceled", CANCEL_REFUSED) and isinstance(modification, dict):
+        item.update(eventCode="CANCELLATION", originalReference=psp,
+                    pspReference=modification["pspReference"],
+                    merchantReference=modification["reference"],
+                    success="true" if event.type == "payment.canceled" else "false")
+    elif event.type in ("payment.succeeded", "payment.requires_capture"):
         item.update(eventCode="AUTHORISATION", success="true")
     elif event.type in ("payment.declined", "payment.failed"):
         reason = refusal(payment.get("decline_code"))[0] if event.type == "payment.declined" \
@@ -130,6 +175,29 @@ def unsigned_item(event: Event) -> dict[str, Any] | None:
                     pspReference=modification_reference(event.id))
     else:
         return None
+    return item
+
+
+def _movement_item(event: Event) -> dict[str, Any] | None:
+    """The item of a capture's or refund's event (its data object is the movement), or None."""
+    known = _MOVEMENT_ITEMS.get(event.type)
+    if known is None:  # pending: not notified
+        return None
+    movement = event.payment
+    event_code, success = known
+    item: dict[str, Any] = {
+        "amount": {"currency": movement["currency"], "value": int(movement["amount"])},
+        "eventCode": event_code,
+        "eventDate": datetime.fromtimestamp(event.created, UTC).isoformat(),
+        "merchantAccountCode": movement["account"],
+        "merchantReference": movement["reference"],
+        "originalReference": event.payment_id,
+        "paymentMethod": "visa",
+        "pspReference": movement_psp_reference(str(event.object_id)),
+        "success": success,
+    }
+    if success == "false" and movement.get("failure_reason"):
+        item["reason"] = movement["failure_reason"]
     return item
 
 

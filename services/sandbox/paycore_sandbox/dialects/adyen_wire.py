@@ -1,9 +1,10 @@
-"""The Adyen dialect's wire: error shapes, request validation, ``/payments`` answers.
+"""The Adyen dialect's wire: error shapes, request validation, ``/payments`` and modification answers.
 
 Error codes are Adyen's where its documentation names them (000 unauthorised
 or generic, 901 invalid merchant account, 704 idempotency, 702 unparseable
 body, 100/137 amount, 101 invalid card number, 129 expiry date, 130 required
-field); see :mod:`paycore_sandbox.dialects.adyen` for when each is answered.
+field, 167 original pspReference); see :mod:`paycore_sandbox.dialects.adyen` for
+when each is answered.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import orjson
 from starlette.responses import Response
 
 from paycore_sandbox.dialects.adyen_webhooks import AUTHENTICATION_FAILED, refusal
-from paycore_sandbox.ledger import Payment
+from paycore_sandbox.faults import RequestOperation
+from paycore_sandbox.ledger import CaptureMode, Payment
+from paycore_sandbox.settings import SandboxAccount
 from paycore_sandbox.tokens import OUTCOMES, REJECTED
 from paycore_sandbox.validation import CreateRequest
 
@@ -78,6 +81,9 @@ INTERNAL = AdyenError(500, "000", "An internal error occurred; the payment may o
 NOT_PROCESSED = AdyenError(503, "000", "Service unavailable; the request was not processed.",
                            "internal", transient=True)
 RATE_LIMITED = AdyenError(429, "000", "Too many requests.", "validation")
+# A modification of a payment this merchant account does not have (nothing is stored).
+UNKNOWN_PAYMENT = AdyenError(422, "167", "Original pspReference is invalid for this environment!",
+                             "validation")
 
 
 # -- validation ------------------------------------------------------------------
@@ -129,11 +135,78 @@ def validate(body: Any) -> AdyenCreate:
     return_url = body.get("returnUrl")
     if not isinstance(return_url, str) or not return_url:
         raise _required("returnUrl")
-    request = CreateRequest(value, currency, token, reference, None, return_url, outcome)
+    request = CreateRequest(value, currency, token, reference, None, return_url, outcome,
+                            _capture_mode(body))
     auth = body.get("authenticationData")
     three_ds = auth.get("threeDSRequestData") if isinstance(auth, dict) else None
     native = isinstance(three_ds, dict) and three_ds.get("nativeThreeDS") == "preferred"
     return AdyenCreate(request, native)
+
+
+def _capture_mode(body: dict[str, Any]) -> CaptureMode:
+    """``manual`` (authorised and held, not captured) when the request delays or switches off
+    the automatic capture: ``captureDelayHours`` above 0 (the sandbox never runs the delayed
+    capture itself: the hold waits for a ``/captures`` or lapses) or
+    ``additionalData.manualCapture: "true"``."""
+    delay = body.get("captureDelayHours")
+    if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int) or delay < 0):
+        raise AdyenError(422, "000", "captureDelayHours must be a non-negative integer.",
+                         "validation")
+    extra = body.get("additionalData")
+    manual = isinstance(extra, dict) and extra.get("manualCapture") in ("true", True)
+    return "manual" if manual or (delay or 0) > 0 else "automatic"
+
+
+# -- modifications ---------------------------------------------------------------
+
+# The path segment of each modification under /v71/payments/{pspReference}/, and the
+# operation its fault rules match.
+MODIFICATIONS: dict[str, RequestOperation] = {"refunds": "refund", "captures": "capture",
+                                               "cancels": "cancel"}
+RECEIVED = "received"
+
+
+@dataclass(frozen=True)
+class AdyenModification:
+    """A validated refund, capture or cancel request (a cancel has no amount)."""
+
+    operation: RequestOperation
+    amount: int | None
+    currency: str | None
+    reference: str
+
+
+def validate_modification(operation: RequestOperation, body: Any) -> AdyenModification:
+    """The body of ``POST /v71/payments/{pspReference}/{refunds|captures|cancels}``:
+    ``merchantAccount`` and ``reference`` always, ``amount`` for a refund or capture."""
+    if not isinstance(body, dict):
+        raise AdyenError(422, "702", "The request body is not a JSON object.", "validation")
+    if not isinstance(body.get("merchantAccount"), str) or not body["merchantAccount"]:
+        raise _required("merchantAccount")
+    reference = body.get("reference")
+    if not isinstance(reference, str) or not reference or len(reference) > MAX_REFERENCE:
+        raise _required("reference")
+    if operation == "cancel":
+        return AdyenModification(operation, None, None, reference)
+    amount = body.get("amount")
+    if amount is None:
+        raise AdyenError(422, "100", "No amount specified", "validation")
+    value = amount.get("value") if isinstance(amount, dict) else None
+    currency = amount.get("currency") if isinstance(amount, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0 \
+            or not isinstance(currency, str) or not _CURRENCY.fullmatch(currency):
+        raise AdyenError(422, "137", "Invalid amount specified", "validation")
+    return AdyenModification(operation, value, currency, reference)
+
+
+def modification_response(account: SandboxAccount, payment_psp: str, psp: str,
+                           req: AdyenModification) -> dict[str, Any]:
+    """What a modification answers (201): received, never its outcome (a notification tells)."""
+    out: dict[str, Any] = {"merchantAccount": account.account, "paymentPspReference": payment_psp,
+                           "pspReference": psp, "reference": req.reference, "status": RECEIVED}
+    if req.amount is not None:
+        out["amount"] = {"currency": req.currency, "value": req.amount}
+    return out
 
 
 # -- answers ---------------------------------------------------------------------
@@ -146,7 +219,7 @@ def payment_response(payment: Payment, native_3ds: bool) -> dict[str, Any]:
         "paymentMethod": {"brand": "visa", "type": "scheme"},
         "pspReference": payment.id,
     }
-    if payment.status == "succeeded":
+    if payment.status in ("succeeded", "requires_capture"):  # a hold is authorised too
         out["resultCode"] = "Authorised"
     elif payment.status == "declined":
         reason, code = refusal(payment.decline_code)

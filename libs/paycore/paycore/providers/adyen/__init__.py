@@ -2,8 +2,11 @@
 
 - :mod:`.request`: what is sent (the stored ``/payments`` body, the create request);
 - :mod:`.wire`: the ``/payments`` answer, error bodies, ``Transient-Error``, headers;
+- :mod:`.answers`: what every answer but a success means, for the create and the modifications;
 - :mod:`.client`: :class:`AdyenProvider` (create and classify; no lookups exist);
-- :mod:`.notifications`: basic auth, per-item HMAC, batches, items as neutral notifications.
+- :mod:`.operations`: :class:`AdyenOperations`, captures, cancels and refunds ("received" is pending);
+- :mod:`.notifications`: basic auth, per-item HMAC, batches, items as neutral notifications (a
+  payment's, or a capture's, cancel's or refund's).
 
 The contract is ``docs/providers/adyen.md``; the choices behind it ``docs/decisions/0002-adyen-client.md``.
 """
@@ -12,15 +15,21 @@ from paycore.providers.adyen.client import CAPABILITIES, AdyenProvider
 from paycore.providers.adyen.notifications import (
     ACKNOWLEDGEMENT,
     ADYEN_EVENTS,
+    OPERATION_EVENT_CODES,
     InvalidItem,
     NotificationVerifier,
     item_signature,
     parse_notification,
+    parse_operation_item,
+    parse_operation_notification,
 )
+from paycore.providers.adyen.operations import AdyenOperations
 from paycore.providers.adyen.request import build_request_body
 from paycore.providers.adyen.wire import NAME, AdyenPayment, parse_payment
 
 __all__ = [
-    "ACKNOWLEDGEMENT", "ADYEN_EVENTS", "CAPABILITIES", "NAME", "AdyenPayment", "AdyenProvider", "InvalidItem",
-    "NotificationVerifier", "build_request_body", "item_signature", "parse_notification", "parse_payment",
+    "ACKNOWLEDGEMENT", "ADYEN_EVENTS", "CAPABILITIES", "NAME", "OPERATION_EVENT_CODES", "AdyenOperations",
+    "AdyenPayment", "AdyenProvider", "InvalidItem", "NotificationVerifier", "build_request_body",
+    "item_signature", "parse_notification", "parse_operation_item", "parse_operation_notification",
+    "parse_payment",
 ]

@@ -30,11 +30,13 @@ import httpx
 from paycore.config import ProviderAccountConfig
 from paycore.domain import ProviderOutcome
 from paycore.evidence import judge
-from paycore.providers.adapter import DeliveryVerifier, ProviderClient
+from paycore.providers.adapter import DeliveryVerifier
 from paycore.providers.adyen import notifications
+from paycore.providers.adyen.answers import classify_error
 from paycore.providers.adyen.notifications import ACKNOWLEDGEMENT, ADYEN_EVENTS
+from paycore.providers.adyen.operations import AdyenOperations
 from paycore.providers.adyen.request import build_request_body, create_request
-from paycore.providers.adyen.wire import UNREADABLE, is_transient, parse_error, parse_payment, read_json
+from paycore.providers.adyen.wire import UNREADABLE, is_transient, parse_payment, read_json
 from paycore.providers.base import Capabilities, LookupResult, PaymentMethod, ReferenceLookup, StoredRequest
 from paycore.providers.http import send_once
 
@@ -47,8 +49,10 @@ CAPABILITIES: Final = Capabilities(
 )
 
 
-class AdyenProvider(ProviderClient[httpx.Request, httpx.Response]):
+class AdyenProvider(AdyenOperations):
     """The one HTTP client for Adyen, and Adyen's :class:`~paycore.providers.base.Provider`.
+
+    Captures, cancels and refunds are :class:`~paycore.providers.adyen.operations.AdyenOperations`'s.
 
     Its pool, budgets, logs and webhook side are :class:`~paycore.providers.adapter.ProviderClient`'s
     (one keep-alive pool, no httpx timeout: the call's budget is the deadline; no redirects, no
@@ -109,14 +113,12 @@ class AdyenProvider(ProviderClient[httpx.Request, httpx.Response]):
         ===============================  ================================================
 
         A body that is empty or not JSON where one is needed is ``provider.body-unreadable``;
-        JSON that does not fit is ``provider.body-unrecognized``.
+        JSON that does not fit is ``provider.body-unrecognized``. Every answer but a 200 reads
+        as :func:`.answers.classify_error` says (one table for every Adyen ``POST``).
         """
         status = response.status_code
         meta: dict[str, Any] = {"http_status": status}
-        if is_transient(response):
-            return ProviderOutcome.unknown("provider.transient-error", **meta)
-
-        if status == 200:
+        if status == 200 and not is_transient(response):
             body = read_json(response.content)
             if body is UNREADABLE:
                 return ProviderOutcome.unknown("provider.body-unreadable", **meta)
@@ -131,38 +133,15 @@ class AdyenProvider(ProviderClient[httpx.Request, httpx.Response]):
                     detail={"reported_payment": payment.evidence()}, **meta)
             return dataclasses.replace(payment.to_outcome(), **meta)
 
-        if status in (400, 409, 422):
-            body = read_json(response.content)
-            error = None if body is UNREADABLE else parse_error(body)
-            if error is not None and error.in_progress:
-                # Another send under this key is executing or has executed.
-                return ProviderOutcome.unknown("provider.in-progress", **meta)
-            if error is not None and error.about_idempotency:
-                self._log.error("adyen create attempt_id=%s: idempotency key refused (%s)",
-                                stored.attempt_id, error.error_code)
-                return ProviderOutcome.unknown("provider.key-reused", **meta)
-            if status == 409:
-                return ProviderOutcome.unknown("provider.conflict", **meta)
-            if body is UNREADABLE:
-                return ProviderOutcome.unknown("provider.body-unreadable", **meta)
-            if error is None or error.error_type != "validation":
-                return ProviderOutcome.unknown("provider.body-unrecognized", **meta)
-            # Adyen does not say whether an answer was replayed from the key: a validation
-            # error is never stored under it.
+        error = classify_error(response)
+        if error.reason == "provider.key-reused":
+            self._log.error("adyen create attempt_id=%s: idempotency key refused (%s)",
+                            stored.attempt_id, error.error_code)
+        if error.refused_code is not None:
             return ProviderOutcome.refused_before_execution(
-                error.error_code, first_send=first_send,
-                resend_reason=f"provider.rejected-this-send.{error.error_code}", request_rejected=True,
-                **meta)
-
-        if status in (401, 403):
-            # Refused before anything was looked at; on a resend it proves nothing.
-            return ProviderOutcome.refused_before_execution(
-                "auth", first_send=first_send, resend_reason="provider.rejected.auth", **meta)
-        if status == 429:
-            return ProviderOutcome.unknown("provider.rate-limited", **meta)
-        if 500 <= status <= 599:
-            return ProviderOutcome.unknown(f"provider.http-{status}", **meta)
-        return ProviderOutcome.unknown(f"provider.unexpected-status-{status}", **meta)
+                error.refused_code, first_send=first_send, resend_reason=error.reason,
+                request_rejected=error.request_rejected, **error.meta)
+        return ProviderOutcome.unknown(error.reason, **error.meta)
 
     # -- lookups: none --------------------------------------------------------
 

@@ -1,5 +1,9 @@
 """Adyen standard notifications: basic auth, per-item HMAC, batches, items parsed into neutral notifications.
 
+An item is read two ways: as a payment's :class:`~paycore.providers.base.Notification`
+(:func:`parse_item`) and, for the eventCodes of captures, cancels and refunds, as an
+:class:`~paycore.providers.base.OperationNotification` (:func:`parse_operation_item`).
+
 A delivery is ``{"live": "false", "notificationItems": [{"NotificationRequestItem": {...}}, ...]}``
 (https://docs.adyen.com/development-resources/webhooks/understand-notifications).
 Verification, in order:
@@ -36,13 +40,16 @@ from typing import Any, Final
 import orjson
 
 from paycore.config import ConfigError, ProviderAccountConfig
-from paycore.domain import Claim, OutcomeKind, ProviderOutcome
+from paycore.domain import Claim, OperationKind, OutcomeKind, ProviderOutcome
 from paycore.providers.adapter import EventFormat
 from paycore.providers.adyen.wire import CURRENCY_RE, NAME
 from paycore.providers.base import (
     InvalidNotification,
     Notification,
     NotificationUnverified,
+    OperationEnding,
+    OperationNotification,
+    OperationOutcome,
     VerifiedDelivery,
     synthesized_key,
 )
@@ -273,6 +280,105 @@ def notification_key(n: Notification) -> str | None:
 # How Adyen's notifications read: a stored event (a batch of one item) is re-parsed with it,
 # without any account or secret.
 ADYEN_EVENTS: Final = EventFormat(NAME, parse_notification, notification_key)
+
+
+# ---------------------------------------------------------------------------
+# Items about captures, cancels and refunds
+
+# eventCode → (the operation, success → ending, the reason of a FAILED ending). A modification
+# names the payment in originalReference; its pspReference is the modification's own, the one
+# the /refunds, /captures or /cancels answer gave; merchantReference is the reference the
+# request sent (https://docs.adyen.com/development-resources/webhooks/webhook-types). REFUND_FAILED,
+# REFUNDED_REVERSED, CAPTURE_FAILED and TECHNICAL_CANCEL are documented with success "true" only:
+# any other value is not understood (kept raw, never applied).
+_S, _F = OperationEnding.SUCCEEDED, OperationEnding.FAILED
+OPERATION_EVENTS: Final[dict[str, tuple[OperationKind, dict[str, OperationEnding], str]]] = {
+    "REFUND": (OperationKind.REFUND, {"true": _S, "false": _F}, "refused"),
+    # A refund reported succeeded that later failed, or whose money came back: FAILED, which
+    # the domain makes Returned for a Succeeded refund.
+    "REFUND_FAILED": (OperationKind.REFUND, {"true": _F}, "refund-failed"),
+    "REFUNDED_REVERSED": (OperationKind.REFUND, {"true": _F}, "refunded-reversed"),
+    "CAPTURE": (OperationKind.CAPTURE, {"true": _S, "false": _F}, "refused"),
+    "CAPTURE_FAILED": (OperationKind.CAPTURE, {"true": _F}, "capture-failed"),
+    "CANCELLATION": (OperationKind.CANCEL, {"true": _S, "false": _F}, "refused"),
+    "TECHNICAL_CANCEL": (OperationKind.CANCEL, {"true": _S}, "refused"),
+}
+OPERATION_EVENT_CODES: Final = frozenset(OPERATION_EVENTS)
+
+
+def parse_operation_item(live: Any, item: dict[str, Any]) -> OperationNotification | None:
+    """The capture, cancel or refund one verified item tells of; ``None`` for an item about no
+    operation (``AUTHORISATION``, ``OFFER_CLOSED``, ``CANCEL_OR_REFUND``, which paycore never
+    requests, ``REPORT_AVAILABLE``, …), or :class:`InvalidItem`.
+
+    ======================  ========  ================================================
+    eventCode               success   operation, ending (``reason``)
+    ======================  ========  ================================================
+    REFUND                  true      refund ``SUCCEEDED``
+    REFUND                  false     refund ``FAILED`` (``refused``)
+    REFUND_FAILED           true      refund ``FAILED`` (``refund-failed``)
+    REFUNDED_REVERSED       true      refund ``FAILED`` (``refunded-reversed``)
+    CAPTURE                 true      capture ``SUCCEEDED``
+    CAPTURE                 false     capture ``FAILED`` (``refused``)
+    CAPTURE_FAILED          true      capture ``FAILED`` (``capture-failed``)
+    CANCELLATION            true      cancel ``SUCCEEDED``
+    CANCELLATION            false     cancel ``FAILED`` (``refused``)
+    TECHNICAL_CANCEL        true      cancel ``SUCCEEDED``
+    ======================  ========  ================================================
+
+    ``provider_operation_id`` is the item's pspReference, ``provider_payment_id`` its
+    originalReference, the claim's reference its merchantReference (the operation's own),
+    amount, currency, ``merchantAccountCode`` and the batch's ``live``; ``provider_status`` is
+    ``<eventCode>:<success>``. ``event_id`` is the item's deduplication key (:func:`item_key`:
+    Adyen items carry no id).
+
+    A ``CANCELLATION`` or ``REFUND`` also reads as a payment's notification
+    (:func:`parse_item`): it is about an operation only when paycore has one with this
+    pspReference or reference; otherwise (a cancel or refund made in the Customer Area, an
+    expired authorisation) it is the payment's.
+    """
+    values = _signed_values(item)
+    if values is None:
+        raise InvalidItem("invalid-fields")
+    psp, original, merchant_account, reference, _, currency, event_code, success = values
+    known = OPERATION_EVENTS.get(event_code)
+    if known is None:
+        return None
+    kind, endings, failure = known
+    value = item["amount"]["value"]
+    if not psp.strip() or success not in ("true", "false"):
+        raise InvalidItem("invalid-fields")
+    if not CURRENCY_RE.fullmatch(currency) or value < 0:
+        raise InvalidItem("invalid-amount")
+    livemode = _live(live)
+    if livemode is None:
+        raise InvalidItem("invalid-live")
+    if not original.strip():
+        raise InvalidItem("modification-without-original-reference")
+    ending = endings.get(success)
+    if ending is None:
+        raise InvalidItem(f"not-applicable:{event_code}:{success}")
+    claim = Claim(reference=reference or None, amount_minor=value, currency=currency,
+                  accounts=(merchant_account,) if merchant_account else (), livemodes=(livemode,))
+    outcome = OperationOutcome(
+        kind, ending, reason=failure if ending is OperationEnding.FAILED else None,
+        provider_status=f"{event_code}:{success}", provider_operation_id=psp, provider_payment_id=original,
+        amount_minor=value, currency=currency, claim=claim)
+    return OperationNotification(
+        event_id=item_key(item), event_type=event_code, payload_account=merchant_account or None,
+        payload_livemode=livemode, outcome=outcome, event=single_item_event(live, item))
+
+
+def parse_operation_notification(body: bytes) -> OperationNotification | None:
+    """:func:`parse_operation_item` of a stored single-item batch (``Notification.event``), or
+    :class:`InvalidItem`."""
+    try:
+        live, items = batch_items(body)
+    except NotificationUnverified as exc:
+        raise InvalidItem(exc.reason) from None
+    if len(items) != 1:
+        raise InvalidItem("not-one-item")
+    return parse_operation_item(live, items[0])
 
 
 # ---------------------------------------------------------------------------

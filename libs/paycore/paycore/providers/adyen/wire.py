@@ -15,7 +15,9 @@ A body that does not fit parses to ``None`` (or :data:`UNREADABLE`), never to a 
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -206,10 +208,94 @@ def parse_error(obj: Any) -> AdyenError | None:
     return AdyenError(code, type_, message)
 
 
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """``Retry-After`` as delta-seconds, or ``None`` (Adyen documents no HTTP-date form)."""
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        seconds = float(raw.strip())
+    except ValueError:
+        return None
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
 def is_transient(response: httpx.Response) -> bool:
     """``Transient-Error: true``: Adyen asks for a resend with the same key (api-idempotency)."""
     value: str = response.headers.get("transient-error", "")
     return value.strip().lower() == "true"
+
+
+# ---------------------------------------------------------------------------
+# The modifications' answer (refunds, captures, cancels)
+
+# What a modification endpoint answers (201): the request was received, never its outcome,
+# which only a notification tells (https://docs.adyen.com/online-payments/refund,
+# .../capture, .../cancel).
+RECEIVED: Final = "received"
+
+
+@dataclass(frozen=True)
+class AdyenModification:
+    """A ``/payments/{pspReference}/{refunds|captures|cancels}`` answer, validated.
+
+    :param psp_reference: The modification's own ``pspReference``.
+    :param payment_psp_reference: ``paymentPspReference``: the payment it modifies.
+    :param status: ``status`` as answered (Adyen documents ``received`` only).
+    :param reference: The ``reference`` it names, when it does.
+    :param merchant_account: ``merchantAccount``, when it says.
+    :param amount_minor: ``amount.value`` (a refund's or capture's; a cancel has none).
+    :param currency: ``amount.currency``.
+    """
+
+    psp_reference: str
+    payment_psp_reference: str
+    status: str
+    reference: str | None
+    merchant_account: str | None
+    amount_minor: int | None
+    currency: str | None
+
+    def claim(self) -> Claim:
+        """What it says about the operation, for :func:`paycore.evidence.judge` (the payment it names
+        is checked apart: the claim's id is an attempt's payment)."""
+        return Claim(reference=self.reference, amount_minor=self.amount_minor, currency=self.currency,
+                     accounts=(self.merchant_account,) if self.merchant_account is not None else ())
+
+    def evidence(self) -> dict[str, Any]:
+        """What was seen, for history and escalations: identifiers only."""
+        return {"psp_reference": self.psp_reference, "payment_psp_reference": self.payment_psp_reference,
+                "status": self.status, "reference": self.reference, "merchant_account": self.merchant_account,
+                "amount_minor": self.amount_minor, "currency": self.currency}
+
+
+def parse_modification(obj: Any) -> AdyenModification | None:
+    """A modification answer, or ``None`` when the JSON does not fit: both pspReferences and the
+    status are required (an answer that names no modification and no payment is evidence of
+    nothing); ``amount`` is optional here, each caller says whether it needs one."""
+    if not isinstance(obj, dict):
+        return None
+    psp, payment, status = obj.get("pspReference"), obj.get("paymentPspReference"), obj.get("status")
+    if not (isinstance(psp, str) and psp.strip() and isinstance(payment, str) and payment.strip()
+            and isinstance(status, str) and status):
+        return None
+    oks = [_optional_str(obj, k) for k in ("reference", "merchantAccount")]
+    if not all(ok for ok, _ in oks):
+        return None
+    (_, reference), (_, merchant_account) = oks
+    amount_minor: int | None = None
+    currency: str | None = None
+    amount = obj.get("amount")
+    if amount is not None:
+        if not isinstance(amount, dict):
+            return None
+        value, cur = amount.get("value"), amount.get("currency")
+        if not _is_int(value) or value < 0 or not isinstance(cur, str) or not CURRENCY_RE.fullmatch(cur):
+            return None
+        amount_minor, currency = value, cur
+    return AdyenModification(psp_reference=psp, payment_psp_reference=payment, status=status,
+                             reference=reference, merchant_account=merchant_account,
+                             amount_minor=amount_minor, currency=currency)
 
 
 # ---------------------------------------------------------------------------
