@@ -90,7 +90,8 @@ class OperationRequests(Protocol):
                            provider_payment_id: str) -> str: ...
 
     def build_operation_body(self, kind: OperationKind, *, provider_payment_id: str, amount_minor: int,
-                             reference: str, reason: str | None = None) -> str: ...
+                             reference: str, reason: str | None = None, currency: str | None = None,
+                             account: ProviderAccountConfig | None = None) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,7 @@ async def record_operation(
                 idempotency_key=str(uuid.uuid4()),  # the operation's key: generated once, here
                 request_body=requests.build_operation_body(
                     kind, provider_payment_id=provider_payment_id, amount_minor=amount_minor,
-                    reference=reference, reason=reason),
+                    reference=reference, reason=reason, currency=payment["currency"], account=account),
                 amount_minor=amount_minor, currency=payment["currency"], now=now,
                 next_check_at=now + timedelta(seconds=abandonment_threshold_s),
                 detail={"operation": kind.value, "from": None, "to": OperationState.NOT_STARTED.value,

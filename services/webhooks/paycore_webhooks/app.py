@@ -36,10 +36,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from paycore import webhook_replays
+from paycore import operations, webhook_replays
 from paycore.accounts import register_provider_accounts
 from paycore.clock import Clock, SystemClock
-from paycore.config import ConfigError, Settings, load_settings
+from paycore.config import ConfigError, ProviderAccountConfig, Settings, load_settings
 from paycore.db import create_pool
 from paycore.http.bodies import first_duplicate_key, read_limited
 from paycore.http.inputs import UnstorableTextRefused
@@ -182,6 +182,8 @@ async def _record(intake: Intake, receiver: NotificationReceiver, delivery: Veri
                                         now=intake.clock.now(),
                                         reminder_interval=intake.settings.reminder_interval,
                                         delivery=delivery.replay)
+    if delivery.operation is not None and await _names_an_operation(intake, account, delivery.operation):
+        parsed = delivery.operation  # a refund or cancel of paycore's, not the payment's own news
     if isinstance(parsed, OperationNotification):  # a capture's, cancel's or refund's
         return await handle_operation_notification(
             intake.pool, account=account, n=parsed, key=delivery.key, now=intake.clock.now(),
@@ -191,6 +193,17 @@ async def _record(intake: Intake, receiver: NotificationReceiver, delivery: Veri
                                      now=intake.clock.now(), delivery=delivery.replay,
                                      reminder_interval=intake.settings.reminder_interval,
                                      recheck_after_s=intake.settings.recheck_after_s)
+
+
+async def _names_an_operation(intake: Intake, account: ProviderAccountConfig,
+                              n: OperationNotification) -> bool:
+    """Whether a notification that reads as a payment's too names one of paycore's operations (by
+    the provider's id or the operation's reference). Read before the handler's transaction: an
+    operation exists before the provider can tell of it, so no later writer can change this."""
+    by_id, by_reference = await operations.find_for_notification(
+        intake.pool, account.provider_account, provider_operation_id=n.outcome.provider_operation_id,
+        reference=n.outcome.claim.reference if n.outcome.claim else None)
+    return by_id is not None or by_reference is not None
 
 
 async def healthz(request: Request) -> Response:

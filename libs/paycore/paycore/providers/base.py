@@ -291,6 +291,10 @@ class VerifiedDelivery:
         understands (kept raw, never applied).
     :param previous_secret: The account's previous secret verified it (a rotation is under
         way and the provider still signs with the old one); handled exactly the same.
+    :param operation: The same notification read as a capture's, cancel's or refund's, where
+        the provider's event does not say which (Adyen's ``REFUND`` and ``CANCELLATION`` are
+        also a payment's): the intake applies it to an operation of paycore's when one
+        matches, else reads ``parsed``.
     """
 
     account: ProviderAccountConfig
@@ -299,6 +303,7 @@ class VerifiedDelivery:
     parsed: Notification | OperationNotification | InvalidNotification
     key: str | None = None
     previous_secret: bool = False
+    operation: OperationNotification | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -540,8 +545,11 @@ class OperationCalls(Protocol):
         ...
 
     def build_operation_body(self, kind: OperationKind, *, provider_payment_id: str, amount_minor: int,
-                             reference: str, reason: str | None = None) -> str:
-        """The operation's body, serialized once to be stored (a cancel sends only the reference).
+                             reference: str, reason: str | None = None, currency: str | None = None,
+                             account: ProviderAccountConfig | None = None) -> str:
+        """The operation's body, serialized once to be stored (a cancel sends only the reference);
+        ``currency`` (the payment's) and ``account`` (the payment's, as configured) for a provider
+        whose body names them (Adyen's names the merchant account and the amount's currency).
 
         :raises ValueError: A value the provider's contract would reject (nothing is recorded).
         """

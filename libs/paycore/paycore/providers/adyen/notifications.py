@@ -496,10 +496,17 @@ class NotificationVerifier:
                   previous: bool) -> VerifiedDelivery:
         key = item_key(item)
         try:
+            operation = parse_operation_item(live, item)
+        except InvalidItem:
+            operation = None  # read as a payment's below, or kept raw with that reason
+        try:
             n = parse_item(live, item)
         except InvalidItem as exc:
+            if operation is not None:  # CAPTURE, REFUND_FAILED, …: an operation's only
+                return VerifiedDelivery(account, key, None, operation, key=key, previous_secret=previous)
             return VerifiedDelivery(account, key, None, exc, previous_secret=previous)
-        return VerifiedDelivery(account, key, None, n, key=key, previous_secret=previous)
+        # REFUND, CANCELLATION: a payment's too; which one decides whether an operation matches.
+        return VerifiedDelivery(account, key, None, n, key=key, previous_secret=previous, operation=operation)
 
     def verify_deliveries(self, headers: Mapping[str, str], body: bytes, *,
                           now: datetime) -> tuple[VerifiedDelivery, ...]:

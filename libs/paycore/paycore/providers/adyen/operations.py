@@ -42,7 +42,13 @@ from paycore.providers.adyen.wire import (
     parse_modification,
     read_json,
 )
-from paycore.providers.base import OperationEnding, OperationLookup, OperationOutcome, StoredRequest
+from paycore.providers.base import (
+    UNSUPPORTED_LOOKUP,
+    OperationEnding,
+    OperationLookup,
+    OperationOutcome,
+    StoredRequest,
+)
 from paycore.providers.http import NotBuildable, send_once
 
 # The path segment of each modification under /payments/{pspReference}/.
@@ -51,8 +57,8 @@ _SEGMENTS: Final = {OperationKind.CAPTURE: "captures", OperationKind.CANCEL: "ca
 # A modification answers 201 Created (https://docs.adyen.com/api-explorer/Checkout/71/overview).
 _CREATED: Final = 201
 MAX_REASON_LEN: Final = 200
-# Why a lookup is unavailable: Adyen has no read of a refund, capture or cancel.
-NO_MODIFICATION_LOOKUP: Final = "provider-has-no-modification-lookup"
+# Adyen has no lookup for modifications: only the notification or a same-key resend can tell.
+NO_MODIFICATION_LOOKUP: Final = f"{UNSUPPORTED_LOOKUP}.modifications"
 
 
 def operation_path(kind: OperationKind, provider_payment_id: str, api_version: str) -> str:

@@ -136,8 +136,9 @@ class CardcoOperations(ProviderClient[httpx.Request, httpx.Response], abc.ABC):
         return account.base_url.rstrip("/") + operation_path(kind, provider_payment_id)
 
     def build_operation_body(self, kind: OperationKind, *, provider_payment_id: str, amount_minor: int,
-                             reference: str, reason: str | None = None) -> str:
-        """:func:`build_operation_body`."""
+                             reference: str, reason: str | None = None, currency: str | None = None,
+                             account: ProviderAccountConfig | None = None) -> str:
+        """:func:`build_operation_body` (Cardco's body names neither: the payment has both)."""
         return build_operation_body(kind, provider_payment_id=provider_payment_id, amount_minor=amount_minor,
                                     reference=reference, reason=reason)
 

@@ -1,0 +1,64 @@
+"""The same refund flows for every provider with after-payment calls, against the sandbox's dialects.
+
+Each test runs once per provider (``tests/support/providers.py``: the sandbox, checkout and the
+intake as real HTTP servers, real PostgreSQL, the fake clock). What differs is said where it
+does: Cardco's refund answers with its ending at once; Adyen's answer is ``received``, never
+success, and only its ``REFUND`` notification ends it; Adyen's ``REFUND`` item is a payment's
+notification too, and one about a refund of paycore's is read as the refund's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from uuid import UUID
+
+import asyncpg
+import pytest
+
+from paycore.domain import OperationKind, OperationState
+from paycore.operations import Operation, get_operation
+from tests.support.providers import ProviderStack, running_provider_stack
+from tests.support.stack import eventually
+
+from .support import effects_of, order_status, sender
+
+# The providers whose clients send refunds, captures and cancels (issue 29).
+OPERATION_PROVIDERS = ("cardco", "adyen")
+# How a refund's only send ends, as each provider answers it.
+FIRST_ENDING = {"cardco": OperationState.SUCCEEDED, "adyen": OperationState.STARTED}
+
+
+@pytest.fixture(params=OPERATION_PROVIDERS)
+async def flows(request: pytest.FixtureRequest, pool: asyncpg.Pool,
+                db_dsn: str) -> AsyncIterator[ProviderStack]:
+    async for s in running_provider_stack(request.param, pool, db_dsn):
+        yield s
+
+
+async def paid(flows: ProviderStack) -> tuple[str, UUID]:
+    r = await flows.pay()
+    assert r.status_code == 200 and r.json()["state"] == "Succeeded", r.text
+    return r.json()["order_id"], UUID(r.json()["attempt_id"])
+
+
+async def test_a_partial_refund_ends_succeeded_by_the_providers_evidence(flows: ProviderStack) -> None:
+    await flows.subscribe()
+    order_id, attempt_id = await paid(flows)
+    async with sender(flows) as s:
+        op = await s.request(attempt_id, OperationKind.REFUND, 1000, requested_by="test")
+    assert isinstance(op, Operation) and op.state is FIRST_ENDING[flows.wire.name], op
+
+    async def succeeded() -> Operation | None:
+        current = await get_operation(flows.pool, op.operation_id)
+        return current if current.state is OperationState.SUCCEEDED else None
+
+    async def delivered() -> bool:
+        return bool((await flows.sandbox.http.get("/_sandbox/webhooks/pending")).json()["pending"] == 0)
+
+    await eventually(succeeded, what="the refund to succeed", within_s=15)
+    await eventually(delivered, what="every webhook to be delivered")
+    assert await order_status(flows.pool, order_id) == "PartiallyRefunded"
+    effects = await effects_of(flows.pool, attempt_id)
+    # Announced once, as paycore's own: never as a refund made elsewhere (refund-request).
+    assert [e for e in effects if e.startswith("refund-")] == ["refund-succeeded"]
+    assert await flows.pool.fetchval("SELECT count(*) FROM payment_escalations") == 0
