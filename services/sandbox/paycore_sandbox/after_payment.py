@@ -1,7 +1,8 @@
 """After the payment: holds, captures, cancels and refunds, each change emitting its events.
 
-The rules of the contract's second half, on Cardco payments only (no other
-dialect has these endpoints). Every check and the change it guards run without
+The rules of the contract's second half, on the payments of the dialect that
+asks (``dialect``: Cardco's endpoints, and Stripe's refunds, captures and cancels,
+which answer in their own wire). Every check and the change it guards run without
 an await in between, so two concurrent requests can never both pass a check
 that only one of them may pass (two refunds that together exceed the
 refundable amount: exactly one is made).
@@ -47,9 +48,9 @@ def _unexpected(what: str, status: str, expected: str) -> ApiError:
 
 
 def payment_for(state: SandboxState, account: SandboxAccount, payment_id: str,
-                param: str | None = None) -> Payment:
-    """The account's Cardco payment ``payment_id``, or 404."""
-    payment = state.ledger.find_for(account, payment_id)
+                param: str | None = None, *, dialect: str = "cardco") -> Payment:
+    """The account's payment ``payment_id`` of ``dialect``, or 404."""
+    payment = state.ledger.find_for(account, payment_id, dialect)
     if payment is None:
         raise ApiError(404, "invalid_request", "resource_missing",
                        f"No such payment: {payment_id}", param=param)
@@ -84,8 +85,9 @@ def _release(state: SandboxState, payment: Payment) -> None:
     state.events.emit(payment, "payment.canceled")
 
 
-def cancel(state: SandboxState, account: SandboxAccount, req: CancelRequest) -> Payment:
-    payment = payment_for(state, account, req.payment)
+def cancel(state: SandboxState, account: SandboxAccount, req: CancelRequest, *,
+           dialect: str = "cardco") -> Payment:
+    payment = payment_for(state, account, req.payment, dialect=dialect)
     if not _capturable(payment):
         raise _refused("payment_not_cancelable",
                        f"Only an uncaptured hold can be canceled; the payment is "
@@ -98,8 +100,8 @@ def cancel(state: SandboxState, account: SandboxAccount, req: CancelRequest) -> 
 # -- captures and refunds --------------------------------------------------------
 
 def capture(sandbox: Sandbox, state: SandboxState, account: SandboxAccount,
-            req: CaptureRequest, key: str) -> Capture:
-    payment = payment_for(state, account, req.payment)
+            req: CaptureRequest, key: str, *, dialect: str = "cardco") -> Capture:
+    payment = payment_for(state, account, req.payment, dialect=dialect)
     if not _capturable(payment):
         raise _refused("payment_not_capturable",
                        f"The payment is {payment.status}: it has no hold to capture.")
@@ -122,8 +124,8 @@ def refundable(state: SandboxState, payment: Payment) -> int:
 
 
 def refund(sandbox: Sandbox, state: SandboxState, account: SandboxAccount,
-           req: RefundRequest, key: str) -> Refund:
-    payment = payment_for(state, account, req.payment, param="payment")
+           req: RefundRequest, key: str, *, dialect: str = "cardco") -> Refund:
+    payment = payment_for(state, account, req.payment, param="payment", dialect=dialect)
     if payment.status != "succeeded":
         raise _refused("payment_not_refundable",
                        f"Only a succeeded payment can be refunded; this one is "

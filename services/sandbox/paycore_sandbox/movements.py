@@ -63,6 +63,8 @@ class Movement:
     # Sandbox clock time at which a pending one settles by itself, and how.
     settles_at: float | None = None
     settles_to: Literal["succeeded", "failed"] | None = None
+    # The wire dialect of its payment: its lookups and webhook events are that dialect's only.
+    dialect: str = "cardco"
 
     object_name = "movement"
 
@@ -70,8 +72,10 @@ class Movement:
     def pending(self) -> bool:
         return self.status == "pending"
 
-    def visible_to(self, account: SandboxAccount) -> bool:
-        return self.account == account.account and self.environment == account.environment
+    def visible_to(self, account: SandboxAccount, dialect: str = "cardco") -> bool:
+        # As a payment: seen only through the wire of the payment it moves money of.
+        return self.account == account.account and self.environment == account.environment \
+            and self.dialect == dialect
 
     def to_public(self) -> dict[str, Any]:
         """The wire object, exactly the contract's fields."""
@@ -109,7 +113,7 @@ def new_movement(kind: type[Movement], prefix: str, payment: Payment, amount: in
                 account=payment.account, environment=payment.environment,
                 livemode=payment.livemode, amount=amount, currency=payment.currency,
                 reference=reference, idempotency_key=idempotency_key, created=int(now),
-                status="pending")
+                status="pending", dialect=payment.dialect)
 
 
 class MovementBook:

@@ -71,7 +71,8 @@ class WebhookEmitter:
     def emit_movement(self, movement: Movement, type_: str) -> Event:
         """Record ``capture.<status>`` / ``refund.<status>`` about ``movement``.
 
-        Only Cardco's wire has these objects, so the data object is the contract's;
+        The data object is Cardco's contract object (a dialect without one, Adyen, renders
+        its notification from it); the event goes to the endpoints of its payment's dialect;
         ``sequence`` counts the events of the movement itself, and webhook faults match
         its own reference.
         """
@@ -79,7 +80,7 @@ class WebhookEmitter:
             id="", type=type_, created=0, account=movement.account,
             livemode=movement.livemode, environment=movement.environment, sequence=0,
             payment=movement.to_public(), payment_id=movement.payment_id,
-            reference=movement.reference, dialect=DEFAULT_DIALECT,
+            reference=movement.reference, dialect=movement.dialect,
             idempotency_key=movement.idempotency_key, amount=movement.amount,
             object_id=movement.id))
 
