@@ -23,9 +23,10 @@ from tests.support.stack import eventually
 from .support import effects_of, order_status, sender
 
 # The providers whose clients send refunds, captures and cancels (issue 29).
-OPERATION_PROVIDERS = ("cardco", "adyen")
+OPERATION_PROVIDERS = ("cardco", "stripe", "adyen")
 # How a refund's only send ends, as each provider answers it.
-FIRST_ENDING = {"cardco": OperationState.SUCCEEDED, "adyen": OperationState.STARTED}
+FIRST_ENDING = {"cardco": OperationState.SUCCEEDED, "stripe": OperationState.SUCCEEDED,
+                "adyen": OperationState.STARTED}
 
 
 @pytest.fixture(params=OPERATION_PROVIDERS)

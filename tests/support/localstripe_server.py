@@ -8,11 +8,14 @@ machine would share it, and one user's file would make another's writes fail. Th
 launcher points the store's two file methods at ``STATE_FILE`` (the tests give each run a
 private directory), then starts localstripe's own server unchanged.
 
-One more change, the only one to what localstripe answers: it refuses a PaymentIntent's
-``description`` (``400 Unexpected description``), a documented PaymentIntent field that
-checkout always sends (``order <id>``). The launcher lets a PaymentIntent take and keep it.
-Nothing else differs: localstripe still ignores ``Idempotency-Key`` and ``Stripe-Version``,
-has no Search, and signs its webhooks itself.
+Two more changes, the only ones to what localstripe answers, each a documented field it
+refuses (``400 Unexpected …``) that paycore always sends: a PaymentIntent's ``description``
+(checkout's ``order <id>``), which the launcher lets a PaymentIntent take and keep; and a
+capture's ``metadata`` (paycore's ``metadata[paycore_capture_reference]``), which the
+launcher merges into the intent's before the capture runs, as Stripe does (so the
+``payment_intent.succeeded`` it sends shows it). Nothing else differs: localstripe still
+ignores ``Idempotency-Key`` and ``Stripe-Version``, has no Search, and signs its webhooks
+itself.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import pickle
 import sys
 from typing import Any
 
-from localstripe import resources, server
+from localstripe import resources
 
 
 def _private_state(path: str) -> None:
@@ -52,9 +55,32 @@ def _payment_intents_take_a_description() -> None:
     resources.PaymentIntent.__init__ = init
 
 
+def _captures_take_metadata() -> None:
+    capture = resources.PaymentIntent._api_capture
+
+    def capture_with_metadata(id: str, metadata: dict[str, str] | None = None, **kwargs: Any) -> Any:
+        if metadata is None:
+            return capture(id, **kwargs)
+        intent = resources.PaymentIntent._api_retrieve(id)
+        before = dict(intent.metadata or {})
+        intent.metadata = {**before, **metadata}
+        try:
+            return capture(id, **kwargs)
+        except Exception:
+            intent.metadata = before  # a refused capture changes nothing
+            raise
+
+    # The server routes its extra endpoints from this list when it is imported (below).
+    resources.extra_apis[:] = [(method, url, capture_with_metadata if func == capture else func)
+                               for method, url, func in resources.extra_apis]
+
+
 def main() -> None:
     _private_state(sys.argv.pop(1))
     _payment_intents_take_a_description()
+    _captures_take_metadata()
+    from localstripe import server  # after the patches: it builds its routes on import
+
     server.start()  # reads --port and --from-scratch from sys.argv
 
 

@@ -409,10 +409,16 @@ async def escalate_and_finish(pool: asyncpg.Pool, operation: Operation, lease: L
 
 
 async def find_for_notification(conn: asyncpg.Connection | asyncpg.Pool, provider_account: str, *,
-                                provider_operation_id: str | None, reference: str | None
+                                provider_operation_id: str | None, reference: str | None,
+                                kind: OperationKind | None = None, provider_payment_id: str | None = None
                                 ) -> tuple[Operation | None, Operation | None]:
     """The operations a notification names, by the provider's id and by the operation's own
-    reference, independently (either may be ``None``), for the caller to see whether they agree."""
+    reference, independently (either may be ``None``), for the caller to see whether they agree.
+    A cancel that names neither (Stripe's) is the payment's cancel, by ``provider_payment_id``."""
+    if kind is OperationKind.CANCEL and not provider_operation_id and not reference and provider_payment_id:
+        row = await OPERATIONS.cancel_of_payment.fetchrow(conn, account=provider_account,
+                                                          provider_payment_id=provider_payment_id)
+        return (None, None) if row is None else (Operation.from_record(row), None)
     by_id = by_reference = None
     if provider_operation_id:
         row = await OPERATIONS.by_provider_operation.fetchrow(

@@ -1,9 +1,9 @@
 """After the payment: holds, captures, cancels and refunds, each change emitting its events.
 
 The rules of the contract's second half, on the payments of the dialect that
-asks (``dialect``: Cardco's endpoints, and Adyen's modifications, which answer in
-their own wire). Every check and the change it guards run without
-an await in between, so two concurrent requests can never both pass a check
+asks (``dialect``: Cardco's endpoints, Stripe's refunds, captures and cancels,
+and Adyen's modifications, each answering in its own wire). Every check and the
+change it guards run without an await in between, so two concurrent requests can never both pass a check
 that only one of them may pass (two refunds that together exceed the
 refundable amount: exactly one is made).
 

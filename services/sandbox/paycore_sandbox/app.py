@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from paycore_sandbox import control
-from paycore_sandbox.dialects import DIALECT_NAMES, dialect_named
+from paycore_sandbox.dialects import DIALECT_NAMES, ClaimedRoute, dialect_named
 from paycore_sandbox.errors import ApiError
 from paycore_sandbox.settings import SandboxSettings
 from paycore_sandbox.state import Sandbox
@@ -38,9 +38,11 @@ def create_app(settings: SandboxSettings | None = None) -> Starlette:
         await sandbox.aclose()
 
     # Every dialect's provider API (Cardco's /v1/payments, Stripe's /v1/payment_intents,
-    # Adyen's /v71/payments).
-    routes: list[BaseRoute] = [route for name in DIALECT_NAMES
-                               for route in dialect_named(name).routes()]
+    # Adyen's /v71/payments). A route that takes only the requests carrying its wire's header
+    # (Stripe's /v1/refunds, a path Cardco's wire has too) is tried before the others.
+    routes: list[BaseRoute] = sorted(
+        (route for name in DIALECT_NAMES for route in dialect_named(name).routes()),
+        key=lambda route: not isinstance(route, ClaimedRoute))
     routes += [
         Route("/_sandbox/accounts", control.accounts, methods=["GET"]),
         Route("/_sandbox/payments", control.ledger, methods=["GET"]),

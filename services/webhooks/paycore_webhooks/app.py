@@ -202,7 +202,8 @@ async def _names_an_operation(intake: Intake, account: ProviderAccountConfig,
     operation exists before the provider can tell of it, so no later writer can change this."""
     by_id, by_reference = await operations.find_for_notification(
         intake.pool, account.provider_account, provider_operation_id=n.outcome.provider_operation_id,
-        reference=n.outcome.claim.reference if n.outcome.claim else None)
+        reference=n.outcome.claim.reference if n.outcome.claim else None, kind=n.outcome.operation,
+        provider_payment_id=n.outcome.provider_payment_id)
     return by_id is not None or by_reference is not None
 
 

@@ -79,7 +79,8 @@ async def _handle(conn: asyncpg.Connection, *, provider_account: str, n: Operati
     reference = outcome.claim.reference if outcome.claim else None
     # 1. Two independent answers: by the provider's id, and by the operation's own reference.
     by_id, by_reference = await operations.find_for_notification(
-        conn, provider_account, provider_operation_id=outcome.provider_operation_id, reference=reference)
+        conn, provider_account, provider_operation_id=outcome.provider_operation_id, reference=reference,
+        kind=outcome.operation, provider_payment_id=outcome.provider_payment_id)
     conflict = (by_id is not None and by_reference is not None
                 and by_id.operation_id != by_reference.operation_id)
     op = by_reference or by_id

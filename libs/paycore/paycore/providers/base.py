@@ -562,9 +562,11 @@ class OperationCalls(Protocol):
         ...
 
     async def find_operation_by_reference(self, provider_account: str, kind: OperationKind, reference: str,
-                                          *, budget_s: float | None) -> OperationLookup:
+                                          *, budget_s: float | None,
+                                          provider_payment_id: str | None = None) -> OperationLookup:
         """Every operation object of ``kind`` carrying ``reference`` (``unavailable`` when the
-        provider has no such lookup, sending nothing)."""
+        provider has no such lookup, sending nothing); ``provider_payment_id`` is the payment's,
+        for a provider that lists a payment's operations rather than search them (Stripe)."""
         ...
 
     async def get_refund(self, provider_account: str, refund_id: str, *,

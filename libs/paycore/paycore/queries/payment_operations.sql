@@ -193,3 +193,13 @@ WHERE e.reason = 'succeeded-after-cancel' AND e.resolved_at IS NULL AND e.attemp
         AND o.outcome_reason IS DISTINCT FROM 'never-sent')
 ORDER BY e.raised_at, e.escalation_id
 LIMIT :batch
+
+-- name: cancel_of_payment
+-- The newest cancel of the payment a notification names by the payment's provider id only (a
+-- provider whose cancel answer and event carry neither a reference nor an id of their own:
+-- Stripe's). At most one holds the payment (one_capture_or_cancel_per_payment).
+SELECT o.* FROM payment_operations o
+JOIN payment_attempts a ON a.attempt_id = o.attempt_id
+WHERE a.provider_account = :account AND a.provider_payment_id = :provider_payment_id AND o.kind = 'cancel'
+ORDER BY o.created_at DESC, o.operation_id
+LIMIT 1

@@ -109,7 +109,8 @@ class OperationRescuer:
         lookup = OperationLookup("not_found")
         if op.state is not OperationState.NOT_STARTED:  # never sent: nothing to find
             lookup = await calls.find_operation_by_reference(
-                op.provider_account, op.kind, op.client_reference, budget_s=budget)
+                op.provider_account, op.kind, op.client_reference, budget_s=budget,
+                provider_payment_id=payment_id)
         found = lookup.found  # each judged as evidence before it is applied
         step = decide_operation_step(op.state, provider_status=op.provider_status,
                                      escalation_deadline=op.escalation_deadline, lookup=lookup.outcome_kind,

@@ -26,6 +26,10 @@ A dialect is a module ``paycore_sandbox.dialects.<name>`` exposing ``DIALECT``,
 an object satisfying :class:`Dialect`; :data:`DIALECT_NAMES` lists the ones
 this sandbox serves. Modules are imported on first use, so a dialect's
 handlers may import the API helpers without an import cycle.
+
+Two wires may share a path (Cardco's and Stripe's ``/v1/refunds``): the one whose
+requests carry a header the other's never do takes its requests with a
+:class:`ClaimedRoute`, which :func:`paycore_sandbox.app.create_app` tries first.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
+
+from starlette.routing import Match, Route
+from starlette.types import Scope
 
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
@@ -53,6 +60,20 @@ class WebhookMessage:
 
     body: bytes
     headers: dict[str, str]
+
+
+class ClaimedRoute(Route):
+    """A route only for the requests that carry ``header`` (lower case), on a path another
+    wire serves too; the others of the path go on to that wire's route."""
+
+    def __init__(self, path: str, endpoint: Any, *, methods: list[str], header: str) -> None:
+        super().__init__(path, endpoint, methods=methods)
+        self.header = header.lower().encode("latin-1")
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if scope["type"] == "http" and not any(name == self.header for name, _ in scope["headers"]):
+            return Match.NONE, {}
+        return super().matches(scope)
 
 
 def answered_2xx(status: int, body: bytes) -> bool:

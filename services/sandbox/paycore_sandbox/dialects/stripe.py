@@ -1,11 +1,16 @@
 """The Stripe dialect: PaymentIntents, Stripe events and ``Stripe-Signature``.
 
 Routes (:mod:`.stripe_api`): ``POST /v1/payment_intents``,
-``GET /v1/payment_intents/search``, ``GET /v1/payment_intents/{intent}``.
+``GET /v1/payment_intents/search``, ``GET /v1/payment_intents/{intent}``; after the
+payment (:mod:`.stripe_after_payment`): ``POST /v1/payment_intents/{intent}/capture|cancel``,
+``POST /v1/refunds``, ``GET /v1/refunds``, ``GET /v1/refunds/{id}`` (the refund paths are
+Cardco's too: a request carrying ``Stripe-Version`` is Stripe's).
 Objects, errors and signatures: :mod:`.stripe_wire`. Webhooks: a Stripe event
-(``evt_…``; ``payment_intent.*``, ``charge.refunded``) signed
-``Stripe-Signature: t=<unix>,v1=<hex>`` with the account's ``whsec_`` secret,
-sent to the ``stripe`` endpoints only.
+(``evt_…``; ``payment_intent.*``, ``charge.refunded``, ``refund.created|updated|failed``)
+signed ``Stripe-Signature: t=<unix>,v1=<hex>`` with the account's ``whsec_`` secret,
+sent to the ``stripe`` endpoints only. A capture has no Stripe object and no event of its
+own (the intent's ``payment_intent.succeeded`` tells it): its core events are recorded, never
+sent.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from typing import Any
 import orjson
 from starlette.routing import BaseRoute, Route
 
-from paycore_sandbox.dialects import WebhookMessage, answered_2xx
+from paycore_sandbox.dialects import ClaimedRoute, WebhookMessage, answered_2xx
+from paycore_sandbox.dialects import stripe_after_payment as after_payment
 from paycore_sandbox.dialects import stripe_api as handlers
 from paycore_sandbox.dialects import stripe_wire as wire
 from paycore_sandbox.ledger import Payment
@@ -35,6 +41,17 @@ class StripeDialect:
             # Before /{intent}: "search" is not an intent id.
             Route("/v1/payment_intents/search", handlers.search_intents, methods=["GET"]),
             Route("/v1/payment_intents/{intent}", handlers.retrieve_intent, methods=["GET"]),
+            Route("/v1/payment_intents/{intent}/capture", after_payment.capture_intent,
+                  methods=["POST"]),
+            Route("/v1/payment_intents/{intent}/cancel", after_payment.cancel_intent,
+                  methods=["POST"]),
+            # Cardco's paths too: the SDK always sends Stripe-Version, Cardco's clients never do.
+            ClaimedRoute("/v1/refunds", after_payment.create_refund, methods=["POST"],
+                         header="stripe-version"),
+            ClaimedRoute("/v1/refunds", after_payment.list_refunds, methods=["GET"],
+                         header="stripe-version"),
+            ClaimedRoute("/v1/refunds/{refund}", after_payment.get_refund, methods=["GET"],
+                         header="stripe-version"),
         ]
 
     def render_payment(self, payment: Payment) -> dict[str, Any]:
@@ -44,17 +61,23 @@ class StripeDialect:
         return wire.render_event(payment, core_type)
 
     def event_json(self, event: Event) -> dict[str, Any]:
+        event_type, data = event.type, dict(event.payment)
+        if event.object_id is not None and event.type.startswith("refund."):
+            # A refund's core event carries the contract's object: Stripe's Refund from it.
+            event_type = wire.refund_event_type(event.type, event.sequence)
+            data = wire.render_refund(data)
         return {"id": event.id, "object": "event", "api_version": wire.DEFAULT_API_VERSION,
-                "created": event.created, "data": {"object": dict(event.payment)},
+                "created": event.created, "data": {"object": data},
                 "livemode": event.livemode, "pending_webhooks": 1,
                 "request": {"id": None, "idempotency_key": event.idempotency_key},
-                "type": event.type}
+                "type": event_type}
 
     def credentials(self, account: SandboxAccount) -> dict[str, str]:
         return {"api_key": account.api_key, "webhook_secret": account.webhook_secret}
 
     def notifies(self, event: Event) -> bool:
-        return True
+        # Stripe has no capture object: the intent's own events tell of a capture.
+        return not (event.object_id is not None and event.type.startswith("capture."))
 
     def unstable_message_id(self) -> str:
         return "evt_" + secrets.token_hex(12)

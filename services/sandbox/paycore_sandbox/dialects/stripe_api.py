@@ -5,7 +5,8 @@ Order of checks on every request, as for Cardco: capture, authenticate
 (any ``YYYY-MM-DD[.name]``; 400 otherwise), faults
 (:mod:`paycore_sandbox.transport`, errors in Stripe's shape), then the work.
 
-Creates (form-encoded, ``confirm=true`` only) follow Stripe's idempotency:
+Creates (form-encoded, ``confirm=true`` only; ``capture_method=manual`` places a hold:
+``requires_capture``) follow Stripe's idempotency:
 ``Idempotency-Key`` optional; the first answer of an executed request is stored
 and replayed with ``Idempotent-Replayed: true`` (500s included); a request
 whose parameters fail validation, or that meets the key still executing (409
@@ -42,7 +43,7 @@ from paycore_sandbox.faults import (
     FaultContext,
 )
 from paycore_sandbox.idempotency import Claim, KeyRecord, StoredResponse, fingerprint
-from paycore_sandbox.ledger import Payment
+from paycore_sandbox.ledger import CaptureMode, Payment
 from paycore_sandbox.settings import SandboxAccount, SandboxSettings
 from paycore_sandbox.state import Sandbox, SandboxState
 from paycore_sandbox.transport import with_faults
@@ -52,7 +53,10 @@ CREATE_PATH = "/v1/payment_intents"
 _VERSION = re.compile(r"\d{4}-\d{2}-\d{2}(\.[a-z_]+)?")
 _PARAMS = frozenset({"amount", "currency", "payment_method", "confirm", "metadata",
                      "description", "return_url", "payment_method_types",
-                     "automatic_payment_methods", "expand"})
+                     "automatic_payment_methods", "expand", "capture_method"})
+# Stripe's capture methods; "manual" places a hold, the others capture at once.
+_CAPTURE_METHODS: dict[str, CaptureMode] = {"automatic": "automatic", "automatic_async": "automatic",
+                                            "manual": "manual"}
 _MAX_METADATA = (50, 40, 500)  # keys, key length, value length (Stripe's limits)
 
 
@@ -80,7 +84,7 @@ def authenticate(request: Request, settings: SandboxSettings) -> SandboxAccount:
     return account
 
 
-def _finish(request: Request, response: Response) -> Response:
+def finish(request: Request, response: Response) -> Response:
     """Stripe's headers on every answer."""
     response.headers["Request-Id"] = "req_" + secrets.token_hex(12)
     response.headers["Stripe-Version"] = request.headers.get("stripe-version",
@@ -103,7 +107,7 @@ class IntentCall:
 async def create_intent(request: Request) -> Response:
     arrival = await api.arrive(request, authenticate)
     if arrival.account is None:
-        return _finish(request, cast(Response, arrival.rejection))
+        return finish(request, cast(Response, arrival.rejection))
     sandbox, state, account = arrival.sandbox, arrival.state, arrival.account
     params = wire.decode_form(await request.body())
     call = IntentCall(account, request.headers.get("idempotency-key"), params,
@@ -115,7 +119,7 @@ async def create_intent(request: Request) -> Response:
 
     response = await with_faults(request, sandbox, state, arrival.entry, ctx, process,
                                  ok_status=200, answers=wire.ANSWERS)
-    return _finish(request, response)
+    return finish(request, response)
 
 
 async def _process_create(sandbox: Sandbox, state: SandboxState, call: IntentCall,
@@ -203,21 +207,21 @@ def validate_intent(call: IntentCall, now: float,
     for name in params:
         if name not in _PARAMS:
             raise wire.unknown_parameter(name)
-    amount = _integer(params, "amount")
-    currency = _string(params, "currency", required=True)
+    amount = integer_param(params, "amount")
+    currency = string_param(params, "currency", required=True)
     if not re.fullmatch(r"[A-Za-z]{3}", currency):
         raise wire.invalid_request(f"Invalid currency: {currency}.", param="currency")
     if params.get("confirm") != "true":
         raise wire.invalid_request("The sandbox's Stripe dialect creates and confirms in "
                                    "one step: send confirm=true.", param="confirm")
-    payment_method = _string(params, "payment_method", required=True)
+    payment_method = string_param(params, "payment_method", required=True)
     outcome = wire.TOKENS.get(payment_method)
     if outcome is None:
         raise wire.resource_missing("PaymentMethod", payment_method, "payment_method",
                                     status=400)
-    metadata = _metadata(params.get("metadata", {}))
-    description = _string(params, "description") or None
-    return_url = _string(params, "return_url") or None
+    metadata = metadata_param(params.get("metadata", {}))
+    description = string_param(params, "description") or None
+    return_url = string_param(params, "return_url") or None
     types = params.get("payment_method_types")
     if types is not None and (not isinstance(types, list) or types != ["card"]):
         raise wire.invalid_request("The sandbox's Stripe dialect supports only "
@@ -233,16 +237,21 @@ def validate_intent(call: IntentCall, now: float,
             "This PaymentIntent accepts payment methods that may redirect your customer; "
             "provide a return_url, or restrict it with payment_method_types[]=card or "
             "automatic_payment_methods[allow_redirects]=never.", param="return_url")
+    capture_method = string_param(params, "capture_method") or "automatic"
+    capture = _CAPTURE_METHODS.get(capture_method)
+    if capture is None:
+        raise wire.invalid_request(f"Invalid capture_method: {capture_method}",
+                                   param="capture_method")
     req = CreateRequest(amount, currency.upper(), payment_method,
                         metadata.get("paycore_reference", ""), description, return_url,
-                        outcome)
+                        outcome, capture)
     data = {"metadata": metadata, "payment_method_types": types or ["card"],
             "automatic_payment_methods": automatic, "api_version": call.api_version,
             "searchable_at": now + settings.stripe_search_lag_s}
     return req, data
 
 
-def _string(params: dict[str, Any], name: str, *, required: bool = False) -> str:
+def string_param(params: dict[str, Any], name: str, *, required: bool = False) -> str:
     value = params.get(name)
     if value is None:
         if required:
@@ -253,14 +262,14 @@ def _string(params: dict[str, Any], name: str, *, required: bool = False) -> str
     return value
 
 
-def _integer(params: dict[str, Any], name: str) -> int:
-    raw = _string(params, name, required=True)
+def integer_param(params: dict[str, Any], name: str) -> int:
+    raw = string_param(params, name, required=True)
     if not raw.isdigit() or not 0 < int(raw) <= 99_999_999:
         raise wire.invalid_request(f"Invalid integer: {raw}", param=name)
     return int(raw)
 
 
-def _metadata(raw: Any) -> dict[str, str]:
+def metadata_param(raw: Any) -> dict[str, str]:
     keys, key_len, value_len = _MAX_METADATA
     if not isinstance(raw, dict) or len(raw) > keys or not all(
             isinstance(v, str) and len(k) <= key_len and len(v) <= value_len
@@ -289,7 +298,7 @@ def _unindexed(state: SandboxState, account: SandboxAccount, payment: Payment) -
 async def retrieve_intent(request: Request) -> Response:
     arrival = await api.arrive(request, authenticate)
     if arrival.account is None:
-        return _finish(request, cast(Response, arrival.rejection))
+        return finish(request, cast(Response, arrival.rejection))
     sandbox, state, account = arrival.sandbox, arrival.state, arrival.account
     intent_id = request.path_params["intent"]
     lifecycle.sweep(state, sandbox.clock.now())
@@ -305,13 +314,13 @@ async def retrieve_intent(request: Request) -> Response:
 
     response = await api.rate_limited_lookup(request, arrival, ctx, answer,
                                              answers=wire.ANSWERS)
-    return _finish(request, response)
+    return finish(request, response)
 
 
 async def search_intents(request: Request) -> Response:
     arrival = await api.arrive(request, authenticate)
     if arrival.account is None:
-        return _finish(request, cast(Response, arrival.rejection))
+        return finish(request, cast(Response, arrival.rejection))
     sandbox, state, account = arrival.sandbox, arrival.state, arrival.account
     query = request.query_params.get("query")
     try:
@@ -329,7 +338,7 @@ async def search_intents(request: Request) -> Response:
 
     response = await api.rate_limited_lookup(request, arrival, ctx, answer,
                                              answers=wire.ANSWERS)
-    return _finish(request, response)
+    return finish(request, response)
 
 
 def _search(sandbox: Sandbox, state: SandboxState, account: SandboxAccount,

@@ -9,6 +9,14 @@ Core status → PaymentIntent ``status``: ``succeeded``, ``processing`` and
 (3-D Secure failed or abandoned) → ``requires_payment_method`` with a
 ``last_payment_error``; ``canceled`` (the customer action expired) →
 ``canceled`` with ``cancellation_reason: abandoned``.
+
+After the payment (``capture_method=manual``): a hold (``requires_capture``) is
+``requires_capture`` with ``amount_capturable``; while a capture of it is pending
+(the core's ``amount_capturable`` 0) ``processing``; once captured ``succeeded`` with
+``amount_received`` the captured amount; a hold canceled by request is ``canceled``
+with the request's ``cancellation_reason`` (``null`` without one), one that lapsed
+``canceled`` with ``automatic``. A refund is the core's refund (a movement) as
+Stripe's Refund object (:func:`render_refund`).
 """
 
 from __future__ import annotations
@@ -54,7 +62,11 @@ _INTENT_STATUS = {
     "succeeded": "succeeded", "processing": "processing",
     "requires_action": "requires_action", "declined": "requires_payment_method",
     "failed": "requires_payment_method", "canceled": "canceled",
+    "requires_capture": "requires_capture",
 }
+# Set by a cancel request on the payment's dialect_data: why it was canceled (None: no reason).
+CANCELED_BY_REQUEST = "canceled_by_request"
+CANCELLATION_REASON = "cancellation_reason"
 # Core event type → Stripe event type.
 EVENT_TYPES = {
     "payment.succeeded": "payment_intent.succeeded",
@@ -64,6 +76,8 @@ EVENT_TYPES = {
     "payment.failed": "payment_intent.payment_failed",
     "payment.canceled": "payment_intent.canceled",
     "payment.refunded": "charge.refunded",
+    # A hold placed (capture_method=manual): Stripe's event for amount_capturable changing.
+    "payment.requires_capture": "payment_intent.amount_capturable_updated",
 }
 
 
@@ -83,7 +97,27 @@ def payment_method_id(payment: Payment) -> str:
 
 
 def _has_charge(payment: Payment) -> bool:
-    return payment.status in ("succeeded", "processing", "declined")
+    # A hold is an authorised, uncaptured charge, and stays one when it is canceled.
+    return payment.status in ("succeeded", "processing", "declined", "requires_capture") \
+        or (payment.status == "canceled" and payment.capture == "manual")
+
+
+def intent_status(payment: Payment) -> str:
+    """The intent's status: the core's, and ``processing`` while a capture of the hold is pending
+    (the capture took ``amount_capturable``)."""
+    if payment.status == "requires_capture" and payment.amount_capturable == 0:
+        return "processing"
+    return _INTENT_STATUS[payment.status]
+
+
+def cancellation_reason(payment: Payment) -> str | None:
+    if payment.status != "canceled":
+        return None
+    if CANCELED_BY_REQUEST in payment.dialect_data:
+        reason: str | None = payment.dialect_data.get(CANCELLATION_REASON)
+        return reason
+    # Stripe's own: a hold that lapsed, or a customer action that expired.
+    return "automatic" if payment.capture == "manual" else "abandoned"
 
 
 def last_payment_error(payment: Payment) -> dict[str, Any] | None:
@@ -119,16 +153,16 @@ def next_action(payment: Payment) -> dict[str, Any] | None:
 def render_intent(payment: Payment) -> dict[str, Any]:
     """The PaymentIntent object for a payment of the Stripe dialect."""
     data = payment.dialect_data
-    status = _INTENT_STATUS[payment.status]
+    status = intent_status(payment)
     secret = hashlib.sha256(f"client-secret:{payment.id}".encode()).hexdigest()[:24]
     return {
         "id": payment.id, "object": "payment_intent", "amount": payment.amount,
-        "amount_capturable": 0,
-        "amount_received": payment.amount if status == "succeeded" else 0,
+        "amount_capturable": payment.amount_capturable if status == "requires_capture" else 0,
+        "amount_received": payment.amount_captured if status == "succeeded" else 0,
         "automatic_payment_methods": data.get("automatic_payment_methods"),
         "canceled_at": None,
-        "cancellation_reason": "abandoned" if status == "canceled" else None,
-        "capture_method": "automatic", "client_secret": f"{payment.id}_secret_{secret}",
+        "cancellation_reason": cancellation_reason(payment),
+        "capture_method": payment.capture, "client_secret": f"{payment.id}_secret_{secret}",
         "confirmation_method": "automatic", "created": payment.created,
         "currency": payment.currency.lower(), "customer": None,
         "description": payment.description,
@@ -147,7 +181,7 @@ def render_charge(payment: Payment) -> dict[str, Any]:
     """The Charge of a succeeded intent (``charge.refunded`` carries it)."""
     return {
         "id": charge_id(payment), "object": "charge", "amount": payment.amount,
-        "amount_captured": payment.amount, "amount_refunded": payment.amount_refunded,
+        "amount_captured": payment.amount_captured, "amount_refunded": payment.amount_refunded,
         "captured": True, "created": payment.created, "currency": payment.currency.lower(),
         "livemode": payment.livemode,
         "metadata": dict(payment.dialect_data.get("metadata", {})), "paid": True,
@@ -160,6 +194,32 @@ def render_event(payment: Payment, core_type: str) -> tuple[str, dict[str, Any]]
     wire_type = EVENT_TYPES[core_type]
     data = render_charge(payment) if wire_type == "charge.refunded" else render_intent(payment)
     return wire_type, data
+
+
+def render_refund(refund: dict[str, Any], *, reason: str | None = None,
+                  metadata: dict[str, str] | None = None) -> dict[str, Any]:
+    """Stripe's Refund object for a core refund, from its public (contract) object: what the
+    API answers (with the request's ``reason`` and ``metadata``), and what a webhook carries (the
+    event's snapshot: ``metadata`` is then the refund's reference alone, ``reason`` null)."""
+    if metadata is None:
+        metadata = {"paycore_reference": refund["reference"]} if refund["reference"] else {}
+    intent = str(refund["payment"])
+    return {
+        "id": refund["id"], "object": "refund", "amount": refund["amount"],
+        "balance_transaction": None, "charge": "ch_" + intent.removeprefix("pi_"),
+        "created": refund["created"], "currency": str(refund["currency"]).lower(),
+        "failure_reason": refund["failure_reason"] if refund["status"] == "failed" else None,
+        "metadata": dict(metadata), "payment_intent": intent, "reason": reason,
+        "receipt_number": None, "status": refund["status"],
+    }
+
+
+def refund_event_type(core_type: str, sequence: int) -> str:
+    """A core ``refund.<status>`` event's Stripe type: its first is ``refund.created`` (whatever its
+    status), a failure ``refund.failed``, any other change ``refund.updated``."""
+    if sequence == 1:
+        return "refund.created"
+    return "refund.failed" if core_type == "refund.failed" else "refund.updated"
 
 
 # -- webhook signatures ------------------------------------------------------------
@@ -215,6 +275,12 @@ def idempotency_in_use() -> ApiError:
         "(that probably means you submitted twice, and the other request is still "
         "going through). Please retry that request in a few seconds.",
         code="idempotency_key_in_use", status=409)
+
+
+def unexpected_state(payment: Payment, message: str) -> ApiError:
+    """400 for an operation the intent's status does not allow; the error carries the intent."""
+    return ApiError(400, "invalid_request_error", "payment_intent_unexpected_state", message,
+                    extra={"payment_intent": render_intent(payment)})
 
 
 def card_error(payment: Payment) -> ApiError:

@@ -230,7 +230,8 @@ class AdyenOperations(ProviderClient[httpx.Request, httpx.Response], abc.ABC):
     # -- lookups: none ----------------------------------------------------------
 
     async def find_operation_by_reference(self, provider_account: str, kind: OperationKind, reference: str,
-                                          *, budget_s: float | None) -> OperationLookup:
+                                          *, budget_s: float | None,
+                                          provider_payment_id: str | None = None) -> OperationLookup:
         """``unavailable``: Adyen has no read of a modification, by reference or otherwise. Sends
         nothing; the ending comes by notification, and recovery escalates at the deadline."""
         return OperationLookup("unavailable", reason=NO_MODIFICATION_LOOKUP)

@@ -271,7 +271,8 @@ class CardcoOperations(ProviderClient[httpx.Request, httpx.Response], abc.ABC):
     # -- lookups --------------------------------------------------------------
 
     async def find_operation_by_reference(self, provider_account: str, kind: OperationKind, reference: str,
-                                          *, budget_s: float | None) -> OperationLookup:
+                                          *, budget_s: float | None,
+                                          provider_payment_id: str | None = None) -> OperationLookup:
         """``GET /v1/refunds?reference=…`` or ``GET /v1/captures?reference=…``: every object of the
         account with that reference, oldest first, as seen (the caller judges each).
 

@@ -3,7 +3,9 @@
 - :mod:`.request`: what is sent (the form body stored on the attempt, read back for the SDK);
 - :mod:`.wire`: the PaymentIntent and Charge objects, error bodies, key modes;
 - :mod:`.client`: :class:`StripeProvider` (create and classify, lookups, budgets);
-- :mod:`.events`: ``Stripe-Signature`` verification and events, parsed into a neutral notification.
+- :mod:`.operations`: its captures, cancels and refunds (:class:`StripeOperations`);
+- :mod:`.events`: ``Stripe-Signature`` verification and events, parsed into a neutral notification
+  (a payment's, or an operation's).
 
 The contract is ``docs/providers/stripe.md``.
 """
@@ -14,8 +16,14 @@ from paycore.providers.stripe.client import (
     DEFAULT_API_VERSION,
     StripeProvider,
 )
-from paycore.providers.stripe.events import STRIPE_EVENTS, parse_event, signature_header
-from paycore.providers.stripe.request import build_request_body
+from paycore.providers.stripe.events import (
+    STRIPE_EVENTS,
+    parse_event,
+    parse_operation_notification,
+    signature_header,
+)
+from paycore.providers.stripe.operations import StripeOperations
+from paycore.providers.stripe.request import build_operation_body, build_request_body
 from paycore.providers.stripe.wire import NAME, PaymentIntent, key_environment, parse_intent
 
 __all__ = [
@@ -25,10 +33,13 @@ __all__ = [
     "NAME",
     "STRIPE_EVENTS",
     "PaymentIntent",
+    "StripeOperations",
     "StripeProvider",
+    "build_operation_body",
     "build_request_body",
     "key_environment",
     "parse_event",
     "parse_intent",
+    "parse_operation_notification",
     "signature_header",
 ]

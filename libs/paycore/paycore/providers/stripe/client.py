@@ -39,7 +39,7 @@ from paycore.clock import Clock
 from paycore.config import MAX_BUDGET_S, ProviderAccountConfig
 from paycore.domain import OutcomeKind, ProviderOutcome
 from paycore.evidence import judge
-from paycore.providers.adapter import DeliveryVerifier, ProviderClient
+from paycore.providers.adapter import DeliveryVerifier
 from paycore.providers.base import (
     Capabilities,
     LookupResult,
@@ -50,10 +50,12 @@ from paycore.providers.base import (
 )
 from paycore.providers.http import NotBuildable, lookup_result
 from paycore.providers.stripe import events
+from paycore.providers.stripe.operations import StripeOperations
 from paycore.providers.stripe.request import build_request_body, check_idempotency_key, stored_params
 from paycore.providers.stripe.wire import (
     REFERENCE_KEY,
     UNREADABLE,
+    SdkAnswer,
     is_replayed,
     is_token,
     key_environment,
@@ -119,21 +121,13 @@ class PaycoreHTTPXClient(stripe.HTTPXClient):
         return [(method, url), {"headers": headers, "content": post_data or None}]
 
 
-@dataclasses.dataclass(frozen=True)
-class _Answer:
-    """A response as the SDK handed it back (a success, or the parts of a ``StripeError``)."""
-
-    status: int
-    body: str | bytes | None
-    headers: Mapping[str, str]
-
-
-class StripeProvider(ProviderClient[tuple[ProviderAccountConfig, dict[str, str]], _Answer]):
+class StripeProvider(StripeOperations):
     """Stripe's :class:`~paycore.providers.base.Provider`, for every configured Stripe account.
 
     Its pool (with the SDK's CA bundle), budgets, logs and webhook side are
     :class:`~paycore.providers.adapter.ProviderClient`'s, as are its parameters; on top, one
-    ``stripe.StripeClient`` per account, built on first use.
+    ``stripe.StripeClient`` per account, built on first use. Captures, cancels and refunds are
+    :class:`~paycore.providers.stripe.operations.StripeOperations`'s, on the same clients.
     """
 
     FORMAT = events.STRIPE_EVENTS
@@ -200,7 +194,7 @@ class StripeProvider(ProviderClient[tuple[ProviderAccountConfig, dict[str, str]]
         return client
 
     async def _send(self, client: stripe.StripeClient, method: str, path: str, params: Mapping[str, str],
-                    limit_s: float, limit_name: str) -> _Answer | str:
+                    limit_s: float, limit_name: str) -> SdkAnswer | str:
         """One request through the SDK: the answer, or the reason there is none."""
         try:
             async with self._clock.budget(limit_s):
@@ -221,8 +215,8 @@ class StripeProvider(ProviderClient[tuple[ProviderAccountConfig, dict[str, str]]
                 # only its own refusals before sending carry none (e.g. "No API key provided"),
                 # and _account rules those out. So this is a bug: it surfaces, never an outcome.
                 raise
-            return _Answer(exc.http_status, exc.http_body, exc.headers or {})
-        return _Answer(response.code, response.body, response.headers)
+            return SdkAnswer(exc.http_status, exc.http_body, exc.headers or {})
+        return SdkAnswer(response.code, response.body, response.headers)
 
     # -- create -------------------------------------------------------------
 
@@ -242,11 +236,11 @@ class StripeProvider(ProviderClient[tuple[ProviderAccountConfig, dict[str, str]]
         return acct, {**params, **options}
 
     async def _send_create(self, request: tuple[ProviderAccountConfig, dict[str, str]], limit_s: float,
-                           limit_name: str) -> _Answer | str:
+                           limit_name: str) -> SdkAnswer | str:
         acct, params = request
         return await self._send(self._client(acct), "post", CREATE_PATH, params, limit_s, limit_name)
 
-    def _classify_create(self, stored: StoredRequest, answer: _Answer, *,
+    def _classify_create(self, stored: StoredRequest, answer: SdkAnswer, *,
                          first_send: bool) -> ProviderOutcome:
         """Map a create answer to an outcome (https://docs.stripe.com/api/errors,
         https://docs.stripe.com/error-low-level).

@@ -12,6 +12,14 @@ The account is the one whose secret verified the delivery.
 An event is ``{"id": "evt_…", "object": "event", "type", "created", "livemode",
 "data": {"object": …}}``; the event id is the deduplication key (Stripe may
 deliver one event more than once: https://docs.stripe.com/webhooks#handle-duplicate-events).
+
+Two readings of one verified body: :func:`parse_event`, the payment's (a
+``payment_intent.*`` or ``charge.refunded`` event as a :class:`Notification`), and
+:func:`parse_operation_notification`, a capture's, cancel's or refund's (``refund.*``,
+``charge.refund.updated``, ``charge.refunded`` of the old shape, a voided hold's
+``payment_intent.canceled``, a captured hold's ``payment_intent.succeeded``) as an
+:class:`OperationNotification`, or ``None`` when the event is about no operation. Some events
+are both (``charge.refunded``: the payment was refunded, and which refund did it).
 """
 
 from __future__ import annotations
@@ -21,19 +29,37 @@ import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 import orjson
 
 from paycore.config import ConfigError, ProviderAccountConfig
+from paycore.domain import Claim
 from paycore.providers.adapter import EventFormat, OneEventPerDelivery
 from paycore.providers.base import (
     InvalidNotification,
     Notification,
     NotificationUnverified,
+    OperationNotification,
+    OperationOutcome,
     VerifiedDelivery,
 )
-from paycore.providers.stripe.wire import NAME, Charge, PaymentIntent, parse_charge, parse_intent
+from paycore.providers.stripe.operations import (
+    cancel_outcome,
+    capture_outcome,
+    is_requested_cancel,
+    refund_outcome,
+)
+from paycore.providers.stripe.wire import (
+    NAME,
+    Charge,
+    PaymentIntent,
+    Refund,
+    parse_charge,
+    parse_held_intent,
+    parse_intent,
+    parse_refund,
+)
 from paycore.providers.webhook_secrets import AccountSecret, PreviousSecretLog, account_secrets
 from paycore.webhook_replays import SignedDelivery
 from paycore.webhook_signatures import TOLERANCE_S
@@ -46,14 +72,35 @@ INTENT_EVENT_TYPES: Final = frozenset({
 })
 CHARGE_EVENT_TYPES: Final = frozenset({"charge.refunded"})
 EVENT_TYPES: Final = INTENT_EVENT_TYPES | CHARGE_EVENT_TYPES
+# The object is a Refund (https://docs.stripe.com/api/events/types#event_types-refund.created;
+# ``charge.refund.updated`` too, despite its name).
+REFUND_EVENT_TYPES: Final = frozenset({"refund.created", "refund.updated", "refund.failed",
+                                       "charge.refund.updated"})
+# Every type parse_operation_notification reads; the rest are about no operation.
+OPERATION_EVENT_TYPES: Final = REFUND_EVENT_TYPES | CHARGE_EVENT_TYPES | frozenset({
+    "payment_intent.canceled", "payment_intent.succeeded", "payment_intent.processing",
+})
 
 
 class InvalidEvent(InvalidNotification):
     """The body is not JSON, or not a Stripe event this adapter understands."""
 
 
-def parse_event(body: bytes) -> Notification:
-    """The notification in a verified body, or :class:`InvalidEvent`."""
+@dataclasses.dataclass(frozen=True)
+class _Envelope:
+    event: dict[str, Any]
+    type: str
+    id: str
+    livemode: bool | None
+    account: str | None
+    object: Any
+
+
+def _envelope(body: bytes, types: frozenset[str]) -> _Envelope | None:
+    """The event's envelope, checked; ``None`` for a type outside ``types``.
+
+    :raises InvalidEvent: Not JSON, not an object, or an envelope field that does not fit.
+    """
     try:
         event = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -61,8 +108,8 @@ def parse_event(body: bytes) -> Notification:
     if not isinstance(event, dict):
         raise InvalidEvent("not-an-object")
     event_type = event.get("type")
-    if not isinstance(event_type, str) or event_type not in EVENT_TYPES:
-        raise InvalidEvent("unknown-type")
+    if not isinstance(event_type, str) or event_type not in types:
+        return None
     event_id = event.get("id")
     if not isinstance(event_id, str) or not event_id.startswith("evt_") or not event_id.strip():
         raise InvalidEvent("invalid-id")
@@ -74,6 +121,16 @@ def parse_event(body: bytes) -> Notification:
         raise InvalidEvent("invalid-account")
     data = event.get("data")
     obj = data.get("object") if isinstance(data, dict) else None
+    return _Envelope(event, event_type, event_id.strip(), livemode, account, obj)
+
+
+def parse_event(body: bytes) -> Notification:
+    """The notification in a verified body, or :class:`InvalidEvent`."""
+    envelope = _envelope(body, EVENT_TYPES)
+    if envelope is None:
+        raise InvalidEvent("unknown-type")
+    event, event_type, event_id = envelope.event, envelope.type, envelope.id
+    livemode, account, obj = envelope.livemode, envelope.account, envelope.object
     intent = parse_intent(obj) if event_type in INTENT_EVENT_TYPES else None
     charge = parse_charge(obj) if event_type in CHARGE_EVENT_TYPES else None
     payment: PaymentIntent | Charge | None = intent or charge
@@ -87,7 +144,7 @@ def parse_event(body: bytes) -> Notification:
     intent_id = charge.payment_intent if charge is not None else payment.id
     refunded = charge.amount_refunded if charge is not None else 0
     return Notification(
-        event_id=event_id.strip(),
+        event_id=event_id,
         event_type=event_type,
         sequence=None,
         payment_id=intent_id,
@@ -103,6 +160,102 @@ def parse_event(body: bytes) -> Notification:
         object_account=None,
         object_livemode=payment.livemode,
     )
+
+
+def parse_operation_notification(body: bytes) -> OperationNotification | None:
+    """The capture, cancel or refund a verified body tells of, or ``None`` when it tells of none.
+
+    ===============================================  ==============================================
+    event                                            notification
+    ===============================================  ==============================================
+    ``refund.created|updated|failed``,               the Refund: its status as a refund's ending
+    ``charge.refund.updated``                        (:func:`.operations.refund_outcome`), its
+                                                     ``metadata[paycore_reference]`` the claim's
+    ``charge.refunded``, old shape (the Charge       the latest of them (by ``created``, then
+    embeds ``refunds.data[]``)                       the first listed): a charge refunded several
+                                                     times says all of them, each of which also
+                                                     comes in its own ``refund.*`` event
+    ``charge.refunded``, new shape (API versions     ``None``: no refund in it (the refund itself
+    from 2022-11-15 leave ``refunds`` out)           comes in ``refund.*`` events)
+    ``payment_intent.canceled``                      a hold (``capture_method`` manual) voided by
+                                                     a cancel request: the cancel ``SUCCEEDED``
+                                                     (the claim: the mode only, a cancel carries
+                                                     no reference); otherwise (Stripe canceled it
+                                                     itself, or it never held) ``None``
+    ``payment_intent.succeeded|processing``          an intent carrying
+                                                     ``metadata[paycore_capture_reference]``: that
+                                                     capture, ``SUCCEEDED`` or ``PENDING``; else
+                                                     ``None``
+    ``payment_intent.amount_capturable_updated``     ``None``: a hold placed is the payment's
+                                                     authorization, no operation's ending
+    any other type                                   ``None``
+    ===============================================  ==============================================
+
+    The envelope's ``livemode`` joins the object's in ``claim.livemodes``, as for a payment's.
+
+    :raises InvalidEvent: Not JSON, an envelope that does not fit, or an event of a type above
+        whose object does not parse (kept raw, never applied, as :func:`parse_event`'s).
+    """
+    envelope = _envelope(body, OPERATION_EVENT_TYPES)
+    if envelope is None:
+        return None
+    outcome = _operation_outcome(envelope.type, envelope.object)
+    if outcome is None:
+        return None
+    claim = outcome.claim or Claim()
+    envelope_mode = (envelope.livemode,) if envelope.livemode is not None else ()
+    claim = dataclasses.replace(claim, livemodes=claim.livemodes + envelope_mode)
+    return OperationNotification(
+        event_id=envelope.id, event_type=envelope.type, payload_account=envelope.account,
+        payload_livemode=envelope.livemode, outcome=dataclasses.replace(outcome, claim=claim),
+        event=envelope.event)
+
+
+def _operation_outcome(event_type: str, obj: Any) -> OperationOutcome | None:
+    """What the event's object says about an operation (``None``: about none).
+
+    :raises InvalidEvent: ``invalid-object``.
+    """
+    is_charge = isinstance(obj, dict) and obj.get("object") == "charge"
+    if event_type in REFUND_EVENT_TYPES and not is_charge:
+        refund = parse_refund(obj)
+        if refund is None:
+            raise InvalidEvent("invalid-object")
+        return refund_outcome(refund)
+    if event_type.startswith("charge."):
+        if parse_charge(obj) is None:
+            raise InvalidEvent("invalid-object")
+        refund = _latest_embedded_refund(obj)
+        return None if refund is None else refund_outcome(refund)
+    held = parse_held_intent(obj)
+    if held is None:
+        raise InvalidEvent("invalid-object")
+    if event_type == "payment_intent.canceled":
+        return cancel_outcome(held) if is_requested_cancel(held) else None
+    if held.capture_reference is not None and (held.capture_method or "").startswith("manual"):
+        return capture_outcome(held)
+    return None
+
+
+def _latest_embedded_refund(charge: dict[str, Any]) -> Refund | None:
+    """The latest refund a Charge of the old shape embeds (``refunds.data[]``), or ``None`` when
+    it embeds none.
+
+    :raises InvalidEvent: ``invalid-object``: ``refunds`` is not a list object of Refunds.
+    """
+    embedded = charge.get("refunds")
+    if embedded is None:
+        return None
+    data = embedded.get("data") if isinstance(embedded, dict) else None
+    if not isinstance(data, list):
+        raise InvalidEvent("invalid-object")
+    refunds = [parse_refund(item) for item in data]
+    parsed = [r for r in refunds if r is not None]
+    if len(parsed) != len(refunds):
+        raise InvalidEvent("invalid-object")
+    # The latest by created; among equal times the first listed (Stripe lists newest first),
+    # which max() keeps.
+    return max(parsed, key=lambda r: r.created, default=None)
 
 
 def notification_key(n: Notification) -> str | None:
@@ -202,10 +355,20 @@ class WebhookVerifier(OneEventPerDelivery):
         did = delivery_id(body)
         replay = SignedDelivery(did, timestamp)
         try:
+            operation = parse_operation_notification(body)
+        except InvalidEvent:
+            operation = None  # read as a payment's below, or kept raw with that reason
+        try:
             n = parse_event(body)
         except InvalidEvent as exc:
+            if operation is not None:  # refund.*, charge.refund.updated: an operation's only
+                return VerifiedDelivery(account, did, replay, operation, key=operation.event_id or did,
+                                        previous_secret=previous)
             return VerifiedDelivery(account, did, replay, exc, previous_secret=previous)
-        return VerifiedDelivery(account, did, replay, n, key=notification_key(n), previous_secret=previous)
+        # charge.refunded, a hold's payment_intent.canceled or .succeeded: a payment's too; the
+        # intake reads it as the operation's when one of paycore's matches.
+        return VerifiedDelivery(account, did, replay, n, key=notification_key(n), previous_secret=previous,
+                                operation=operation)
 
     def _matching_secret(self, timestamp: int, offered: list[str], body: bytes) -> AccountSecret | None:
         for candidate in self._secrets:

@@ -1,5 +1,6 @@
-"""What Stripe is sent: the create body (form-encoded once, stored on the attempt) and the
-stored body read back into the parameters the SDK sends.
+"""What Stripe is sent: the create body and the bodies of captures, cancels and refunds
+(form-encoded once, stored on the attempt or operation), and a stored body read back into the
+parameters the SDK sends.
 
 Decision record: ``docs/decisions/0003-stripe-stored-request.md``. The stored body is
 the exact ``application/x-www-form-urlencoded`` string; every send transmits these
@@ -17,15 +18,18 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode
 
+from paycore.domain import OperationKind
 from paycore.errors import InvalidPaymentMethod
 from paycore.payment_methods import contains_card_number
 from paycore.providers.http import NotBuildable, header_token
-from paycore.providers.stripe.wire import MAX_IDEMPOTENCY_KEY_LEN, REFERENCE_KEY
+from paycore.providers.stripe.wire import CAPTURE_REFERENCE_KEY, MAX_IDEMPOTENCY_KEY_LEN, REFERENCE_KEY
 
 # Stripe's maximum charge amount is eight digits in most currencies
 # (https://docs.stripe.com/currencies#minimum-and-maximum-charge-amounts).
 MAX_AMOUNT_MINOR: Final = 99_999_999
 _CURRENCY_RE: Final = re.compile(r"[A-Z]{3}")
+# A PaymentIntent id: one path segment of letters, digits and underscores.
+INTENT_ID_RE: Final = re.compile(r"pi_[A-Za-z0-9_]{1,250}")
 # A PaymentMethod id, as Stripe.js and the API hand it out (pm_…).
 _PAYMENT_METHOD_RE: Final = re.compile(r"pm_[A-Za-z0-9_]{1,250}")
 # A reference goes into a search query between single quotes: no quote, no backslash,
@@ -39,6 +43,20 @@ ALLOWED_PARAMS: Final = frozenset({
     "amount", "currency", "payment_method", "confirm", f"metadata[{REFERENCE_KEY}]", "description",
     "return_url", "payment_method_types[]",
 })
+
+
+# The refund reasons Stripe takes (https://docs.stripe.com/api/refunds/create#create_refund-reason);
+# any other reason goes into the refund's metadata under REASON_KEY.
+REFUND_REASONS: Final = frozenset({"duplicate", "fraudulent", "requested_by_customer"})
+REASON_KEY: Final = "paycore_reason"
+MAX_METADATA_VALUE_LEN: Final = 500  # Stripe's limit on a metadata value
+# What each operation's stored body may hold, and nothing else (as ALLOWED_PARAMS for a create).
+OPERATION_PARAMS: Final = {
+    OperationKind.REFUND: frozenset({"payment_intent", "amount", f"metadata[{REFERENCE_KEY}]", "reason",
+                                     f"metadata[{REASON_KEY}]"}),
+    OperationKind.CAPTURE: frozenset({"amount_to_capture", f"metadata[{CAPTURE_REFERENCE_KEY}]"}),
+    OperationKind.CANCEL: frozenset(),
+}
 
 
 def encode_form(pairs: list[tuple[str, str]]) -> str:
@@ -95,11 +113,67 @@ def build_request_body(*, amount_minor: int, currency: str, payment_method: str 
     return encode_form(pairs)
 
 
-def stored_params(request_body: str) -> dict[str, str]:
+def operation_path(kind: OperationKind, provider_payment_id: str) -> str:
+    """The path an operation of ``kind`` on the intent is sent to (the id is checked by the caller)."""
+    if kind is OperationKind.REFUND:
+        return "/v1/refunds"
+    action = "capture" if kind is OperationKind.CAPTURE else "cancel"
+    return f"/v1/payment_intents/{provider_payment_id}/{action}"
+
+
+def build_operation_body(kind: OperationKind, *, provider_payment_id: str, amount_minor: int,
+                         reference: str, reason: str | None = None) -> str:
+    """Serialize the body of a capture, cancel or refund once, for storing: the create's form encoding.
+
+    - refund (``POST /v1/refunds``): ``payment_intent``, ``amount`` (always: paycore decides
+      the amount, never Stripe's default of all that is left), ``metadata[paycore_reference]``,
+      then the reason: ``reason=<it>`` when Stripe takes it (:data:`REFUND_REASONS`), else
+      ``metadata[paycore_reason]=<it>``;
+    - capture (``POST /v1/payment_intents/{id}/capture``): ``amount_to_capture`` and
+      ``metadata[paycore_capture_reference]`` (the intent keeps it: how a lookup finds it);
+    - cancel (``POST /v1/payment_intents/{id}/cancel``): nothing. Stripe's cancel takes no
+      metadata, so the reference is recorded but never sent; the key alone identifies it
+      (no ``cancellation_reason`` either: a canceled intent's reason is then ``null``, which
+      tells our cancel from Stripe's own, ``automatic`` or ``abandoned``).
+
+    :raises InvalidPaymentMethod: A value Stripe would reject (a ``ValueError``): an amount
+        outside 1 … 99 999 999, an intent id that is not ``pi_…``, a reference as the create's
+        rule refuses, a reason on a capture or cancel, or one longer than 500 characters, or
+        anything that looks like a card number.
+    """
+    if (isinstance(amount_minor, bool) or not isinstance(amount_minor, int)
+            or not 0 < amount_minor <= MAX_AMOUNT_MINOR):
+        raise InvalidPaymentMethod(f"amount_minor must be an integer from 1 to {MAX_AMOUNT_MINOR}")
+    if not INTENT_ID_RE.fullmatch(provider_payment_id):
+        raise InvalidPaymentMethod("provider_payment_id must be a PaymentIntent id (pi_…)")
+    if not _REFERENCE_RE.fullmatch(reference) or contains_card_number(reference):
+        raise InvalidPaymentMethod("reference must be 1 to 64 characters, without quotes, backslashes or "
+                                   "control characters")
+    if reason is not None and (kind is not OperationKind.REFUND or contains_card_number(reason)
+                               or not 0 < len(reason) <= MAX_METADATA_VALUE_LEN):
+        raise InvalidPaymentMethod(f"only a refund takes a reason, of 1 to {MAX_METADATA_VALUE_LEN} "
+                                   "characters")
+    if kind is OperationKind.CANCEL:
+        return ""
+    if kind is OperationKind.CAPTURE:
+        return encode_form([("amount_to_capture", str(amount_minor)),
+                            (f"metadata[{CAPTURE_REFERENCE_KEY}]", reference)])
+    pairs = [("payment_intent", provider_payment_id), ("amount", str(amount_minor)),
+             (f"metadata[{REFERENCE_KEY}]", reference)]
+    if reason in REFUND_REASONS:
+        pairs.append(("reason", reason))
+    elif reason is not None:
+        pairs.append((f"metadata[{REASON_KEY}]", reason))
+    return encode_form(pairs)
+
+
+def stored_params(request_body: str, allowed: frozenset[str] = ALLOWED_PARAMS) -> dict[str, str]:
     """The stored body as the ordered parameters the SDK is given.
 
+    :param allowed: The parameters the body may hold: a create's (:data:`ALLOWED_PARAMS`), or
+        an operation's (:data:`OPERATION_PARAMS`).
     :raises NotBuildable: ``invalid-body`` when the body is not one this module
-        writes: not decodable, a parameter outside :data:`ALLOWED_PARAMS` or given
+        writes: not decodable, a parameter outside ``allowed`` or given
         twice, or pairs the SDK's encoding would not turn back into the same bytes.
     """
     try:
@@ -107,7 +181,7 @@ def stored_params(request_body: str) -> dict[str, str]:
     except (ValueError, UnicodeError):
         raise NotBuildable("invalid-body") from None
     params = dict(pairs)
-    if len(params) != len(pairs) or not params.keys() <= ALLOWED_PARAMS:
+    if len(params) != len(pairs) or not params.keys() <= allowed:
         raise NotBuildable("invalid-body")
     if encode_form(pairs) != request_body:
         raise NotBuildable("invalid-body")

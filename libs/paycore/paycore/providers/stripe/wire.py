@@ -1,4 +1,4 @@
-"""Stripe's wire: the PaymentIntent and Charge objects, error bodies, keys and modes.
+"""Stripe's wire: the PaymentIntent, Charge and Refund objects, error bodies, keys and modes.
 
 The contract is ``docs/providers/stripe.md``. A body that does not fit parses to
 ``None``, never to a guess. Stripe's documentation this relies on:
@@ -8,6 +8,8 @@ The contract is ``docs/providers/stripe.md``. A body that does not fit parses to
   https://docs.stripe.com/api/errors
 - Idempotency and replays: https://docs.stripe.com/idempotency,
   https://docs.stripe.com/error-low-level
+- Refund object and statuses: https://docs.stripe.com/api/refunds/object
+- Capturing and canceling a hold: https://docs.stripe.com/payments/place-a-hold-on-a-payment-method
 """
 
 from __future__ import annotations
@@ -27,14 +29,21 @@ from paycore.providers.json_body import read_json as read_json
 
 NAME: Final = "stripe"
 
-# The metadata key every PaymentIntent we create carries our reference under.
+# The metadata key every PaymentIntent we create carries our reference under (a refund we
+# send carries its own reference under the same key).
 REFERENCE_KEY: Final = "paycore_reference"
+# The metadata key a capture we send writes its own reference under: a capture has no object
+# of its own at Stripe, so the PaymentIntent it captured keeps it (capture takes ``metadata``).
+CAPTURE_REFERENCE_KEY: Final = "paycore_capture_reference"
 
 # Every PaymentIntent status Stripe documents; anything else is unrecognised.
 INTENT_STATUSES: Final = frozenset({
     "requires_payment_method", "requires_confirmation", "requires_action", "processing",
     "requires_capture", "canceled", "succeeded",
 })
+
+# Every Refund status Stripe documents (https://docs.stripe.com/api/refunds/object#refund_object-status).
+REFUND_STATUSES: Final = frozenset({"pending", "requires_action", "succeeded", "failed", "canceled"})
 
 # Stripe's documented limit on an idempotency key (https://docs.stripe.com/idempotency).
 MAX_IDEMPOTENCY_KEY_LEN: Final = 255
@@ -234,6 +243,108 @@ def parse_charge(obj: Any) -> Charge | None:
 
 
 # ---------------------------------------------------------------------------
+# After the payment: the Refund, and a PaymentIntent as a capture or cancel reads it
+
+
+@dataclass(frozen=True)
+class Refund:
+    """A Stripe Refund, validated.
+
+    :param payment_intent: The intent it refunds (``None`` for a refund made by charge only).
+    :param livemode: Stripe's Refund object has no ``livemode``; kept when one is present.
+    :param reference: ``metadata[paycore_reference]``: the refund operation's own reference.
+    :param status: One of :data:`REFUND_STATUSES`.
+    """
+
+    id: str
+    payment_intent: str | None
+    livemode: bool | None
+    amount_minor: int
+    currency: str
+    reference: str | None
+    status: str
+    failure_reason: str | None = None
+    created: int = 0
+
+    def claim(self) -> Claim:
+        """What it says about itself. ``provider_payment_id`` stays ``None``: the claim's id is
+        an attempt's payment, which the caller checks apart (``payment_intent``)."""
+        return Claim(reference=self.reference, amount_minor=self.amount_minor, currency=self.currency,
+                     accounts=(), livemodes=(self.livemode,) if self.livemode is not None else ())
+
+
+def _object_id(value: Any, prefix: str) -> tuple[bool, str | None]:
+    """An expandable field (an id, or the object with its ``id``), or ``None``; ``False`` when
+    it is neither."""
+    if value is None:
+        return True, None
+    if isinstance(value, dict):
+        value = value.get("id")
+    if isinstance(value, str) and value.startswith(prefix) and len(value) > len(prefix):
+        return True, value
+    return False, None
+
+
+def parse_refund(obj: Any) -> Refund | None:
+    """A Refund, or ``None`` when the JSON does not fit."""
+    common = _common_fields(obj, "re_") or _common_fields(obj, "pyr_")
+    if common is None or obj.get("object", "refund") != "refund":
+        return None
+    rid, amount, currency, livemode, reference = common
+    ok_intent, intent = _object_id(obj.get("payment_intent"), "pi_")
+    status, created = obj.get("status"), obj.get("created", 0)
+    ok_failure, failure = _optional_str(obj, "failure_reason")
+    if not ok_intent or not ok_failure or status not in REFUND_STATUSES or not _is_int(created):
+        return None
+    return Refund(id=rid, payment_intent=intent, livemode=livemode, amount_minor=amount, currency=currency,
+                  reference=reference, status=status, failure_reason=failure, created=created)
+
+
+@dataclass(frozen=True)
+class HeldIntent:
+    """A PaymentIntent as a capture or a cancel reads it: the intent, and what it says of its hold.
+
+    :param capture_method: ``automatic``, ``automatic_async``, ``manual`` (a hold), …
+    :param amount_received: What was captured (``None`` when the object does not say).
+    :param latest_charge: The charge's id: a capture's own id (Stripe has no capture object).
+    :param cancellation_reason: Why it was canceled: ``None`` or a merchant's reason for a
+        cancel request, Stripe's own (``automatic``, ``abandoned``, …) otherwise.
+    :param capture_reference: ``metadata[paycore_capture_reference]``: the capture that took it.
+    """
+
+    intent: PaymentIntent
+    capture_method: str | None
+    amount_received: int | None
+    latest_charge: str | None
+    cancellation_reason: str | None
+    capture_reference: str | None
+
+    def claim(self) -> Claim:
+        """The intent's account and mode only: its reference and amount are the payment's."""
+        return Claim(livemodes=self.intent.claim().livemodes)
+
+
+def parse_held_intent(obj: Any) -> HeldIntent | None:
+    """A PaymentIntent with its hold's fields, or ``None`` when the JSON does not fit."""
+    intent = parse_intent(obj)
+    if intent is None:
+        return None
+    ok_method, method = _optional_str(obj, "capture_method")
+    ok_reason, reason = _optional_str(obj, "cancellation_reason")
+    ok_charge, charge = _object_id(obj.get("latest_charge"), "ch_")
+    received = obj.get("amount_received")
+    metadata = obj.get("metadata")
+    ok_ref, capture_reference = _optional_str(metadata, CAPTURE_REFERENCE_KEY) if isinstance(metadata, dict) \
+        else (True, None)
+    if not (ok_method and ok_reason and ok_charge and ok_ref):
+        return None
+    if received is not None and (not _is_int(received) or received < 0):
+        return None
+    return HeldIntent(intent=intent, capture_method=method, amount_received=received, latest_charge=charge,
+                      cancellation_reason=reason, capture_reference=capture_reference)
+
+
+# ---------------------------------------------------------------------------
 # Bodies and errors
 
 
@@ -259,6 +370,15 @@ def parse_error(obj: Any) -> StripeErrorBody | None:
     (_, type_), (_, code), (_, param), (_, decline) = fields
     return StripeErrorBody(type=type_, code=code, param=param or None, decline_code=decline,
                            payment_intent=err.get("payment_intent"))
+
+
+@dataclass(frozen=True)
+class SdkAnswer:
+    """A response as the SDK handed it back (a success, or the parts of a ``StripeError``)."""
+
+    status: int
+    body: str | bytes | None
+    headers: Mapping[str, str]
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
