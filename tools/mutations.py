@@ -171,7 +171,6 @@ REFUND_RECOVERY = "tests/operations/test_refund_recovery.py"  # issue 29: unansw
 REFUND_NOTIFICATIONS = "tests/operations/test_refund_notifications.py"  # issue 29: refund webhooks
 RESCUE_OPERATIONS = "services/recovery/paycore_recovery/rescuers/operations.py"
 OPERATION_HANDLER = "services/webhooks/paycore_webhooks/operation_handler.py"
-NOTIFICATIONS = "libs/paycore/paycore/notifications.py"
 OPERATION_CLIENT = "tests/unit/test_cardco_operations_client.py"  # issue 29: Cardco's after-payment calls  # issue 29: never more back than was taken
 # Issue 26: the guards an outside mutation audit found unprotected.
 STRIPE_WIRE = "libs/paycore/paycore/providers/stripe/wire.py"
@@ -608,15 +607,15 @@ MUTATIONS: tuple[Mutation, ...] = (
     # -- Stripe and Adyen (issue 11) ---------------------------------------------------------------
     Mutation(
         "adyen-transient-error", ADYEN,
-        "        if is_transient(response):\n",
-        "        if False:\n",
+        "        if status == 200 and not is_transient(response):\n",
+        "        if status == 200:\n",
         (ADYEN_CLIENT,),
         "an answer with Transient-Error: true is Unknown, whatever its status says",
     ),
     Mutation(
         "adyen-validation-only-send", ADYEN,
-        'error.error_code, first_send=first_send,',
-        'error.error_code, first_send=True,',
+        'error.refused_code, first_send=first_send, resend_reason=error.reason,',
+        'error.refused_code, first_send=True, resend_reason=error.reason,',
         (ADYEN_CLIENT,),
         "a validation rejection is NotApplied only on the only send",
     ),
@@ -1308,8 +1307,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         'decide-a-final-state-never-changes', DOMAIN,
-        "    if state in FINAL_STATES:\n        if outcome.is_final",
-        "    if False:\n        if outcome.is_final",
+        "    if state in FINAL_STATES:\n        if hold_ended(attempt, outcome):",
+        "    if False:\n        if hold_ended(attempt, outcome):",
         t(DECIDE, "test_a_final_state_never_changes_and_a_contradicting_final_outcome_is_escalated"),
         "a final state has no way out",
     ),
@@ -1971,5 +1970,40 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if False:",
         t("tests/operations/test_refund_after_cancel.py", "test_with_escalate_a_person_decides"),
         "with PAYCORE_SUCCEEDED_AFTER_CANCEL=escalate paycore refunds nothing by itself",
+    ),
+    Mutation(
+        "hold-ended-only-for-holds", DOMAIN,
+        "    if attempt.state is not AttemptState.SUCCEEDED or attempt.provider_status != HOLD_STATUS:\n        return False",
+        "    if attempt.state is not AttemptState.SUCCEEDED:\n        return False",
+        t(DECIDE, "test_the_end_of_a_hold_contradicts_nothing_but_the_end_of_a_charge_does"),
+        "a charged payment later reported canceled is still a contradiction a person sees",
+    ),
+    Mutation(
+        "hold-ended-same-payment", DOMAIN,
+        "    if outcome.provider_payment_id is not None and outcome.provider_payment_id != attempt.provider_payment_id:\n        return False",
+        "    if False:\n        return False",
+        t(DECIDE, "test_the_end_of_a_hold_contradicts_nothing_but_the_end_of_a_charge_does"),
+        "only the hold's own payment ending ends it",
+    ),
+    Mutation(
+        "hold-authorizes-not-pays", DOMAIN,
+        "                    order_held=outcome.provider_status == HOLD_STATUS,",
+        "                    order_held=False,",
+        t(DECIDE, "test_a_hold_authorizes_the_order_instead_of_paying_it"),
+        "a held payment leaves its order Authorized, not Paid: nothing is charged yet",
+    ),
+    Mutation(
+        "hold-lapse-waits-for-capture", DOMAIN,
+        "    if capture_or_cancel_live:\n        return HoldStep.WAIT",
+        "    if False:\n        return HoldStep.WAIT",
+        t(DECIDE, "test_a_hold_is_warned_about_then_lapses_unless_a_capture_or_void_is_in_flight"),
+        "a hold whose capture is in flight is not declared lapsed: the capture's evidence decides",
+    ),
+    Mutation(
+        "hold-lapse-voids-once", "libs/paycore/paycore/queries/orders.sql",
+        *in_query("libs/paycore/paycore/queries/orders.sql", "void_lapsed", "WHERE order_id = :order_id AND status = 'Authorized'",
+                  "WHERE order_id = :order_id AND (status = 'Authorized' OR TRUE)"),
+        t("tests/operations/test_holds.py", "test_a_lapse_read_before_a_capture_ended_records_nothing"),
+        "a lapse is recorded once, and never over a capture or a void that ended first",
     ),
 )

@@ -35,9 +35,10 @@ SHIPPED = sorted(contracts.schema_files())
 def test_the_contracts_cover_every_kind_the_producers_write() -> None:
     # paycore.attempts (confirmation, fulfillment), paycore.notifications (refund),
     # paycore.escalations and the reminder job (operator-alert); the incidents agent (incident);
-    # paycore.operations (what captures, voids and refunds end as).
+    # paycore.operations (what captures, voids and refunds end as); paycore.holds (a lapse).
     assert contracts.kinds() == {"order-confirmation", "fulfillment-request", "refund-request",
-                                 "operator-alert", "incident", *OPERATION_EFFECTS.values()}
+                                 "operator-alert", "incident", "authorization-lapsed",
+                                 *OPERATION_EFFECTS.values()}
 
 
 @pytest.mark.parametrize(("kind", "version"), SHIPPED)

@@ -47,7 +47,8 @@ class CardcoRequests:
         return account.base_url.rstrip("/") + operation_path(kind, provider_payment_id)
 
     def build_operation_body(self, kind: OperationKind, *, provider_payment_id: str, amount_minor: int,
-                             reference: str, reason: str | None = None) -> str:
+                             reference: str, reason: str | None = None, currency: str | None = None,
+                             account: ProviderAccountConfig | None = None) -> str:
         return build_operation_body(kind, provider_payment_id=provider_payment_id, amount_minor=amount_minor,
                                     reference=reference, reason=reason)
 

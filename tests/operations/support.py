@@ -34,9 +34,11 @@ class Stack(Protocol):
     def settings(self) -> Settings: ...
 
 
-async def paid_order(stack: Stack, amount_minor: int = 5000) -> tuple[str, uuid.UUID]:
-    """An order paid through checkout against the sandbox: its id and its Succeeded attempt's."""
-    order_id = await stack.shop.create_order(amount_minor=amount_minor)
+async def paid_order(stack: Stack, amount_minor: int = 5000, *,
+                     capture: str = "automatic") -> tuple[str, uuid.UUID]:
+    """An order paid through checkout against the sandbox (held for a capture later when
+    ``capture`` is ``manual``): its id and its Succeeded attempt's."""
+    order_id = await stack.shop.create_order(amount_minor=amount_minor, capture=capture)
     r = await stack.shop.pay(order_id)
     assert r.status_code == 200 and r.json()["state"] == "Succeeded", r.text
     return order_id, uuid.UUID(r.json()["attempt_id"])

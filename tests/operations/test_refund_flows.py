@@ -63,3 +63,32 @@ async def test_a_partial_refund_ends_succeeded_by_the_providers_evidence(flows: 
     # Announced once, as paycore's own: never as a refund made elsewhere (refund-request).
     assert [e for e in effects if e.startswith("refund-")] == ["refund-succeeded"]
     assert await flows.pool.fetchval("SELECT count(*) FROM payment_escalations") == 0
+
+
+async def test_a_held_payment_is_captured_in_part_then_refunded(flows: ProviderStack) -> None:
+    await flows.subscribe()
+    order_id = await flows.shop.create_order(amount_minor=5000, capture="manual")
+    r = await flows.shop.pay_with(order_id, flows.wire.method("visa"))
+    if flows.wire.name == "adyen":
+        # Adyen answers a hold with the same "Authorised" as a charge: not offered yet, and
+        # refused before anything is recorded or sent.
+        assert r.status_code == 400 and "manual capture" in r.text, r.text
+        return
+    assert r.status_code == 200 and r.json()["provider_status"] == "requires_capture", r.text
+    attempt_id = UUID(r.json()["attempt_id"])
+    assert await order_status(flows.pool, order_id) == "Authorized"
+    async with sender(flows) as s:
+        captured = await s.request(attempt_id, OperationKind.CAPTURE, 3000, requested_by="test")
+        assert isinstance(captured, Operation) and captured.state is OperationState.SUCCEEDED, captured
+        refunded = await s.request(attempt_id, OperationKind.REFUND, 3000, requested_by="test")
+        assert isinstance(refunded, Operation) and refunded.state is OperationState.SUCCEEDED, refunded
+    assert await order_status(flows.pool, order_id) == "Refunded"
+
+    async def delivered() -> bool:
+        return bool((await flows.sandbox.http.get("/_sandbox/webhooks/pending")).json()["pending"] == 0)
+
+    await eventually(delivered, what="every webhook to be delivered")
+    # The provider's news of the capture and the refund, as payment events too, contradict nothing.
+    assert await flows.pool.fetchval("SELECT count(*) FROM payment_escalations") == 0
+    effects = await effects_of(flows.pool, attempt_id)
+    assert effects == ["order-confirmation", "fulfillment-request", "captured", "refund-succeeded"]

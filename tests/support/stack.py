@@ -106,9 +106,9 @@ class Shop:
     def auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {token_for(self.customer)}"}
 
-    async def create_order(self, amount_minor: int = 4999, currency: str = "EUR") -> str:
-        r = await self.http.post("/orders", json={"amount_minor": amount_minor, "currency": currency},
-                                 headers=self.auth)
+    async def create_order(self, amount_minor: int = 4999, currency: str = "EUR", **fields: Any) -> str:
+        r = await self.http.post("/orders", headers=self.auth,
+                                 json={"amount_minor": amount_minor, "currency": currency, **fields})
         assert r.status_code == 201, r.text
         order_id: str = r.json()["order_id"]
         return order_id

@@ -612,7 +612,8 @@ async def test_lookups_are_unavailable_and_send_nothing(adyen: Adyen) -> None:
         found = await adyen.client.find_operation_by_reference(ACCOUNT, kind, "ORD-1-refund1", budget_s=5)
         assert (found.kind, found.reason, found.found) == ("unavailable", NO_MODIFICATION_LOOKUP, ())
     refund = await adyen.client.get_refund(ACCOUNT, "QFQTPCQ8HXSKGK82", budget_s=5)
-    assert (refund.kind, refund.reason) == ("unavailable", "provider-has-no-modification-lookup")
+    assert (refund.kind, refund.reason) == ("unavailable", NO_MODIFICATION_LOOKUP)
+    assert found.outcome_kind == "unsupported"  # recovery resends instead: only the key can tell
     assert await captured(adyen.control) == []
 
 

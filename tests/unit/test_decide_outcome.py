@@ -15,12 +15,15 @@ from uuid import uuid4
 from paycore.domain import (
     ACCEPTED,
     CLOSED_NOT_CHARGED,
+    HOLD_RELEASED_STATUS,
+    HOLD_STATUS,
     Attempt,
     AttemptState,
     CloseWrite,
     Decision,
     Escalation,
     EscalationReason,
+    HoldStep,
     OrderFacts,
     OrderStatus,
     ProviderOutcome,
@@ -29,8 +32,10 @@ from paycore.domain import (
     decide_close_never_sent,
     decide_close_not_charged,
     decide_escalation,
+    decide_hold,
     decide_outcome,
     decide_start,
+    hold_ended,
 )
 
 S = AttemptState
@@ -208,3 +213,43 @@ def test_an_outcome_is_a_replay_only_when_the_provider_said_so() -> None:
             ProviderOutcome.succeeded("pay_1", 4999, "EUR"))
     assert [o.replayed for o in made] == [False] * 4
     assert ProviderOutcome.unknown("provider.http-500", replayed=True).replayed
+
+
+# -- holds (issue 29): a payment authorized for manual capture ----------------------------------
+
+HELD = ProviderOutcome.succeeded("pay_1", 4999, "EUR", provider_status=HOLD_STATUS)
+RELEASED = ProviderOutcome.failed("canceled", provider_payment_id="pay_1",
+                                  provider_status=HOLD_RELEASED_STATUS)
+
+
+def test_a_hold_authorizes_the_order_instead_of_paying_it() -> None:
+    f = foresee(S.STARTED, HELD)
+    assert (f.after, f.order_paid, f.order_held, f.effects) == (
+        S.SUCCEEDED, True, True, ("order-confirmation", "fulfillment-request"))
+    assert not foresee(S.STARTED, SUCCEEDED).order_held
+
+
+def test_the_end_of_a_hold_contradicts_nothing_but_the_end_of_a_charge_does() -> None:
+    held = dataclasses.replace(ATTEMPT, state=S.SUCCEEDED, provider_status=HOLD_STATUS,
+                               provider_payment_id="pay_1")
+    charged = dataclasses.replace(held, provider_status="succeeded")
+    assert hold_ended(held, SUCCEEDED) and hold_ended(held, RELEASED)  # captured; voided or lapsed
+    assert not hold_ended(charged, RELEASED)  # a charged payment reported canceled: contradiction
+    assert not hold_ended(held, FAILED)  # a hold reported declined is no end of a hold
+    assert not hold_ended(held, dataclasses.replace(RELEASED, provider_payment_id="pay_2"))  # another's
+    for attempt, raised in ((held, ()), (charged, ("contradiction",))):
+        f = decide_outcome(attempt, RELEASED, ACCEPTED, NOW, order=OrderFacts(OrderStatus.PAID, False),
+                           recheck_after_s=60, actor="test")
+        assert (f.after, f.written, reasons(f)) == (S.SUCCEEDED, False, raised)
+
+
+def test_a_hold_is_warned_about_then_lapses_unless_a_capture_or_void_is_in_flight() -> None:
+    week, day = 7 * 86_400, 86_400
+
+    def step(after_s: float, live: bool = False) -> HoldStep:
+        return decide_hold(held_since=NOW, now=NOW + timedelta(seconds=after_s), lapse_s=week,
+                           warn_before_s=day, capture_or_cancel_live=live)
+
+    assert [step(s) for s in (0, week - day - 1, week - day, week - 1, week)] == [
+        HoldStep.WAIT, HoldStep.WAIT, HoldStep.WARN, HoldStep.WARN, HoldStep.LAPSED]
+    assert step(week + 1, live=True) is HoldStep.WAIT

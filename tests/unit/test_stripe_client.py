@@ -478,7 +478,7 @@ async def test_a_succeeded_intent_is_succeeded_with_its_evidence(
     ("obj", "kind", "reason"),
     [
         (intent("processing"), OutcomeKind.PROCESSING, None),
-        (intent("requires_capture"), OutcomeKind.PROCESSING, None),
+        (intent("requires_capture"), OutcomeKind.SUCCEEDED, None),  # a hold: nothing charged yet
         (intent("requires_confirmation"), OutcomeKind.PROCESSING, None),
         (intent("requires_payment_method"), OutcomeKind.PROCESSING, None),
         (

@@ -351,11 +351,43 @@ class OrderStatus(enum.StrEnum):
     VOIDED = "Voided"  # the hold was released, nothing charged
 
 
+# The provider status of a payment authorized for manual capture (a hold): Succeeded, nothing
+# charged yet; every provider's client reports its hold so (Cardco's and Stripe's own word).
+# Any other Succeeded payment charged its whole amount when it succeeded.
+HOLD_STATUS = "requires_capture"
+# What a hold's payment reports when the hold ends without a charge (voided, or lapsed).
+HOLD_RELEASED_STATUS = "canceled"
+
+
 # Orders whose payment took effect (charged or held): never payable again, never cancelled.
 PAID_ORDER_STATUSES: frozenset[OrderStatus] = frozenset({
     OrderStatus.PAID, OrderStatus.AUTHORIZED, OrderStatus.PARTIALLY_REFUNDED, OrderStatus.REFUNDED})
 _REFUND_STATUSES: frozenset[OrderStatus] = frozenset({
     OrderStatus.PAID, OrderStatus.PARTIALLY_REFUNDED, OrderStatus.REFUNDED})
+
+
+class HoldStep(enum.StrEnum):
+    """What recovery's hold task does with a held payment (:func:`decide_hold`)."""
+
+    WAIT = "wait"
+    WARN = "warn"  # the hold lapses soon: a person is asked to capture or void it
+    LAPSED = "lapsed"  # the hold lapsed uncaptured: the order is Voided, the store told
+
+
+def decide_hold(*, held_since: datetime, now: datetime, lapse_s: float, warn_before_s: float,
+                capture_or_cancel_live: bool) -> HoldStep:
+    """A held payment (its order Authorized) ``held_since`` its authorization: after ``lapse_s``
+    the provider released it, and the order is Voided; ``warn_before_s`` earlier a person is
+    told. A capture or cancel still in flight decides instead: it may yet have charged or
+    released the hold, and its own evidence will say."""
+    if capture_or_cancel_live:
+        return HoldStep.WAIT
+    lapses_at = held_since + timedelta(seconds=lapse_s)
+    if now >= lapses_at:
+        return HoldStep.LAPSED
+    if now >= lapses_at - timedelta(seconds=warn_before_s):
+        return HoldStep.WARN
+    return HoldStep.WAIT
 
 
 def order_status_after_operation(current: OrderStatus, kind: OperationKind, target: OperationState, *,
@@ -474,6 +506,7 @@ class EscalationReason(enum.StrEnum):
     CONTRADICTION = "contradiction"  # a final outcome against another recorded final state
     SUCCEEDED_AFTER_CANCEL = "succeeded-after-cancel"  # charged after the order was cancelled
     REFUND_RETURNED = "refund-returned"  # a succeeded refund the network sent back: not paid out
+    AUTHORIZATION_LAPSING = "authorization-lapsing"  # a hold lapses soon: capture or void it
     # Recovery's dead ends (the attempt stays Unknown; dead_ends closes them).
     DEADLINE = "deadline"  # the key window is closing or closed
     RESEND_REJECTED = "resend-rejected"  # a resend refused before execution: never again
@@ -715,7 +748,8 @@ class Decision:
     ``refused``: nothing may be done (the caller says why: ``TransitionRefused``, a conflict, a
     refused close). Else the attempt goes from ``before`` to ``after`` (``write`` None: nothing
     is written), its transition event carrying ``detail`` too, the ``escalations`` are opened,
-    on Succeeded the order is marked Paid (``order_paid``) and ``effects`` are queued in order;
+    on Succeeded the order is marked Paid (``order_paid``; Authorized when ``order_held``: the
+    payment holds the amount for a later capture) and ``effects`` are queued in order;
     ``finish_after_s``: a writer holding a lease schedules the next look and releases it in the
     same transaction (escalate and finish).
     """
@@ -726,6 +760,7 @@ class Decision:
     escalations: tuple[Escalation, ...] = ()
     refused: str | None = None
     order_paid: bool = False
+    order_held: bool = False  # the payment is a hold: the order is Authorized, not Paid
     effects: tuple[str, ...] = ()
     finish_after_s: float | None = None
     detail: Mapping[str, Any] = field(default_factory=dict)
@@ -837,6 +872,10 @@ def decide_outcome(attempt: Attempt, outcome: ProviderOutcome, verdict: Verdict,
 
     target = outcome.target_state
     if state in FINAL_STATES:
+        if hold_ended(attempt, outcome):
+            # The hold was captured, voided or lapsed: its operations (and the lapse task) say
+            # what that does; the payment's own record stays what it was.
+            return Decision(state, state, escalations=tuple(raised), finish_after_s=finish_after_s)
         if outcome.is_final and target is not state:
             raised.append(Escalation(EscalationReason.CONTRADICTION,
                                      {"recorded": state.value, "reported": target.value, "actor": actor}))
@@ -875,8 +914,21 @@ def decide_outcome(attempt: Attempt, outcome: ProviderOutcome, verdict: Verdict,
         raised.append(Escalation(EscalationReason.SUCCEEDED_AFTER_CANCEL, {"order_id": attempt.order_id},
                                  per_evidence=False))
     return Decision(state, target, write, tuple(raised), order_paid=order.status is OrderStatus.OPEN,
+                    order_held=outcome.provider_status == HOLD_STATUS,
                     effects=("order-confirmation", *(("fulfillment-request",) if fulfil else ())),
                     finish_after_s=finish_after_s)
+
+
+def hold_ended(attempt: Attempt, outcome: ProviderOutcome) -> bool:
+    """Whether ``outcome`` only says that a Succeeded hold ended: charged (a capture made the
+    payment ``succeeded``) or released (a void or a lapse made it ``canceled``). Neither
+    contradicts the payment's Succeeded: the hold's operations record what happened to it."""
+    if attempt.state is not AttemptState.SUCCEEDED or attempt.provider_status != HOLD_STATUS:
+        return False
+    if outcome.provider_payment_id is not None and outcome.provider_payment_id != attempt.provider_payment_id:
+        return False
+    return outcome.kind is OutcomeKind.SUCCEEDED or (
+        outcome.kind is OutcomeKind.FAILED and outcome.provider_status == HOLD_RELEASED_STATUS)
 
 
 # -- decide_pass: one recovery pass over a claimed attempt ----------------------------------------

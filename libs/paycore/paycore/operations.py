@@ -28,6 +28,7 @@ from paycore import escalations, outbox, queries
 from paycore.config import ProviderAccountConfig
 from paycore.domain import (
     FINAL_OPERATION_STATES,
+    HOLD_STATUS,
     OPERATION_EFFECTS,
     AttemptState,
     EscalationReason,
@@ -70,9 +71,6 @@ __all__ = [
 
 OPERATIONS = queries.load("payment_operations")  # every statement on the operations table
 
-# The provider status of a payment authorized for manual capture (a hold): Succeeded, nothing
-# charged yet. Any other Succeeded payment charged its whole amount when it succeeded.
-HOLD_STATUS = "requires_capture"
 # The database's half of "one capture or one cancel per payment" (migrations/0014).
 ONE_CAPTURE_OR_CANCEL = "one_capture_or_cancel_per_payment"
 MAX_REFERENCE_LEN = 64  # what every provider's reference field takes (Cardco's limit)

@@ -44,6 +44,7 @@ class Order:
     created_at: datetime
     version: int
     provider_account: str | None = None  # the account it is paid on; None: the default one
+    capture: str = "automatic"  # "manual": its payment is held (Authorized) for a capture later
 
     @classmethod
     def from_record(cls, r: asyncpg.Record) -> Order:
@@ -76,18 +77,22 @@ def new_order_id() -> str:
 async def create_order(
     conn: asyncpg.Connection | asyncpg.Pool, *, customer_id: str, amount_minor: int, currency: str,
     now: datetime, order_id: str | None = None, provider_account: str | None = None,
+    capture: str = "automatic",
 ) -> Order:
     row = await ORDERS.insert.fetchrow(conn, order_id=order_id or new_order_id(), customer_id=customer_id,
                                        amount_minor=amount_minor, currency=currency, now=now,
-                                       provider_account=provider_account)
+                                       provider_account=provider_account, capture=capture)
     assert row is not None
     return Order.from_record(row)
 
 
-async def order_account(conn: asyncpg.Connection | asyncpg.Pool, order_id: str) -> str | None:
-    """The provider account the order names (``None``: the default one, or no such order)."""
-    named: str | None = await ORDERS.account_of.fetchval(conn, order_id=order_id)
-    return named
+async def order_account(conn: asyncpg.Connection | asyncpg.Pool, order_id: str) -> tuple[str | None, bool]:
+    """The provider account the order names (``None``: the default one, or no such order), and
+    whether its payment is held for a capture later (``capture = 'manual'``)."""
+    row = await ORDERS.account_of.fetchrow(conn, order_id=order_id)
+    if row is None:
+        return None, False
+    return row["provider_account"], row["capture"] == "manual"
 
 
 async def get_order(conn: asyncpg.Connection | asyncpg.Pool, order_id: str, customer_id: str) -> Order:
@@ -134,9 +139,10 @@ async def cancel_order(pool: asyncpg.Pool, order_id: str, customer_id: str, now:
         return Order.from_record(row) if row is not None else order
 
 
-async def mark_paid(conn: asyncpg.Connection, order_id: str) -> None:
-    """The order is Paid (only an Open one changes); run in the transaction that records Succeeded."""
-    await ORDERS.mark_paid.execute(conn, order_id=order_id)
+async def mark_paid(conn: asyncpg.Connection, order_id: str, *, held: bool = False) -> None:
+    """The order is Paid, or Authorized when its payment is a hold (only an Open one changes); run
+    in the transaction that records Succeeded."""
+    await ORDERS.mark_paid.execute(conn, order_id=order_id, status="Authorized" if held else "Paid")
 
 
 async def set_status_after_operation(conn: asyncpg.Connection, order_id: str, status: OrderStatus) -> None:

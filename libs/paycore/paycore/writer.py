@@ -147,7 +147,7 @@ async def queue_success_effects(conn: asyncpg.Connection, attempt: Attempt, deci
     """The order marked Paid (when the decision says so) and the effects queued, in their order:
     the relay sends an attempt's effects in the order queued, the confirmation first."""
     if decision.order_paid:
-        await mark_paid(conn, attempt.order_id)
+        await mark_paid(conn, attempt.order_id, held=decision.order_held)
     payload = {
         "order_id": attempt.order_id,
         "amount_minor": attempt.amount_minor,

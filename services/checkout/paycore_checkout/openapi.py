@@ -27,7 +27,7 @@ REPLAYED = {"description": "`true` when this is the stored answer to an earlier 
 ORDER = {
     "type": "object",
     "required": ["order_id", "amount_minor", "currency", "currency_exponent", "status", "cancel_requested",
-                 "provider_account"],
+                 "provider_account", "capture"],
     "properties": {
         "order_id": {"type": "string"},
         "amount_minor": {"type": "integer", "minimum": 1},
@@ -36,6 +36,7 @@ ORDER = {
         "status": {"type": "string", "enum": [s.value for s in OrderStatus]},
         "cancel_requested": {"type": "boolean"},
         "provider_account": {"type": ["string", "null"]},
+        "capture": {"type": "string", "enum": ["automatic", "manual"]},
     },
 }
 NEW_ORDER = {
@@ -47,6 +48,9 @@ NEW_ORDER = {
                      "description": "an active ISO 4217 code with a minor unit"},
         "provider_account": {"type": "string", "description": "one of this checkout's configured accounts "
                                                               "(default: the first)"},
+        "capture": {"type": "string", "enum": ["automatic", "manual"], "default": "automatic",
+                    "description": "manual: the payment holds the amount (the order is Authorized) for a "
+                                   "capture or a void later (Cardco and Stripe accounts)"},
     },
 }
 PAYMENT_REQUEST = {

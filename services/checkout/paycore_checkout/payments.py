@@ -101,16 +101,17 @@ class CheckoutPayments:
         self.settings = settings
         self.metrics = metrics
 
-    async def _account_of(self, order_id: str) -> ProviderAccountConfig:
-        """The account the order is paid on: the one it names, else the default. An order never
-        changes its account, so reading it before the order is locked is safe."""
-        named = await order_account(self.pool, order_id)
+    async def _account_of(self, order_id: str) -> tuple[ProviderAccountConfig, bool]:
+        """The account the order is paid on (the one it names, else the default) and whether its
+        payment is held for a capture later. An order never changes either, so reading them
+        before the order is locked is safe."""
+        named, manual_capture = await order_account(self.pool, order_id)
         if named is None:
-            return self.settings.default_account
+            return self.settings.default_account, manual_capture
         account = self.settings.account(named)
         if account is None:  # configured when the order was created, removed since
             raise OrderNotPayable(order_id, "account-not-configured")
-        return account
+        return account, manual_capture
 
     async def pay(self, order_id: str, customer_id: str, payment_method: PaymentMethod) -> PaymentStatus:
         """Pay for an order, at most once; returns the attempt's durable status."""
@@ -118,7 +119,7 @@ class CheckoutPayments:
             return await self._pay(order_id, customer_id, payment_method)
 
     async def _pay(self, order_id: str, customer_id: str, payment_method: PaymentMethod) -> PaymentStatus:
-        account = await self._account_of(order_id)
+        account, manual_capture = await self._account_of(order_id)
         budgets = self.settings.budgets
 
         def body(reference: str, amount_minor: int, currency: str) -> str:
@@ -126,7 +127,8 @@ class CheckoutPayments:
             # recorded and the route answers 400. Anything else it raises is a bug, and surfaces.
             return self.client.build_request_body(account, amount_minor=amount_minor, currency=currency,
                                                   payment_method=payment_method, reference=reference,
-                                                  description=f"order {order_id}")
+                                                  description=f"order {order_id}",
+                                                  manual_capture=manual_capture)
 
         created_at = self.clock.now()
         try:

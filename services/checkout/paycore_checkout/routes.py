@@ -65,6 +65,7 @@ def _order_json(order: Order) -> dict[str, Any]:
         "status": order.status.value,
         "cancel_requested": order.cancel_requested_at is not None,
         "provider_account": order.provider_account,
+        "capture": order.capture,
     }
 
 
@@ -88,10 +89,13 @@ async def create_order_route(request: Request) -> Response:
     services = request.app.state.services
     customer = await services.auth.customer_id(request)
     body = await read_json_object(request, MAX_BODY)
-    _strict_fields(body, {"amount_minor", "currency", "provider_account"})
+    _strict_fields(body, {"amount_minor", "currency", "provider_account", "capture"})
     amount, currency = body.get("amount_minor"), body.get("currency")
-    account = body.get("provider_account")
+    account, capture = body.get("provider_account"), body.get("capture", "automatic")
     errors = []
+    if capture not in ("automatic", "manual"):
+        errors.append({"field": "capture", "message": "automatic (charged when it succeeds, the default) "
+                                                      "or manual (held, for a capture or a void later)"})
     if account is not None and (not isinstance(account, str) or services.settings.account(account) is None):
         configured = ", ".join(a.provider_account for a in services.settings.accounts)
         errors.append({"field": "provider_account",
@@ -110,10 +114,12 @@ async def create_order_route(request: Request) -> Response:
         raise Problem(400, "invalid-body", "Invalid order", "See errors.", errors=errors)
     assert isinstance(amount, int) and isinstance(currency, str)
     assert account is None or isinstance(account, str)
+    assert isinstance(capture, str)
 
     async def create() -> Response:
         order = await create_order(services.pool, customer_id=customer, amount_minor=amount,
-                                   currency=currency, now=services.clock.now(), provider_account=account)
+                                   currency=currency, now=services.clock.now(), provider_account=account,
+                                   capture=capture)
         return _json(_order_json(order), 201, headers={"Location": f"/orders/{order.order_id}"})
 
     # A retried create (a lost 201) with its Idempotency-Key gets the same order, not a second one.

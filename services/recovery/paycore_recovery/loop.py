@@ -1,5 +1,6 @@
 """The recovery sweep: claim due attempts in the reference's order, hand each to its rescuer;
-then the due captures, cancels and refunds (:mod:`paycore_recovery.rescuers.operations`).
+then the due captures, cancels and refunds (:mod:`paycore_recovery.rescuers.operations`) and
+the holds nobody captured (:mod:`paycore_recovery.rescuers.holds`).
 
 For every due attempt, in ``(next_check_at, created_at, attempt_id)`` order: claim it, then
 the rescuer of its kind (:mod:`paycore_recovery.rescuers`, deciding with
@@ -40,6 +41,7 @@ from paycore_recovery.metrics import RecoveryMetrics
 from paycore_recovery.pacing import Pacer
 from paycore_recovery.rescuers import rescuers_for
 from paycore_recovery.rescuers.base import Checkpoint, timing_of
+from paycore_recovery.rescuers.holds import HoldWatch
 from paycore_recovery.rescuers.operations import OperationRescuer
 from paycore_recovery.settings import RecoverySettings
 
@@ -140,6 +142,7 @@ class RecoveryWorker:
         # What follows a payment has its own rows and leases, and its own task (issue 29).
         self.operations = OperationRescuer(pool=pool, client=client, clock=clock, settings=settings,
                                            recovery=recovery, owner=self.owner)
+        self.holds = HoldWatch(pool=pool, client=client, clock=clock, settings=settings, recovery=recovery)
 
     # -- the sweep -------------------------------------------------------------------------
 
@@ -174,6 +177,7 @@ class RecoveryWorker:
         try:
             await self.operations.refund_charged_after_cancel()
             await self.operations.run_pass()
+            await self.holds.run_pass()
         except MAY_HAVE_COMMITTED:
             log.exception("claiming due operations failed; ending this sweep's operations")
             self.metrics.failures.inc()

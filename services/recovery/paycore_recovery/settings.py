@@ -41,6 +41,10 @@ SUCCEEDED_AFTER_CANCEL = RECOVERY.declare(
     "a payment charged after its order was cancelled: `refund` it automatically (its "
     "succeeded-after-cancel episode stays for a person to see) or only `escalate` "
     "(docs/decisions/0008-succeeded-after-cancel.md)")
+HOLD_LAPSE_WARNING = RECOVERY.declare(
+    "PAYCORE_HOLD_LAPSE_WARNING_S", SECONDS, 86_400.0,
+    "a payment held for manual capture: how long before its hold lapses a person is asked to "
+    "capture or void it (`authorization-lapsing`)")
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class RecoverySettings:
     # indexing lag (Stripe: usually under a minute, longer during incidents): it proves nothing.
     search_lag_s: float = SEARCH_LAG.default
     succeeded_after_cancel: str = SUCCEEDED_AFTER_CANCEL.default  # refund | escalate
+    hold_lapse_warning_s: float = HOLD_LAPSE_WARNING.default  # warn this long before a hold lapses
     # Reminder intervals are the library's (paycore.config.Settings): every service
     # that raises an escalation schedules its first reminder from the same setting.
 
@@ -85,4 +90,5 @@ def load_recovery_settings(app: Settings, env: Mapping[str, str] | None = None) 
         payment_token_ttl_s=PAYMENT_TOKEN_TTL.read(env),
         search_lag_s=SEARCH_LAG.read(env),
         succeeded_after_cancel=SUCCEEDED_AFTER_CANCEL.read(env),
+        hold_lapse_warning_s=HOLD_LAPSE_WARNING.read(env),
     ).validate(app)

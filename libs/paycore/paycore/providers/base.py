@@ -68,6 +68,7 @@ class Capabilities:
     :param key_retention_s: The documented idempotency-key retention. An account's
         configured ``key_retention_s`` (the ``provider_accounts`` row) governs the
         deadlines; this is what the contract promises.
+    :param hold_lapse_s: How long a hold lasts uncaptured before the provider releases it.
     :param server_errors_replayed: A request that failed after execution began is
         stored under its key and answered again, unchanged, to every same-key resend
         (a resend cannot learn more than a lookup).
@@ -76,6 +77,9 @@ class Capabilities:
     lookup_by_reference: ReferenceLookup
     key_retention_s: float
     server_errors_replayed: bool
+    # How long an uncaptured hold lasts before it lapses (Cardco's contract and Stripe's online
+    # card payments: 7 days); recovery warns a person before, and records the lapse after.
+    hold_lapse_s: float = 7 * 86_400
 
 
 # ---------------------------------------------------------------------------
@@ -345,10 +349,13 @@ class PaymentCalls(Protocol):
 
     def build_request_body(self, account: ProviderAccountConfig, *, amount_minor: int, currency: str,
                            payment_method: PaymentMethod, reference: str,
-                           description: str | None = None) -> str:
-        """The create request's body for ``account``, serialized once to be stored on the attempt.
+                           description: str | None = None, manual_capture: bool = False) -> str:
+        """The create request's body for ``account``, serialized once to be stored on the attempt;
+        ``manual_capture``: authorize and hold the amount, for a capture later (the payment then
+        succeeds with provider status :data:`paycore.domain.HOLD_STATUS`).
 
-        :raises ValueError: A value the provider's contract would reject (nothing is recorded).
+        :raises ValueError: A value the provider's contract would reject (nothing is recorded),
+            or manual capture where the provider's client has none.
         """
         ...
 

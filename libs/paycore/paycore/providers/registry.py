@@ -98,13 +98,13 @@ class ProviderRouter:
 
     def build_request_body(self, account: ProviderAccountConfig, *, amount_minor: int, currency: str,
                            payment_method: PaymentMethod, reference: str,
-                           description: str | None = None) -> str:
+                           description: str | None = None, manual_capture: bool = False) -> str:
         adapter = self.adapters.get(account.provider)
         if adapter is None:
             raise UnknownProvider(f"no provider adapter named {account.provider}")
         return adapter.build_request_body(account, amount_minor=amount_minor, currency=currency,
                                           payment_method=payment_method, reference=reference,
-                                          description=description)
+                                          description=description, manual_capture=manual_capture)
 
     def unbuildable_reason(self, stored: StoredRequest) -> str | None:
         return self._for(stored.provider_account).unbuildable_reason(stored)

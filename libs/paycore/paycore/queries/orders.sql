@@ -5,15 +5,17 @@
 -- the attempt row.
 
 -- name: insert
-INSERT INTO orders (order_id, customer_id, amount_minor, currency, created_at, provider_account)
-VALUES (:order_id, :customer_id, :amount_minor, :currency, :now, :provider_account)
+INSERT INTO orders (order_id, customer_id, amount_minor, currency, created_at, provider_account, capture)
+VALUES (:order_id, :customer_id, :amount_minor, :currency, :now, :provider_account, :capture)
 RETURNING *
 
 -- name: by_id
 SELECT * FROM orders WHERE order_id = :order_id
 
 -- name: account_of
-SELECT provider_account FROM orders WHERE order_id = :order_id
+-- What the order's payment request is made of besides its amount: the account (NULL: the
+-- default one) and whether it is held for a later capture.
+SELECT provider_account, capture FROM orders WHERE order_id = :order_id
 
 -- name: lock_order
 SELECT * FROM orders WHERE order_id = :order_id FOR UPDATE
@@ -38,8 +40,9 @@ WHERE order_id = :order_id AND status = 'Open' AND cancel_requested_at IS NULL
 RETURNING *
 
 -- name: mark_paid
--- Recording Succeeded and marking the order Paid happen in one transaction, under the order lock.
-UPDATE orders SET status = 'Paid', version = version + 1
+-- Recording Succeeded and marking the order Paid (Authorized for a hold) happen in one
+-- transaction, under the order lock.
+UPDATE orders SET status = :status, version = version + 1
 WHERE order_id = :order_id AND status = 'Open'
 
 -- name: set_status
@@ -47,3 +50,24 @@ WHERE order_id = :order_id AND status = 'Open'
 -- under the order lock, in the operation's outcome transaction. Unchanged is not written.
 UPDATE orders SET status = :status, version = version + 1
 WHERE order_id = :order_id AND status <> :status
+
+-- name: held_payments
+-- Held payments: their order Authorized (orders_authorized keeps this to the few held now), with
+-- when they were authorized (the send boundary: a hold never starts before it) and whether a
+-- capture or a cancel of them is still in flight.
+SELECT a.attempt_id, a.order_id, a.provider_account, a.provider_payment_id, a.amount_minor, a.currency,
+       a.first_sent_at,
+       EXISTS (SELECT 1 FROM payment_operations p
+               WHERE p.attempt_id = a.attempt_id AND p.kind IN ('capture', 'cancel')
+                 AND p.state IN ('NotStarted', 'Started', 'Unknown')) AS capture_or_cancel_live
+FROM orders o
+JOIN payment_attempts a ON a.order_id = o.order_id AND a.state = 'Succeeded'
+WHERE o.status = 'Authorized'
+ORDER BY a.first_sent_at, a.attempt_id
+LIMIT :batch
+
+-- name: void_lapsed
+-- A hold lapsed uncaptured: the order, still Authorized under its lock, is Voided.
+UPDATE orders SET status = 'Voided', version = version + 1
+WHERE order_id = :order_id AND status = 'Authorized'
+RETURNING order_id

@@ -29,6 +29,7 @@ import httpx
 
 from paycore.config import ProviderAccountConfig
 from paycore.domain import ProviderOutcome
+from paycore.errors import InvalidPaymentMethod
 from paycore.evidence import judge
 from paycore.providers.adapter import DeliveryVerifier
 from paycore.providers.adyen import notifications
@@ -65,7 +66,7 @@ class AdyenProvider(AdyenOperations):
 
     def build_request_body(self, account: ProviderAccountConfig, *, amount_minor: int, currency: str,
                            payment_method: PaymentMethod, reference: str,
-                           description: str | None = None) -> str:
+                           description: str | None = None, manual_capture: bool = False) -> str:
         """The ``/payments`` body for ``account`` (:func:`.request.build_request_body`): it names the
         merchant account and its ``returnUrl``. ``description`` is not sent (``/payments`` has no
         such field).
@@ -74,6 +75,10 @@ class AdyenProvider(AdyenOperations):
         :raises NotBuildable: ``account-not-configured``: an account this provider does not serve.
         """
         del description
+        if manual_capture:
+            # Adyen's answer to a held payment is the same "Authorised" as a captured one's:
+            # telling them apart needs the stored request at every reader; not built yet.
+            raise InvalidPaymentMethod("manual capture is not available for Adyen accounts yet")
         acct = self._configured(account.provider_account)
         return build_request_body(amount_minor=amount_minor, currency=currency, payment_method=payment_method,
                                   reference=reference, merchant_account=acct.account,

@@ -87,12 +87,12 @@ class CardcoClient(CardcoOperations):
 
     def build_request_body(self, account: ProviderAccountConfig, *, amount_minor: int, currency: str,
                            payment_method: PaymentMethod, reference: str,
-                           description: str | None = None) -> str:
+                           description: str | None = None, manual_capture: bool = False) -> str:
         """:func:`paycore.providers.cardco.request.build_request_body` (Cardco takes a token only)."""
         if not isinstance(payment_method, str):
             raise InvalidPaymentMethod("Cardco takes a payment-method token (tok_...), not an object")
         return build_request_body(amount_minor=amount_minor, currency=currency, payment_method=payment_method,
-                                  reference=reference, description=description)
+                                  reference=reference, description=description, manual_capture=manual_capture)
 
     # -- create -------------------------------------------------------------
 

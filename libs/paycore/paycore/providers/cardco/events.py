@@ -48,6 +48,7 @@ from paycore.webhook_signatures import InvalidSecret, VerificationFailed, Verifi
 EVENT_TYPES = frozenset({
     "payment.processing", "payment.requires_action", "payment.succeeded", "payment.declined",
     "payment.failed", "payment.canceled", "payment.refunded",
+    "payment.requires_capture",  # a hold placed: Succeeded, nothing charged yet (domain.HOLD_STATUS)
 })
 
 # The events about a refund or a capture: ``<object>.<its status>``.

@@ -27,6 +27,7 @@ def build_request_body(
     reference: str,
     description: str | None = None,
     return_url: str | None = None,
+    manual_capture: bool = False,
 ) -> str:
     """Serialize the body of ``POST /v1/payments``, once, for storing on the attempt.
 
@@ -41,6 +42,9 @@ def build_request_body(
     :param reference: The attempt's client reference (1 to 64 characters).
     :param description: Optional free text.
     :param return_url: Optional URL the customer returns to after an action.
+    :param manual_capture: ``"capture": "manual"``: authorize and hold (``requires_capture``);
+        left out otherwise (the contract's default is ``automatic``, so an automatic payment's
+        body stays what it always was).
     :return: The JSON text.
     :raises InvalidPaymentMethod: A value the contract would reject (a ``ValueError``).
     """
@@ -62,6 +66,8 @@ def build_request_body(
         body["description"] = description
     if return_url is not None:
         body["return_url"] = return_url
+    if manual_capture:
+        body["capture"] = "manual"
     return orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode("utf-8")
 
 

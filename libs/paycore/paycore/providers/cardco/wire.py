@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Final, TypeVar
 import httpx
 
 from paycore.config import MAX_BUDGET_S, ProviderAccountConfig
-from paycore.domain import Claim, ProviderOutcome
+from paycore.domain import HOLD_STATUS, Claim, ProviderOutcome
 from paycore.providers.http import NotBuildable, header_token
 from paycore.providers.json_body import UNREADABLE as UNREADABLE  # re-exported: the client compares with it
 from paycore.providers.json_body import Unreadable as Unreadable
@@ -33,10 +33,9 @@ NAME: Final = "cardco"
 PAYMENT_STATUSES: Final = frozenset(
     {"processing", "requires_action", "requires_capture", "succeeded", "declined", "failed", "canceled"}
 )
-# The statuses ProviderPayment.to_outcome maps. requires_capture (a hold) is not one yet:
-# parse_payment refuses it as it refused every unknown status before, so no caller turns
-# a hold into an attempt outcome by accident.
-OUTCOME_STATUSES: Final = PAYMENT_STATUSES - {"requires_capture"}
+# The statuses ProviderPayment.to_outcome maps: every one (a hold, requires_capture, is a
+# Succeeded payment whose provider status says nothing is charged yet: domain.HOLD_STATUS).
+OUTCOME_STATUSES: Final = PAYMENT_STATUSES
 CAPTURE_MODES: Final = frozenset({"automatic", "manual"})
 
 # 400 error codes that the contract documents as "rejected before execution,
@@ -124,6 +123,7 @@ class ProviderPayment:
         status              outcome
         ==================  ==========================================
         succeeded           ``succeeded``
+        requires_capture    ``succeeded``, provider status ``requires_capture`` (a hold)
         processing          ``processing`` (Started)
         requires_action     ``requires_action`` with the next action
         declined            ``failed``, reason ``declined:<code>``
@@ -133,8 +133,8 @@ class ProviderPayment:
 
         :return: The outcome, carrying the payment id, status, amount and
             currency.
-        :raises ValueError: A status this table does not map (``requires_capture``): it
-            must never fall through to ``failed``, a hold is not a failure.
+        :raises ValueError: A status this table does not map: it must never fall through to
+            ``failed``.
         """
         if self.status not in OUTCOME_STATUSES:
             raise ValueError(f"no outcome for payment status {self.status!r}")
@@ -142,6 +142,9 @@ class ProviderPayment:
                                   "claim": self.claim()}
         if self.status == "succeeded":
             return ProviderOutcome.succeeded(self.id, self.amount_minor, self.currency, claim=self.claim())
+        if self.status == HOLD_STATUS:  # authorized, held for a capture: nothing charged yet
+            return ProviderOutcome.succeeded(self.id, self.amount_minor, self.currency, claim=self.claim(),
+                                             provider_status=HOLD_STATUS)
         if self.status == "processing":
             return ProviderOutcome.processing(self.id, **common)
         if self.status == "requires_action":
@@ -168,8 +171,7 @@ class ProviderPayment:
 
 def parse_payment(obj: Any) -> ProviderPayment | None:
     """A payment object whose status :meth:`ProviderPayment.to_outcome` maps, or ``None`` when
-    the JSON does not fit the contract or the status is one it does not map (``requires_capture``:
-    refused as every unknown status was before it was defined)."""
+    the JSON does not fit the contract or the status is one it does not map."""
     payment = parse_payment_object(obj)
     if payment is None or payment.status not in OUTCOME_STATUSES:
         return None

@@ -150,7 +150,7 @@ class StripeProvider(StripeOperations):
 
     def build_request_body(self, account: ProviderAccountConfig, *, amount_minor: int, currency: str,
                            payment_method: PaymentMethod, reference: str,
-                           description: str | None = None) -> str:
+                           description: str | None = None, manual_capture: bool = False) -> str:
         """:func:`paycore.providers.stripe.request.build_request_body`, with ``account``'s ``return_url``.
 
         :raises InvalidPaymentMethod: As the body builder.
@@ -158,7 +158,8 @@ class StripeProvider(StripeOperations):
         """
         acct = self._configured(account.provider_account)
         return build_request_body(amount_minor=amount_minor, currency=currency, payment_method=payment_method,
-                                  reference=reference, description=description, return_url=acct.return_url)
+                                  reference=reference, description=description, return_url=acct.return_url,
+                                  manual_capture=manual_capture)
 
     # -- the account and the SDK -----------------------------------------------
 

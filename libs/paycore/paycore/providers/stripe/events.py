@@ -69,6 +69,7 @@ SIGNATURE_HEADER: Final = "stripe-signature"
 INTENT_EVENT_TYPES: Final = frozenset({
     "payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.processing",
     "payment_intent.requires_action", "payment_intent.canceled", "payment_intent.created",
+    "payment_intent.amount_capturable_updated",  # a hold placed: requires_capture (domain.HOLD_STATUS)
 })
 CHARGE_EVENT_TYPES: Final = frozenset({"charge.refunded"})
 EVENT_TYPES: Final = INTENT_EVENT_TYPES | CHARGE_EVENT_TYPES

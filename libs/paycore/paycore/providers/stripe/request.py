@@ -41,7 +41,7 @@ _REFERENCE_RE: Final = re.compile(r"[^'\\\x00-\x1f\x7f]{1,64}")
 # ``headers``…) can never be smuggled into a send.
 ALLOWED_PARAMS: Final = frozenset({
     "amount", "currency", "payment_method", "confirm", f"metadata[{REFERENCE_KEY}]", "description",
-    "return_url", "payment_method_types[]",
+    "return_url", "payment_method_types[]", "capture_method",
 })
 
 
@@ -66,7 +66,8 @@ def encode_form(pairs: list[tuple[str, str]]) -> str:
 
 
 def build_request_body(*, amount_minor: int, currency: str, payment_method: str | Mapping[str, Any],
-                       reference: str, description: str | None = None, return_url: str | None = None) -> str:
+                       reference: str, description: str | None = None, return_url: str | None = None,
+                       manual_capture: bool = False) -> str:
     """Serialize the body of ``POST /v1/payment_intents``, once, for storing on the attempt.
 
     ``amount``, ``currency`` (lower case), ``payment_method``, ``confirm=true``,
@@ -106,6 +107,8 @@ def build_request_body(*, amount_minor: int, currency: str, payment_method: str 
     ]
     if description is not None:
         pairs.append(("description", description))
+    if manual_capture:  # a hold: requires_capture until captured or cancelled
+        pairs.append(("capture_method", "manual"))
     if return_url is not None:
         pairs.append(("return_url", return_url))
     else:

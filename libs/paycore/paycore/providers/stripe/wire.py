@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from paycore.domain import Claim, ProviderOutcome
+from paycore.domain import HOLD_STATUS, Claim, ProviderOutcome
 from paycore.providers.http import is_token as is_token  # re-exported: the client checks header values
 from paycore.providers.json_body import UNREADABLE as UNREADABLE  # re-exported: the client compares with it
 from paycore.providers.json_body import is_int as _is_int
@@ -113,14 +113,18 @@ class PaymentIntent:
         requires_payment_method (no error)             ``processing``: created, not yet confirmed
         requires_confirmation                          ``processing``: we always send ``confirm=true``,
                                                        so it is not final; recovery keeps looking
-        requires_capture                               ``processing``: authorised, not captured (we
-                                                       never ask for manual capture); not final
+        requires_capture                               ``succeeded``, provider status
+                                                       ``requires_capture``: a hold (manual capture),
+                                                       authorised, nothing charged yet
         =============================================  ==============================================
         """
         common: dict[str, Any] = {"amount_minor": self.amount_minor, "currency": self.currency,
                                   "claim": self.claim(), "provider_status": self.status}
         if self.status == "succeeded":
             return ProviderOutcome.succeeded(self.id, self.amount_minor, self.currency, claim=self.claim())
+        if self.status == HOLD_STATUS:
+            return ProviderOutcome.succeeded(self.id, self.amount_minor, self.currency, claim=self.claim(),
+                                             provider_status=HOLD_STATUS)
         if self.status == "requires_action" and self.next_action is not None:
             return ProviderOutcome.requires_action(self.id, self.next_action, None, **common)
         if self.status == "requires_payment_method" and self.has_payment_error:
@@ -128,8 +132,8 @@ class PaymentIntent:
                                           provider_payment_id=self.id, **common)
         if self.status == "canceled":
             return ProviderOutcome.failed("canceled", provider_payment_id=self.id, **common)
-        # processing, requires_confirmation, requires_capture, requires_payment_method
-        # without an error: the intent exists and is not final.
+        # processing, requires_confirmation, requires_payment_method without an error: the
+        # intent exists and is not final.
         return ProviderOutcome.processing(self.id, **common)
 
 
