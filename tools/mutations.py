@@ -2006,4 +2006,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         t("tests/operations/test_holds.py", "test_a_lapse_read_before_a_capture_ended_records_nothing"),
         "a lapse is recorded once, and never over a capture or a void that ended first",
     ),
+    Mutation(
+        "operation-key-window-capped", OPERATIONS_SQL,
+        *in_query(OPERATIONS_SQL, "mark_started", "LEAST(pa.key_retention, make_interval(secs => :key_retention_cap_s))",
+                  "COALESCE(pa.key_retention, make_interval(secs => :key_retention_cap_s))"),
+        t("tests/operations/test_refund_flows.py", "test_a_partial_refund_ends_succeeded_by_the_providers_evidence"),
+        "an Adyen modification is resent only inside the 7 days Adyen keeps its key, not the payment's 31",
+    ),
 )

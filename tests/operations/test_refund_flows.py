@@ -25,6 +25,9 @@ from .support import effects_of, order_status, sender
 # The providers whose clients send refunds, captures and cancels (issue 29).
 OPERATION_PROVIDERS = ("cardco", "stripe", "adyen")
 # How a refund's only send ends, as each provider answers it.
+# escalation_deadline − first_sent_at of an operation: the provider's window for an operation's key
+# (Adyen keeps a modification's for 7 days, less than a payment's 31) minus the account's margin.
+OPERATION_KEY_WINDOW_S = {"cardco": 86_400 - 7_200, "stripe": 86_400 - 7_200, "adyen": 7 * 86_400 - 7_200}
 FIRST_ENDING = {"cardco": OperationState.SUCCEEDED, "stripe": OperationState.SUCCEEDED,
                 "adyen": OperationState.STARTED}
 
@@ -48,6 +51,9 @@ async def test_a_partial_refund_ends_succeeded_by_the_providers_evidence(flows: 
     async with sender(flows) as s:
         op = await s.request(attempt_id, OperationKind.REFUND, 1000, requested_by="test")
     assert isinstance(op, Operation) and op.state is FIRST_ENDING[flows.wire.name], op
+    assert op.first_sent_at is not None and op.escalation_deadline is not None
+    window = (op.escalation_deadline - op.first_sent_at).total_seconds()
+    assert window == OPERATION_KEY_WINDOW_S[flows.wire.name]  # resent only inside it
 
     async def succeeded() -> Operation | None:
         current = await get_operation(flows.pool, op.operation_id)

@@ -92,9 +92,10 @@ class OperationSender:
                     # Recovery looks first after the call and its record could have ended.
                     due = now + timedelta(seconds=budgets.call_s + budgets.record_s
                                           + self.settings.processing_allowance_s)
+                    cap = self.client.capabilities_of(operation.provider_account).operation_key_retention_s
                     async with self.pool.acquire() as conn:
                         started = await operations.start(conn, operation, now=now, next_check_at=due,
-                                                         actor="endpoint")
+                                                         actor="endpoint", key_retention_cap_s=cap)
             except MAY_HAVE_COMMITTED as exc:
                 log.warning("start of operation %s not confirmed (%s); reporting durable state",
                             operation.operation_id, type(exc).__name__)

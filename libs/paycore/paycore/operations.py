@@ -266,12 +266,14 @@ async def operations_of(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUI
 
 
 async def start(conn: asyncpg.Connection, operation: Operation, *, now: datetime, next_check_at: datetime,
-                actor: str) -> Operation | None:
+                actor: str, key_retention_cap_s: float | None = None) -> Operation | None:
     """NotStarted -> Started for ``operation`` as read (its version), with a ``send_intent`` event
-    naming it; ``None``: it moved meanwhile (or is not NotStarted), and nothing was written."""
+    naming it, its key window stamped (the account's retention, or ``key_retention_cap_s`` when
+    the provider keeps an operation's key for less); ``None``: it moved meanwhile (or is not
+    NotStarted), and nothing was written."""
     row = await OPERATIONS.mark_started.fetchrow(
         conn, operation_id=operation.operation_id, version=operation.version, now=now,
-        next_check_at=next_check_at, actor=actor,
+        next_check_at=next_check_at, actor=actor, key_retention_cap_s=key_retention_cap_s,
         detail={"operation_id": str(operation.operation_id), "operation": operation.kind.value,
                 "idempotency_key": operation.idempotency_key})
     return None if row is None else Operation.from_record(row)

@@ -80,6 +80,9 @@ class Capabilities:
     # How long an uncaptured hold lasts before it lapses (Cardco's contract and Stripe's online
     # card payments: 7 days); recovery warns a person before, and records the lapse after.
     hold_lapse_s: float = 7 * 86_400
+    # How long a capture's, cancel's or refund's key is kept, when shorter than the account's
+    # key retention (None: the same); an operation is resent only inside the shorter window.
+    operation_key_retention_s: float | None = None
 
 
 # ---------------------------------------------------------------------------

@@ -61,13 +61,16 @@ ORDER BY created_at, operation_id
 -- name: mark_started
 -- NotStarted -> Started, the operation's send boundary, with its send intent in the payment's
 -- history, in one statement: the event is written only with the move. Stamps the key window from
--- the provider-account row in force now, as for attempts: a later configuration change cannot
--- move this operation's deadline.
+-- the provider-account row in force now, as for attempts (a later configuration change cannot
+-- move this operation's deadline), capped by the provider's window for operations' keys
+-- (:key_retention_cap_s; Adyen keeps a modification's key for less than a payment's; NULL: no
+-- cap, since LEAST ignores NULLs).
 WITH moved AS (
     UPDATE payment_operations o
     SET state = 'Started',
         first_sent_at = :now,
-        escalation_deadline = :now::timestamptz + pa.key_retention - pa.escalation_margin,
+        escalation_deadline = :now::timestamptz
+            + LEAST(pa.key_retention, make_interval(secs => :key_retention_cap_s)) - pa.escalation_margin,
         next_check_at = :next_check_at,
         version = o.version + 1
     FROM provider_accounts pa

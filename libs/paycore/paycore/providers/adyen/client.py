@@ -47,6 +47,9 @@ CAPABILITIES: Final = Capabilities(
     # Adyen documents no replay of server errors: a 5xx under a key may be answered
     # differently by a resend, which is why a resend can still learn something.
     server_errors_replayed=False,
+    # A modification's key is kept 7 days (issue 29 takes Adyen's word for it): an operation's
+    # key window is the shorter of this and the account's retention.
+    operation_key_retention_s=7 * 86_400.0,
 )
 
 
