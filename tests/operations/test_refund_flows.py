@@ -9,13 +9,14 @@ notification too, and one about a refund of paycore's is read as the refund's.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from uuid import UUID
 
 import asyncpg
 import pytest
 
-from paycore.domain import OperationKind, OperationState
+from paycore.domain import OperationKind, OperationState, OperationStep
 from paycore.operations import Operation, get_operation
 from tests.support.providers import ProviderStack, running_provider_stack
 from tests.support.stack import eventually
@@ -98,3 +99,37 @@ async def test_a_held_payment_is_captured_in_part_then_refunded(flows: ProviderS
     assert await flows.pool.fetchval("SELECT count(*) FROM payment_escalations") == 0
     effects = await effects_of(flows.pool, attempt_id)
     assert effects == ["order-confirmation", "fulfillment-request", "captured", "refund-succeeded"]
+
+
+# How recovery resolves a refund whose answer was lost, per provider: Cardco's lookup by the
+# refund's reference finds it; Stripe's list of the intent's refunds, matched on the metadata
+# paycore set, finds it; Adyen has no lookup, so the same-key resend gets the key's answer,
+# "received": acknowledged (Started, never Succeeded) until its REFUND notification.
+LOST_RESPONSE_RECOVERY = {
+    "cardco": (OperationStep.APPLY_FOUND, OperationState.SUCCEEDED),
+    "stripe": (OperationStep.APPLY_FOUND, OperationState.SUCCEEDED),
+    "adyen": (OperationStep.RESEND, OperationState.STARTED),
+}
+
+
+async def test_a_refund_whose_answer_was_lost_is_resolved_by_recovery_once(flows: ProviderStack) -> None:
+    _, attempt_id = await paid(flows)
+    await flows.sandbox.fault("lose_response", times=1,
+                              match={"dialect": flows.wire.name, "operation": "refund"})
+    async with sender(flows) as s:
+        sending = asyncio.create_task(s.request(attempt_id, OperationKind.REFUND, 1000, requested_by="test"))
+
+        async def posted() -> bool:
+            return any(r["method"] == "POST" and "refund" in r["path"]
+                       for r in await flows.sandbox.requests())
+
+        await eventually(posted, what="the refund's POST")
+        flows.clock.advance(flows.settings.budgets.call_s)  # no answer within the call budget
+        lost = await sending
+    assert isinstance(lost, Operation) and lost.state is OperationState.UNKNOWN, lost
+    await flows.advance(flows.settings.recheck_after_s + 1)
+    step, state = LOST_RESPONSE_RECOVERY[flows.wire.name]
+    assert await flows.worker().operations.run_pass() == [step]
+    assert (await get_operation(flows.pool, lost.operation_id)).state is state
+    made = (await flows.sandbox.http.get("/_sandbox/refunds")).json()["data"]
+    assert len(made) == 1  # one refund at the provider, whatever was resent
