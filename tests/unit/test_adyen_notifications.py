@@ -35,6 +35,7 @@ from paycore.providers.base import (
     Notification,
     NotificationFormat,
     NotificationUnverified,
+    OperationNotification,
     Provider,
     VerifiedDelivery,
 )
@@ -337,9 +338,6 @@ def test_a_refund_names_the_payment_and_states_no_payment_amount(
     ({"eventCode": "CAPTURE"}, "not-applicable:CAPTURE:true"),
     ({"eventCode": "REPORT_AVAILABLE"}, "not-applicable:REPORT_AVAILABLE:true"),
     ({"eventCode": "SOMETHING_NEW"}, "not-applicable:SOMETHING_NEW:true"),
-    ({"eventCode": "REFUND", "success": "false", "originalReference": "NC6"}, "not-applicable:REFUND:false"),
-    ({"eventCode": "CANCELLATION", "success": "false", "originalReference": "NC6"},
-     "not-applicable:CANCELLATION:false"),
     ({"eventCode": "CANCEL_OR_REFUND", "originalReference": "NC6"}, "not-applicable:CANCEL_OR_REFUND:true"),
     ({"eventCode": "REFUND"}, "modification-without-original-reference"),
     ({"success": "maybe"}, "invalid-fields"),
@@ -351,6 +349,17 @@ def test_items_paycore_does_not_act_on_are_kept_not_applied(
     [d] = verify(provider, batch(signed(item(**fields))))
     assert isinstance(d.parsed, InvalidItem) and str(d.parsed) == why
     assert d.key is None and d.delivery_id  # kept raw under its synthesized id, never applied
+
+
+@pytest.mark.parametrize(("code", "kind"), [("REFUND", "refund"), ("CANCELLATION", "cancel")])
+def test_a_failed_refund_or_cancel_is_an_operations_news_not_the_payments(
+    provider: AdyenProvider, code: str, kind: str
+) -> None:
+    # Of no payment, but of a refund or cancel paycore may have sent: read as that operation's
+    # (the intake applies it to one of paycore's, or keeps it and tells a person).
+    [d] = verify(provider, batch(signed(item(eventCode=code, success="false", originalReference="NC6"))))
+    assert isinstance(d.parsed, OperationNotification) and d.key is not None
+    assert (d.parsed.outcome.operation.value, d.parsed.outcome.ending.value) == (kind, "failed")
 
 
 def test_a_live_batch_says_live(provider: AdyenProvider) -> None:

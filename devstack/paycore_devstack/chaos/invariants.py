@@ -368,18 +368,19 @@ FROM payment_attempts
 
 # Transitions in the order they were written: every writer holds the order lock,
 # so event ids follow the attempt's history (occurred_at is each writer's own clock).
-# An operator's attachment record carries no from/to and is not a transition of state.
+# An operator's attachment record carries no from/to and is not a transition of state; a
+# capture's, cancel's or refund's events (operation_id set) are the operation's, not the attempt's.
 SELECT_TRANSITIONS = """
 SELECT attempt_id::text AS attempt_id, detail ->> 'from' AS from_state, detail ->> 'to' AS to_state
 FROM payment_attempt_events
-WHERE kind = 'transition' AND attempt_id IS NOT NULL AND detail ? 'to'
+WHERE kind = 'transition' AND attempt_id IS NOT NULL AND operation_id IS NULL AND detail ? 'to'
 ORDER BY attempt_id, event_id
 """
 
 SELECT_SEND_INTENTS = """
 SELECT attempt_id::text AS attempt_id, count(*) AS intents
 FROM payment_attempt_events
-WHERE kind = 'send_intent' AND attempt_id IS NOT NULL
+WHERE kind = 'send_intent' AND attempt_id IS NOT NULL AND operation_id IS NULL
 GROUP BY attempt_id
 """
 

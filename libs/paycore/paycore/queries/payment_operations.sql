@@ -181,7 +181,7 @@ WHERE provider_account = :account AND client_reference = :reference
 -- own, not one made elsewhere.
 SELECT COALESCE(SUM(amount_minor), 0)::bigint FROM payment_operations
 WHERE attempt_id = :attempt_id AND kind = 'refund'
-  AND state IN ('NotStarted', 'Started', 'Unknown', 'Succeeded', 'Returned')
+  AND state NOT IN ('Failed', 'NotApplied')  -- live, Succeeded, or Returned
 
 -- name: charged_after_cancel
 -- Payments charged after their order was cancelled (their succeeded-after-cancel episode is
