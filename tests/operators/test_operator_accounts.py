@@ -165,7 +165,7 @@ async def test_disabling_needs_a_reason_and_an_operator(pool: asyncpg.Pool, cloc
     ("alice", "short pass", "operator", "at least 12 characters"),
     ("alice", "x" * 1025, "operator", "at most 1024"),
     ("alice-the-operator", "Alice-The-Operator", "operator", "must not be the operator's name"),
-    ("alice", PASSWORD, "admin", "role must be 'viewer' or 'operator'"),
+    ("alice", PASSWORD, "admin", "role must be 'viewer', 'operator' or 'refunder'"),
     ("", PASSWORD, "viewer", "operator name is required"),
     ("a" * 65, PASSWORD, "viewer", "longer than 64"),
     ("ali\x00ce", PASSWORD, "viewer", "must be printable"),

@@ -68,3 +68,39 @@ def format_amount(amount_minor: int, code: str) -> str:
         return f"{sign}{whole} {code}"
     major, minor = divmod(whole, 10**places)
     return f"{sign}{major}.{minor:0{places}d} {code}"
+
+
+class AmountNotReadable(ValueError):
+    """Typed money paycore will not guess at: its words say what to type instead."""
+
+
+def _digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()  # "١٢" and "１２" are digits to isdigit() alone
+
+
+def parse_amount(text: str, code: str) -> int:
+    """Money as people type it, in minor units: ``25``, ``25.5`` and ``25.50`` EUR are 2550,
+    ``500`` JPY is 500, ``1.5`` KWD is 1500. A point separates the decimals, and there are at most
+    the currency's own; no sign, no grouping (``1,000.00`` or ``1 000`` could mean two things),
+    more than zero and at most :func:`max_amount_minor`. Raises :class:`AmountNotReadable`."""
+    places = EXPONENTS.get(code)
+    if places is None:
+        raise AmountNotReadable(f"{code!r} is not a currency paycore takes")
+    typed = text.strip()
+    whole, point, fraction = typed.partition(".")
+    if not _digits(whole) or (point and not _digits(fraction)):
+        how = (f"type whole {code}, as in 25" if places == 0 else
+               f"type digits and a point before the decimals, as in 25.{'5'.ljust(places, '0')}")
+        raise AmountNotReadable(f"{typed!r} is not an amount: {how} (no sign, no separators)")
+    if len(whole.lstrip("0")) > len(str(max_amount_minor(code))):  # never past int()'s digit limit
+        raise AmountNotReadable(f"the amount is more than {format_amount(max_amount_minor(code), code)}")
+    if len(fraction) > places:
+        plural = "s" if places != 1 else ""
+        raise AmountNotReadable(f"{code} has {places} decimal{plural}, not {len(fraction)}" if places
+                                else f"{code} has no decimals")
+    minor: int = int(whole) * 10**places + (int(fraction.ljust(places, "0")) if places else 0)
+    if minor <= 0:
+        raise AmountNotReadable("the amount must be more than zero")
+    if minor > max_amount_minor(code):
+        raise AmountNotReadable(f"the amount is more than {format_amount(max_amount_minor(code), code)}")
+    return minor

@@ -3,7 +3,8 @@
 Every operator command -- acknowledging or resolving an escalation, attaching a
 stored notification, requeueing or skipping a dead-lettered outbox row, closing a
 dead end as not charged (:mod:`paycore.dead_ends`), resolving a conflict by choosing
-the owner (:mod:`paycore.conflicts`) -- calls
+the owner (:mod:`paycore.conflicts`), requesting, approving or rejecting a refund
+(:mod:`paycore.operator_refunds`) -- calls
 :func:`record_action` inside the transaction that performs it, so the record
 commits with the action or not at all; a refused action records nothing. The
 database refuses UPDATE, DELETE and TRUNCATE on the table.
@@ -56,12 +57,19 @@ class ActionKind(enum.StrEnum):
     OPERATOR_ENABLE = "operator-enable"
     OPERATOR_ROLE = "operator-role"
     OPERATOR_END_SESSIONS = "operator-end-sessions"
+    # paycore.operator_refunds (migration 0017): a refund sent at once or left for approval,
+    # and a second operator's decision on one.
+    REFUND_REQUEST = "refund-request"
+    REFUND_APPROVE = "refund-approve"
+    REFUND_REJECT = "refund-reject"
 
 
 # An acknowledgement only says "I have seen it"; adding an account, a new password and ending
-# sessions are their own reason (the record names who did it). Everything else says why.
+# sessions are their own reason (the record names who did it), and an approval carries the
+# request's. Everything else says why.
 REASON_OPTIONAL = frozenset({ActionKind.ESCALATION_ACKNOWLEDGE, ActionKind.OPERATOR_ADD,
-                             ActionKind.OPERATOR_PASSWORD, ActionKind.OPERATOR_END_SESSIONS})
+                             ActionKind.OPERATOR_PASSWORD, ActionKind.OPERATOR_END_SESSIONS,
+                             ActionKind.REFUND_APPROVE})
 
 
 class InvalidOperatorAction(PaycoreError, ValueError):

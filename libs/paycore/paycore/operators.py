@@ -2,8 +2,8 @@
 
 An account has a name (an operator handle, the same rules as
 :func:`paycore.operator_actions.validate_operator`), a role -- ``viewer`` reads,
-``operator`` acts -- and an argon2id password hash. Accounts are added, disabled
-and enabled again, given a new password or role, never deleted or renamed: the
+``operator`` acts, ``refunder`` also sends money back -- and an argon2id password hash.
+Accounts are added, disabled and enabled again, given a new password or role, never deleted or renamed: the
 record of operator actions names them, and each change is itself recorded there
 (who did it, in the same transaction). A change that ends the account's console
 sessions (disabling it, a new password, a new role, an admin ending them) ends
@@ -83,12 +83,14 @@ class Role(enum.StrEnum):
 
     VIEWER = "viewer"  # reads every page
     OPERATOR = "operator"  # and acts
+    # and sends money back: requests and approves refunds, captures and voids (migration 0017)
+    REFUNDER = "refunder"
 
     def allows(self, needed: Role) -> bool:
         return _RANK[self] >= _RANK[needed]
 
 
-_RANK = {Role.VIEWER: 0, Role.OPERATOR: 1}
+_RANK = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.REFUNDER: 2}
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,8 @@ def parse_role(role: str) -> Role:
     try:
         return Role(role)
     except ValueError:
-        raise OperatorAccountRefused(f"role must be 'viewer' or 'operator', got {role!r}") from None
+        *others, last = [repr(r.value) for r in Role]
+        raise OperatorAccountRefused(f"role must be {', '.join(others)} or {last}, got {role!r}") from None
 
 
 def check_password_policy(name: str, password: str) -> None:

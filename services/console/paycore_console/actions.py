@@ -13,9 +13,14 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from paycore import conflicts, dead_ends, escalations, notifications, outbox_admin
+from paycore import conflicts, dead_ends, escalations, notifications, operator_refunds, outbox_admin
+from paycore.attempt_row import get_attempt
+from paycore.currencies import AmountNotReadable, format_amount, parse_amount
 from paycore.errors import NotFound
+from paycore.operation_sends import OperationSender
+from paycore.operations import Operation
 from paycore.operator_actions import InvalidOperatorAction, OperatorAction
+from paycore.operator_refunds import RefundPending, RefundSent
 from paycore_console import inspection
 from paycore_console.credentials import Principal
 from paycore_console.inspection import jsonable
@@ -47,7 +52,7 @@ class Done:
 
 REFUSALS: tuple[type[Exception], ...] = (
     escalations.EscalationActionRefused, conflicts.ConflictResolutionRefused, dead_ends.CloseRefused,
-    notifications.AttachRefused, outbox_admin.OutboxActionRefused,
+    notifications.AttachRefused, outbox_admin.OutboxActionRefused, operator_refunds.RefundRefused,
 )
 
 
@@ -194,3 +199,90 @@ async def list_attempts(c: Console, *, state: str | None, account: str | None, o
 
 class BadQuery(ValueError):
     """A listing's filter that is not one (answered 400 like any bad query)."""
+
+
+# -- refunds -----------------------------------------------------------------------------------
+
+
+def _sender(c: Console) -> OperationSender:
+    if c.sender is None:
+        raise ActionRefused("conflict", "this console sends no refunds: no provider account is configured "
+                                        "for it (docs/operators.md, \"Refunds\")")
+    return c.sender
+
+
+async def payment_currency(c: Console, attempt_id: UUID) -> str:
+    """The payment's currency (what a typed amount is in), or refused as not found."""
+    payment = await _run(get_attempt(c.pool, attempt_id))
+    currency: str = payment.currency
+    return currency
+
+
+def parse_refund_amount(typed: str | None, currency: str) -> int:
+    """A form's amount, typed in major units of the payment's currency, in minor units."""
+    try:
+        return parse_amount(typed or "", currency)
+    except AmountNotReadable as exc:
+        raise ActionRefused("invalid", str(exc)) from None
+
+
+def refund_sent_message(op: Operation) -> str:
+    """What became of a refund sent once, in words: its state as recorded after the send."""
+    amount = format_amount(op.amount_minor, op.currency)
+    state = op.state.value
+    if state == "Succeeded":
+        return f"Refund of {amount} succeeded (operation {op.operation_id})."
+    if state in ("Started", "Unknown"):
+        return (f"Refund of {amount} sent; it is {state}: the provider has not confirmed it yet, and "
+                f"recovery will establish it (operation {op.operation_id}). Do not send it again.")
+    return (f"Refund of {amount} was not made: it is {state} ({op.outcome_reason or 'no reason given'}; "
+            f"operation {op.operation_id}).")
+
+
+async def refund(c: Console, who: Principal, attempt_id: UUID, amount_minor: int, reason: str | None) -> Done:
+    """Refund ``amount_minor`` of the payment as ``who``: sent at once up to the approval threshold,
+    else left for a second refunder. Runs to its end even if the browser goes away."""
+    sender = _sender(c)
+    done = await _run(c.finish(operator_refunds.request_refund(
+        sender, attempt_id, amount_minor, operator=who.name, reason=reason or "",
+        approval_above_minor=c.settings.refund_approval_above_minor)))
+    if isinstance(done, RefundPending):
+        a = done.approval
+        threshold = format_amount(c.settings.refund_approval_above_minor, a.currency)
+        return Done(f"Refund of {format_amount(a.amount_minor, a.currency)} is above {threshold}: it waits "
+                    f"for another refunder's approval (request {a.approval_id}). Nothing was sent.",
+                    done.recorded, _pending_result(a))
+    assert isinstance(done, RefundSent)
+    return Done(refund_sent_message(done.operation), done.recorded, _sent_result(done))
+
+
+def _sent_result(done: RefundSent) -> dict[str, Any]:
+    op = done.operation
+    return {"status": "sent", "approval_id": done.approval.approval_id if done.approval else None,
+            "operation_id": op.operation_id, "state": op.state.value, "amount_minor": op.amount_minor,
+            "currency": op.currency, "provider_status": op.provider_status,
+            "provider_operation_id": op.provider_operation_id}
+
+
+def _pending_result(a: operator_refunds.RefundApproval) -> dict[str, Any]:
+    return {"status": "pending", "approval_id": a.approval_id, "operation_id": None, "state": None,
+            "amount_minor": a.amount_minor, "currency": a.currency, "provider_status": None,
+            "provider_operation_id": None}
+
+
+async def approve_refund(c: Console, who: Principal, approval_id: int, reason: str | None) -> Done:
+    """Approve another operator's refund: recorded and sent once (a second approval is refused)."""
+    sender = _sender(c)
+    done: RefundSent = await _run(c.finish(operator_refunds.approve_refund(
+        sender, approval_id, operator=who.name, reason=reason or None)))
+    return Done(f"Approved request {approval_id}. {refund_sent_message(done.operation)}", done.recorded,
+                {**_sent_result(done), "attempt_id": done.operation.attempt_id})
+
+
+async def reject_refund(c: Console, who: Principal, approval_id: int, reason: str | None) -> Done:
+    done = await _run(operator_refunds.reject_refund(c.pool, approval_id, operator=who.name,
+                                                     reason=reason or "", now=c.clock.now()))
+    a = done.approval
+    return Done(f"Rejected request {approval_id}: the refund of {format_amount(a.amount_minor, a.currency)} "
+                "will not be sent.", done.recorded,
+                {**_pending_result(a), "status": "rejected", "attempt_id": a.attempt_id})

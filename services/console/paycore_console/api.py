@@ -21,13 +21,14 @@ from starlette.routing import Route
 
 from paycore.domain import AttemptState
 from paycore.operator_actions import OperatorAction
+from paycore.operator_refunds import RefundApproval
 from paycore_console import (
     actions,
     ids,  # noqa: F401  (registers the {name:id} route convertor)
     inspection,
 )
 from paycore_console.actions import Done
-from paycore_console.auth import CSRF_HEADER, Caller, authenticate, check_csrf, may_act
+from paycore_console.auth import CSRF_HEADER, Caller, authenticate, check_csrf, may_act, may_refund
 from paycore_console.context import Console, console_of
 from paycore_console.credentials import Principal
 from paycore_console.errors import BadRequest
@@ -62,6 +63,12 @@ async def acting(request: Request) -> tuple[Console, Principal, dict[str, Any]]:
     if not isinstance(parsed, dict):
         raise BadRequest("the body must be a JSON object")
     return c, who, parsed
+
+
+async def refunding(request: Request) -> tuple[Console, Principal, dict[str, Any]]:
+    """An action POST's checks (:func:`acting`), and then the role that may send money back."""
+    c, who, body = await acting(request)
+    return c, may_refund(who), body
 
 
 def _text(body: dict[str, Any], name: str) -> str | None:
@@ -220,6 +227,32 @@ async def post_skip(request: Request) -> Response:
     return await _done(actions.skip(c, who, request.path_params["message_id"], _text(body, "reason")))
 
 
+async def post_refund(request: Request) -> Response:
+    c, who, body = await refunding(request)
+    amount = body.get("amount_minor")
+    if type(amount) is not int:
+        raise BadRequest("amount_minor is required: a whole number of the payment's minor units")
+    attempt_id: UUID = request.path_params["attempt_id"]
+    return await _done(actions.refund(c, who, attempt_id, amount, _text(body, "reason")))
+
+
+async def get_refund_approvals(request: Request) -> Response:
+    c, _ = await reading(request)
+    return json_response({"items": await inspection.pending_refunds(c.pool), "next_cursor": None})
+
+
+async def post_refund_approve(request: Request) -> Response:
+    c, who, body = await refunding(request)
+    approval_id: int = request.path_params["approval_id"]
+    return await _done(actions.approve_refund(c, who, approval_id, _text(body, "reason")))
+
+
+async def post_refund_reject(request: Request) -> Response:
+    c, who, body = await refunding(request)
+    approval_id: int = request.path_params["approval_id"]
+    return await _done(actions.reject_refund(c, who, approval_id, _text(body, "reason")))
+
+
 # -- the table ------------------------------------------------------------------------------
 
 
@@ -283,6 +316,14 @@ PREVIEW: Schema = {  # actions.preview_json
 }
 
 
+REFUND_RESULT: dict[str, Schema] = {  # actions._sent_result / _pending_result
+    "status": {"type": "string", "enum": ["sent", "pending", "rejected"]},
+    "approval_id": {"type": ["integer", "null"]},
+    "operation_id": {"type": ["string", "null"], "format": "uuid"},
+    "state": {"type": ["string", "null"], "description": "the refund's state as recorded after its one send"},
+    "amount_minor": INTEGER, "currency": {"type": "string"},
+    "provider_status": {"type": ["string", "null"]}, "provider_operation_id": {"type": ["string", "null"]},
+}
 PAGE = (("limit", "integer", f"page size, 1..{inspection.MAX_PAGE}"),
         ("cursor", "string", "next_cursor of the previous page"))
 REASON_REQUIRED = {"reason": ("string", "why (recorded)", True)}
@@ -333,6 +374,25 @@ ENDPOINTS: tuple[Endpoint, ...] = (
                    "expected_version": ("integer", "the version you looked at; refused if it changed",
                                         False)},
              answer=_recorded(attempt_id=UUID_TEXT, state=STATE, resolved_escalations=IDS)),
+    Endpoint("POST", "/api/v1/attempts/{attempt_id:uuid}/refund", post_refund,
+             "Refund part or all of a payment (the refunder role): recorded and sent once, right away, up "
+             "to PAYCORE_CONSOLE_REFUND_APPROVAL_ABOVE_MINOR; above it, left pending for a second refunder; "
+             "refused (409) when the payment cannot give it back",
+             body={"amount_minor": ("integer", "how much, in the payment's minor units", True),
+                   **REASON_REQUIRED},
+             answer=_recorded(**REFUND_RESULT)),
+    Endpoint("GET", "/api/v1/refund-approvals", get_refund_approvals,
+             "Refunds waiting for a second refunder's approval, oldest first (at most "
+             f"{inspection.MAX_PAGE}; next_cursor is always null)",
+             answer=_page_of(RefundApproval)),
+    Endpoint("POST", "/api/v1/refund-approvals/{approval_id:id}/approve", post_refund_approve,
+             "Approve another operator's refund (the refunder role; never your own): recorded and sent "
+             "once; approving it again is refused",
+             body={"reason": ("string", "optional note (recorded)", False)},
+             answer=_recorded(**REFUND_RESULT, attempt_id=UUID_TEXT)),
+    Endpoint("POST", "/api/v1/refund-approvals/{approval_id:id}/reject", post_refund_reject,
+             "Reject another operator's refund (the refunder role; never your own): nothing is sent",
+             body=REASON_REQUIRED, answer=_recorded(**REFUND_RESULT, attempt_id=UUID_TEXT)),
     Endpoint("GET", "/api/v1/notifications/unmatched", get_unmatched,
              "Stored notifications no attempt matched and no operator attached, oldest first", PAGE,
              answer=_page_of(inspection.UnmatchedNotification)),

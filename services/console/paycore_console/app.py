@@ -31,6 +31,9 @@ from paycore.http.outage import DatabaseOutage, not_ready
 from paycore.http.request_id import RequestIdMiddleware
 from paycore.http.request_metrics import instrument
 from paycore.http.unhandled import UnhandledErrorMiddleware
+from paycore.operation_sends import OperationSender
+from paycore.providers.base import PaymentCalls
+from paycore.providers.registry import for_accounts
 from paycore.tracing import instrument_app
 from paycore_console import api, errors, pages
 from paycore_console.context import Console, console_of
@@ -107,7 +110,9 @@ def templates() -> jinja2.Environment:
 
 
 def create_app(settings: ConsoleSettings, *, clock: Clock | None = None,
-               pool: asyncpg.Pool | None = None) -> Starlette:
+               pool: asyncpg.Pool | None = None, client: PaymentCalls | None = None) -> Starlette:
+    """``client``: the providers refunds are sent to (tests pass theirs); by default one for the
+    provider accounts configured, and none -- refunds refused -- when no account is."""
     clock = clock or SystemClock()
     auth = ConsoleAuth(settings.auth)
     env = templates()
@@ -119,13 +124,26 @@ def create_app(settings: ConsoleSettings, *, clock: Clock | None = None,
         if pool is None and settings.database_url is None:
             raise RuntimeError("PAYCORE_DATABASE_URL is not set")
         db = pool or await create_pool(settings.database_url or "", max_size=10)
-        app.state.console = Console(settings, clock, db, auth, env, outage)
+        core = settings.core
+        own_client = client is None and bool(core.accounts)
+        provider = client or (for_accounts(core.accounts, clock,
+                                           max_call_duration_s=core.budgets.max_call_duration_s)
+                              if core.accounts else None)
+        sender = (OperationSender(pool=db, client=provider, clock=clock, settings=core)
+                  if provider is not None else None)
+        console = Console(settings, clock, db, auth, env, outage, sender)
+        app.state.console = console
         outage.start(db)
-        log.info("console ready")
+        accounts = ", ".join(a.provider_account for a in core.accounts)
+        log.info("console ready; refunds %s", f"sent for {accounts}" if sender is not None
+                 else "refused: no provider account is configured")
         try:
             yield
         finally:
+            await console.drain(core.budgets.call_s + core.budgets.record_s)
             await outage.aclose()
+            if own_client and provider is not None:
+                await provider.aclose()
             if own_pool:
                 await db.close()
 

@@ -49,6 +49,10 @@ class Caller:
     def can_act(self) -> bool:
         return self.principal.role.allows(Role.OPERATOR)
 
+    @property
+    def can_refund(self) -> bool:
+        return self.principal.role.allows(Role.REFUNDER)
+
 
 def bearer_token(request: Request) -> str | None:
     header = request.headers.get("authorization", "")
@@ -78,6 +82,12 @@ def check_csrf(auth: ConsoleAuth, caller: Caller, submitted: str | None) -> None
 def may_act(caller: Caller) -> Principal:
     """The principal, if its role may change anything; else :class:`~.credentials.Forbidden`."""
     return require(Role.OPERATOR, caller.principal)
+
+
+def may_refund(principal: Principal) -> Principal:
+    """``principal``, if its role may send money back (refunds, and deciding on them); else
+    :class:`~.credentials.Forbidden`."""
+    return require(Role.REFUNDER, principal)
 
 
 # -- the sign-in form's own token -------------------------------------------------------------

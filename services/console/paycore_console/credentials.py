@@ -78,7 +78,7 @@ CONSOLE_AUDIENCE = CONSOLE.declare(
     shown_default="— (no bearer tokens)")
 ROLE_CLAIM = CONSOLE.declare(
     "PAYCORE_CONSOLE_ROLE_CLAIM", Text(printable=True), "paycore_role",
-    "the claim of an operator's bearer token that holds `viewer` or `operator`")
+    "the claim of an operator's bearer token that holds `viewer`, `operator` or `refunder`")
 
 TOKEN_VERSION = 1
 SESSION_ID_BYTES = 16
@@ -302,7 +302,7 @@ class ConsoleAuth:
         role_value = claims.get(self.settings.role_claim)
         if not isinstance(role_value, str) or role_value not in {r.value for r in Role}:
             raise OperatorTokenRefused(f"the token's {self.settings.role_claim!r} claim is not "
-                                       "'viewer' or 'operator'")
+                                       "'viewer', 'operator' or 'refunder'")
         sub = claims.get("sub")
         # Verbatim: a subject that is empty, or that trimming would change, names nobody.
         name = OIDC_PREFIX + sub if isinstance(sub, str) and sub and sub.strip() == sub else ""

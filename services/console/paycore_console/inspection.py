@@ -38,10 +38,11 @@ from uuid import UUID
 import asyncpg
 import orjson
 
-from paycore import escalations, events, queries
-from paycore.domain import LIVE_STATES, AttemptState
+from paycore import escalations, events, operations, operator_refunds, queries
+from paycore.domain import LIVE_STATES, AttemptState, Headroom
 from paycore.errors import PaycoreError
 from paycore.operator_actions import OperatorAction, list_actions
+from paycore.operator_refunds import RefundApproval
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 500
@@ -420,6 +421,24 @@ class OutboxRow:
 
 
 @dataclass(frozen=True)
+class OperationSummary:
+    """A capture, cancel or refund of the payment, without its stored request, and its timeline."""
+
+    operation_id: UUID
+    kind: str
+    amount_minor: int
+    currency: str
+    state: str
+    provider_status: str | None
+    outcome_reason: str | None
+    provider_operation_id: str | None
+    requested_by: str
+    created_at: datetime
+    first_sent_at: datetime | None
+    timeline: tuple[HistoryEvent, ...]  # oldest first
+
+
+@dataclass(frozen=True)
 class AttemptDetail:
     attempt: AttemptSummary
     order: OrderSummary
@@ -428,6 +447,9 @@ class AttemptDetail:
     outbox: tuple[OutboxRow, ...]
     escalations: tuple[EscalationItem, ...]
     actions: tuple[OperatorAction, ...]  # newest first
+    operations: tuple[OperationSummary, ...]  # oldest first
+    headroom: Headroom  # what the payment has captured and can still refund and capture
+    refund_approvals: tuple[RefundApproval, ...]  # newest first
 
 
 # The fields of a notification's stored detail a person may see (event_detail in paycore.notifications).
@@ -472,7 +494,30 @@ async def attempt_detail(conn: Conn, attempt_id: UUID) -> AttemptDetail | None:
         escalations=tuple(EscalationItem(**dict(r))
                           for r in await READS.escalations_of_attempt.fetch(conn, attempt_id=attempt_id)),
         actions=tuple(await list_actions(conn, attempt_id=attempt_id, limit=ACTIONS_SHOWN)),
+        operations=await operations_of_payment(conn, attempt_id),
+        headroom=await operator_refunds.payment_headroom(conn, attempt_id),
+        refund_approvals=tuple(await operator_refunds.approvals_of(conn, attempt_id)),
     )
+
+
+async def operations_of_payment(conn: Conn, attempt_id: UUID) -> tuple[OperationSummary, ...]:
+    """The payment's captures, cancels and refunds, oldest first, each with its events."""
+    found = await operations.operations_of(conn, attempt_id)
+    timelines: dict[UUID, list[HistoryEvent]] = {op.operation_id: [] for op in found}
+    if found:
+        for e in await READS.operation_events.fetch(conn, operation_ids=list(timelines)):
+            timelines[e["operation_id"]].append(
+                HistoryEvent(e["event_id"], e["occurred_at"], e["kind"], e["actor"],
+                             _event_summary(e["kind"], e["detail"])))
+    return tuple(OperationSummary(
+        op.operation_id, op.kind.value, op.amount_minor, op.currency, op.state.value, op.provider_status,
+        op.outcome_reason, op.provider_operation_id, op.requested_by, op.created_at, op.first_sent_at,
+        tuple(timelines[op.operation_id])) for op in found)
+
+
+async def pending_refunds(conn: Conn) -> list[RefundApproval]:
+    """Refunds waiting for a second operator, oldest first (at most a page the size of MAX_PAGE)."""
+    return await operator_refunds.pending_approvals(conn, limit=MAX_PAGE)
 
 
 # -- attempts, listed -------------------------------------------------------------------------

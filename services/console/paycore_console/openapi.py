@@ -83,7 +83,7 @@ def document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
                            "description": "an identity-provider token for PAYCORE_CONSOLE_AUDIENCE with the "
-                                          "role claim (viewer or operator)"},
+                                          "role claim (viewer, operator or refunder)"},
                 "session": {"type": "apiKey", "in": "cookie", "name": "paycore_console_session",
                             "description": "the console's session; POSTs also need X-CSRF-Token"},
             },

@@ -19,6 +19,7 @@ from starlette.routing import Route
 from paycore import conflicts, operator_sessions
 from paycore.accounts import PROVIDER_ACCOUNTS
 from paycore.conflicts import CONFLICT_REASONS
+from paycore.currencies import exponent
 from paycore.dead_ends import is_dead_end
 from paycore.domain import LIVE_STATES, AttemptState
 from paycore.operator_sessions import EndReason
@@ -44,6 +45,7 @@ from paycore_console.auth import (
     client_address,
     login_csrf_token,
     may_act,
+    may_refund,
     new_login_nonce,
     set_cookie,
 )
@@ -118,6 +120,12 @@ async def acting(request: Request) -> tuple[Console, Principal, dict[str, str]]:
     form = await read_form(request)
     check_csrf(c.auth, caller, form.get(CSRF_FIELD))
     return c, may_act(caller), form
+
+
+async def refunding(request: Request) -> tuple[Console, Principal, dict[str, str]]:
+    """An action POST's checks (:func:`acting`), and then the role that may send money back."""
+    c, who, form = await acting(request)
+    return c, may_refund(who), form
 
 
 async def act(request: Request, back: str, action: Awaitable[Done]) -> Response:
@@ -366,7 +374,16 @@ async def attempt_page(request: Request) -> Response:
     found = await actions.attempt_detail(c.pool, attempt_id)
     return render(request, "attempt.html", caller, title=f"Attempt {attempt_id}", nav="attempts", d=found,
                   a=found.attempt, closable=closable(found), now=c.clock.now(),
-                  live_states=[s.value for s in LIVE_STATES])
+                  live_states=[s.value for s in LIVE_STATES], refunds=refund_form(c, found))
+
+
+def refund_form(c: Console, d: inspection.AttemptDetail) -> dict[str, Any] | None:
+    """What the refund form needs, when the payment has something left to refund; else None."""
+    if d.headroom.refundable_minor <= 0:
+        return None
+    places = exponent(d.attempt.currency)
+    return {"sends": c.sender is not None, "threshold_minor": c.settings.refund_approval_above_minor,
+            "pattern": r"[0-9]+" if not places else rf"[0-9]+(\.[0-9]{{1,{places}}})?"}
 
 
 async def attempt_close(request: Request) -> Response:
@@ -376,6 +393,50 @@ async def attempt_close(request: Request) -> Response:
     expected = int(raw_version) if raw_version.isdigit() else None
     return await act(request, f"/attempts/{attempt_id}", actions.close_attempt(
         c, who, attempt_id, form.get("reason"), form.get("checked_at_provider"), expected))
+
+
+async def attempt_refund(request: Request) -> Response:
+    """Refund part or all of the payment: sent at once, or left for a second refunder's approval."""
+    c, who, form = await refunding(request)
+    attempt_id: UUID = request.path_params["attempt_id"]
+    back = f"/attempts/{attempt_id}"
+    try:
+        currency = await actions.payment_currency(c, attempt_id)
+        amount = actions.parse_refund_amount(form.get("amount"), currency)
+    except ActionRefused as exc:
+        if exc.kind == "not-found":
+            raise
+        return redirect(request, back, flash=("error", f"Refused: {exc.message}"))
+    return await act(request, back, actions.refund(c, who, attempt_id, amount, form.get("reason")))
+
+
+# -- refund approvals ------------------------------------------------------------------------
+
+
+async def refund_approvals_page(request: Request) -> Response:
+    """Refunds waiting for a second operator, oldest first; a refunder approves or rejects each."""
+    c, caller = await viewing(request)
+    pending = await inspection.pending_refunds(c.pool)
+    return render(request, "refund_approvals.html", caller, title="Refund approvals", nav="refunds",
+                  items=pending, threshold_minor=c.settings.refund_approval_above_minor)
+
+
+def _back_to(form: dict[str, str], fallback: str) -> str:
+    return safe_next(form.get("next") or fallback)
+
+
+async def refund_approve(request: Request) -> Response:
+    c, who, form = await refunding(request)
+    approval_id: int = request.path_params["approval_id"]
+    return await act(request, _back_to(form, "/refund-approvals"),
+                     actions.approve_refund(c, who, approval_id, form.get("reason")))
+
+
+async def refund_reject(request: Request) -> Response:
+    c, who, form = await refunding(request)
+    approval_id: int = request.path_params["approval_id"]
+    return await act(request, _back_to(form, "/refund-approvals"),
+                     actions.reject_refund(c, who, approval_id, form.get("reason")))
 
 
 # -- unmatched notifications -----------------------------------------------------------------
@@ -512,6 +573,10 @@ def routes() -> list[Route]:
         Route("/attempts", attempts_page, methods=["GET"]),
         Route("/attempts/{attempt_id:uuid}", attempt_page, methods=["GET"]),
         Route("/attempts/{attempt_id:uuid}/close", attempt_close, methods=["POST"]),
+        Route("/attempts/{attempt_id:uuid}/refund", attempt_refund, methods=["POST"]),
+        Route("/refund-approvals", refund_approvals_page, methods=["GET"]),
+        Route("/refund-approvals/{approval_id:id}/approve", refund_approve, methods=["POST"]),
+        Route("/refund-approvals/{approval_id:id}/reject", refund_reject, methods=["POST"]),
         Route("/notifications/unmatched", unmatched_page, methods=["GET"]),
         Route("/notifications/{event_id:id}/attach", attach_preview, methods=["GET"]),
         Route("/notifications/{event_id:id}/attach", attach_post, methods=["POST"]),

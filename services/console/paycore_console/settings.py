@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from paycore.config import Settings, load_settings
 from paycore.operators import LoginThrottle
-from paycore.settings_spec import ConfigError, Flag, Group, IpNetwork, Items, Number
+from paycore.settings_spec import ConfigError, Flag, Group, Invalid, IpNetwork, Items, Number
 from paycore_console.credentials import ConsoleAuthSettings
 
 CONSOLE_SERVICE = Group("console: the web console service (docs/operators.md)")
@@ -30,6 +30,31 @@ INSECURE_COOKIES = CONSOLE_SERVICE.declare(
 
 
 @dataclass(frozen=True)
+class MinorUnits:
+    """A whole amount in minor units, 0 included."""
+
+    maximum: int = 10**15
+
+    def parse(self, raw: str) -> int:
+        if not raw.isascii() or not raw.isdigit():
+            raise Invalid(f"must be a whole number of minor units, got {raw!r}")
+        if len(raw) > len(str(self.maximum)) or int(raw) > self.maximum:
+            raise Invalid(f"must be at most {self.maximum}, got {raw!r}")
+        return int(raw)
+
+    def accepts(self) -> str:
+        return f"minor units ≥ 0, ≤ {self.maximum}"
+
+
+CONSOLE_REFUNDS = Group("console: refunds by operators (docs/operators.md)")
+REFUND_APPROVAL_ABOVE = CONSOLE_REFUNDS.declare(
+    "PAYCORE_CONSOLE_REFUND_APPROVAL_ABOVE_MINOR", MinorUnits(), 50_000,
+    "a refund for more than this many minor units of the payment's currency waits for a second "
+    "refunder's approval; up to it, it is sent at once; 0: every refund waits. One number for every "
+    "currency: 50000 is 500.00 EUR but 50000 JPY and 50.000 KWD")
+
+
+@dataclass(frozen=True)
 class ConsoleSettings:
     """Everything the console reads from the environment, validated at start-up."""
 
@@ -42,6 +67,10 @@ class ConsoleSettings:
     reminder_interval: timedelta  # an attach or a conflict's owner schedules reminders like any writer
     reminder_ack_interval: timedelta  # an acknowledgement pushes the next reminder this far
     recheck_after_s: float
+    # Refunds: the provider accounts, budgets and timings an OperationSender needs (the console
+    # sends refunds only for the accounts configured here), and the approval threshold.
+    core: Settings
+    refund_approval_above_minor: int
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ConsoleSettings:
@@ -53,4 +82,5 @@ class ConsoleSettings:
                    insecure_cookies=INSECURE_COOKIES.read(env), trusted_proxies=TRUSTED_PROXIES.read(env),
                    hsts_max_age_s=int(HSTS_MAX_AGE.read(env)), database_url=core.database_url,
                    reminder_interval=core.reminder_interval, reminder_ack_interval=core.reminder_ack_interval,
-                   recheck_after_s=core.recheck_after_s)
+                   recheck_after_s=core.recheck_after_s, core=core,
+                   refund_approval_above_minor=REFUND_APPROVAL_ABOVE.read(env))

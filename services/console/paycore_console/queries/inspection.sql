@@ -137,6 +137,14 @@ LEFT JOIN payment_attempts a ON a.attempt_id = e.attempt_id
 WHERE e.attempt_id = :attempt_id
 ORDER BY e.raised_at, e.escalation_id
 
+-- name: operation_events
+-- The timelines of a payment's captures, cancels and refunds: the events that name them,
+-- oldest first (payment_attempt_events_by_operation, 0014).
+SELECT event_id, operation_id, occurred_at, kind, actor, detail
+FROM payment_attempt_events
+WHERE operation_id = ANY(:operation_ids::uuid[])
+ORDER BY occurred_at, event_id
+
 -- name: attempts_page
 -- Newest first; the sort key is the cursor (payment_attempts_newest, 0013). The search is
 -- exact: an order id, a client reference, a provider payment id or an attempt id.
