@@ -1871,8 +1871,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "record-operation-succeeded-only", OPERATIONS_REPO,
-        '            succeeded = payment["state"] == AttemptState.SUCCEEDED.value',
-        "            succeeded = True",
+        '    succeeded = payment["state"] == AttemptState.SUCCEEDED.value',
+        "    succeeded = True",
         t(RECORD_OPERATION, "test_a_payment_that_did_not_succeed_gives_nothing"),
         "a payment that did not succeed can be neither captured, cancelled nor refunded",
     ),

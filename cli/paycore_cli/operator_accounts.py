@@ -14,9 +14,14 @@ import os
 import sys
 from typing import Any, TextIO
 
+from paycore.operators import Role
 from paycore_cli.arguments import operator_handle
 from paycore_cli.common import CommandError
 from paycore_cli.operator_commands import run_action, with_operator_pool
+
+# The roles, from the one enum (paycore.operators.Role): a role added there is offered here.
+ROLES = [role.value for role in Role]
+ROLES_HELP = "viewer reads; operator also acts; refunder also sends money back (refunds, approvals)"
 
 
 def add_operator_account_commands(commands: Any) -> None:
@@ -33,8 +38,7 @@ def add_operator_account_commands(commands: Any) -> None:
                     "read from standard input when it is piped (the first line), else prompted for "
                     "twice; it is never an argument.")
     add.add_argument("name", metavar="NAME", help="the operator handle the account signs in and acts as")
-    add.add_argument("--role", required=True, choices=["viewer", "operator"],
-                     help="viewer reads; operator also acts")
+    add.add_argument("--role", required=True, choices=ROLES, help=ROLES_HELP)
     _who(add, "adding it", reason_required=False)
     disable = op_cmds.add_parser(
         "disable", help="disable an account: no more sign-ins, its sessions end",
@@ -57,10 +61,10 @@ def add_operator_account_commands(commands: Any) -> None:
     _who(passwd, "changing it", reason_required=False)
     role = op_cmds.add_parser(
         "role", help="change an account's role; its sessions end",
-        description="Change an operator account's role (viewer reads; operator also acts). Its console "
+        description=f"Change an operator account's role ({ROLES_HELP}). Its console "
                     "sessions end: they carry the old role.")
     role.add_argument("name", metavar="NAME")
-    role.add_argument("role", choices=["viewer", "operator"], metavar="ROLE", help="viewer or operator")
+    role.add_argument("role", choices=ROLES, metavar="ROLE", help=" | ".join(ROLES))
     _who(role, "changing it", reason_required=True)
     end = op_cmds.add_parser(
         "end-sessions", help="end every console session of an account (an admin's action)",

@@ -16,7 +16,7 @@ its history event. Sending and recovery are not here yet.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -32,6 +32,7 @@ from paycore.domain import (
     OPERATION_EFFECTS,
     AttemptState,
     EscalationReason,
+    Headroom,
     HeldAmount,
     OperationDecision,
     OperationKind,
@@ -194,12 +195,8 @@ async def record_operation(
             payment = await OPERATIONS.lock_payment.fetchrow(conn, attempt_id=attempt_id)
             if payment is None:
                 raise AttemptNotFound(f"attempt {attempt_id} not found")
-            held = [HeldAmount(OperationKind(r["kind"]), OperationState(r["state"]), r["amount_minor"])
-                    for r in await OPERATIONS.holding_amounts.fetch(conn, attempt_id=attempt_id)]
-            succeeded = payment["state"] == AttemptState.SUCCEEDED.value
-            authorized = payment["amount_minor"] if succeeded else 0
-            upfront = authorized if payment["provider_status"] != HOLD_STATUS else 0
-            room = headroom(authorized_minor=authorized, captured_upfront_minor=upfront, operations=held)
+            held = await _holding(conn, attempt_id)
+            room = payment_headroom(payment, held)
             refusal = refuse_operation(kind, amount_minor, room)
             if refusal is not None:
                 return Refused(refusal)
@@ -232,6 +229,28 @@ async def record_operation(
         # Only a capture or a cancel is in that index; the rule's own answer for each.
         return Refused(OperationRefusal.NOT_CAPTURABLE if kind is OperationKind.CAPTURE
                        else OperationRefusal.NOT_CANCELABLE)
+
+
+async def _holding(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID) -> list[HeldAmount]:
+    return [HeldAmount(OperationKind(r["kind"]), OperationState(r["state"]), r["amount_minor"])
+            for r in await OPERATIONS.holding_amounts.fetch(conn, attempt_id=attempt_id)]
+
+
+def payment_headroom(payment: Mapping[str, Any], held: Sequence[HeldAmount]) -> Headroom:
+    """What ``payment`` (its ``state``, ``amount_minor`` and ``provider_status``, as
+    ``lock_payment`` reads them) can still give, its operations holding ``held``: a Succeeded
+    payment is authorized for its amount, captured whole when it succeeded unless it is a hold
+    (:data:`~paycore.domain.HOLD_STATUS`); one that did not succeed can give nothing."""
+    succeeded = payment["state"] == AttemptState.SUCCEEDED.value
+    authorized = payment["amount_minor"] if succeeded else 0
+    upfront = authorized if payment["provider_status"] != HOLD_STATUS else 0
+    return headroom(authorized_minor=authorized, captured_upfront_minor=upfront, operations=held)
+
+
+async def headroom_of(conn: asyncpg.Connection | asyncpg.Pool, payment: Mapping[str, Any]) -> Headroom:
+    """:func:`payment_headroom` of ``payment`` with the operations it holds now (under the
+    payment's lock when the answer decides anything)."""
+    return payment_headroom(payment, await _holding(conn, payment["attempt_id"]))
 
 
 def _reference(payment_reference: str, kind: OperationKind, number: int, operation_id: UUID) -> str:

@@ -40,19 +40,14 @@ from paycore.attempt_row import get_attempt
 from paycore.currencies import format_amount
 from paycore.db import transaction_on
 from paycore.domain import (
-    HOLD_STATUS,
-    AttemptState,
     Headroom,
-    HeldAmount,
     OperationKind,
     OperationRefusal,
-    OperationState,
-    headroom,
     refuse_operation,
 )
 from paycore.errors import AttemptNotFound, NotFound, PaycoreError
 from paycore.operation_sends import OperationSender
-from paycore.operations import OPERATIONS, Operation, Refused, record_operation
+from paycore.operations import OPERATIONS, Operation, Refused, headroom_of, record_operation
 from paycore.operator_actions import (
     ActionKind,
     OperatorAction,
@@ -159,14 +154,9 @@ async def payment_headroom(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: 
 
 async def _room(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID, state: str, amount_minor: int,
                 provider_status: str | None) -> Headroom:
-    # As record_operation decides (paycore.operations): a Succeeded payment is authorized for its
-    # amount, captured whole when it succeeded unless it is a hold; one that did not succeed
-    # can give nothing.
-    held = [HeldAmount(OperationKind(r["kind"]), OperationState(r["state"]), r["amount_minor"])
-            for r in await OPERATIONS.holding_amounts.fetch(conn, attempt_id=attempt_id)]
-    authorized = amount_minor if state == AttemptState.SUCCEEDED.value else 0
-    upfront = authorized if provider_status != HOLD_STATUS else 0
-    return headroom(authorized_minor=authorized, captured_upfront_minor=upfront, operations=held)
+    # As record_operation decides (paycore.operations.payment_headroom, the one rule).
+    return await headroom_of(conn, {"attempt_id": attempt_id, "state": state, "amount_minor": amount_minor,
+                                    "provider_status": provider_status})
 
 
 async def _locked_room(conn: asyncpg.Connection, payment: asyncpg.Record) -> Headroom:
