@@ -26,6 +26,7 @@ from paycore_devstack.chaos import invariants
 from paycore_devstack.chaos.invariants import (
     AttemptFacts,
     Facts,
+    OperationFacts,
     OrderFacts,
     WireCopies,
     fulfillment_key,
@@ -48,6 +49,34 @@ FAST_GROUP = {"session_timeout_ms": 2_000, "heartbeat_interval_ms": 300, "retry_
               "retry_max_s": 0.2}
 
 # -- the pure invariants, on hand-made facts ---------------------------------------------------------
+
+
+REFUNDED = {"payment": "pay_1", "reference": "ord_1-a1-refund1", "amount": 3000, "status": "succeeded"}
+
+
+def test_the_operations_invariants_count_what_the_provider_and_paycore_did_twice_or_too_much() -> None:
+    refund = OperationFacts("op1", "a1", "refund", "Succeeded", "ord_1-a1-refund1", 3000, NOW)
+    late = OperationFacts("op2", "a1", "refund", "Unknown", "ord_1-a1-refund2", 2000,
+                          NOW - timedelta(minutes=5))
+    f = Facts(now=NOW, operations={"op1": refund, "op2": late},
+              ledger=[{"id": "pay_1", "status": "succeeded", "amount": 4999}],
+              refunds=[REFUNDED, REFUNDED],  # one refund of paycore's made twice at the provider
+              captures=[{"payment": "pay_1", "amount": 5000, "status": "succeeded"}],
+              operation_effects={"operation:op1:refund-succeeded": 2})
+    assert invariants.provider_refunds_per_operation_above_one(f).count == 1
+    assert invariants.provider_refunds_exceeding_the_capture(f).count == 1  # 6000 back of 4999
+    assert invariants.captures_above_the_hold(f).count == 1
+    assert invariants.operations_neither_resolved_nor_escalated(f).count == 1
+    assert invariants.operation_effects_applied_twice(f).count == 1
+    clean = Facts(now=NOW, operations={"op1": refund}, operation_escalations={"op2"},
+                  ledger=[{"id": "pay_1", "status": "succeeded", "amount": 4999}],
+                  refunds=[REFUNDED, {**REFUNDED, "reference": "elsewhere", "amount": 1999}],
+                  operation_effects={"operation:op1:refund-succeeded": 1})
+    for check in (invariants.provider_refunds_per_operation_above_one,
+                  invariants.provider_refunds_exceeding_the_capture, invariants.captures_above_the_hold,
+                  invariants.operations_neither_resolved_nor_escalated,
+                  invariants.operation_effects_applied_twice):
+        assert check(clean).count == 0, check.__name__
 
 
 def test_a_history_must_chain_from_none_to_not_started_to_the_current_state() -> None:

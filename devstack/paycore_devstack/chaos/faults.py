@@ -16,6 +16,9 @@ How the shares add up to ``options.fault_rate``:
   the request executes; their probability is scaled by what the transport faults
   left, so create and lookup requests are each hit by about ``fault_rate`` in all.
 
+Refunds, captures and cancels (issue 29) each get the create's table, matched by their own
+operation, drawn after everything else so a seed's other rules do not move.
+
 Every rule matches the run's provider's ``dialect`` (one provider runs at a time;
 the match says which wire a rule is for). Adyen has no lookups, so its run has
 no lookup rules.
@@ -59,6 +62,10 @@ LOOKUP_FAULTS: tuple[tuple[str, int], ...] = (
 # Weighed heavier than the others: only a search that would find a payment consults it, and
 # recovery searches only when the id is unknown or missed (at weight 2, a 200-order run met none).
 SEARCH_FAULTS: tuple[tuple[str, int], ...] = (("search_stale", 5),)
+# A capture's, cancel's or refund's POST meets what a create meets (issue 29), each kind with
+# its own rules, matched by the operation's reference like a create's by the payment's.
+OPERATION_FAULTS: tuple[tuple[str, int], ...] = CREATE_FAULTS
+OPERATION_KINDS = ("refund", "capture", "cancel")
 WEBHOOK_FAULTS: tuple[tuple[str, int], ...] = (
     ("webhook_duplicate", 3), ("webhook_delay", 3), ("webhook_drop_first", 3),
     ("webhook_unstable_ids", 1),
@@ -134,6 +141,9 @@ def plan_rules(options: ChaosOptions, *,
         elif name == "webhook_delay":
             rule["delay_ms"] = round(rng.uniform(*WEBHOOK_DELAY_S) * 1000 / webhook_time_scale)
         rules.append(rule)
+    # Drawn last, so a seed's payment and webhook rules stay what they were before operations.
+    for kind in OPERATION_KINDS:
+        rules += _request_rules(rng, kind, OPERATION_FAULTS, rate, dialect)
     return rules
 
 

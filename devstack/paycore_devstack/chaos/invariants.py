@@ -162,6 +162,19 @@ WHERE a.state IN ('NotStarted', 'Started', 'Unknown')
 ORDER BY a.created_at
 """
 
+# Live captures, voids and refunds neither resolved nor escalated (an operation past its deadline
+# with an open episode of its own has a person on it).
+UNSETTLED_OPERATIONS = """
+SELECT o.operation_id::text AS operation_id, o.state
+FROM payment_operations o
+WHERE o.state IN ('NotStarted', 'Started', 'Unknown')
+  AND NOT (o.escalation_deadline IS NOT NULL AND o.escalation_deadline <= $1
+           AND EXISTS (SELECT 1 FROM payment_escalations e
+                       WHERE e.escalation_key LIKE 'operation:' || o.operation_id || ':%'
+                         AND e.resolved_at IS NULL))
+ORDER BY o.created_at
+"""
+
 PENDING_OUTBOX = """
 SELECT count(*) FROM outbox_messages WHERE dispatched_at IS NULL AND dead_lettered_at IS NULL
 """
@@ -211,6 +224,12 @@ async def _what_remains(http: httpx.AsyncClient, db: _Db,
             shown = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
             remains.append(f"{len(unsettled)} live attempts neither resolved nor escalated ({shown}; "
                            f"e.g. {', '.join(r['attempt_id'] for r in unsettled[:3])})")
+        operations = await conn.fetch(UNSETTLED_OPERATIONS, now)
+        if operations:
+            states = Counter(r["state"] for r in operations)
+            shown = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+            remains.append(f"{len(operations)} live operations neither resolved nor escalated ({shown}; "
+                           f"e.g. {', '.join(r['operation_id'] for r in operations[:3])})")
         outbox = int(await conn.fetchval(PENDING_OUTBOX))
         if outbox:
             remains.append(f"{outbox} outbox rows not dispatched")
@@ -298,6 +317,17 @@ class AttemptFacts:
 
 
 @dataclass(frozen=True)
+class OperationFacts:
+    operation_id: str
+    attempt_id: str
+    kind: str
+    state: str
+    client_reference: str
+    amount_minor: int
+    escalation_deadline: datetime | None = None
+
+
+@dataclass(frozen=True)
 class WireCopies:
     """The fulfillment messages on the effects topic, as the consumers received them."""
 
@@ -323,6 +353,12 @@ class Facts:
     creates: list[dict[str, Any]] = field(default_factory=list)  # the provider's creates in the request log
     wire: WireCopies | str | None = None  # str: why the wire could not be read
     provider: str = "cardco"  # whose wire the creates speak (chaos.providers)
+    # After the payment (issue 29): paycore's operations, and what the provider made of them.
+    operations: dict[str, OperationFacts] = field(default_factory=dict)
+    operation_escalations: set[str] = field(default_factory=set)  # operations with an open episode
+    operation_effects: dict[str, int] = field(default_factory=dict)  # dedup key -> rows applied
+    refunds: list[dict[str, Any]] = field(default_factory=list)  # GET /_sandbox/refunds
+    captures: list[dict[str, Any]] = field(default_factory=list)  # GET /_sandbox/captures
 
     @cached_property
     def by_reference(self) -> dict[tuple[str, str], AttemptFacts]:
@@ -394,6 +430,24 @@ SELECT_FULFILLMENTS = """
 SELECT dedup_key, count(*) AS applied FROM demo_fulfillments WHERE kind = $1 GROUP BY dedup_key
 """
 
+SELECT_OPERATIONS = """
+SELECT operation_id::text AS operation_id, attempt_id::text AS attempt_id, kind, state, client_reference,
+       amount_minor, escalation_deadline
+FROM payment_operations
+"""
+
+SELECT_OPERATION_ESCALATIONS = """
+SELECT DISTINCT split_part(escalation_key, ':', 2) AS operation_id
+FROM payment_escalations
+WHERE escalation_key LIKE 'operation:%' AND resolved_at IS NULL
+"""
+
+# What the fulfillment consumer applied of the operations' effects (operation:<id>:<effect>).
+SELECT_OPERATION_EFFECTS = """
+SELECT dedup_key, count(*) AS applied FROM demo_fulfillments WHERE dedup_key LIKE 'operation:%'
+GROUP BY dedup_key
+"""
+
 SELECT_DEAD_LETTERED = """
 SELECT count(*) FROM outbox_messages WHERE kind = $1 AND dead_lettered_at IS NOT NULL
 """
@@ -422,6 +476,12 @@ async def _database_facts(conn: asyncpg.Connection, facts: Facts) -> None:
         facts.fulfillments = {r["dedup_key"]: int(r["applied"])
                               for r in await conn.fetch(SELECT_FULFILLMENTS, FULFILLMENT)}
         facts.dead_lettered_fulfillments = int(await conn.fetchval(SELECT_DEAD_LETTERED, FULFILLMENT))
+        facts.operations = {r["operation_id"]: OperationFacts(**dict(r))
+                            for r in await conn.fetch(SELECT_OPERATIONS)}
+        facts.operation_escalations = {r["operation_id"]
+                                       for r in await conn.fetch(SELECT_OPERATION_ESCALATIONS)}
+        facts.operation_effects = {r["dedup_key"]: int(r["applied"])
+                                   for r in await conn.fetch(SELECT_OPERATION_EFFECTS)}
 
 
 async def _sandbox_list(http: httpx.AsyncClient, path: str) -> list[dict[str, Any]]:
@@ -474,6 +534,8 @@ async def gather_facts(endpoints: Endpoints) -> Facts:
         # but the sandbox, being the provider, lists what it holds).
         facts.ledger = await _sandbox_list(http, "/_sandbox/payments")
         facts.creates = [q for q in await _sandbox_list(http, "/_sandbox/requests") if provider.is_create(q)]
+        facts.refunds = await _sandbox_list(http, "/_sandbox/refunds")
+        facts.captures = await _sandbox_list(http, "/_sandbox/captures")
     conn = await asyncpg.connect(endpoints.dsn, timeout=CONNECT_TIMEOUT_S, command_timeout=120)
     try:
         await _database_facts(conn, facts)
@@ -771,6 +833,76 @@ def planned_kills_not_carried_out(record: RunRecord) -> InvariantResult:
                    f"{len(plan) - len(bad)} of {len(plan)} planned kills carried out")
 
 
+# -- after the payment (issue 29): refunds, captures and voids -------------------------------------
+
+
+def provider_refunds_per_operation_above_one(f: Facts) -> InvariantResult:
+    """Each refund paycore sent is at most one refund at the provider (by its own reference)."""
+    ours = {o.client_reference for o in f.operations.values() if o.kind == "refund"}
+    made = Counter(str(r.get("reference")) for r in f.refunds if r.get("reference") in ours)
+    bad = sorted(ref for ref, n in made.items() if n > 1)
+    return _result("provider refunds per operation more than one", bad,
+                   f"{len(f.refunds)} provider refunds, {len(ours)} refund operations", len(ours))
+
+
+def _captured_at_provider(f: Facts) -> dict[str, int]:
+    """What each payment had charged at the provider: a capture's amount for a hold, else its amount."""
+    captured: dict[str, int] = {}
+    for p in f.ledger:
+        if p.get("status") == "succeeded" or p.get("amount_captured"):
+            captured[str(p.get("id"))] = int(p.get("amount_captured") or p.get("amount") or 0)
+    for c in f.captures:
+        if c.get("status") == "succeeded":
+            captured[str(c.get("payment"))] = int(c.get("amount") or 0)
+    return captured
+
+
+def provider_refunds_exceeding_the_capture(f: Facts) -> InvariantResult:
+    """What the provider gave back of a payment (refunds not failed or canceled) never exceeds
+    what it charged."""
+    given: Counter[str] = Counter()
+    for r in f.refunds:
+        if r.get("status") not in ("failed", "canceled"):
+            given[str(r.get("payment"))] += int(r.get("amount") or 0)
+    captured = _captured_at_provider(f)
+    bad = sorted(f"{pid} ({n} > {captured.get(pid, 0)})" for pid, n in given.items()
+                 if n > captured.get(pid, 0))
+    return _result("provider refunds of a payment exceeding its capture", bad,
+                   f"{len(given)} payments refunded", len(given))
+
+
+def captures_above_the_hold(f: Facts) -> InvariantResult:
+    amounts = {str(p.get("id")): int(p.get("amount") or 0) for p in f.ledger}
+    per_payment: Counter[str] = Counter()
+    for c in f.captures:
+        if c.get("status") != "failed":
+            per_payment[str(c.get("payment"))] += 1
+    bad = sorted({str(c.get("payment")) for c in f.captures
+                  if int(c.get("amount") or 0) > amounts.get(str(c.get("payment")), 0)}
+                 | {pid for pid, n in per_payment.items() if n > 1})
+    return _result("captures above the hold (or more than one)", bad, f"{len(f.captures)} captures",
+                   len(f.captures))
+
+
+def operations_neither_resolved_nor_escalated(f: Facts) -> InvariantResult:
+    """A live operation past its deadline has a person on it (an open episode of its own)."""
+    bad = sorted(o.operation_id for o in f.operations.values()
+                 if o.state in LIVE and o.escalation_deadline is not None
+                 and o.escalation_deadline + DEADLINE_GRACE < f.now
+                 and o.operation_id not in f.operation_escalations)
+    live = sum(1 for o in f.operations.values() if o.state in LIVE)
+    states = Counter(o.state for o in f.operations.values())
+    shown = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "none"
+    return _result("operations neither resolved nor escalated", bad,
+                   f"{len(f.operations)} operations ({shown}); {live} still live", len(f.operations))
+
+
+def operation_effects_applied_twice(f: Facts) -> InvariantResult:
+    bad = sorted(key for key, n in f.operation_effects.items() if n > 1)
+    return _result("operation effects applied twice", bad,
+                   f"{len(f.operation_effects)} operation effects applied", len(f.operation_effects))
+
+
 def evaluate(f: Facts, record: RunRecord) -> list[InvariantResult]:
     """Every invariant, in the issue's order; then whether the run did what it says (settled, killed)."""
     return [
@@ -783,6 +915,11 @@ def evaluate(f: Facts, record: RunRecord) -> list[InvariantResult]:
         attempts_with_history_gaps(f),
         provider_requests_without_send_intent(f),
         resends_not_under_original_key_and_bytes(f),
+        provider_refunds_per_operation_above_one(f),
+        provider_refunds_exceeding_the_capture(f),
+        captures_above_the_hold(f),
+        operations_neither_resolved_nor_escalated(f),
+        operation_effects_applied_twice(f),
         server_errors_without_retry_after(record.answers),
         processes_exited_on_their_own(record.exited_on_own),
         unsettled_when_the_bound_passed(record),

@@ -14,9 +14,12 @@ import asyncpg
 
 from paycore.clock import Clock
 from paycore.consumer import InboxConsumer, Message
+from paycore.domain import OPERATION_EFFECTS
 from paycore.kafka import KafkaSettings
 
-FULFILLMENT_KINDS = frozenset({"fulfillment-request", "refund-request"})
+# What a warehouse acts on: ship, take back, and what follows a payment (issue 29).
+FULFILLMENT_KINDS = frozenset({"fulfillment-request", "refund-request", "authorization-lapsed",
+                               *OPERATION_EFFECTS.values()})
 EMAIL_TEMPLATES = {"order-confirmation": "payment-confirmed", "refund-request": "refund-started"}
 
 
