@@ -14,7 +14,7 @@ from paycore import queries
 from paycore.domain import Attempt
 from paycore.errors import AttemptNotFound
 
-__all__ = ["ATTEMPTS", "Attempt", "get_attempt"]
+__all__ = ["ATTEMPTS", "Attempt", "get_attempt", "succeeded_attempt_of_order"]
 
 ATTEMPTS = queries.load("payment_attempts")  # every statement on the attempts table
 
@@ -24,3 +24,10 @@ async def get_attempt(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID)
     if row is None:
         raise AttemptNotFound(f"attempt {attempt_id} not found")
     return Attempt.from_record(row)
+
+
+async def succeeded_attempt_of_order(conn: asyncpg.Connection | asyncpg.Pool,
+                                     order_id: str) -> Attempt | None:
+    """The order's payment, its Succeeded attempt (``None``: the order has none, or does not exist)."""
+    row = await ATTEMPTS.succeeded_of_order.fetchrow(conn, order_id=order_id)
+    return None if row is None else Attempt.from_record(row)

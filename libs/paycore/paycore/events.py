@@ -71,6 +71,14 @@ async def history(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: UUID) -> 
     return await HISTORY.history.fetch(conn, attempt_id=attempt_id)
 
 
+async def operation_events(conn: asyncpg.Connection | asyncpg.Pool,
+                           operation_ids: Sequence[UUID]) -> list[asyncpg.Record]:
+    """Every event naming one of ``operation_ids`` (their timelines), oldest first."""
+    if not operation_ids:
+        return []
+    return await HISTORY.of_operations.fetch(conn, operation_ids=list(operation_ids))
+
+
 # -- what recovery reads from an attempt's history -------------------------------------------
 
 @dataclass(frozen=True)

@@ -33,10 +33,11 @@ from paycore.http.problems import (
 from paycore.http.request_id import RequestIdMiddleware
 from paycore.http.request_metrics import instrument
 from paycore.http.unhandled import UnhandledErrorMiddleware
+from paycore.operation_sends import OperationSender
 from paycore.providers.base import PaymentCalls
 from paycore.providers.registry import for_accounts
 from paycore.tracing import instrument_app
-from paycore_checkout import inbound_idempotency
+from paycore_checkout import backoffice, inbound_idempotency
 from paycore_checkout.auth import Authenticator
 from paycore_checkout.openapi import document
 from paycore_checkout.payments import CheckoutMetrics, CheckoutPayments
@@ -53,6 +54,7 @@ class Services:
     pool: asyncpg.Pool
     auth: Authenticator
     payments: CheckoutPayments
+    operations: OperationSender  # the back office's refunds, captures and voids
     outage: DatabaseOutage
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
@@ -112,6 +114,7 @@ def create_app(
             settings=settings, clock=clock, pool=db, auth=auth,
             payments=CheckoutPayments(pool=db, client=provider, clock=clock, settings=settings,
                                       metrics=metrics),
+            operations=OperationSender(pool=db, client=provider, clock=clock, settings=settings),
             outage=outage,
         )
         outage.start(db)
@@ -135,7 +138,8 @@ def create_app(
                 await db.close()
 
     app = Starlette(
-        routes=[*routes(), openapi_route(document())],  # /metrics: the admin port (health_server)
+        # /metrics: the admin port (health_server)
+        routes=[*routes(), *backoffice.routes(), openapi_route(document())],
         lifespan=lifespan,
         exception_handlers={Problem: problem_handler, HTTPException: http_exception_handler},
     )

@@ -42,14 +42,14 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
     return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
 
 
-def _strict_fields(body: dict[str, Any], allowed: set[str]) -> None:
+def strict_fields(body: dict[str, Any], allowed: set[str]) -> None:
     unknown = sorted(set(body) - allowed)
     if unknown:
         raise Problem(400, "invalid-body", "Unknown fields", f"Unknown fields: {', '.join(unknown)}.",
                       errors=[{"field": f, "message": "unknown field"} for f in unknown])
 
 
-def _order_id(request: Request) -> str:
+def order_id_of(request: Request) -> str:
     order_id: str = request.path_params["order_id"]
     if not ORDER_ID.match(order_id):
         raise Problem(404, "order-not-found", "Order not found")
@@ -89,7 +89,7 @@ async def create_order_route(request: Request) -> Response:
     services = request.app.state.services
     customer = await services.auth.customer_id(request)
     body = await read_json_object(request, MAX_BODY)
-    _strict_fields(body, {"amount_minor", "currency", "provider_account", "capture"})
+    strict_fields(body, {"amount_minor", "currency", "provider_account", "capture"})
     amount, currency = body.get("amount_minor"), body.get("currency")
     account, capture = body.get("provider_account"), body.get("capture", "automatic")
     errors = []
@@ -123,14 +123,14 @@ async def create_order_route(request: Request) -> Response:
         return _json(_order_json(order), 201, headers={"Location": f"/orders/{order.order_id}"})
 
     # A retried create (a lost 201) with its Idempotency-Key gets the same order, not a second one.
-    return await _idempotent(request, customer, CREATE_ENDPOINT, {"body": body}, create)
+    return await idempotent(request, customer, CREATE_ENDPOINT, {"body": body}, create)
 
 
 async def get_order_route(request: Request) -> Response:
     services = request.app.state.services
     customer = await services.auth.customer_id(request)
     try:
-        order = await get_order(services.pool, _order_id(request), customer)
+        order = await get_order(services.pool, order_id_of(request), customer)
     except OrderNotFound:
         raise Problem(404, "order-not-found", "Order not found") from None
     return _json(_order_json(order))
@@ -140,7 +140,7 @@ async def cancel_order_route(request: Request) -> Response:
     services = request.app.state.services
     customer = await services.auth.customer_id(request)
     try:
-        order = await cancel_order(services.pool, _order_id(request), customer, services.clock.now())
+        order = await cancel_order(services.pool, order_id_of(request), customer, services.clock.now())
     except OrderNotFound:
         raise Problem(404, "order-not-found", "Order not found") from None
     except OrderNotPayable:
@@ -152,7 +152,7 @@ async def cancel_order_route(request: Request) -> Response:
 async def payment_status_route(request: Request) -> Response:
     services = request.app.state.services
     customer = await services.auth.customer_id(request)
-    status = await services.payments.status(_order_id(request), customer)
+    status = await services.payments.status(order_id_of(request), customer)
     if status is None:
         raise Problem(404, "payment-not-found", "No payment for this order")
     return status_response(status, posted=False)
@@ -161,21 +161,22 @@ async def payment_status_route(request: Request) -> Response:
 async def pay_route(request: Request) -> Response:
     services = request.app.state.services
     customer = await services.auth.customer_id(request)
-    order_id = _order_id(request)
+    order_id = order_id_of(request)
     body = await read_json_object(request, MAX_BODY)
-    _strict_fields(body, {"payment_method"})
+    strict_fields(body, {"payment_method"})
     try:
         method = checked_payment_method(body.get("payment_method"))
     except InvalidPaymentMethod as exc:
         raise _invalid_payment_method(exc) from None
 
-    return await _idempotent(request, customer, PAY_ENDPOINT, {"order_id": order_id, "body": body},
+    return await idempotent(request, customer, PAY_ENDPOINT, {"order_id": order_id, "body": body},
                              lambda: _pay(request, order_id, customer, method))
 
 
-async def _idempotent(request: Request, customer: str, endpoint: str, identity: Any,
-                      run: Callable[[], Awaitable[Response]]) -> Response:
-    """Run ``run`` under the request's optional Idempotency-Key (scoped to endpoint and customer).
+async def idempotent(request: Request, customer: str, endpoint: str, identity: Any,
+                     run: Callable[[], Awaitable[Response]], *, required: bool = False) -> Response:
+    """Run ``run`` under the request's Idempotency-Key (scoped to endpoint and ``customer``: a
+    customer id, or the back office's credential), optional unless ``required``.
 
     A repeat of a completed request replays its stored response; one still in
     flight is 409; the key with a different ``identity`` (what decides the
@@ -184,6 +185,10 @@ async def _idempotent(request: Request, customer: str, endpoint: str, identity: 
     services = request.app.state.services
     key = request.headers.get("idempotency-key")
     if key is None:
+        if required:
+            raise Problem(400, "idempotency-key-required", "Idempotency-Key required",
+                          "Send an Idempotency-Key header (1 to 255 visible ASCII characters), the same "
+                          "on every retry of this request.")
         return await run()
 
     key = key.strip().strip('"')

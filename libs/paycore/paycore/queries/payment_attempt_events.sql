@@ -32,6 +32,14 @@ FROM payment_attempt_events
 WHERE attempt_id = :attempt_id
 ORDER BY occurred_at, event_id
 
+-- name: of_operations
+-- The timelines of captures, cancels and refunds: the events that name them, oldest first
+-- (payment_attempt_events_by_operation, 0014).
+SELECT event_id, operation_id, occurred_at, kind, actor, detail
+FROM payment_attempt_events
+WHERE operation_id = ANY(:operation_ids::uuid[])
+ORDER BY occurred_at, event_id
+
 -- name: pass_facts
 -- What a recovery pass reads before it looks an attempt up: its latest send event, its lookup
 -- count, and whether its account's rate-limit :scope is paused at :now. Three reads in one round

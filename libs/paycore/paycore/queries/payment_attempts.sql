@@ -21,6 +21,14 @@ WHERE order_id = :order_id AND state IN ('NotStarted', 'Started', 'Unknown')
 -- Whether the order has a live attempt (paycore.orders.cancel_order: cancel outright or request).
 SELECT EXISTS (SELECT 1 FROM payment_attempts WHERE order_id = :order_id AND state IN ('NotStarted', 'Started', 'Unknown'))
 
+-- name: succeeded_of_order
+-- The order's payment: its Succeeded attempt (what a capture, cancel or refund is of). At most
+-- one: a Succeeded attempt makes its order paid, and a paid order takes no new attempt.
+SELECT * FROM payment_attempts
+WHERE order_id = :order_id AND state = 'Succeeded'
+ORDER BY attempt_number DESC
+LIMIT 1
+
 -- name: latest_of_customer
 SELECT * FROM payment_attempts
 WHERE order_id = :order_id AND customer_id = :customer_id
