@@ -23,6 +23,7 @@ from paycore_cli.inspect_commands import (
     cmd_notifications_unmatched,
     cmd_outbox_dead_letters,
 )
+from paycore_cli.operation_commands import add_operation_commands
 from paycore_cli.operator_accounts import add_operator_account_commands  # i13-auth
 from paycore_cli.operator_commands import (
     cmd_accounts,
@@ -407,4 +408,6 @@ def build_parser() -> argparse.ArgumentParser:
     # --- operator accounts (issue 13: paycore operators add|disable|list) -------------------------
     add_operator_account_commands(commands)
     # --- end of operator accounts -------------------------------------------------------------------
+    # --- issue 29: refunds, captures, voids and the back office's credentials ---------------------
+    add_operation_commands(commands)
     return parser
