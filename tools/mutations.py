@@ -2013,4 +2013,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         t("tests/operations/test_refund_flows.py", "test_a_partial_refund_ends_succeeded_by_the_providers_evidence"),
         "an Adyen modification is resent only inside the 7 days Adyen keeps its key, not the payment's 31",
     ),
+    Mutation(
+        "backoffice-key-scoped-to-client", "services/checkout/paycore_checkout/backoffice.py",
+        'request, f"client:{credential.client}", kind.endpoint,',
+        'request, f"credential:{credential.credential_id}", kind.endpoint,',
+        t("tests/operations/test_backoffice_api.py", "test_a_retry_under_the_rotated_credential_is_the_same_request"),
+        "a partial refund retried across a credential rotation is one refund, not two",
+    ),
+    Mutation(
+        "backoffice-key-scoped-to-endpoint", "services/checkout/paycore_checkout/backoffice.py",
+        '        return f"POST /orders/{{order_id}}/{self.collection}"',
+        '        return "POST /orders/{order_id}/operations"',
+        t("tests/operations/test_backoffice_api.py", "test_the_same_key_at_two_endpoints_is_two_intents"),
+        "the same Idempotency-Key at /refunds and at /captures is two intents (seed 002)",
+    ),
 )

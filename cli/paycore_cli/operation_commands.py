@@ -109,8 +109,9 @@ def add_operation_commands(commands: Any) -> None:
         "credentials", help="the back office's service credentials: issue, list, revoke",
         description="Service credentials for the store's back office (POST /orders/{id}/refunds, …; "
                     "docs/api.md, \"Back office\"). paycore keeps only a hash: a secret is printed once, "
-                    "by issue. Rotate by issuing a second credential, deploying it, then revoking the "
-                    "first; revoking takes effect on the next request. Needs the database.")
+                    "by issue. Rotate by issuing a second credential for the same --client, deploying it, "
+                    "then revoking the first; revoking takes effect on the next request. Needs the "
+                    "database.")
     cred_cmds = creds.add_subparsers(dest="credentials_command", required=True, metavar="ACTION")
     issue = cred_cmds.add_parser(
         "issue", help="issue a credential and print its secret, once",
@@ -120,6 +121,9 @@ def add_operation_commands(commands: Any) -> None:
     issue.add_argument("name", metavar="NAME")
     issue.add_argument("--scope", action="append", required=True, choices=SCOPES, dest="scopes",
                        help="what it may do (repeat for several): refunds, captures, voids, read")
+    issue.add_argument("--client", metavar="CLIENT",
+                       help="the back office it stands for (default: NAME); a rotation issues the next "
+                            "credential for the same client, so a retry under it is the same request")
     issue.add_argument("--json", action="store_true", help="print the credential and its secret as JSON")
     issue.set_defaults(handler=cmd_credentials)
     listing = cred_cmds.add_parser("list", help="every credential: scopes, last use, revoked (no secrets)")
@@ -308,7 +312,8 @@ def cmd_credentials(args: argparse.Namespace) -> int:
 
     if command == "issue":
         async def issued(_: Any, pool: Any) -> sc.Issued:
-            return await sc.issue(pool, args.name, args.scopes, issued_by=os_user(), now=SystemClock().now())
+            return await sc.issue(pool, args.name, args.scopes, issued_by=os_user(), now=SystemClock().now(),
+                                  client=args.client)
 
         done = _credential_action(issued)
         c = done.credential

@@ -24,8 +24,10 @@ from .support import eventually, order_status, paid_order, refund_posts
 ALL = ("refunds", "captures", "voids", "read")
 
 
-async def issue(stack: Stack, name: str = "warehouse", scopes: tuple[str, ...] = ALL) -> Issued:
-    return await service_credentials.issue(stack.pool, name, scopes, issued_by="test", now=stack.clock.now())
+async def issue(stack: Stack, name: str = "warehouse", scopes: tuple[str, ...] = ALL,
+                client: str | None = None) -> Issued:
+    return await service_credentials.issue(stack.pool, name, scopes, issued_by="test", now=stack.clock.now(),
+                                           client=client)
 
 
 def auth(credential: Issued | str, key: str | None = None) -> dict[str, str]:
@@ -109,7 +111,7 @@ async def test_the_same_key_at_two_endpoints_is_two_intents(stack: Stack) -> Non
     capture = await post(stack, f"/orders/{order_id}/captures", {"amount_minor": 1000}, auth(cred, "k"))
     assert_problem(capture, 409, "payment-not-capturable")
     assert "idempotent-replayed" not in capture.headers
-    # And the key is the credential's: another credential's same key is its own request.
+    # And the key is the client's: another back office's same key is its own request.
     other = await issue(stack, "warehouse-2")
     second = await post(stack, f"/orders/{order_id}/refunds", {"amount_minor": 1000}, auth(other, "k"))
     assert second.status_code == 201 and second.json()["operation_id"] != refund.json()["operation_id"]
@@ -297,3 +299,18 @@ async def test_a_hold_is_captured_and_another_voided_through_the_api(stack: Stac
     assert await order_status(stack.pool, voided_order) == "Voided"
     read = await stack.shop.http.get(void.headers["location"], headers=auth(cred))
     assert read.status_code == 200 and read.json()["state"] == "Succeeded"
+
+
+async def test_a_retry_under_the_rotated_credential_is_the_same_request(stack: Stack) -> None:
+    # The answer to a partial refund is lost; the back office rotates its credential and retries
+    # under the new one, with the same key: one refund, the first answer replayed.
+    order_id, _ = await paid_order(stack, 5000)
+    old = await issue(stack, "warehouse-2024", client="warehouse")
+    first = await post(stack, f"/orders/{order_id}/refunds", {"amount_minor": 1000}, auth(old, "rf-9"))
+    assert first.status_code == 201, first.text
+    new = await issue(stack, "warehouse-2025", client="warehouse")
+    await service_credentials.revoke(stack.pool, "warehouse-2024", revoked_by="test", now=stack.clock.now())
+    retry = await post(stack, f"/orders/{order_id}/refunds", {"amount_minor": 1000}, auth(new, "rf-9"))
+    assert retry.status_code == 201 and retry.headers["idempotent-replayed"] == "true", retry.text
+    assert retry.json()["operation_id"] == first.json()["operation_id"]
+    assert len(await refund_posts(stack)) == 1 and await operation_count(stack) == 1

@@ -74,6 +74,7 @@ class Credential:
     credential_id: UUID
     name: str
     scopes: frozenset[Scope]
+    client: str  # the back office it stands for, shared across rotations (Idempotency-Key scope)
     issued_at: datetime
     issued_by: str
     last_used_at: datetime | None
@@ -102,8 +103,8 @@ class Credential:
 
     @classmethod
     def from_record(cls, r: Mapping[str, Any]) -> Credential:
-        return cls(r["credential_id"], r["name"], frozenset(Scope(s) for s in r["scopes"]), r["issued_at"],
-                   r["issued_by"], r["last_used_at"], r["revoked_at"], r["revoked_by"])
+        return cls(r["credential_id"], r["name"], frozenset(Scope(s) for s in r["scopes"]), r["client"],
+                   r["issued_at"], r["issued_by"], r["last_used_at"], r["revoked_at"], r["revoked_by"])
 
 
 @dataclass(frozen=True)
@@ -150,20 +151,24 @@ def checked_scopes(scopes: Iterable[str]) -> frozenset[Scope]:
 
 
 async def issue(db: asyncpg.Pool | asyncpg.Connection, name: str, scopes: Iterable[str], *, issued_by: str,
-                now: datetime) -> Issued:
-    """A new credential named ``name`` with ``scopes``, and its secret (shown once).
+                now: datetime, client: str | None = None) -> Issued:
+    """A new credential named ``name`` with ``scopes``, and its secret (shown once), for the back
+    office ``client`` (default: ``name``). A rotation issues the next credential for the same
+    client: Idempotency-Keys are scoped to the client, so a retry after the switch is the same
+    request.
 
     :raises CredentialRefused: the name is not one, or is taken (by a revoked one too: a name
         is never reused), or the scopes are empty or unknown.
     """
     handle, chosen = checked_name(name), checked_scopes(scopes)
+    stands_for = checked_name(client) if client is not None else handle
     if not issued_by.strip():
         raise InvalidCredential("who issues it must be named")
     credential_id = uuid.uuid4()
     secret = f"{SECRET_PREFIX}{credential_id.hex}_{secrets.token_urlsafe(SECRET_BYTES)}"
     try:
         row = await CREDENTIALS.insert.fetchrow(
-            db, credential_id=credential_id, name=handle, secret_hash=secret_hash(secret),
+            db, credential_id=credential_id, name=handle, client=stands_for, secret_hash=secret_hash(secret),
             scopes=sorted(s.value for s in chosen), now=now, issued_by=issued_by.strip())
     except asyncpg.UniqueViolationError:
         raise CredentialRefused(f"a credential named {handle} exists already (names are never reused, "

@@ -70,7 +70,7 @@ class Kind:
 
     @property
     def endpoint(self) -> str:
-        """The Idempotency-Key's scope, with the credential."""
+        """The Idempotency-Key's scope, with the credential's client (shared across rotations)."""
         return f"POST /orders/{{order_id}}/{self.collection}"
 
     def location(self, operation_id: uuid.UUID) -> str:
@@ -153,7 +153,7 @@ async def _create(request: Request, kind: Kind) -> Response:
     body = await read_json_object(request, MAX_BODY, allow_empty=not kind.fields)
     amount, reason = _checked_body(kind, body)
     return await idempotent(
-        request, f"credential:{credential.credential_id}", kind.endpoint,
+        request, f"client:{credential.client}", kind.endpoint,
         {"order_id": order_id, "body": body},
         lambda: _send(request, credential, kind, order_id, amount, reason), required=True)
 

@@ -9,6 +9,10 @@
 CREATE TABLE service_credentials (
     credential_id   uuid        PRIMARY KEY,   -- also in the secret, which says which row to check
     name            text        NOT NULL,
+    -- The back office it stands for, shared by a credential and the ones that rotate it: its
+    -- Idempotency-Keys are scoped to this, so a retry sent under the new credential after a
+    -- rotation is the same request, never a second refund.
+    client          text        NOT NULL,
     secret_hash     bytea       NOT NULL,
     scopes          text[]      NOT NULL,
     issued_at       timestamptz NOT NULL,
@@ -22,6 +26,7 @@ CREATE TABLE service_credentials (
     CONSTRAINT ck_service_credential_name CHECK (
         name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$'
         AND name !~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$'),
+    CONSTRAINT ck_service_credential_client CHECK (client ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$'),
     CONSTRAINT ck_service_credential_hash CHECK (octet_length(secret_hash) = 32),
     CONSTRAINT ck_service_credential_scopes CHECK (
         cardinality(scopes) >= 1 AND scopes <@ ARRAY['refunds', 'captures', 'voids', 'read']::text[]),

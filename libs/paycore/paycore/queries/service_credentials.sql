@@ -4,8 +4,8 @@
 -- itself; revoking is final: the UPDATEs that revoke or mark a use touch unrevoked rows only.
 
 -- name: insert
-INSERT INTO service_credentials (credential_id, name, secret_hash, scopes, issued_at, issued_by)
-VALUES (:credential_id, :name, :secret_hash, :scopes::text[], :now, :issued_by)
+INSERT INTO service_credentials (credential_id, name, client, secret_hash, scopes, issued_at, issued_by)
+VALUES (:credential_id, :name, :client, :secret_hash, :scopes::text[], :now, :issued_by)
 RETURNING *
 
 -- name: by_id
