@@ -1152,7 +1152,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "orders-idempotency-key", CHECKOUT_ROUTES,
-        '    return await _idempotent(request, customer, CREATE_ENDPOINT, {"body": body}, create)',
+        '    return await idempotent(request, customer, CREATE_ENDPOINT, {"body": body}, create)',
         "    return await create()",
         t(HTTP_EDGES, "test_a_retried_order_create_with_the_same_idempotency_key_makes_one_order"),
         "a retried POST /orders with its Idempotency-Key makes one order",
