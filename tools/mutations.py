@@ -2027,4 +2027,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         t("tests/operations/test_backoffice_api.py", "test_the_same_key_at_two_endpoints_is_two_intents"),
         "the same Idempotency-Key at /refunds and at /captures is two intents (seed 002)",
     ),
+    Mutation(
+        "console-approve-once", "libs/paycore/paycore/operator_refunds.py",
+        "            if approval.decision is not None:\n                raise _already(approval)\n            if approval.requested_by == handle:\n                raise _own(approval)\n            room",
+        "            if approval.requested_by == handle:\n                raise _own(approval)\n            room",
+        t("tests/console/test_refunds.py", "test_another_refunder_approves_it_once_even_posted_twice_at_the_same_time"),
+        "a refund approved twice at once (a double click, two operators) is sent once",
+    ),
+    Mutation(
+        "console-approver-not-requester", "libs/paycore/paycore/operator_refunds.py",
+        "            if approval.requested_by == handle:\n                raise _own(approval)\n            room",
+        "            room",
+        t("tests/console/test_refunds.py", "test_above_the_threshold_a_refund_waits_and_its_requester_cannot_approve_it"),
+        "a refund above the threshold needs a second operator: never its requester's own approval",
+    ),
 )

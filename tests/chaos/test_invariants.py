@@ -184,12 +184,32 @@ def test_an_order_agrees_with_the_ledger_when_paid_exactly_once_or_never_charged
     result = invariants.orders_disagreeing_with_the_ledger(f)
 
     assert result.count == 4
-    assert set(result.examples) == {"ord_twice (Paid, 2 succeeded payments)",
-                                    "ord_free (Paid, 0 succeeded payments)",
+    assert set(result.examples) == {"ord_twice (Paid, 2 charged or held payments)",
+                                    "ord_free (Paid, 0 charged or held payments)",
                                     "ord_lost (Open, 1 succeeded payments)",
                                     "ord_nobody (no such order, succeeded payment)"}
     assert "1 succeeded after a cancellation, escalated (allowed)" in result.note
     assert invariants.orders_with_more_than_one_succeeded_payment(f).examples == ("ord_twice",)
+
+
+def test_an_order_says_what_its_refunds_and_its_hold_did_unless_an_operation_is_still_open() -> None:
+    f = facts([OrderFacts("ord_part", "PartiallyRefunded"), OrderFacts("ord_all", "Refunded"),
+               OrderFacts("ord_held", "Authorized"), OrderFacts("ord_stale", "Paid"),
+               OrderFacts("ord_busy", "Paid"), OrderFacts("ord_voided", "Voided")],
+              [attempt(1, "ord_part", "Succeeded", "p1"), attempt(2, "ord_all", "Succeeded", "p2"),
+               attempt(3, "ord_held", "Succeeded", "p3"), attempt(4, "ord_stale", "Succeeded", "p4"),
+               attempt(5, "ord_busy", "Succeeded", "p5"), attempt(6, "ord_voided", "Succeeded", "p6")],
+              ledger=[payment("p1", "ord_part-a1", refunded=1000), payment("p2", "ord_all-a2", refunded=4999),
+                      payment("p3", "ord_held-a3", "requires_capture"),
+                      payment("p4", "ord_stale-a4", refunded=1000),
+                      payment("p5", "ord_busy-a5", refunded=1000),
+                      payment("p6", "ord_voided-a6", "canceled")],
+              operations={"op5": OperationFacts("op5", "att-5", "refund", "Unknown", "r5", 1000)})
+    for p in f.ledger:
+        p["amount"] = 4999
+    result = invariants.orders_disagreeing_with_the_ledger(f)
+    # Only the Paid order whose payment the provider refunded in part, with nothing in flight.
+    assert result.examples == ("ord_stale (Paid, the provider says PartiallyRefunded)",)
 
 
 def test_a_paid_orders_fulfillment_is_applied_once_and_an_unpaid_or_cancelled_orders_never() -> None:
@@ -351,7 +371,7 @@ async def _handled(consumers: list[InboxConsumer], n: int, duplicates: int = 0) 
 
 
 def counts(results: list[Any]) -> list[int]:
-    assert len(results) == 13
+    assert len(results) == 18
     return [r.count for r in results]
 
 
@@ -374,7 +394,7 @@ async def test_a_clean_paid_order_breaks_no_invariant_and_duplicates_on_the_wire
 
     results = await invariants.check(endpoints, settled_run())
 
-    assert counts(results) == [0] * 13, results
+    assert counts(results) == [0] * 18, results
     fulfillment = results[5]
     assert fulfillment.note == ("on the wire: 2 fulfillment messages, 1 of them more than once "
                                 "(1 extra copies), deduplicated by the consumer's inbox")
@@ -423,7 +443,7 @@ async def test_each_invariant_broken_on_purpose_is_counted(
     record = settled_run()
     async with demo_consumers(pool, ks) as consumers:
         order_id, attempt_id = await a_clean_paid_order(hooks, ks, consumers)
-    assert counts(await invariants.check(endpoints, record)) == [0] * 13
+    assert counts(await invariants.check(endpoints, record)) == [0] * 18
 
     # 6: the consumer applied the fulfillment twice.
     await pool.execute("INSERT INTO demo_fulfillments (dedup_key, kind, attempt_id, received_at) "
@@ -441,7 +461,7 @@ async def test_each_invariant_broken_on_purpose_is_counted(
     for n in (1, 2):
         await insert_attempt(pool, hooks, doubled, n, "NotStarted", ["NotStarted"])
     results = await invariants.check(endpoints, record)
-    assert counts(results) == [0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0], results
+    assert counts(results) == [0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], results
     assert results[3].examples == (doubled,) and results[4].examples == (stuck,)
     assert results[6].examples == (
         f"{attempt_id} (transition 4 starts at Unknown, the history was at Succeeded)",)
@@ -450,7 +470,8 @@ async def test_each_invariant_broken_on_purpose_is_counted(
     # 2, 3, 8: a charge nobody asked for, under a reference no attempt has.
     assert (await create_directly(hooks, "ord_nobody-a1")).status_code == 201
     await eventually(hooks.deliveries_settled, what="its webhook delivered (and escalated unmatched)")
-    assert counts(await invariants.check(endpoints, record)) == [0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0]
+    assert counts(await invariants.check(endpoints, record)) == [0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0,
+                                                                 0, 0, 0, 0, 0]
 
     # 1, 3, 8, 9: the paid attempt's reference charged again under another key (a second payment).
     # Its webhook names the reference with another payment id: intake escalates the attempt
@@ -466,7 +487,7 @@ async def test_each_invariant_broken_on_purpose_is_counted(
                                  {"at": 0.8, "target": "recovery-1",
                                   "outcome": "not carried out: the load ended at 60%"}]
     results = await invariants.check(endpoints, record)
-    assert counts(results) == [1, 1, 2, 1, 1, 1, 1, 2, 1, 1, 1, 1, 1], results
+    assert counts(results) == [1, 1, 2, 1, 1, 1, 1, 2, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0], results
     assert results[11].examples == ("2 outbox rows not dispatched",)
     assert results[12].examples == ("recovery-1@0.80 (not carried out: the load ended at 60%)",)
     assert results[12].note == "1 of 2 planned kills carried out"

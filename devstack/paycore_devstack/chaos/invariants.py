@@ -386,6 +386,15 @@ class Facts:
         return str(payment.get("reference") or "").rsplit("-a", 1)[0] or f"?{payment.get('id')}"
 
     @cached_property
+    def held_by_order(self) -> dict[str, list[Mapping[str, Any]]]:
+        """Payments held for a capture (``requires_capture``), by order."""
+        found: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+        for p in self.ledger:
+            if p.get("status") == "requires_capture":
+                found[self.order_of_payment(p)].append(p)
+        return found
+
+    @cached_property
     def succeeded_by_order(self) -> dict[str, list[Mapping[str, Any]]]:
         found: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
         for p in self.ledger:
@@ -588,25 +597,52 @@ def provider_payments_not_linked_to_one_attempt(f: Facts) -> InvariantResult:
     return _result("provider payments not linked to exactly one attempt", bad, note)
 
 
-def orders_disagreeing_with_the_ledger(f: Facts) -> InvariantResult:
-    """Paid exactly when one succeeded, unrefunded payment exists.
+def expected_order_status(payment: Mapping[str, Any]) -> str:
+    """What an order whose one payment is ``payment`` (as the provider's ledger has it) must say:
+    a hold Authorized, a charge Paid, then PartiallyRefunded and Refunded by what was given back."""
+    if payment.get("status") == "requires_capture":
+        return "Authorized"
+    captured = int(payment.get("amount_captured") or payment.get("amount") or 0)
+    refunded = int(payment.get("amount_refunded") or 0)
+    if refunded <= 0:
+        return "Paid"
+    return "Refunded" if refunded >= captured else "PartiallyRefunded"
 
-    An order with a succeeded payment that is not Paid is a lost payment, unless the
-    customer cancelled after the send intent and the success was escalated
-    ``succeeded-after-cancel`` (attempts.py: the charge stands, a person decides the refund).
+
+PAID_STATUSES = frozenset({"Paid", "PartiallyRefunded", "Refunded", "Authorized"})
+
+
+def orders_disagreeing_with_the_ledger(f: Facts) -> InvariantResult:
+    """An order says what its one charged (or held) payment at the provider says: Paid,
+    PartiallyRefunded or Refunded by what it gave back, Authorized while held; and an order with
+    none is not paid.
+
+    An order with a succeeded payment that is not paid is a lost payment, unless the customer
+    cancelled after the send intent and the success was escalated ``succeeded-after-cancel``
+    (the charge stands, and paycore refunds it: decision 0008). An order whose capture, void or
+    refund is still in flight or in a person's hands may not say it yet.
     """
     bad: list[str] = []
     after_cancel: list[str] = []
+    undecided = {o.attempt_id for o in f.operations.values()
+                 if o.state in LIVE or o.operation_id in f.operation_escalations}
     for order in f.orders.values():
-        kept = [p for p in f.succeeded_by_order.get(order.order_id, ())
-                if not p.get("amount_refunded")]
-        if order.status == "Paid":
-            if len(kept) != 1:
-                bad.append(f"{order.order_id} (Paid, {len(kept)} succeeded payments)")
-        elif kept:
+        attempts = f.attempts_of_order.get(order.order_id, ())
+        if any(a.attempt_id in undecided for a in attempts):
+            continue
+        charged = list(f.succeeded_by_order.get(order.order_id, ())) + list(
+            f.held_by_order.get(order.order_id, ()))
+        if order.status in PAID_STATUSES:
+            if len(charged) != 1:
+                bad.append(f"{order.order_id} ({order.status}, {len(charged)} charged or held payments)")
+            elif expected_order_status(charged[0]) != order.status:
+                bad.append(f"{order.order_id} ({order.status}, the provider says "
+                           f"{expected_order_status(charged[0])})")
+            continue
+        kept = [p for p in charged if not p.get("amount_refunded")]
+        if kept:
             if order.cancel_requested_at is not None and any(
-                    "succeeded-after-cancel" in f.escalation_reasons.get(a.attempt_id, ())
-                    for a in f.attempts_of_order.get(order.order_id, ())):
+                    "succeeded-after-cancel" in f.escalation_reasons.get(a.attempt_id, ()) for a in attempts):
                 after_cancel.append(order.order_id)
             else:
                 bad.append(f"{order.order_id} ({order.status}, {len(kept)} succeeded payments)")
@@ -915,15 +951,16 @@ def evaluate(f: Facts, record: RunRecord) -> list[InvariantResult]:
         attempts_with_history_gaps(f),
         provider_requests_without_send_intent(f),
         resends_not_under_original_key_and_bytes(f),
+        server_errors_without_retry_after(record.answers),
+        processes_exited_on_their_own(record.exited_on_own),
+        unsettled_when_the_bound_passed(record),
+        planned_kills_not_carried_out(record),
+        # After the payment (issue 29): refunds, captures and voids.
         provider_refunds_per_operation_above_one(f),
         provider_refunds_exceeding_the_capture(f),
         captures_above_the_hold(f),
         operations_neither_resolved_nor_escalated(f),
         operation_effects_applied_twice(f),
-        server_errors_without_retry_after(record.answers),
-        processes_exited_on_their_own(record.exited_on_own),
-        unsettled_when_the_bound_passed(record),
-        planned_kills_not_carried_out(record),
     ]
 
 

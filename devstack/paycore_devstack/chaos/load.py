@@ -48,7 +48,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import httpx
 import jwt
@@ -77,6 +77,16 @@ CURRENCIES: tuple[tuple[str, int], ...] = (
 FAILING_TOKENS = frozenset({"tok_decline", "tok_insufficient_funds", "tok_expired"})
 SECOND_TOKEN = "tok_visa"
 CancelPlan = Literal["none", "before-pay", "while-paying"]
+# What the store's back office does once an order is paid (issue 29), through its service
+# credential: refund it whole, refund it in two parts, race two partial refunds that cannot both
+# pass; for an order held for a capture, capture part of it (then refund some), void it, or race
+# a capture against a void.
+AfterPlan = Literal["none", "refund-full", "refund-parts", "refund-race", "capture", "void",
+                    "capture-void-race"]
+AFTER_AUTOMATIC: tuple[tuple[str, int], ...] = (
+    ("none", 55), ("refund-full", 15), ("refund-parts", 15), ("refund-race", 15))
+AFTER_MANUAL: tuple[tuple[str, int], ...] = (("capture", 45), ("void", 30), ("capture-void-race", 25))
+MANUAL_SHARE = 0.2  # orders held for a capture, where the provider offers it
 ActionPlan = Literal["none", "complete", "abandon"]
 
 
@@ -100,6 +110,9 @@ class Script:
     # Which of the provider's methods for the token (where it has several), from its own
     # stream: the other draws are the same whichever provider runs.
     variant: int = 0
+    # After the payment, from its own stream too (a seed's payment scripts stay what they were).
+    manual_capture: bool = False
+    after: AfterPlan = "none"
 
 
 def _weighted(rng: random.Random, table: tuple[tuple[str, int], ...]) -> str:
@@ -120,7 +133,9 @@ def draw_scripts(options: ChaosOptions) -> list[Script]:
     """Every order's script, from the seed alone (the same list on every call)."""
     rng = options.rng("load")
     variants = options.rng("method-variants")
-    ceiling = chaos_provider(options.provider).max_amount_minor
+    after_rng = options.rng("after-payment")
+    provider = chaos_provider(options.provider)
+    ceiling = provider.max_amount_minor
     scripts = []
     for index in range(options.orders):
         currency = _weighted(rng, CURRENCIES)
@@ -133,6 +148,11 @@ def draw_scripts(options: ChaosOptions) -> list[Script]:
         cancel: CancelPlan = ("before-pay" if cancel_roll < 0.04
                               else "while-paying" if cancel_roll < 0.09 else "none")
         may_fail = token in FAILING_TOKENS or action == "abandon"
+        manual = after_rng.random() < MANUAL_SHARE
+        after = _weighted(after_rng, AFTER_MANUAL if manual else AFTER_AUTOMATIC)
+        manual = manual and provider.manual_capture
+        if not manual and after in ("capture", "void", "capture-void-race"):
+            after = "refund-full"  # the provider holds nothing: the store refunds instead
         scripts.append(Script(
             index=index,
             client=index % options.clients,
@@ -148,6 +168,8 @@ def draw_scripts(options: ChaosOptions) -> list[Script]:
             cancel_after_s=round(rng.uniform(0.0, 0.3), 3),
             pay_again=may_fail and cancel == "none" and rng.random() < 0.6,
             variant=variants.randrange(12),
+            manual_capture=manual,
+            after=cast(AfterPlan, after),
         ))
     return scripts
 
@@ -203,6 +225,9 @@ CREATE = "POST /orders"
 PAY = "POST /orders/{id}/payment"
 STATUS = "GET /orders/{id}/payment/status"
 CANCEL = "POST /orders/{id}/cancel"
+REFUND = "POST /orders/{id}/refunds"  # the back office's (a service credential, not a customer)
+CAPTURE = "POST /orders/{id}/captures"
+VOID = "POST /orders/{id}/voids"
 ACTION = "POST /_sandbox/payments/{id}/action"
 WEBHOOK = "POST /webhooks/{provider}"
 
@@ -306,12 +331,15 @@ class Storefront:
 
     async def send(self, method: str, path: str, route: str, *, order_id: str | None = None,
                    body: dict[str, Any] | None = None, key: str | None = None,
-                   retry: bool = True) -> httpx.Response | None:
-        """One request to a checkout; retried (``retry``) on no answer and on a Retry-After answer.
+                   retry: bool = True, backoffice: bool = False) -> httpx.Response | None:
+        """One request to a checkout; retried (``retry``) on no answer and on a Retry-After answer,
+        as the customer (a bearer JWT) or, with ``backoffice``, as the store's back office (its
+        service credential).
 
         Returns the last answer, or None when no send was answered.
         """
-        headers = self._auth()
+        headers = (self._auth() if not backoffice
+                   else {"Authorization": f"Bearer {self.endpoints.backoffice_secret}"})
         if key is not None:
             headers["Idempotency-Key"] = key
         deadline = time.monotonic() + REQUEST_BUDGET_S
@@ -351,10 +379,44 @@ class Storefront:
             return
         state = await self._attempt(plan, script, script.token, first=True)
         if state in ("Failed", "NotApplied") and script.pay_again:
-            await self._attempt(plan, script, SECOND_TOKEN, first=False)
+            state = await self._attempt(plan, script, SECOND_TOKEN, first=False)
+        if state == "Succeeded" and script.after != "none" and self.endpoints.backoffice_secret:
+            await self._after_payment(plan, script)
+
+    # -- the back office, once the order is paid (issue 29) --
+
+    async def _operation(self, order_id: str, kind: str, amount_minor: int | None) -> httpx.Response | None:
+        """One refund, capture or void by the back office, under its own key (a retry reuses it)."""
+        route = {"refunds": REFUND, "captures": CAPTURE, "voids": VOID}[kind]
+        body = {} if amount_minor is None else {"amount_minor": amount_minor}
+        return await self.send("POST", f"/orders/{order_id}/{kind}", route, order_id=order_id, body=body,
+                               key=str(uuid.uuid4()), backoffice=True)
+
+    async def _after_payment(self, plan: OrderPlan, script: Script) -> None:
+        order_id, amount = plan.order_id, script.amount_minor
+        part = max(1, amount * 6 // 10)  # two of these exceed the payment: at most one may pass
+        if script.after == "refund-full":
+            await self._operation(order_id, "refunds", amount)
+        elif script.after == "refund-parts":
+            await self._operation(order_id, "refunds", max(1, amount // 3))
+            await self._operation(order_id, "refunds", max(1, amount // 3))
+        elif script.after == "refund-race":
+            await asyncio.gather(self._operation(order_id, "refunds", part),
+                                 self._operation(order_id, "refunds", part))
+        elif script.after == "capture":
+            captured = await self._operation(order_id, "captures", part)
+            if captured is not None and captured.status_code in (201, 202):
+                await self._operation(order_id, "refunds", max(1, part // 2))
+        elif script.after == "void":
+            await self._operation(order_id, "voids", None)
+        elif script.after == "capture-void-race":
+            await asyncio.gather(self._operation(order_id, "captures", amount),
+                                 self._operation(order_id, "voids", None))
 
     async def _create(self, script: Script, key: str | None, spare_orders: list[str]) -> str | None:
-        body = {"amount_minor": script.amount_minor, "currency": script.currency}
+        body: dict[str, Any] = {"amount_minor": script.amount_minor, "currency": script.currency}
+        if script.manual_capture:
+            body["capture"] = "manual"
         got: list[str] = []
         for _ in range(2 if script.retry_create else 1):
             response = await self.send("POST", "/orders", CREATE, body=body, key=key)

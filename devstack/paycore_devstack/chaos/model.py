@@ -56,6 +56,8 @@ class Endpoints:
     effects_topic: str = "payments.effects"
     provider: str = "cardco"  # the run's provider (chaos.providers)
     webhook_basic_auth: tuple[str, str] | None = None  # Adyen's webhook user and password
+    # The back office's service credential (refunds, captures, voids, read); None: no such load.
+    backoffice_secret: str | None = None
 
 
 @dataclass(frozen=True)

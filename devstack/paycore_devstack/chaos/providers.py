@@ -53,6 +53,7 @@ class ChaosProvider:
     lookups: bool  # by id and by reference (Adyen has neither)
     search_lags: bool  # its lookup by reference is a search index that lags (Stripe's Search)
     max_amount_minor: int | None = None  # the provider's own ceiling, below the currency's
+    manual_capture: bool = True  # paycore holds its payments for a capture (Adyen's: not yet)
     # The variables holding what signs its webhooks (Cardco's and Stripe's whsec_, Adyen's
     # HMAC key), and Adyen's basic-auth user and password.
     webhook_secret_env: str = ""
@@ -148,7 +149,7 @@ PROVIDERS: Final[Mapping[str, ChaosProvider]] = {
             "tok_visa", "tok_decline", "tok_insufficient_funds", "tok_3ds", "tok_async", "tok_expired")},
         re.compile(r"/v[0-9]+/payments"), "json", "reference", version_header=None,
         account_header=None, account_field="merchantAccount", api_key_header="x-api-key",
-        lookups=False, search_lags=False, webhook_secret_env="PAYCORE_ADYEN_HMAC_KEY",
+        lookups=False, search_lags=False, manual_capture=False, webhook_secret_env="PAYCORE_ADYEN_HMAC_KEY",
         webhook_auth_env=("PAYCORE_ADYEN_WEBHOOK_USERNAME", "PAYCORE_ADYEN_WEBHOOK_PASSWORD"),
         stray_statuses=("succeeded", "succeeded", "declined", "declined")),
 }

@@ -258,12 +258,13 @@ class ChaosStack:
             "PAYCORE_SANDBOX_CONFIG": str(sandbox_config),
         })
         await self._register_account()
+        backoffice = await self._issue_backoffice_credential()
         self._endpoints = Endpoints(
             dsn=self._pg.dsn, sandbox_url=sandbox_url, checkout_urls=(checkout_1, checkout_2),
             intake_url=intake_url, jwt_secret=jwt_secret,
             provider_account=f"{name}:{SANDBOX_ACCOUNT}:{SANDBOX_ENVIRONMENT}",
             webhook_secret=webhook_secret, kafka_bootstrap=self._broker.bootstrap,
-            provider=name, webhook_basic_auth=webhook_auth,
+            provider=name, webhook_basic_auth=webhook_auth, backoffice_secret=backoffice,
         )
 
         cli = [sys.executable, "-m", "paycore_cli"]
@@ -323,6 +324,22 @@ class ChaosStack:
         env.update(CHAOS_ENV)
         env.update(settings)
         return env
+
+    async def _issue_backoffice_credential(self) -> str:
+        """The store's back office credential the clients ask for refunds, captures and voids with."""
+        from paycore import service_credentials
+        from paycore.clock import SystemClock
+        from paycore.db import create_pool
+
+        assert self._pg is not None
+        pool = await create_pool(self._pg.dsn, max_size=1)
+        try:
+            issued = await service_credentials.issue(
+                pool, "chaos-backoffice", ("refunds", "captures", "voids", "read"), issued_by="chaos",
+                now=SystemClock().now())
+        finally:
+            await pool.close()
+        return issued.secret
 
     async def _register_account(self) -> None:
         """Register the sandbox account once, here, rather than as racing services' first act."""
