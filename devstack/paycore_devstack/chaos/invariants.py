@@ -677,16 +677,19 @@ def fulfillment_key(attempt_id: str) -> str:
 
 
 def fulfillments_not_applied_once(f: Facts) -> InvariantResult:
-    """A Paid order's fulfillment is applied exactly once; any other order's never.
+    """A paid order's fulfillment is applied exactly once; any other order's never.
 
-    A Paid order whose cancellation was requested before the success is not
-    fulfilled (attempts.py queues no fulfillment then; a person decides).
+    Paid here is every status a succeeded payment leaves: Paid, and what its operations made of
+    it since (PartiallyRefunded, Refunded; a hold's Authorized, and Voided after it: a hold is
+    fulfilled when authorized, then captured or released). An order whose cancellation was
+    requested before the success is not fulfilled (attempts.py queues no fulfillment then).
     """
     bad: list[str] = []
     for order in f.orders.values():
         applied = sum(f.fulfillments.get(fulfillment_key(a.attempt_id), 0)
                       for a in f.attempts_of_order.get(order.order_id, ()))
-        expected = 1 if order.status == "Paid" and order.cancel_requested_at is None else 0
+        paid = order.status in PAID_STATUSES or order.status == "Voided"
+        expected = 1 if paid and order.cancel_requested_at is None else 0
         if applied != expected:
             bad.append(f"{order.order_id} ({order.status}, applied {applied}x)")
     if isinstance(f.wire, WireCopies):
