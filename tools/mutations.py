@@ -2041,4 +2041,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         t("tests/console/test_refunds.py", "test_above_the_threshold_a_refund_waits_and_its_requester_cannot_approve_it"),
         "a refund above the threshold needs a second operator: never its requester's own approval",
     ),
+    Mutation(
+        "hold-asked-by-the-order", DOMAIN,
+        "    held = target is AttemptState.SUCCEEDED and (order.manual_capture\n",
+        "    held = target is AttemptState.SUCCEEDED and (False\n",
+        t(DECIDE, "test_an_order_that_asked_for_a_hold_is_held_whatever_the_provider_calls_its_success"),
+        "an Adyen hold (answered Authorised, as a charge is) leaves its order Authorized, not Paid",
+    ),
 )

@@ -229,6 +229,17 @@ def test_a_hold_authorizes_the_order_instead_of_paying_it() -> None:
     assert not foresee(S.STARTED, SUCCEEDED).order_held
 
 
+def test_an_order_that_asked_for_a_hold_is_held_whatever_the_provider_calls_its_success() -> None:
+    authorised = ProviderOutcome.succeeded("pay_1", 4999, "EUR", provider_status="Authorised")  # Adyen
+    f = decide_outcome(ATTEMPT, authorised, ACCEPTED, NOW, order=OrderFacts(OrderStatus.OPEN, False, True),
+                       recheck_after_s=60, actor="test")
+    assert f.order_held and f.write is not None and f.write.provider_status == HOLD_STATUS
+    charged = decide_outcome(ATTEMPT, authorised, ACCEPTED, NOW, order=OrderFacts(OrderStatus.OPEN, False),
+                             recheck_after_s=60, actor="test")
+    assert not charged.order_held
+    assert charged.write is not None and charged.write.provider_status == "Authorised"
+
+
 def test_the_end_of_a_hold_contradicts_nothing_but_the_end_of_a_charge_does() -> None:
     held = dataclasses.replace(ATTEMPT, state=S.SUCCEEDED, provider_status=HOLD_STATUS,
                                provider_payment_id="pay_1")

@@ -149,7 +149,7 @@ PROVIDERS: Final[Mapping[str, ChaosProvider]] = {
             "tok_visa", "tok_decline", "tok_insufficient_funds", "tok_3ds", "tok_async", "tok_expired")},
         re.compile(r"/v[0-9]+/payments"), "json", "reference", version_header=None,
         account_header=None, account_field="merchantAccount", api_key_header="x-api-key",
-        lookups=False, search_lags=False, manual_capture=False, webhook_secret_env="PAYCORE_ADYEN_HMAC_KEY",
+        lookups=False, search_lags=False, webhook_secret_env="PAYCORE_ADYEN_HMAC_KEY",
         webhook_auth_env=("PAYCORE_ADYEN_WEBHOOK_USERNAME", "PAYCORE_ADYEN_WEBHOOK_PASSWORD"),
         stray_statuses=("succeeded", "succeeded", "declined", "declined")),
 }

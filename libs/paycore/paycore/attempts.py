@@ -363,7 +363,8 @@ async def _apply_once(
         history.append((EventKind.SEND_RESULT, _send_result_detail(outcome)))
     verdict = await judge_outcome(conn, attempt, outcome)
     decision = decide_outcome(
-        attempt, outcome, verdict, now, order=OrderFacts(order.status, order.cancel_requested_at is not None),
+        attempt, outcome, verdict, now, order=OrderFacts(order.status, order.cancel_requested_at is not None,
+                                          order.capture == "manual"),
         recheck_after_s=recheck_after_s, actor=actor,
         escalated_recheck_after_s=escalated_recheck_after_s if lease is not None else None)
     if decision.refused is not None:

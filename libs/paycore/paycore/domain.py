@@ -837,6 +837,7 @@ class OrderFacts:
 
     status: OrderStatus
     cancel_requested: bool
+    manual_capture: bool = False  # the order asked for its payment to be held for a capture
 
 
 def decide_outcome(attempt: Attempt, outcome: ProviderOutcome, verdict: Verdict, now: datetime, *,
@@ -905,6 +906,12 @@ def decide_outcome(attempt: Attempt, outcome: ProviderOutcome, verdict: Verdict,
         next_action_expires_at=expires_at if keeps_action else None,
         outcome_reason=outcome.reason, provider_payment_id=outcome.provider_payment_id,
         next_check_at=next_check_at)
+    held = target is AttemptState.SUCCEEDED and (order.manual_capture
+                                                 or outcome.provider_status == HOLD_STATUS)
+    if held:
+        # A hold, whatever the provider calls its success (Adyen says "Authorised" for both):
+        # the order asked for one, and every reader of the attempt knows it by this status.
+        write = dataclasses.replace(write, provider_status=HOLD_STATUS)
     if target is not AttemptState.SUCCEEDED:
         return Decision(state, target, write, tuple(raised), finish_after_s=finish_after_s)
     fulfil = order.status is OrderStatus.OPEN and not order.cancel_requested
@@ -914,7 +921,7 @@ def decide_outcome(attempt: Attempt, outcome: ProviderOutcome, verdict: Verdict,
         raised.append(Escalation(EscalationReason.SUCCEEDED_AFTER_CANCEL, {"order_id": attempt.order_id},
                                  per_evidence=False))
     return Decision(state, target, write, tuple(raised), order_paid=order.status is OrderStatus.OPEN,
-                    order_held=outcome.provider_status == HOLD_STATUS,
+                    order_held=held,
                     effects=("order-confirmation", *(("fulfillment-request",) if fulfil else ())),
                     finish_after_s=finish_after_s)
 

@@ -328,7 +328,8 @@ async def preview_attach(db: asyncpg.Pool | asyncpg.Connection, *, event_id: int
     order = await find_order(db, attempt.order_id)
     assert order is not None  # an attempt's order is never deleted (foreign key)
     foreseen = decide_outcome(attempt, n.outcome, verdict, now, recheck_after_s=recheck_after_s,
-                              order=OrderFacts(order.status, order.cancel_requested_at is not None),
+                              order=OrderFacts(order.status, order.cancel_requested_at is not None,
+                                          order.capture == "manual"),
                               actor=f"operator-{operator}")
     if foreseen.refused is not None:
         return AttachPreview(attempt, _not_applicable(event_id, attempt_id, foreseen.refused), foreseen)

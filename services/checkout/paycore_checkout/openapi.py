@@ -58,7 +58,7 @@ NEW_ORDER = {
                                                               "(default: the first)"},
         "capture": {"type": "string", "enum": ["automatic", "manual"], "default": "automatic",
                     "description": "manual: the payment holds the amount (the order is Authorized) for a "
-                                   "capture or a void later (Cardco and Stripe accounts)"},
+                                   "capture or a void later"},
     },
 }
 PAYMENT_REQUEST = {

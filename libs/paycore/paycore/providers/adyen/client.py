@@ -29,7 +29,6 @@ import httpx
 
 from paycore.config import ProviderAccountConfig
 from paycore.domain import ProviderOutcome
-from paycore.errors import InvalidPaymentMethod
 from paycore.evidence import judge
 from paycore.providers.adapter import DeliveryVerifier
 from paycore.providers.adyen import notifications
@@ -78,14 +77,13 @@ class AdyenProvider(AdyenOperations):
         :raises NotBuildable: ``account-not-configured``: an account this provider does not serve.
         """
         del description
-        if manual_capture:
-            # Adyen's answer to a held payment is the same "Authorised" as a captured one's:
-            # telling them apart needs the stored request at every reader; not built yet.
-            raise InvalidPaymentMethod("manual capture is not available for Adyen accounts yet")
+        # A hold answers the same "Authorised" as a charge: the order, which asked for manual
+        # capture, is what says it is a hold (paycore.domain.decide_outcome).
         acct = self._configured(account.provider_account)
         return build_request_body(amount_minor=amount_minor, currency=currency, payment_method=payment_method,
                                   reference=reference, merchant_account=acct.account,
-                                  return_url=acct.return_url, environment=acct.environment)
+                                  return_url=acct.return_url, environment=acct.environment,
+                                  manual_capture=manual_capture)
 
     # -- create -------------------------------------------------------------
 

@@ -84,6 +84,7 @@ def build_request_body(
     merchant_account: str,
     return_url: str | None,
     environment: str,
+    manual_capture: bool = False,
 ) -> str:
     """Serialize the body of ``POST /v71/payments``, once, for storing on the attempt.
 
@@ -117,6 +118,8 @@ def build_request_body(
         "paymentMethod": payment_method_object(payment_method, environment=environment),
         "returnUrl": return_url,
     }
+    if manual_capture:  # authorise and hold: a /captures call charges it later
+        body["additionalData"] = {"manualCapture": "true"}
     return orjson.dumps(body).decode("utf-8")
 
 
