@@ -2048,4 +2048,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         t(DECIDE, "test_an_order_that_asked_for_a_hold_is_held_whatever_the_provider_calls_its_success"),
         "an Adyen hold (answered Authorised, as a charge is) leaves its order Authorized, not Paid",
     ),
+    Mutation(
+        "order-capture-counts-earlier-refunds", DOMAIN,
+        "        return by_refunds() if kind is OperationKind.CAPTURE else OrderStatus.VOIDED",
+        "        return OrderStatus.PAID if kind is OperationKind.CAPTURE else OrderStatus.VOIDED",
+        t(DECIDE, "test_an_orders_status_follows_its_refunds_and_its_hold"),
+        "an order whose capture's success is learnt after a refund of it says PartiallyRefunded, not Paid",
+    ),
 )

@@ -24,6 +24,8 @@ from paycore.domain import (
     Escalation,
     EscalationReason,
     HoldStep,
+    OperationKind,
+    OperationState,
     OrderFacts,
     OrderStatus,
     ProviderOutcome,
@@ -36,6 +38,7 @@ from paycore.domain import (
     decide_outcome,
     decide_start,
     hold_ended,
+    order_status_after_operation,
 )
 
 S = AttemptState
@@ -264,3 +267,27 @@ def test_a_hold_is_warned_about_then_lapses_unless_a_capture_or_void_is_in_fligh
     assert [step(s) for s in (0, week - day - 1, week - day, week - 1, week)] == [
         HoldStep.WAIT, HoldStep.WAIT, HoldStep.WARN, HoldStep.WARN, HoldStep.LAPSED]
     assert step(week + 1, live=True) is HoldStep.WAIT
+
+
+# -- what an order says after its operations (issue 29) ------------------------------------------
+
+
+def test_an_orders_status_follows_its_refunds_and_its_hold() -> None:
+    def after(current: OrderStatus, kind: OperationKind, target: OperationState, refunded: int,
+              captured: int = 5000) -> OrderStatus:
+        return order_status_after_operation(current, kind, target, captured_minor=captured,
+                                            refunded_minor=refunded)
+
+    R, C, V = OperationKind.REFUND, OperationKind.CAPTURE, OperationKind.CANCEL
+    ok, back = OperationState.SUCCEEDED, OperationState.RETURNED
+    assert after(OrderStatus.PAID, R, ok, 2000) is OrderStatus.PARTIALLY_REFUNDED
+    assert after(OrderStatus.PARTIALLY_REFUNDED, R, ok, 5000) is OrderStatus.REFUNDED
+    assert after(OrderStatus.REFUNDED, R, back, 0) is OrderStatus.PAID  # the refund came back
+    assert after(OrderStatus.AUTHORIZED, C, ok, 0, 3000) is OrderStatus.PAID
+    assert after(OrderStatus.AUTHORIZED, V, ok, 0) is OrderStatus.VOIDED
+    assert after(OrderStatus.CANCELLED, R, ok, 5000) is OrderStatus.CANCELLED
+    # A capture whose answer was lost, refunded in part before its success was learnt: the
+    # refund leaves the order Authorized; the capture's success then says what both did.
+    assert after(OrderStatus.AUTHORIZED, R, ok, 1500, 3000) is OrderStatus.AUTHORIZED
+    assert after(OrderStatus.AUTHORIZED, C, ok, 1500, 3000) is OrderStatus.PARTIALLY_REFUNDED
+    assert after(OrderStatus.AUTHORIZED, C, ok, 3000, 3000) is OrderStatus.REFUNDED

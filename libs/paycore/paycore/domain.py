@@ -395,16 +395,19 @@ def order_status_after_operation(current: OrderStatus, kind: OperationKind, targ
     """The order's status once an operation of ``kind`` became ``target``: Paid ->
     PartiallyRefunded -> Refunded by what its Succeeded refunds add up to (``refunded_minor``,
     of ``captured_minor``; a Returned refund no longer counts, so the order goes back);
-    Authorized -> Paid by a capture, Authorized -> Voided by a cancel. A cancelled order stays
+    Authorized -> Paid by a capture (or straight to PartiallyRefunded or Refunded when a refund
+    of that capture succeeded first, the capture's own answer lost), Authorized -> Voided by a
+    cancel. An Authorized order's refund waits for its capture; a cancelled order stays
     cancelled (its refund answers a payment that came too late), and nothing else moves it."""
-    if kind is OperationKind.REFUND and target in (OperationState.SUCCEEDED, OperationState.RETURNED):
-        if current not in _REFUND_STATUSES:
-            return current
+    def by_refunds() -> OrderStatus:
         if refunded_minor <= 0:
             return OrderStatus.PAID
         return OrderStatus.REFUNDED if refunded_minor >= captured_minor else OrderStatus.PARTIALLY_REFUNDED
+
+    if kind is OperationKind.REFUND and target in (OperationState.SUCCEEDED, OperationState.RETURNED):
+        return by_refunds() if current in _REFUND_STATUSES else current
     if current is OrderStatus.AUTHORIZED and target is OperationState.SUCCEEDED:
-        return OrderStatus.PAID if kind is OperationKind.CAPTURE else OrderStatus.VOIDED
+        return by_refunds() if kind is OperationKind.CAPTURE else OrderStatus.VOIDED
     return current
 
 
