@@ -19,6 +19,8 @@ keeps its currency (its exponent then reads as unknown).
 
 from __future__ import annotations
 
+from paycore.errors import PaycoreError
+
 _ZERO = """
 BIF CLP DJF GNF ISK JPY KMF KRW PYG RWF UGX VND VUV XAF XOF XPF
 """
@@ -70,7 +72,7 @@ def format_amount(amount_minor: int, code: str) -> str:
     return f"{sign}{major}.{minor:0{places}d} {code}"
 
 
-class AmountNotReadable(ValueError):
+class AmountNotReadable(PaycoreError, ValueError):
     """Typed money paycore will not guess at: its words say what to type instead."""
 
 

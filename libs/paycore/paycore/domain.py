@@ -263,7 +263,8 @@ def decide_operation_outcome(kind: OperationKind, state: OperationState, version
       reported failure, Failed and a reported success, …) is escalated as a contradiction --
       except a Succeeded refund reported failed: the network sent it back, so it is
       ``Returned`` (its amount refundable again) and a person is told (``refund-returned``);
-      a Returned refund reported failed agrees with it;
+      a Returned refund reported failed, or succeeded (the report of its success arriving
+      late), agrees with it;
     - a NotStarted operation takes no outcome (only a sender that started it has one);
     - Unknown never overwrites Unknown, nor a Started operation whose provider status was
       seen (nothing is written); else Started becomes Unknown;
@@ -280,7 +281,10 @@ def decide_operation_outcome(kind: OperationKind, state: OperationState, version
             target = OperationState.RETURNED
             write = _operation_write(target, version, outcome, now, recheck_after_s)
             return OperationDecision(state, target, write, escalation=EscalationReason.REFUND_RETURNED)
-        agrees = target is state or (state is OperationState.RETURNED and target is OperationState.FAILED)
+        # A Returned refund did succeed first: a late report of its success, or of its failure,
+        # agrees with its history.
+        agrees = target is state or (state is OperationState.RETURNED
+                                     and target in (OperationState.FAILED, OperationState.SUCCEEDED))
         if target in FINAL_OPERATION_STATES and not agrees:
             return OperationDecision(state, state, escalation=EscalationReason.CONTRADICTION)
         return OperationDecision(state, state)
