@@ -32,12 +32,14 @@ import httpx
 
 from paycore.clock import Clock
 from paycore.config import ProviderAccountConfig
-from paycore.domain import OutcomeKind, ProviderOutcome
+from paycore.domain import OperationKind, OutcomeKind, ProviderOutcome
 from paycore.providers.base import (
     Capabilities,
     LookupResult,
     Notification,
     NotificationUnverified,
+    OperationEnding,
+    OperationOutcome,
     StoredRequest,
     VerifiedDelivery,
 )
@@ -256,6 +258,56 @@ class ProviderClient(abc.ABC, Generic[RequestT, AnswerT]):
         self._log.log(level, "%s create attempt_id=%s outcome=%s reason=%s http_status=%s replayed=%s",
                       self.name, stored.attempt_id, outcome.kind.value, outcome.reason, outcome.http_status,
                       outcome.replayed)
+        return outcome
+
+    # -- after the payment: one send of a stored capture, cancel or refund ------------------------
+
+    def _build_operation(self, stored: StoredRequest, kind: OperationKind,
+                         provider_payment_id: str) -> RequestT:
+        """What one send of the stored operation transmits, as configured now (a provider with
+        operations overrides it).
+
+        :raises NotBuildable: The stored request cannot be sent as stored.
+        """
+        raise NotImplementedError(f"{self.name} sends no operations")
+
+    async def _post_operation(self, request: RequestT, kind: OperationKind, provider_payment_id: str,
+                              limit_s: float, limit_name: str) -> AnswerT | str:
+        """Send ``request`` once: by default as a create is sent (one stored POST)."""
+        return await self._send_create(request, limit_s, limit_name)
+
+    def _classify_operation(self, stored: StoredRequest, kind: OperationKind, provider_payment_id: str,
+                            answer: AnswerT, *, first_send: bool) -> OperationOutcome:
+        """What an answer says about the operation (a provider with operations overrides it)."""
+        raise NotImplementedError(f"{self.name} sends no operations")
+
+    async def _send_operation_once(self, stored: StoredRequest, kind: OperationKind, *,
+                                   provider_payment_id: str, budget_s: float | None,
+                                   first_send: bool) -> OperationOutcome:
+        """As :meth:`create_payment`, for an operation: built from the stored request (Unknown when
+        it cannot be), sent once within the budget (nothing when it is spent), classified by the
+        provider's rules, and logged."""
+        limit_s, limit_name = self._call_limit(budget_s)
+        try:
+            request = self._build_operation(stored, kind, provider_payment_id)
+        except NotBuildable as exc:
+            outcome = OperationOutcome.unknown(kind, f"request.not-buildable.{exc.reason}")
+        else:
+            if limit_s <= 0:
+                outcome = OperationOutcome.unknown(kind, f"provider.no-response.{limit_name}")
+            else:
+                answer = await self._post_operation(request, kind, provider_payment_id, limit_s, limit_name)
+                outcome = (OperationOutcome.unknown(kind, answer) if isinstance(answer, str)
+                           else self._classify_operation(stored, kind, provider_payment_id, answer,
+                                                         first_send=first_send))
+        return self._operation_logged(stored, outcome)
+
+    def _operation_logged(self, stored: StoredRequest, outcome: OperationOutcome) -> OperationOutcome:
+        # Operation ids and reason codes only: never the key, a header or a body.
+        self._log.log(logging.WARNING if outcome.ending is OperationEnding.UNKNOWN else logging.INFO,
+                      "%s %s operation_id=%s ending=%s reason=%s http_status=%s replayed=%s", self.name,
+                      outcome.operation.value, stored.attempt_id, outcome.ending.value, outcome.reason,
+                      outcome.http_status, outcome.replayed)
         return outcome
 
     def _lookup_logged(self, operation: str, provider_account: str, result: LookupResult) -> LookupResult:

@@ -17,7 +17,6 @@ modification either, so the lookups answer ``unavailable`` and send nothing.
 from __future__ import annotations
 
 import abc
-import logging
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -49,7 +48,7 @@ from paycore.providers.base import (
     OperationOutcome,
     StoredRequest,
 )
-from paycore.providers.http import NotBuildable, send_once
+from paycore.providers.http import NotBuildable
 
 # The path segment of each modification under /payments/{pspReference}/.
 _SEGMENTS: Final = {OperationKind.CAPTURE: "captures", OperationKind.CANCEL: "cancels",
@@ -164,20 +163,8 @@ class AdyenOperations(ProviderClient[httpx.Request, httpx.Response], abc.ABC):
             negative sends nothing.
         :raises ValueError: ``budget_s`` is NaN.
         """
-        limit_s, limit_name = self._call_limit(budget_s)
-        try:
-            request = self._build_operation(stored, kind, provider_payment_id)
-        except NotBuildable as exc:
-            outcome = OperationOutcome.unknown(kind, f"request.not-buildable.{exc.reason}")
-        else:
-            if limit_s <= 0:
-                outcome = OperationOutcome.unknown(kind, f"provider.no-response.{limit_name}")
-            else:
-                answer = await send_once(self._http, request, self._clock, limit_s, limit_name)
-                outcome = (OperationOutcome.unknown(kind, answer) if isinstance(answer, str)
-                           else self._classify_operation(stored, kind, provider_payment_id, answer,
-                                                         first_send=first_send))
-        return self._operation_logged(stored, outcome)
+        return await self._send_operation_once(stored, kind, provider_payment_id=provider_payment_id,
+                                               budget_s=budget_s, first_send=first_send)
 
     def _build_operation(self, stored: StoredRequest, kind: OperationKind,
                          provider_payment_id: str) -> httpx.Request:
@@ -219,13 +206,6 @@ class AdyenOperations(ProviderClient[httpx.Request, httpx.Response], abc.ABC):
             return OperationOutcome.unknown(kind, "provider.body-unrecognized", **meta)
         return _received(stored, kind, provider_payment_id, answer, meta)
 
-    def _operation_logged(self, stored: StoredRequest, outcome: OperationOutcome) -> OperationOutcome:
-        # Operation ids and reason codes only: never the key, a header or a body.
-        self._log.log(logging.WARNING if outcome.ending is OperationEnding.UNKNOWN else logging.INFO,
-                      "%s %s operation_id=%s ending=%s reason=%s http_status=%s", self.name,
-                      outcome.operation.value, stored.attempt_id, outcome.ending.value, outcome.reason,
-                      outcome.http_status)
-        return outcome
 
     # -- lookups: none ----------------------------------------------------------
 

@@ -224,21 +224,14 @@ class StripeOperations(ProviderClient[StripeRequest, SdkAnswer], abc.ABC):
             negative sends nothing.
         :raises ValueError: ``budget_s`` is NaN.
         """
-        limit_s, limit_name = self._call_limit(budget_s)
-        try:
-            acct, params = self._build_operation(stored, kind, provider_payment_id)
-        except NotBuildable as exc:
-            outcome = OperationOutcome.unknown(kind, f"request.not-buildable.{exc.reason}")
-        else:
-            if limit_s <= 0:
-                outcome = OperationOutcome.unknown(kind, f"provider.no-response.{limit_name}")
-            else:
-                path = operation_path(kind, provider_payment_id)
-                answer = await self._send(self._client(acct), "post", path, params, limit_s, limit_name)
-                outcome = (OperationOutcome.unknown(kind, answer) if isinstance(answer, str)
-                           else self._classify_operation(stored, kind, provider_payment_id, answer,
-                                                         first_send=first_send))
-        return self._operation_logged(stored, outcome)
+        return await self._send_operation_once(stored, kind, provider_payment_id=provider_payment_id,
+                                               budget_s=budget_s, first_send=first_send)
+
+    async def _post_operation(self, request: StripeRequest, kind: OperationKind, provider_payment_id: str,
+                              limit_s: float, limit_name: str) -> SdkAnswer | str:
+        acct, params = request
+        return await self._send(self._client(acct), "post", operation_path(kind, provider_payment_id), params,
+                                limit_s, limit_name)
 
     def _build_operation(self, stored: StoredRequest, kind: OperationKind,
                          provider_payment_id: str) -> StripeRequest:
@@ -358,13 +351,6 @@ class StripeOperations(ProviderClient[StripeRequest, SdkAnswer], abc.ABC):
             kind, reason + (f":{error.param}" if error.param else ""), first_send=first_send,
             resend_reason=f"provider.rejected-this-send.{reason}", request_rejected=True, **meta)
 
-    def _operation_logged(self, stored: StoredRequest, outcome: OperationOutcome) -> OperationOutcome:
-        # Operation ids and reason codes only: never the key, a header or a body.
-        self._log.log(logging.WARNING if outcome.ending is OperationEnding.UNKNOWN else logging.INFO,
-                      "%s %s operation_id=%s ending=%s reason=%s http_status=%s replayed=%s", self.name,
-                      outcome.operation.value, stored.attempt_id, outcome.ending.value, outcome.reason,
-                      outcome.http_status, outcome.replayed)
-        return outcome
 
     # -- lookups --------------------------------------------------------------
 
