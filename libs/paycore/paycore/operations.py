@@ -339,14 +339,21 @@ async def apply(conn: asyncpg.Connection, operation: Operation, decision: Operat
                     payload=_effect_payload(updated, order.order_id, status), now=now,
                     attempt_id=updated.attempt_id, ordering=outbox.ordering_key(updated.attempt_id))
         if decision.escalation is not None:
-            await escalations.raise_escalation(
-                conn, key=escalations.operation_key(operation.operation_id, decision.escalation.value),
-                reason=decision.escalation.value, attempt_id=operation.attempt_id, now=now,
-                reminder_interval=reminder_interval,
-                detail={"operation_id": str(operation.operation_id), "operation": operation.kind.value,
-                        "amount_minor": operation.amount_minor, "currency": operation.currency,
-                        "from": decision.from_state.value, "to": decision.to_state.value})
+            await _escalate(conn, operation, decision.escalation, now=now,
+                            reminder_interval=reminder_interval,
+                            detail={"from": decision.from_state.value, "to": decision.to_state.value})
         return updated
+
+
+async def _escalate(conn: asyncpg.Connection, operation: Operation, reason: EscalationReason, *,
+                    now: datetime, reminder_interval: timedelta, detail: Mapping[str, Any]) -> None:
+    """Open ``operation``'s episode ``operation:<id>:<reason>`` (its alert only if new), in the
+    caller's transaction, naming the operation and what it moves."""
+    await escalations.raise_escalation(
+        conn, key=escalations.operation_key(operation.operation_id, reason.value), reason=reason.value,
+        attempt_id=operation.attempt_id, now=now, reminder_interval=reminder_interval,
+        detail={"operation_id": str(operation.operation_id), "operation": operation.kind.value,
+                "amount_minor": operation.amount_minor, "currency": operation.currency, **detail})
 
 
 def effect_key(operation_id: UUID, effect: str) -> str:
@@ -418,12 +425,8 @@ async def escalate_and_finish(pool: asyncpg.Pool, operation: Operation, lease: L
         await lock_order_of_attempt(conn, operation.attempt_id)
         if not await finish(conn, operation.operation_id, lease, now, next_check_at):
             return False
-        await escalations.raise_escalation(
-            conn, key=escalations.operation_key(operation.operation_id, reason.value), reason=reason.value,
-            attempt_id=operation.attempt_id, now=now, reminder_interval=reminder_interval,
-            detail={"operation_id": str(operation.operation_id), "operation": operation.kind.value,
-                    "amount_minor": operation.amount_minor, "currency": operation.currency,
-                    "state": operation.state.value, **(detail or {})})
+        await _escalate(conn, operation, reason, now=now, reminder_interval=reminder_interval,
+                        detail={"state": operation.state.value, **(detail or {})})
         return True
 
 
