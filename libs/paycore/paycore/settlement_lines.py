@@ -133,8 +133,13 @@ class SettlementSourceError(PaycoreError):
 class SettlementSource(Protocol):
     """What reconciliation needs from a provider: its batches in a date range, and their lines."""
 
-    async def batches(self, provider_account: str, date_from: date, date_to: date) -> list[SettlementBatch]:
-        """The account's batches dated ``date_from`` to ``date_to`` (UTC dates, inclusive)."""
+    async def batches(self, provider_account: str, date_from: date, date_to: date, *,
+                      after_batch_id: str | None = None) -> list[SettlementBatch]:
+        """The account's batches dated ``date_from`` to ``date_to`` (UTC dates, inclusive).
+
+        ``after_batch_id``: the last batch already recorded, for a provider that numbers its
+        batches and lists none (Adyen): reading resumes after it. Others ignore it.
+        """
         ...
 
     def lines(self, batch: SettlementBatch) -> AsyncIterator[SettlementLine | BadLine]:

@@ -66,6 +66,7 @@ CREATE TABLE settlement_lines (
     attempt_id            uuid        NULL,  -- the payment it matched
     operation_id          uuid        NULL,  -- the refund or capture it matched
     outcome               text        NOT NULL,
+    exception_kind        text        NULL,  -- an exception's kind (settlement_exceptions.kind)
     CONSTRAINT settlement_lines_pkey PRIMARY KEY (batch_id, line_no),
     CONSTRAINT ck_settlement_line_kind CHECK (kind IN (
         'charge', 'refund', 'refund_reversal', 'chargeback', 'chargeback_reversal',
