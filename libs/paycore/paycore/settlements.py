@@ -309,6 +309,18 @@ class AccountRun:
     unreadable: tuple[tuple[str, str], ...]  # (batch, why): tried again on the next run
     new_missing: int
 
+    def as_json(self) -> dict[str, Any]:
+        """What the run found, as stored with the daily run and printed by the command."""
+        return {
+            "provider_account": self.provider_account,
+            "batches": [{"provider_batch_id": o.provider_batch_id, "result": o.result, "batch_id": o.batch_id,
+                         "lines": o.line_count, "matched": o.matched_count, "exceptions": o.exception_count,
+                         "new_exceptions": o.new_exceptions, "bad_lines": o.bad_line_count}
+                        for o in self.outcomes],
+            "unreadable": [{"provider_batch_id": b, "error": e} for b, e in self.unreadable],
+            "new_missing": self.new_missing,
+        }
+
 
 async def reconcile_account(
     pool: asyncpg.Pool,

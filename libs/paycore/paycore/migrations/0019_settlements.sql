@@ -112,3 +112,17 @@ CREATE INDEX payment_attempts_succeeded_by_account ON payment_attempts (provider
     WHERE state = 'Succeeded';
 CREATE INDEX payment_operations_succeeded_by_account ON payment_operations (provider_account, first_sent_at)
     WHERE state = 'Succeeded';
+
+-- The daily reconciliation (recovery's settlement task): one run per account and day, claimed by
+-- one instance of however many run; a run whose instance died is taken over after its lease.
+CREATE TABLE settlement_runs (
+    run_date              date        NOT NULL,
+    provider_account      text        NOT NULL REFERENCES provider_accounts (provider_account),
+    owner                 text        NOT NULL,
+    started_at            timestamptz NOT NULL,
+    lease_expires_at      timestamptz NOT NULL,
+    finished_at           timestamptz NULL,
+    result                jsonb       NULL,
+    CONSTRAINT settlement_runs_pkey PRIMARY KEY (run_date, provider_account),
+    CONSTRAINT ck_settlement_run_finished CHECK ((finished_at IS NULL) = (result IS NULL))
+);
