@@ -55,13 +55,12 @@ class TimeOfDayOrOff:
 
     _HH_MM = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
 
-    def parse(self, raw: str) -> time | str:
+    def parse(self, raw: str) -> str:
         if raw.strip().lower() == "off":
             return "off"
-        match = self._HH_MM.fullmatch(raw.strip())
-        if match is None:
+        if self._HH_MM.fullmatch(raw.strip()) is None:
             raise Invalid(f"must be a UTC time of day as HH:MM (e.g. 06:00) or off, got {raw!r}")
-        return time(int(match[1]), int(match[2]))
+        return raw.strip()
 
     def accepts(self) -> str:
         return "HH:MM (UTC) or off"
@@ -69,9 +68,9 @@ class TimeOfDayOrOff:
 
 SETTLEMENT = Group("`paycore run recovery`: the daily settlement reconciliation (docs/settlement.md)")
 SETTLEMENT_RUN_AT = SETTLEMENT.declare(
-    "PAYCORE_SETTLEMENT_RUN_AT", TimeOfDayOrOff(), time(6, 0),
+    "PAYCORE_SETTLEMENT_RUN_AT", TimeOfDayOrOff(), "06:00",
     "when each day (UTC) recovery reconciles every account's settlement batches; `off`: only "
-    "`paycore reconcile settlements` does", shown_default="06:00")
+    "`paycore reconcile settlements` does")
 SETTLEMENT_LOOKBACK = SETTLEMENT.declare(
     "PAYCORE_SETTLEMENT_LOOKBACK_DAYS", Count(maximum=366), 7,
     "the daily run reads the batches of this many days before today (a batch still open on one day "
@@ -115,8 +114,8 @@ class RecoverySettings:
         return self
 
 
-def _time_or_none(value: time | str) -> time | None:
-    return value if isinstance(value, time) else None
+def _time_or_none(value: str) -> time | None:
+    return None if value == "off" else time.fromisoformat(value)
 
 
 def load_recovery_settings(app: Settings, env: Mapping[str, str] | None = None) -> RecoverySettings:
