@@ -25,12 +25,14 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
+from decimal import Decimal
 from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from paycore.currencies import exponent
 from paycore_sandbox import api
 from paycore_sandbox.errors import ApiError, JSONResponse, invalid_param, not_found
 from paycore_sandbox.faults import FaultContext
@@ -63,26 +65,30 @@ def cardco_row(line: Line) -> list[str]:
             iso_utc(line.created), line.currency, str(line.gross), str(line.fee), str(line.net)]
 
 
-async def csv_stream(header: Sequence[str], lines: Iterable[Line],
-                     row: Callable[[Line], Sequence[str]], suffix: bytes = b"",
-                     trailer: Sequence[Sequence[str]] = ()) -> AsyncIterator[bytes]:
-    """The CSV, built lazily a chunk of rows at a time (a batch may hold hundreds of
-    thousands of lines), then ``trailer`` rows, then ``suffix`` verbatim."""
+async def csv_stream(header: Sequence[str], rows: Iterable[Sequence[str]],
+                     suffix: bytes = b"") -> AsyncIterator[bytes]:
+    """The CSV, written lazily a chunk of rows at a time (a batch may hold hundreds of
+    thousands of lines: ``rows`` should be a generator), then ``suffix`` verbatim."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header)
-    count = 0
-    for line in lines:
-        writer.writerow(row(line))
-        count += 1
+    for count, row in enumerate(rows, 1):
+        writer.writerow(row)
         if count % _ROWS_PER_CHUNK == 0:
             yield buffer.getvalue().encode("utf-8")
             buffer.seek(0)
             buffer.truncate()
-    writer.writerows(trailer)
     yield buffer.getvalue().encode("utf-8")
     if suffix:
         yield suffix
+
+
+def major(amount: int, currency: str) -> str:
+    """Minor units as the currency's major units with its decimals (``1234`` EUR → ``12.34``;
+    an unknown currency: 2), for the reports that speak major units (Stripe's CSV, Adyen's)."""
+    places = exponent(currency.upper())
+    places = 2 if places is None else places
+    return str(Decimal(amount).scaleb(-places).quantize(Decimal(1).scaleb(-places)))
 
 
 def parse_day(value: str | None, param: str) -> dt.date:
@@ -134,7 +140,8 @@ async def settlement_lines(request: Request) -> Response:
         if batch is None or batch.key.account != account.account \
                 or batch.key.environment != account.environment or not batch.visible:
             return not_found(f"No such settlement: {batch_id}").response()
-        return StreamingResponse(csv_stream(CSV_COLUMNS, batch.lines(), cardco_row,
-                                            batch.raw_suffix), media_type=CSV_MEDIA_TYPE)
+        rows = (cardco_row(line) for line in batch.lines())
+        return StreamingResponse(csv_stream(CSV_COLUMNS, rows, batch.raw_suffix),
+                                 media_type=CSV_MEDIA_TYPE)
 
     return await api.rate_limited_lookup(request, arrival, ctx, answer)
