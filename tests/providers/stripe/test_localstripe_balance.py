@@ -41,7 +41,8 @@ async def test_the_sdk_lists_a_payments_balance_transaction_with_its_source(
 
     monkeypatch.setattr(stripe, "api_base", localstripe)
     listed = await stripe.BalanceTransaction.list_async(
-        api_key=API_KEY, created={"gte": before, "lt": int(time.time()) + 1}, type="charge", expand=["data.source"], limit=100)
+        api_key=API_KEY, created={"gte": before, "lt": int(time.time()) + 1}, type="charge",
+        expand=["data.source"], limit=100)
     [txn] = [t for t in listed.data if t.source.payment_intent == intent["id"]]  # type: ignore[union-attr]
     assert (txn.object, txn.type, txn.amount, txn.currency, txn.reporting_category) == (
         "balance_transaction", "charge", 2345, "eur", "charge")
