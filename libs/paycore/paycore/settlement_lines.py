@@ -137,8 +137,9 @@ class SettlementSource(Protocol):
                       after_batch_id: str | None = None) -> list[SettlementBatch]:
         """The account's batches dated ``date_from`` to ``date_to`` (UTC dates, inclusive).
 
-        ``after_batch_id``: the last batch already recorded, for a provider that numbers its
-        batches and lists none (Adyen): reading resumes after it. Others ignore it.
+        ``after_batch_id`` is the last batch already recorded, for a provider that publishes no
+        list of batches and numbers them instead (Adyen: the next ones are probed from it); a
+        provider with a list (Cardco) or with batches known in advance (Stripe's days) ignores it.
         """
         ...
 
