@@ -12,7 +12,7 @@ import os
 
 from bench import results
 
-STAGES = ["checkout", "webhooks", "recovery", "relay", "growth"]
+STAGES = ["checkout", "webhooks", "recovery", "relay", "growth", "settlement"]
 
 
 def main() -> None:

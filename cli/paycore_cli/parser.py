@@ -35,6 +35,7 @@ from paycore_cli.operator_commands import (
     cmd_outbox,
 )
 from paycore_cli.serve import cmd_migrate, cmd_run, cmd_serve
+from paycore_cli.settlement_commands import add_settlement_commands
 from paycore_cli.tokens import cmd_token
 
 
@@ -410,4 +411,5 @@ def build_parser() -> argparse.ArgumentParser:
     # --- end of operator accounts -------------------------------------------------------------------
     # --- issue 29: refunds, captures, voids and the back office's credentials ---------------------
     add_operation_commands(commands)
+    add_settlement_commands(commands)
     return parser

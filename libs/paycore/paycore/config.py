@@ -140,7 +140,7 @@ REMINDER_ACK_INTERVAL = REMINDERS.declare(
     "PAYCORE_REMINDER_ACK_INTERVAL_S", SECONDS, 3600.0, "reminders of an acknowledged, still open episode")
 
 
-SETTLEMENT = Group("recovery and `paycore reconcile settlements`: settlement reconciliation (docs/settlement.md)")
+SETTLEMENT = Group("recovery, `paycore reconcile settlements`: reconciling settlements (docs/settlement.md)")
 SETTLEMENT_GRACE = SETTLEMENT.declare(
     "PAYCORE_SETTLEMENT_GRACE_S", Number("seconds", maximum=None), 3 * 86_400.0,
     "a payment or refund that succeeded this long ago and is in no closed batch of its account is "

@@ -207,8 +207,8 @@ async def reconcile_batch(
             if imbalance is None:
                 # 5. Match and write every line.
                 await LINES.analyze_incoming.execute(conn)
-                counts = await LINES.record.fetchrow(
-                    conn, batch_id=batch_id, provider_account=batch.provider_account)
+                await LINES.judge.execute(conn, batch_id=batch_id, provider_account=batch.provider_account)
+                counts = await LINES.record.fetchrow(conn, batch_id=batch_id)
                 assert counts is not None
                 matched = counts["matched_count"]
                 new += await EXCEPTIONS.record_line_exceptions.fetch(

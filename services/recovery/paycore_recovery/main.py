@@ -19,6 +19,7 @@ from paycore.providers.registry import for_accounts
 from paycore_recovery.loop import RecoveryWorker, liveness_bound_s
 from paycore_recovery.metrics import RecoveryMetrics
 from paycore_recovery.settings import load_recovery_settings
+from paycore_recovery.settlement_task import SettlementTask, readable_sources
 
 log = logging.getLogger("paycore.recovery")
 
@@ -48,8 +49,12 @@ async def run(*, metrics_host: str = "127.0.0.1", metrics_port: int | None = Non
             liveness = Liveness("recovery", liveness_bound_s(recovery), monotonic=monotonic)
             worker = RecoveryWorker(pool=pool, client=client, clock=clock, settings=settings,
                                     recovery=recovery, metrics=metrics, owner=owner, liveness=liveness)
+            settlements = SettlementTask(pool=pool, clock=clock, settings=settings, recovery=recovery,
+                                         sources=readable_sources(settings), owner=worker.owner)
             async with serve_health(metrics.registry, [liveness], metrics_host, metrics_port,
-                                    worker="recovery"):
+                                    worker="recovery"), asyncio.TaskGroup() as tasks:
+                if recovery.settlement_run_at is not None:
+                    tasks.create_task(settlements.run_forever(stop))
                 await worker.run_forever(stop)
         finally:
             await client.aclose()

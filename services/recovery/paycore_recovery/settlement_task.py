@@ -22,6 +22,7 @@ from paycore import settlement_runs
 from paycore.clock import Clock
 from paycore.config import ProviderAccountConfig, Settings
 from paycore.errors import MAY_HAVE_COMMITTED
+from paycore.providers.settlement_sources import settlement_source
 from paycore.settlement_lines import SettlementSource, SettlementSourceError
 from paycore.settlements import AccountRun, reconcile_account
 from paycore_recovery.settings import RecoverySettings
@@ -29,6 +30,19 @@ from paycore_recovery.settings import RecoverySettings
 log = logging.getLogger("paycore.recovery.settlements")
 
 SourceFor = Callable[[ProviderAccountConfig], SettlementSource | None]  # None: cannot be read
+
+
+def readable_sources(settings: Settings) -> SourceFor:
+    """Each configured account's settlement source; an account that cannot be read (an Adyen
+    account without a report user) is said once, here, and skipped by the daily run."""
+    sources: dict[str, SettlementSource | None] = {}
+    for account in settings.accounts:
+        try:
+            sources[account.provider_account] = settlement_source(account)
+        except SettlementSourceError as e:
+            log.warning("settlement: %s is not reconciled daily: %s", account.provider_account, e)
+            sources[account.provider_account] = None
+    return lambda account: sources.get(account.provider_account)
 
 
 class SettlementTask:

@@ -1,8 +1,10 @@
 -- settlement_lines: every line of a recorded batch and what it matched (paycore.settlements).
 --
 -- A batch's lines are streamed with COPY into a temporary table (settlement_incoming, gone at
--- the end of the transaction), then matched and written in one INSERT ... SELECT: one pass
--- over a million lines, and nothing written unless the whole batch is.
+-- the end of the transaction), judged into another (settlement_judged) in one pass, then
+-- written in one INSERT ... SELECT: nothing is written unless the whole batch is. Judging and
+-- writing are two statements on purpose: a statement that reads settlement_lines (an earlier
+-- batch's line for the same payment) while it inserts into it would scan its own new rows.
 
 -- name: create_incoming
 CREATE TEMPORARY TABLE settlement_incoming (
@@ -30,11 +32,11 @@ ANALYZE settlement_incoming
 -- An open batch read again: its earlier lines give way to the whole new read.
 DELETE FROM settlement_lines WHERE batch_id = :batch_id
 
--- name: record
--- Match each incoming line and write it. A line about a payment or an operation of ours finds
--- it by the provider's id, else by the merchant reference; what it should say is compared with
--- what is recorded here (docs/settlement.md, "Matching"), and the first rule it breaks is its
--- exception. Answers how many lines matched and how many are exceptions.
+-- name: judge
+-- Match each incoming line. A line about a payment or an operation of ours finds it by the
+-- provider's id, else by the merchant reference; what it should say is compared with what is
+-- recorded here (docs/settlement.md, "Matching"), and the first rule it breaks is its exception.
+CREATE TEMPORARY TABLE settlement_judged ON COMMIT DROP AS
 WITH found AS (
     SELECT i.*,
            COALESCE(op_by_id.operation_id, op_by_ref.operation_id) AS operation_id,
@@ -105,8 +107,12 @@ judged AS (
         WHERE f.kind = 'charge' AND f.operation_id IS NULL AND f.attempt_id IS NOT NULL
           AND c.attempt_id = f.attempt_id AND c.kind = 'capture' AND c.state = 'Succeeded'
     ) captured ON true
-),
-written AS (
+)
+SELECT * FROM judged
+
+-- name: record
+-- Write the judged lines. Answers how many matched and how many are exceptions.
+WITH written AS (
     INSERT INTO settlement_lines (batch_id, line_no, kind, record_type, provider_line_id, provider_payment_id,
         provider_operation_id, reference, occurred_at, gross_currency, gross_minor, net_currency, fee_minor,
         net_minor, exchange_rate, attempt_id, operation_id, outcome, exception_kind)
@@ -117,7 +123,7 @@ written AS (
                 WHEN j.kind IN ('fee', 'adjustment', 'payout', 'chargeback_reversal', 'capture_reversal') THEN 'booked'
                 ELSE 'matched' END,
            j.exception_kind
-    FROM judged j
+    FROM settlement_judged j
     RETURNING outcome
 )
 SELECT count(*) FILTER (WHERE outcome = 'matched') AS matched_count,
