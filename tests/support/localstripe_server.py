@@ -13,7 +13,13 @@ refuses (``400 Unexpected …``) that paycore always sends: a PaymentIntent's ``
 (checkout's ``order <id>``), which the launcher lets a PaymentIntent take and keep; and a
 capture's ``metadata`` (paycore's ``metadata[paycore_capture_reference]``), which the
 launcher merges into the intent's before the capture runs, as Stripe does (so the
-``payment_intent.succeeded`` it sends shows it). Nothing else differs: localstripe still
+``payment_intent.succeeded`` it sends shows it). And one route: ``GET
+/v1/balance_transactions``, Stripe's path of the balance transactions localstripe lists only
+at ``/v1/balance/history`` (its own route for that path refuses every filter), answering
+localstripe's own list (newest first, ``limit``/``starting_after`` as it pages) filtered by
+``created`` (``[gte]``/``[gt]``/``[lte]``/``[lt]`` or exact, unix seconds) and ``type`` after
+listing; ``expand[]=data.source`` is localstripe's own expansion (the Charge or Refund object).
+Any other parameter is still ``400 Unexpected …``. Nothing else differs: localstripe still
 ignores ``Idempotency-Key`` and ``Stripe-Version``, has no Search, and signs its webhooks
 itself.
 """
@@ -75,10 +81,47 @@ def _captures_take_metadata() -> None:
                                for method, url, func in resources.extra_apis]
 
 
+_CREATED_BOUNDS = {"gte": int.__ge__, "gt": int.__gt__, "lte": int.__le__, "lt": int.__lt__}
+
+
+def _created_matches(created: int, bounds: Any) -> bool:
+    """Stripe's ``created`` filter: ``{"gte": "…", …}`` or one exact time (form strings)."""
+    if not isinstance(bounds, dict):
+        return created == int(bounds)
+    for name, value in bounds.items():
+        if name not in _CREATED_BOUNDS:
+            raise resources.UserError(400, f"Unexpected created[{name}]")
+        if not _CREATED_BOUNDS[name](created, int(value)):
+            return False
+    return True
+
+
+def _balance_transactions_at_stripes_path() -> None:
+    url = "/v1/balance_transactions"
+
+    def list_all(limit: Any = None, starting_after: Any = None, created: Any = None,
+                 type: Any = None, **kwargs: Any) -> Any:
+        if kwargs:
+            raise resources.UserError(400, "Unexpected " + ", ".join(kwargs))
+        try:
+            listed = resources.BalanceTransaction._api_list_all(url, limit, starting_after)
+            # Filtered before the page is cut: List pages lazily, when its data is read.
+            listed._list = [txn for txn in listed._list
+                            if (created is None or _created_matches(txn.created, created))
+                            and type in (None, txn.type)]
+        except ValueError:
+            raise resources.UserError(400, "Bad request") from None
+        return listed
+
+    # Extra routes are added before localstripe's generic ones, so this one answers the path.
+    resources.extra_apis.append(("GET", url, list_all))
+
+
 def main() -> None:
     _private_state(sys.argv.pop(1))
     _payment_intents_take_a_description()
     _captures_take_metadata()
+    _balance_transactions_at_stripes_path()
     from localstripe import server  # after the patches: it builds its routes on import
 
     server.start()  # reads --port and --from-scratch from sys.argv

@@ -76,6 +76,10 @@ class ProviderAccountConfig:
     :param live_url_prefix: Adyen live: the company's endpoint prefix.
     :param return_url: Where a customer comes back after a redirect or 3-D Secure
         (Stripe ``return_url``, Adyen ``returnUrl``).
+    :param report_username: Adyen: the report user whose basic auth downloads settlement reports
+        (none: the account's settlements are read from files only).
+    :param report_password: Adyen: that user's password.
+    :param reports_base_url: Adyen: where reports are downloaded (the Customer Area's host).
     """
 
     provider: str
@@ -94,6 +98,9 @@ class ProviderAccountConfig:
     return_url: str | None = None
     webhook_secret_previous: Secret | None = None
     webhook_password_previous: Secret | None = None
+    report_username: str | None = None
+    report_password: Secret | None = None
+    reports_base_url: str | None = None
 
     @property
     def provider_account(self) -> str:
@@ -224,6 +231,15 @@ ADYEN_KEY_RETENTION = ADYEN.declare(
 ADYEN_ESCALATION_MARGIN = ADYEN.declare(
     "PAYCORE_ADYEN_ESCALATION_MARGIN_S", MARGIN, None, "as `PAYCORE_CARDCO_ESCALATION_MARGIN_S`",
     shown_default="min(7200, retention/4)")
+ADYEN_REPORT_USERNAME = ADYEN.declare(
+    "PAYCORE_ADYEN_REPORT_USERNAME", Text(printable=True), None,
+    "the report user (`report_<id>@Company.<company>`) that downloads Settlement details reports; "
+    "without one, settlements are read from files only")
+ADYEN_REPORT_PASSWORD = ADYEN.declare(
+    "PAYCORE_ADYEN_REPORT_PASSWORD", SecretText(), None, "the report user's basic-auth password")
+ADYEN_REPORTS_BASE_URL = ADYEN.declare(
+    "PAYCORE_ADYEN_REPORTS_BASE_URL", Url(), None, "where reports are downloaded from (tests: the sandbox)",
+    shown_default="`https://ca-test.adyen.com` (test), `https://ca-live.adyen.com` (live)")
 
 # Why an Adyen account cannot start without its return URL, said where it is refused.
 ADYEN_RETURN_URL_NEEDED: Final = (
@@ -252,6 +268,9 @@ ACCOUNTS_FILE_FIELDS = (
     FileField("key_retention_s", "Cardco, Stripe 86400; Adyen 2678400", "positive integer"),
     FileField("escalation_margin_s", "min(7200, retention // 4)", "integer below `key_retention_s`"),
     FileField("lookup_rate_per_s", "20", "positive number"),
+    FileField("report_username", "—", "Adyen: the report user that downloads settlement reports"),
+    FileField("report_password_env", "—", "Adyen: the variable holding the report user's password"),
+    FileField("reports_base_url", "Adyen: by `environment`", "Adyen: where reports are downloaded from"),
 )
 _FIELD_NAMES: Final = frozenset(f.key for f in ACCOUNTS_FILE_FIELDS)
 
@@ -311,6 +330,11 @@ def adyen_base_url(environment: str, prefix: str | None, where: str) -> str:
     if not prefix:
         raise ConfigError(where, "is required for a live Adyen account")
     return f"https://{prefix}-checkout-live.adyenpayments.com/checkout"
+
+
+def adyen_reports_base_url(environment: str) -> str:
+    """Where Adyen's reports are downloaded from: its Customer Area of the account's mode."""
+    return "https://ca-live.adyen.com" if environment == "live" else "https://ca-test.adyen.com"
 
 
 def check_hmac_key(secret: Secret | None, where: str) -> None:
@@ -388,6 +412,9 @@ def _adyen(env: Mapping[str, str]) -> ProviderAccountConfig:
     check_previous(password, password_previous, ADYEN_WEBHOOK_PASSWORD_PREVIOUS.name,
                    ADYEN_WEBHOOK_PASSWORD.name)
     retention = int(ADYEN_KEY_RETENTION.read(env))
+    report_username, report_password = ADYEN_REPORT_USERNAME.get(env), ADYEN_REPORT_PASSWORD.get(env)
+    if (report_username is None) != (report_password is None):
+        raise ConfigError(ADYEN_REPORT_PASSWORD.name, f"and {ADYEN_REPORT_USERNAME.name} are set together")
     return ProviderAccountConfig(
         provider="adyen", account=ADYEN_MERCHANT_ACCOUNT.require(env, " (the merchant account)"),
         environment=environment, base_url=base_url, api_key=api_key, webhook_secret=hmac_key,
@@ -396,6 +423,8 @@ def _adyen(env: Mapping[str, str]) -> ProviderAccountConfig:
         escalation_margin_s=_env_margin(env, ADYEN_ESCALATION_MARGIN, retention),
         webhook_username=username, webhook_password=password, live_url_prefix=prefix,
         return_url=ADYEN_RETURN_URL.require(env, ADYEN_RETURN_URL_NEEDED),
+        report_username=report_username, report_password=report_password,
+        reports_base_url=ADYEN_REPORTS_BASE_URL.get(env) or adyen_reports_base_url(environment),
     )
 
 
@@ -531,6 +560,15 @@ def _file_account(env: Mapping[str, str], where: str, e: Any) -> ProviderAccount
                        "webhook_password_env")
     elif username is not None or password is not None or password_previous is not None:
         raise ConfigError(f"{where}.webhook_username", "is for Adyen accounts only")
+    report_username = _text(e, "report_username", where)
+    report_password = _secret_env(env, e, "report_password_env", where)
+    reports_base_url = _url(e, "reports_base_url", where)
+    if provider != "adyen" and (report_username or report_password or reports_base_url):
+        raise ConfigError(f"{where}.report_username", "is for Adyen accounts only")
+    if (report_username is None) != (report_password is None):
+        raise ConfigError(f"{where}.report_password_env", "and report_username are set together")
+    if provider == "adyen" and reports_base_url is None:
+        reports_base_url = adyen_reports_base_url(environment)
     return_url = _url(e, "return_url", where)
     if provider == "adyen" and return_url is None:
         raise ConfigError(f"{where}.return_url", "is required" + ADYEN_RETURN_URL_NEEDED)
@@ -542,5 +580,6 @@ def _file_account(env: Mapping[str, str], where: str, e: Any) -> ProviderAccount
         escalation_margin_s=margin_for(retention, margin, f"{where}.escalation_margin_s"),
         lookup_rate_per_s=float(rate), webhook_username=username, webhook_password=password,
         live_url_prefix=prefix, return_url=return_url, webhook_secret_previous=secret_previous,
-        webhook_password_previous=password_previous,
+        webhook_password_previous=password_previous, report_username=report_username,
+        report_password=report_password, reports_base_url=reports_base_url,
     )

@@ -140,6 +140,13 @@ REMINDER_ACK_INTERVAL = REMINDERS.declare(
     "PAYCORE_REMINDER_ACK_INTERVAL_S", SECONDS, 3600.0, "reminders of an acknowledged, still open episode")
 
 
+SETTLEMENT = Group("recovery and `paycore reconcile settlements`: settlement reconciliation (docs/settlement.md)")
+SETTLEMENT_GRACE = SETTLEMENT.declare(
+    "PAYCORE_SETTLEMENT_GRACE_S", Number("seconds", maximum=None), 3 * 86_400.0,
+    "a payment or refund that succeeded this long ago and is in no closed batch of its account is "
+    "missing from the provider's books (an exception); providers settle a day or more later")
+
+
 class KafkaTopic:
     """A Kafka topic name: letters, digits, ``.``, ``_``, ``-``; at most 249 characters."""
 
@@ -280,6 +287,11 @@ class Settings:
     kafka_retention_s: float = KAFKA_RETENTION.default
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
     kafka_pages_topic: str = KAFKA_PAGES_TOPIC.default
+    settlement_grace_s: float = SETTLEMENT_GRACE.default
+
+    @property
+    def settlement_grace(self) -> timedelta:
+        return timedelta(seconds=self.settlement_grace_s)
 
     @property
     def reminder_interval(self) -> timedelta:
@@ -339,6 +351,7 @@ def load_settings(env: Mapping[str, str] | None = None, *, require_account: bool
         recheck_after_s=RECHECK_AFTER.read(env),
         reminder_interval_s=REMINDER_INTERVAL.read(env),
         reminder_ack_interval_s=REMINDER_ACK_INTERVAL.read(env),
+        settlement_grace_s=SETTLEMENT_GRACE.read(env),
         **_kafka_settings(env),
     )
 

@@ -524,6 +524,8 @@ class EscalationReason(enum.StrEnum):
     UNPARSEABLE_NOTIFICATION = "unparseable-notification"
     OUTBOX_DEAD_LETTER = "outbox-dead-letter"
     CONSUMER_POISON_MESSAGE = "consumer-poison-message"
+    # What a provider's settlement report and the books disagree on (``settlement-exception:<kind>``).
+    SETTLEMENT_EXCEPTION = "settlement-exception"
 
 
 # The reasons that say evidence was about another payment (a verdict's reason).

@@ -133,8 +133,14 @@ class SettlementSourceError(PaycoreError):
 class SettlementSource(Protocol):
     """What reconciliation needs from a provider: its batches in a date range, and their lines."""
 
-    async def batches(self, provider_account: str, date_from: date, date_to: date) -> list[SettlementBatch]:
-        """The account's batches dated ``date_from`` to ``date_to`` (UTC dates, inclusive)."""
+    async def batches(self, provider_account: str, date_from: date, date_to: date, *,
+                      after_batch_id: str | None = None) -> list[SettlementBatch]:
+        """The account's batches dated ``date_from`` to ``date_to`` (UTC dates, inclusive).
+
+        ``after_batch_id`` is the last batch already recorded, for a provider that publishes no
+        list of batches and numbers them instead (Adyen: the next ones are probed from it); a
+        provider with a list (Cardco) or with batches known in advance (Stripe's days) ignores it.
+        """
         ...
 
     def lines(self, batch: SettlementBatch) -> AsyncIterator[SettlementLine | BadLine]:

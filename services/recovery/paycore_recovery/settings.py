@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import time
 
 from paycore.config import ConfigError, Settings
-from paycore.settings_spec import Choice, Count, Group, Items, Number
+from paycore.settings_spec import Choice, Count, Group, Invalid, Items, Number
 
 # Recovery's durations have no upper bound of their own: a day-long cadence is policy.
 SECONDS = Number("seconds", maximum=None)
@@ -47,6 +49,38 @@ HOLD_LAPSE_WARNING = RECOVERY.declare(
     "capture or void it (`authorization-lapsing`)")
 
 
+
+class TimeOfDayOrOff:
+    """``HH:MM`` in UTC, or ``off``."""
+
+    _HH_MM = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
+
+    def parse(self, raw: str) -> str:
+        if raw.strip().lower() == "off":
+            return "off"
+        if self._HH_MM.fullmatch(raw.strip()) is None:
+            raise Invalid(f"must be a UTC time of day as HH:MM (e.g. 06:00) or off, got {raw!r}")
+        return raw.strip()
+
+    def accepts(self) -> str:
+        return "HH:MM (UTC) or off"
+
+
+SETTLEMENT = Group("`paycore run recovery`: the daily settlement reconciliation (docs/settlement.md)")
+SETTLEMENT_RUN_AT = SETTLEMENT.declare(
+    "PAYCORE_SETTLEMENT_RUN_AT", TimeOfDayOrOff(), "06:00",
+    "when each day (UTC) recovery reconciles every account's settlement batches; `off`: only "
+    "`paycore reconcile settlements` does")
+SETTLEMENT_LOOKBACK = SETTLEMENT.declare(
+    "PAYCORE_SETTLEMENT_LOOKBACK_DAYS", Count(maximum=366), 7,
+    "the daily run reads the batches of this many days before today (a batch still open on one day "
+    "is read again, closed, on a later one)")
+SETTLEMENT_RUN_LEASE = SETTLEMENT.declare(
+    "PAYCORE_SETTLEMENT_RUN_LEASE_S", SECONDS, 3600.0,
+    "an account's daily run is another instance's to take over after this long without finishing "
+    "(its instance died, or the provider could not be read)")
+
+
 @dataclass(frozen=True)
 class RecoverySettings:
     backoff_s: tuple[float, ...] = BACKOFF.default
@@ -62,6 +96,9 @@ class RecoverySettings:
     search_lag_s: float = SEARCH_LAG.default
     succeeded_after_cancel: str = SUCCEEDED_AFTER_CANCEL.default  # refund | escalate
     hold_lapse_warning_s: float = HOLD_LAPSE_WARNING.default  # warn this long before a hold lapses
+    settlement_run_at: time | None = time(6, 0)  # None: no daily run
+    settlement_lookback_days: int = SETTLEMENT_LOOKBACK.default
+    settlement_run_lease_s: float = SETTLEMENT_RUN_LEASE.default
     # Reminder intervals are the library's (paycore.config.Settings): every service
     # that raises an escalation schedules its first reminder from the same setting.
 
@@ -75,6 +112,10 @@ class RecoverySettings:
         if self.lease_s <= worst_pass:
             raise ConfigError(LEASE.name, f"must be longer than one worst-case pass ({worst_pass:.0f} s)")
         return self
+
+
+def _time_or_none(value: str) -> time | None:
+    return None if value == "off" else time.fromisoformat(value)
 
 
 def load_recovery_settings(app: Settings, env: Mapping[str, str] | None = None) -> RecoverySettings:
@@ -91,4 +132,7 @@ def load_recovery_settings(app: Settings, env: Mapping[str, str] | None = None) 
         search_lag_s=SEARCH_LAG.read(env),
         succeeded_after_cancel=SUCCEEDED_AFTER_CANCEL.read(env),
         hold_lapse_warning_s=HOLD_LAPSE_WARNING.read(env),
+        settlement_run_at=_time_or_none(SETTLEMENT_RUN_AT.read(env)),
+        settlement_lookback_days=SETTLEMENT_LOOKBACK.read(env),
+        settlement_run_lease_s=SETTLEMENT_RUN_LEASE.read(env),
     ).validate(app)

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from paycore_sandbox import control
+from paycore_sandbox import control, settlement_api, settlement_control
 from paycore_sandbox.dialects import DIALECT_NAMES, ClaimedRoute, dialect_named
 from paycore_sandbox.errors import ApiError
 from paycore_sandbox.settings import SandboxSettings
@@ -44,6 +44,15 @@ def create_app(settings: SandboxSettings | None = None) -> Starlette:
         (route for name in DIALECT_NAMES for route in dialect_named(name).routes()),
         key=lambda route: not isinstance(route, ClaimedRoute))
     routes += [
+        # Cardco's settlements (the other dialects' reports are in their own routes).
+        Route("/v1/settlements", settlement_api.list_settlements, methods=["GET"]),
+        Route("/v1/settlements/{settlement_id}/lines", settlement_api.settlement_lines,
+              methods=["GET"]),
+        Route("/_sandbox/settlements", settlement_control.list_batches, methods=["GET"]),
+        Route("/_sandbox/settlements/close", settlement_control.close, methods=["POST"]),
+        Route("/_sandbox/settlements/lines", settlement_control.add_lines, methods=["POST"]),
+        Route("/_sandbox/settlements/raw", settlement_control.add_raw, methods=["POST"]),
+        Route("/_sandbox/settlements/totals", settlement_control.set_totals, methods=["POST"]),
         Route("/_sandbox/accounts", control.accounts, methods=["GET"]),
         Route("/_sandbox/payments", control.ledger, methods=["GET"]),
         Route("/_sandbox/payments/{payment_id}/action", control.payment_action,

@@ -31,6 +31,16 @@ attempt, in order; never a signature or secret), ``GET /_sandbox/webhooks/pendin
 ``POST /_sandbox/webhooks/events/{event_id}/redeliver`` and
 ``POST /_sandbox/webhooks/batch {"events": [ids]}`` (several events in one
 delivery, for a dialect that batches: Adyen).
+
+Settlements (sandbox extensions; handlers in :mod:`paycore_sandbox.settlement_control`, the
+book in :mod:`paycore_sandbox.settlements`): ``GET /_sandbox/settlements``,
+``POST /_sandbox/settlements/close {"date", "account"?, "dialect"?, "environment"?}``,
+``POST /_sandbox/settlements/lines {"account", "date", "dialect"?, "lines": [line |
+{"suppress": id} | {"duplicate": id}]}``, ``POST /_sandbox/settlements/raw {"account",
+"date", "csv_suffix" | "csv_suffix_b64"}``, ``POST /_sandbox/settlements/totals {"account",
+"date", "gross"?, "fees"?, "net"?}`` (422 for bad input, 409 for a closed batch), and
+``GET /_sandbox/stripe/payout_reconciliation.csv?account=&date=`` (Stripe's itemized payout
+CSV of a closed day). ``POST /_sandbox/reset`` forgets the book too.
 """
 
 from __future__ import annotations

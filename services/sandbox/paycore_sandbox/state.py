@@ -25,7 +25,8 @@ from paycore_sandbox.ledger import Ledger
 from paycore_sandbox.movements import MovementBook
 from paycore_sandbox.ratelimit import TokenBucket
 from paycore_sandbox.settings import SandboxAccount, SandboxSettings
-from paycore_sandbox.webhooks import WebhookEmitter
+from paycore_sandbox.settlements import SettlementBook
+from paycore_sandbox.webhooks import Event, WebhookEmitter
 
 log = logging.getLogger("paycore_sandbox")
 
@@ -40,12 +41,18 @@ class SandboxState:
         self.requests = RequestLog()
         self.webhooks = WebhookSender(settings, self.faults, sandbox.spawn,
                                       sandbox.webhook_client)
-        self.events = WebhookEmitter(sandbox.clock, self.webhooks.on_event)
+        # Settlements are recorded from the events as money moves (see settlements.py).
+        self.settlements = SettlementBook(self.ledger, self.movements)
+        self.events = WebhookEmitter(sandbox.clock, self._on_event)
         self.gate = HoldGate()
         self._buckets = {
             (a.account, a.environment): TokenBucket(a.lookup_rate_per_s, a.lookup_burst)
             for a in settings.accounts
         }
+
+    def _on_event(self, event: Event) -> None:
+        self.settlements.on_event(event)
+        self.webhooks.on_event(event)
 
     def bucket(self, account: SandboxAccount) -> TokenBucket:
         return self._buckets[(account.account, account.environment)]

@@ -8,10 +8,10 @@ is what makes a concurrent same-key request see 409).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from paycore_sandbox.capture import CapturedRequest
@@ -56,6 +56,13 @@ async def hold_open(request: Request, gate: HoldGate, limit_s: float) -> Respons
     return AbortedResponse()
 
 
+async def _half_of_first(body: AsyncIterable[str | bytes | memoryview]) -> AsyncIterator[bytes]:
+    async for chunk in body:
+        data = chunk.encode() if isinstance(chunk, str) else bytes(chunk)
+        yield data[: max(1, len(data) // 2)]
+        return
+
+
 async def with_faults(request: Request, sandbox: Sandbox, state: SandboxState,
                       entry: CapturedRequest, ctx: FaultContext, raw_process: Process,
                       ok_status: int, answers: FaultAnswers = CARDCO_ANSWERS) -> Response:
@@ -93,6 +100,10 @@ async def with_faults(request: Request, sandbox: Sandbox, state: SandboxState,
 
     if fault == "lose_response":
         return await hold_open(request, state.gate, limit_s)
+    if fault == "malformed_body" and isinstance(response, StreamingResponse):
+        # A streamed body (a settlement CSV): half of its first chunk, then nothing.
+        return StreamingResponse(_half_of_first(response.body_iterator), status_code=ok_status,
+                                 media_type=response.media_type)
     if fault == "malformed_body":
         # Half a JSON document: the status claims success, the body cannot parse.
         body = bytes(response.body)

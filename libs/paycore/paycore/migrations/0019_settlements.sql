@@ -66,6 +66,7 @@ CREATE TABLE settlement_lines (
     attempt_id            uuid        NULL,  -- the payment it matched
     operation_id          uuid        NULL,  -- the refund or capture it matched
     outcome               text        NOT NULL,
+    exception_kind        text        NULL,  -- an exception's kind (settlement_exceptions.kind)
     CONSTRAINT settlement_lines_pkey PRIMARY KEY (batch_id, line_no),
     CONSTRAINT ck_settlement_line_kind CHECK (kind IN (
         'charge', 'refund', 'refund_reversal', 'chargeback', 'chargeback_reversal',
@@ -111,3 +112,17 @@ CREATE INDEX payment_attempts_succeeded_by_account ON payment_attempts (provider
     WHERE state = 'Succeeded';
 CREATE INDEX payment_operations_succeeded_by_account ON payment_operations (provider_account, first_sent_at)
     WHERE state = 'Succeeded';
+
+-- The daily reconciliation (recovery's settlement task): one run per account and day, claimed by
+-- one instance of however many run; a run whose instance died is taken over after its lease.
+CREATE TABLE settlement_runs (
+    run_date              date        NOT NULL,
+    provider_account      text        NOT NULL REFERENCES provider_accounts (provider_account),
+    owner                 text        NOT NULL,
+    started_at            timestamptz NOT NULL,
+    lease_expires_at      timestamptz NOT NULL,
+    finished_at           timestamptz NULL,
+    result                jsonb       NULL,
+    CONSTRAINT settlement_runs_pkey PRIMARY KEY (run_date, provider_account),
+    CONSTRAINT ck_settlement_run_finished CHECK ((finished_at IS NULL) = (result IS NULL))
+);

@@ -8,7 +8,7 @@ no payment or modification lookup. Answers and errors: :mod:`.adyen_wire`. Notif
 per-item HMAC and basic auth, sent to the ``adyen`` endpoints only, for final
 states only; several events may share one notification (``batches``:
 ``POST /_sandbox/webhooks/batch``), and a delivery counts only when answered
-2xx with exactly ``[accepted]``.
+2xx with exactly ``[accepted]``. Settlement details reports: :mod:`.adyen_reports`.
 
 Adyen's notifications carry no event id or type of their own, so its events
 keep the core's type (``payment.<status>``) and payment snapshot; the
@@ -27,6 +27,7 @@ from starlette.routing import BaseRoute, Route
 from paycore_sandbox.dialects import WebhookMessage
 from paycore_sandbox.dialects import adyen_api as handlers
 from paycore_sandbox.dialects import adyen_modifications as modifications
+from paycore_sandbox.dialects import adyen_reports as reports
 from paycore_sandbox.dialects import adyen_webhooks as notifications
 from paycore_sandbox.dialects import adyen_wire as wire
 from paycore_sandbox.ledger import Payment
@@ -43,7 +44,9 @@ class AdyenDialect:
         return [Route(wire.PAYMENTS_PATH, handlers.create_payment, methods=["POST"]),
                 Route(modified + "/refunds", modifications.create_refund, methods=["POST"]),
                 Route(modified + "/captures", modifications.create_capture, methods=["POST"]),
-                Route(modified + "/cancels", modifications.create_cancel, methods=["POST"])]
+                Route(modified + "/cancels", modifications.create_cancel, methods=["POST"]),
+                # The Settlement details report (GET routes answer HEAD too).
+                Route(reports.PATH, reports.download, methods=["GET"])]
 
     def render_payment(self, payment: Payment) -> dict[str, Any]:
         # Adyen has no payment object: the /payments answer as it would be now.
@@ -64,7 +67,8 @@ class AdyenDialect:
                 "notificationItem": notifications.unsigned_item(event)}
 
     def credentials(self, account: SandboxAccount) -> dict[str, str]:
-        return notifications.credentials(account)
+        return {**notifications.credentials(account), "report_username": reports.report_user(),
+                "report_password": reports.report_password(account)}
 
     def notifies(self, event: Event) -> bool:
         return notifications.unsigned_item(event) is not None

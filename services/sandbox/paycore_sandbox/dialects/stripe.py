@@ -4,7 +4,9 @@ Routes (:mod:`.stripe_api`): ``POST /v1/payment_intents``,
 ``GET /v1/payment_intents/search``, ``GET /v1/payment_intents/{intent}``; after the
 payment (:mod:`.stripe_after_payment`): ``POST /v1/payment_intents/{intent}/capture|cancel``,
 ``POST /v1/refunds``, ``GET /v1/refunds``, ``GET /v1/refunds/{id}`` (the refund paths are
-Cardco's too: a request carrying ``Stripe-Version`` is Stripe's).
+Cardco's too: a request carrying ``Stripe-Version`` is Stripe's); the settlement book
+(:mod:`.stripe_balance`): ``GET /v1/balance_transactions``, ``GET /v1/charges/{charge}`` and the
+sandbox-only ``GET /_sandbox/stripe/payout_reconciliation.csv``.
 Objects, errors and signatures: :mod:`.stripe_wire`. Webhooks: a Stripe event
 (``evt_…``; ``payment_intent.*``, ``charge.refunded``, ``refund.created|updated|failed``)
 signed ``Stripe-Signature: t=<unix>,v1=<hex>`` with the account's ``whsec_`` secret,
@@ -25,6 +27,7 @@ from starlette.routing import BaseRoute, Route
 from paycore_sandbox.dialects import ClaimedRoute, WebhookMessage, answered_2xx
 from paycore_sandbox.dialects import stripe_after_payment as after_payment
 from paycore_sandbox.dialects import stripe_api as handlers
+from paycore_sandbox.dialects import stripe_balance as balance
 from paycore_sandbox.dialects import stripe_wire as wire
 from paycore_sandbox.ledger import Payment
 from paycore_sandbox.settings import SandboxAccount
@@ -45,6 +48,11 @@ class StripeDialect:
                   methods=["POST"]),
             Route("/v1/payment_intents/{intent}/cancel", after_payment.cancel_intent,
                   methods=["POST"]),
+            # The settlement book as Stripe shows it (balance transactions, their charges).
+            Route("/v1/balance_transactions", balance.list_balance_transactions, methods=["GET"]),
+            Route("/v1/charges/{charge}", balance.retrieve_charge, methods=["GET"]),
+            Route("/_sandbox/stripe/payout_reconciliation.csv", balance.payout_reconciliation,
+                  methods=["GET"]),
             # Cardco's paths too: the SDK always sends Stripe-Version, Cardco's clients never do.
             ClaimedRoute("/v1/refunds", after_payment.create_refund, methods=["POST"],
                          header="stripe-version"),
