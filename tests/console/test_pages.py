@@ -404,7 +404,7 @@ def test_every_api_route_is_in_the_openapi_document_and_nothing_else() -> None:
               for m in (r.methods or ()) if m != "HEAD"}
     described = {(m, p) for p, ops in document(api.ENDPOINTS)["paths"].items() for m in ops}
     assert served == described
-    assert len(served) == 21
+    assert len(served) == 26  # 21, and the five settlement reads
 
 
 async def test_the_openapi_document_is_served_and_says_3_1(rig: ConsoleRig) -> None:

@@ -52,8 +52,10 @@ async def test_every_payload_the_producers_write_validates_against_the_released_
     rows = await hooks.pool.fetch("SELECT kind, payload FROM outbox_messages ORDER BY message_id")
     # Every contract of the outbox exercised; `incident` pages come from the incidents agent
     # instead (tests/incidents: the alert worker checks each one on receipt), the operations'
-    # and a hold's lapse from their own flows (tests/operations/test_effect_contracts.py).
+    # and a hold's lapse from their own flows (tests/operations/test_effect_contracts.py), a
+    # reconciled settlement batch from its helper (tests/contracts/test_settlement_effects.py).
     assert {r["kind"] for r in rows} == contracts.kinds() - {"incident", "authorization-lapsed",
+                                                             "settlement-reconciled",
                                                              *OPERATION_EFFECTS.values()}
     assert any(r["payload"].get("alert") == "reminder" for r in rows)
     assert any(r["kind"] == "operator-alert" and r["payload"]["attempt_id"] is None for r in rows)

@@ -35,10 +35,11 @@ SHIPPED = sorted(contracts.schema_files())
 def test_the_contracts_cover_every_kind_the_producers_write() -> None:
     # paycore.attempts (confirmation, fulfillment), paycore.notifications (refund),
     # paycore.escalations and the reminder job (operator-alert); the incidents agent (incident);
-    # paycore.operations (what captures, voids and refunds end as); paycore.holds (a lapse).
+    # paycore.operations (what captures, voids and refunds end as); paycore.holds (a lapse);
+    # settlement reconciliation (paycore.settlement_effects: a batch reconciled).
     assert contracts.kinds() == {"order-confirmation", "fulfillment-request", "refund-request",
                                  "operator-alert", "incident", "authorization-lapsed",
-                                 *OPERATION_EFFECTS.values()}
+                                 "settlement-reconciled", *OPERATION_EFFECTS.values()}
 
 
 @pytest.mark.parametrize(("kind", "version"), SHIPPED)

@@ -21,7 +21,7 @@ from paycore.operation_sends import OperationSender
 from paycore.operations import Operation
 from paycore.operator_actions import InvalidOperatorAction, OperatorAction
 from paycore.operator_refunds import RefundPending, RefundSent
-from paycore_console import inspection
+from paycore_console import inspection, settlements
 from paycore_console.credentials import Principal
 from paycore_console.inspection import jsonable
 
@@ -178,6 +178,14 @@ async def attempt_detail(pool: Any, attempt_id: UUID) -> inspection.AttemptDetai
     found = await inspection.attempt_detail(pool, attempt_id)
     if found is None:
         raise ActionRefused("not-found", f"no attempt {attempt_id}")
+    return found
+
+
+async def settlement_batch(pool: Any, batch_id: int) -> settlements.BatchDetail:
+    """One settlement batch as the page and the API show it, or refused as not found."""
+    found = await settlements.batch_detail(pool, batch_id)
+    if found is None:
+        raise ActionRefused("not-found", f"settlement batch {batch_id} does not exist")
     return found
 
 

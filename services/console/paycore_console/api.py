@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 from uuid import UUID
 
@@ -26,6 +27,7 @@ from paycore_console import (
     actions,
     ids,  # noqa: F401  (registers the {name:id} route convertor)
     inspection,
+    settlements,
 )
 from paycore_console.actions import Done
 from paycore_console.auth import CSRF_HEADER, Caller, authenticate, check_csrf, may_act, may_refund
@@ -171,6 +173,68 @@ async def get_dead_letters(request: Request) -> Response:
                                                 limit=_limit(request),
                                                 cursor=request.query_params.get("cursor") or None)
     return json_response({"items": items, "next_cursor": more})
+
+
+def _date(request: Request, name: str, default: date) -> date:
+    raw = request.query_params.get(name) or None
+    if raw is None:
+        return default
+    try:
+        return date.fromisoformat(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be a date, YYYY-MM-DD") from None
+
+
+def _range(request: Request, c: Console) -> tuple[date, date]:
+    first, today = settlements.default_range(c.clock.now())
+    date_from, date_to = _date(request, "from", first), _date(request, "to", today)
+    try:
+        settlements.check_range(date_from, date_to)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    return date_from, date_to
+
+
+async def get_settlement_batches(request: Request) -> Response:
+    c, _ = await reading(request)
+    date_from, date_to = _range(request, c)
+    items, more = await settlements.list_batches(
+        c.pool, provider_account=request.query_params.get("account") or None, date_from=date_from,
+        date_to=date_to, limit=_limit(request), cursor=request.query_params.get("cursor") or None)
+    return json_response({"items": items, "next_cursor": more})
+
+
+async def get_settlement_batch(request: Request) -> Response:
+    c, _ = await reading(request)
+    return json_response(await actions.settlement_batch(c.pool, request.path_params["batch_id"]))
+
+
+async def get_settlement_batch_exceptions(request: Request) -> Response:
+    c, _ = await reading(request)
+    batch_id: int = request.path_params["batch_id"]
+    await actions.settlement_batch(c.pool, batch_id)  # 404 for a batch that does not exist
+    items, more = await settlements.batch_exceptions(c.pool, batch_id, limit=_limit(request),
+                                                     cursor=request.query_params.get("cursor") or None)
+    return json_response({"items": items, "next_cursor": more})
+
+
+async def get_unbatched_exceptions(request: Request) -> Response:
+    c, _ = await reading(request)
+    date_from, date_to = _range(request, c)
+    items, more = await settlements.unbatched_exceptions(
+        c.pool, provider_account=request.query_params.get("account") or None, date_from=date_from,
+        date_to=date_to, limit=_limit(request), cursor=request.query_params.get("cursor") or None)
+    return json_response({"items": items, "next_cursor": more})
+
+
+async def get_settlement_days(request: Request) -> Response:
+    c, _ = await reading(request)
+    raw = request.query_params.get("days") or str(settlements.DEFAULT_DAYS)
+    if raw not in {str(d) for d in settlements.CHART_WINDOWS}:
+        raise BadRequest(f"days must be one of {', '.join(map(str, settlements.CHART_WINDOWS))}")
+    days = await settlements.daily(c.pool, provider_account=request.query_params.get("account") or None,
+                                   now=c.clock.now(), days=int(raw))
+    return json_response({"items": days, "next_cursor": None})
 
 
 async def get_openapi(request: Request) -> Response:
@@ -326,6 +390,10 @@ REFUND_RESULT: dict[str, Schema] = {  # actions._sent_result / _pending_result
 }
 PAGE = (("limit", "integer", f"page size, 1..{inspection.MAX_PAGE}"),
         ("cursor", "string", "next_cursor of the previous page"))
+SETTLEMENT_RANGE = (("account", "string", "only this provider account"),
+                    ("from", "string", "first date, YYYY-MM-DD (default: 29 days before today, UTC)"),
+                    ("to", "string", "last date, YYYY-MM-DD, inclusive (default: today, UTC); "
+                                     f"at most {settlements.MAX_RANGE_DAYS} days after from"))
 REASON_REQUIRED = {"reason": ("string", "why (recorded)", True)}
 
 ENDPOINTS: tuple[Endpoint, ...] = (
@@ -405,6 +473,23 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "Attach a stored unmatched notification to its attempt (the normal conditional transition)",
              body={"attempt_id": ("string", "the attempt", True), **REASON_REQUIRED},
              answer=_recorded(event_id=INTEGER, attempt_id=UUID_TEXT, state=STATE)),
+    Endpoint("GET", "/api/v1/settlements/batches", get_settlement_batches,
+             "Settlement batches dated in the range, newest first: provider status, state, counts, totals",
+             (*SETTLEMENT_RANGE, *PAGE), answer=_page_of(settlements.BatchItem)),
+    Endpoint("GET", "/api/v1/settlements/batches/{batch_id:id}", get_settlement_batch,
+             "One settlement batch: its header, reported and computed totals, and its lines by kind",
+             answer=_one(settlements.BatchDetail)),
+    Endpoint("GET", "/api/v1/settlements/batches/{batch_id:id}/exceptions", get_settlement_batch_exceptions,
+             "The batch's exceptions by line number, each with its escalation's state (resolve it with "
+             "the escalation actions)", PAGE, answer=_page_of(settlements.ExceptionItem)),
+    Endpoint("GET", "/api/v1/settlements/unbatched-exceptions", get_unbatched_exceptions,
+             "Missing payments and refunds (in no batch) found in the range, newest first",
+             (*SETTLEMENT_RANGE, *PAGE), answer=_page_of(settlements.ExceptionItem)),
+    Endpoint("GET", "/api/v1/settlements/days", get_settlement_days,
+             "Per day of the last 30 or 90 (UTC, oldest first): the batches' fees per currency and the "
+             "exceptions found (next_cursor is always null)",
+             (("account", "string", "only this provider account"),
+              ("days", "integer", "30 (default) or 90")), answer=_page_of(settlements.Day)),
     Endpoint("GET", "/api/v1/outbox/dead-letters", get_dead_letters,
              "Dead-lettered outbox rows, oldest first",
              (("kind", "string", "only this kind"), *PAGE), answer=_page_of(inspection.DeadLetter)),

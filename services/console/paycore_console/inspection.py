@@ -29,7 +29,7 @@ import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeAlias
 from urllib.parse import parse_qsl
@@ -65,12 +65,12 @@ class InvalidCursor(PaycoreError, ValueError):
 
 
 def jsonable(value: Any) -> Any:
-    """Any result of this module as plain JSON values (datetimes ISO 8601, ages in seconds)."""
+    """Any result of this module as plain JSON values (dates and datetimes ISO 8601, ages in seconds)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, OperatorAction):
         return value.as_json()
-    if isinstance(value, datetime):
+    if isinstance(value, date):  # a datetime too
         return value.isoformat()
     if isinstance(value, timedelta):
         return value.total_seconds()

@@ -8,6 +8,7 @@ only to operators; a viewer's POST is refused 403 however it was made.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import date
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode
 from uuid import UUID
@@ -30,6 +31,7 @@ from paycore_console import (
     actions,
     ids,  # noqa: F401  (registers the {name:id} route convertor)
     inspection,
+    settlements,
 )
 from paycore_console.actions import ActionRefused, Done
 from paycore_console.auth import (
@@ -49,7 +51,7 @@ from paycore_console.auth import (
     new_login_nonce,
     set_cookie,
 )
-from paycore_console.chart import hourly_chart
+from paycore_console.chart import DailyChart, daily_chart, hourly_chart
 from paycore_console.context import Console, console_of
 from paycore_console.credentials import Principal
 from paycore_console.errors import BadRequest
@@ -553,6 +555,82 @@ async def outbox_skip(request: Request) -> Response:
     return await act(request, "/outbox", actions.skip(c, who, mid, form.get("reason")))
 
 
+# -- settlements ----------------------------------------------------------------------------
+
+
+def date_query(request: Request, name: str, default: date) -> date:
+    raw = request.query_params.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return date.fromisoformat(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be a date, YYYY-MM-DD") from None
+
+
+def settlement_range(request: Request, c: Console) -> tuple[date, date]:
+    """The page's ``from``/``to`` (inclusive), by default the last 30 days; refused when reversed."""
+    first, today = settlements.default_range(c.clock.now())
+    date_from, date_to = date_query(request, "from", first), date_query(request, "to", today)
+    try:
+        settlements.check_range(date_from, date_to)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    return date_from, date_to
+
+
+def chart_days(request: Request) -> int:
+    days = int_query(request, "days", settlements.DEFAULT_DAYS)
+    if days not in settlements.CHART_WINDOWS:
+        raise BadRequest(f"days must be one of {', '.join(map(str, settlements.CHART_WINDOWS))}")
+    return days
+
+
+async def settlement_charts(c: Console, account: str | None, days: int) -> list[DailyChart]:
+    """One chart per settlement currency in the window (usually one); exceptions alone if none."""
+    per_day = await settlements.daily(c.pool, provider_account=account, now=c.clock.now(), days=days)
+    currencies: list[str | None] = [*sorted({cur for d in per_day for cur in d.fees_minor})]
+    return [daily_chart(per_day, cur) for cur in currencies or [None]]
+
+
+async def settlements_page(request: Request) -> Response:
+    """Batches per account and day, the exceptions in no batch, and fees and exceptions per day."""
+    c, caller = await viewing(request)
+    account = text_query(request, "account")
+    date_from, date_to = settlement_range(request, c)
+    days, limit = chart_days(request), page_size(request)
+    batches, more = await settlements.list_batches(c.pool, provider_account=account, date_from=date_from,
+                                                   date_to=date_to, limit=limit,
+                                                   cursor=text_query(request, "cursor"))
+    missing, more_missing = await settlements.unbatched_exceptions(
+        c.pool, provider_account=account, date_from=date_from, date_to=date_to, limit=limit,
+        cursor=text_query(request, "missing_cursor"))
+    kept = {k: v for k, v in request.query_params.items() if k not in ("cursor", "missing_cursor") and v}
+    accounts = [r["provider_account"] for r in await PROVIDER_ACCOUNTS.names.fetch(c.pool)]
+    return render(request, "settlements.html", caller, title="Settlements", nav="settlements",
+                  batches=batches, missing=missing,
+                  next_url=f"/settlements?{urlencode({**kept, 'cursor': more})}" if more else None,
+                  next_missing_url=(f"/settlements?{urlencode({**kept, 'missing_cursor': more_missing})}"
+                                    if more_missing else None),
+                  account=account or "", accounts=accounts, date_from=date_from, date_to=date_to,
+                  days=days, windows=settlements.CHART_WINDOWS,
+                  charts=await settlement_charts(c, account, days))
+
+
+async def settlement_batch_page(request: Request) -> Response:
+    """One batch: its header, reported and computed totals, lines by kind, and its exceptions."""
+    c, caller = await viewing(request)
+    batch_id: int = request.path_params["batch_id"]
+    batch = await actions.settlement_batch(c.pool, batch_id)
+    items, more = await settlements.batch_exceptions(c.pool, batch_id, limit=page_size(request),
+                                                     cursor=text_query(request, "cursor"))
+    kept = {k: v for k, v in request.query_params.items() if k != "cursor" and v}
+    next_url = f"/settlements/batches/{batch_id}?{urlencode({**kept, 'cursor': more})}" if more else None
+    return render(request, "settlement_batch.html", caller, nav="settlements",
+                  title=f"Settlement batch {batch.provider_batch_id}", b=batch, items=items,
+                  next_url=next_url)
+
+
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -580,6 +658,8 @@ def routes() -> list[Route]:
         Route("/notifications/unmatched", unmatched_page, methods=["GET"]),
         Route("/notifications/{event_id:id}/attach", attach_preview, methods=["GET"]),
         Route("/notifications/{event_id:id}/attach", attach_post, methods=["POST"]),
+        Route("/settlements", settlements_page, methods=["GET"]),
+        Route("/settlements/batches/{batch_id:id}", settlement_batch_page, methods=["GET"]),
         Route("/outbox", outbox_page, methods=["GET"]),
         Route("/outbox/{message_id:id}/requeue", outbox_requeue, methods=["POST"]),
         Route("/outbox/{message_id:id}/skip", outbox_skip, methods=["POST"]),

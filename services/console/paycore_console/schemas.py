@@ -15,7 +15,7 @@ import enum
 import types
 import typing
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -24,6 +24,7 @@ Schema = dict[str, Any]
 SCALARS: dict[Any, Schema] = {
     str: {"type": "string"}, int: {"type": "integer"}, bool: {"type": "boolean"},
     float: {"type": "number"}, datetime: {"type": "string", "format": "date-time"},
+    date: {"type": "string", "format": "date"},
     timedelta: {"type": "number", "description": "seconds"}, UUID: {"type": "string", "format": "uuid"},
 }
 

@@ -10,7 +10,7 @@ The counters count what this instance did: ``sum()`` them.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, time
 from pathlib import Path
 
 import asyncpg
@@ -56,6 +56,17 @@ class RecoveryMetrics:
                                    registry=r)
         self.scopes_paused = Gauge("paycore_provider_scopes_paused",
                                    "Provider scopes paused by a 429 right now", registry=r)
+        self.settlement_exceptions_open = Gauge(
+            "paycore_settlement_exceptions_open", "Settlement exceptions whose escalation is open",
+            ["provider_account", "kind"], registry=r)
+        self.settlement_last_batch_age = Gauge(
+            "paycore_settlement_last_batch_age_seconds",
+            "Seconds since the end of the newest settlement batch's date, per account", ["provider_account"],
+            registry=r)
+        self.settlement_unbalanced = Gauge(
+            "paycore_settlement_batches_unbalanced",
+            "Settlement batches whose lines do not add up to the provider's totals", ["provider_account"],
+            registry=r)
         self.ambiguous_boundaries = Counter("paycore_recovery_ambiguous_send_boundaries",
                                             "Send intents found without a result", registry=r)
 
@@ -75,6 +86,7 @@ class RecoveryMetrics:
         await self._refresh_escalations(pool, now)
         self.past_deadline.set(await RECOVERY_GAUGES.past_escalation_deadline.fetchval(pool, now=now))
         self.scopes_paused.set(await RECOVERY_GAUGES.paused_scopes.fetchval(pool, now=now))
+        await self._refresh_settlements(pool, now)
 
     async def _refresh_escalations(self, pool: asyncpg.Pool, now: datetime) -> None:
         rows = await RECOVERY_GAUGES.open_escalations.fetch(pool)
@@ -85,3 +97,19 @@ class RecoveryMetrics:
             acknowledged = "true" if row["acknowledged"] else "false"
             self.escalations_open.labels(row["reason"], acknowledged).set(row["n"])
         self.oldest_unacknowledged.set(0 if oldest is None else max(0.0, (now - oldest).total_seconds()))
+
+    async def _refresh_settlements(self, pool: asyncpg.Pool, now: datetime) -> None:
+        """Open exceptions by account and kind; per account, how long since its newest batch's day
+        ended (an account with no batch yet has no series) and its unbalanced batches."""
+        exceptions = await RECOVERY_GAUGES.settlement_exceptions_open.fetch(pool)
+        batches = await RECOVERY_GAUGES.settlement_newest_batches.fetch(pool)
+        self.settlement_exceptions_open.clear()
+        self.settlement_last_batch_age.clear()
+        self.settlement_unbalanced.clear()
+        for row in exceptions:
+            self.settlement_exceptions_open.labels(row["provider_account"], row["kind"]).set(row["n"])
+        for row in batches:
+            covered = datetime.combine(row["covered_until"], time(), tzinfo=UTC)
+            age = (now - covered).total_seconds()
+            self.settlement_last_batch_age.labels(row["provider_account"]).set(age)
+            self.settlement_unbalanced.labels(row["provider_account"]).set(row["unbalanced"])

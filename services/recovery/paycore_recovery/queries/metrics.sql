@@ -30,3 +30,20 @@ WHERE a.state = 'Unknown' AND a.escalation_deadline <= :now
 -- name: paused_scopes
 -- Provider scopes a 429 paused (paycore.rate_limits) that are still paused at :now.
 SELECT count(*) FROM provider_rate_limit_pauses WHERE paused_until > :now
+
+-- name: settlement_exceptions_open
+-- Settlement exceptions whose escalation episode is still open, by account and kind (both
+-- bounded: the accounts configured, the kinds ck_settlement_exception_kind allows).
+SELECT x.provider_account, x.kind, count(*) AS n
+FROM settlement_exceptions x
+JOIN payment_escalations e ON e.escalation_id = x.escalation_id
+WHERE e.resolved_at IS NULL
+GROUP BY 1, 2
+
+-- name: settlement_newest_batches
+-- Per account, the day after its newest batch's date (when that day's batch could at the
+-- earliest be complete), and its batches that do not add up to what the provider reported.
+SELECT provider_account, max(batch_date) + 1 AS covered_until,
+       count(*) FILTER (WHERE state = 'unbalanced') AS unbalanced
+FROM settlement_batches
+GROUP BY provider_account
