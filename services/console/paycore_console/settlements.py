@@ -30,7 +30,7 @@ from paycore_console.inspection import (
     identifiers_only,
 )
 
-READS = queries.load("settlements", directory=Path(__file__).with_name("queries"))
+SETTLED = queries.load("settlements", directory=Path(__file__).with_name("queries"))
 
 DEFAULT_DAYS = 30  # the listing's and the chart's default window, ending today
 CHART_WINDOWS = (30, 90)
@@ -180,7 +180,7 @@ async def list_batches(
             after[0] = date.fromisoformat(after[0])
         except ValueError:
             raise InvalidCursor("the cursor is not one this listing made") from None
-    rows = await READS.batches_page.fetch(
+    rows = await SETTLED.batches_page.fetch(
         conn, account=provider_account, date_from=date_from, date_to=date_to, after_date=after[0],
         after_batch_id=after[1], limit=_page_limit(limit) + 1)
     items = [BatchItem(**dict(r)) for r in rows[:limit]]
@@ -192,14 +192,14 @@ async def list_batches(
 
 async def batch_detail(conn: Conn, batch_id: int) -> BatchDetail | None:
     """The batch's header, its reported and computed totals, and its lines by kind; None if unknown."""
-    b = await READS.batch.fetchrow(conn, batch_id=batch_id)
+    b = await SETTLED.batch.fetchrow(conn, batch_id=batch_id)
     if b is None:
         return None
     totals = (Total("gross", b["reported_gross_minor"], b["gross_minor"], True),
               Total("fees", b["reported_fees_minor"], b["fees_minor"], True),
               Total("net", b["reported_net_minor"], b["net_minor"], True),
               Total("lines", b["reported_lines"], b["line_count"], False))
-    kinds = tuple(LineKind(**dict(r)) for r in await READS.line_kinds.fetch(conn, batch_id=batch_id))
+    kinds = tuple(LineKind(**dict(r)) for r in await SETTLED.line_kinds.fetch(conn, batch_id=batch_id))
     return BatchDetail(
         b["batch_id"], b["provider_account"], b["provider_batch_id"], b["source"], b["batch_date"],
         b["provider_status"], b["state"], b["currency"], b["matched_count"], b["exception_count"],
@@ -213,7 +213,7 @@ async def batch_exceptions(
     after: list[Any] = [None, None]
     if cursor is not None:
         after = _decode_cursor(cursor, (int, int))
-    rows = await READS.batch_exceptions_page.fetch(conn, batch_id=batch_id, after_line=after[0],
+    rows = await SETTLED.batch_exceptions_page.fetch(conn, batch_id=batch_id, after_line=after[0],
                                                   after_id=after[1], limit=_page_limit(limit) + 1)
     items = [_exception(r) for r in rows[:limit]]
     if len(rows) <= limit:
@@ -231,7 +231,7 @@ async def unbatched_exceptions(
     after: list[Any] = [None, None]
     if cursor is not None:
         after = _decode_cursor(cursor, (datetime, int))
-    rows = await READS.unbatched_exceptions_page.fetch(
+    rows = await SETTLED.unbatched_exceptions_page.fetch(
         conn, account=provider_account, found_from=_midnight(date_from),
         found_until=_midnight(date_to + timedelta(days=1)), after_found_at=after[0], after_id=after[1],
         limit=_page_limit(limit) + 1)
@@ -246,9 +246,9 @@ async def daily(conn: Conn, *, provider_account: str | None, now: datetime, days
     """The chart's days, oldest first: the last ``days`` days, today (UTC) included."""
     first, today = default_range(now, days)
     fees: dict[date, dict[str, int]] = {}
-    for r in await READS.fees_per_day.fetch(conn, account=provider_account, date_from=first, date_to=today):
+    for r in await SETTLED.fees_per_day.fetch(conn, account=provider_account, date_from=first, date_to=today):
         fees.setdefault(r["day"], {})[r["currency"]] = int(r["fees_minor"])
-    found = {r["day"]: r["n"] for r in await READS.exceptions_per_day.fetch(
+    found = {r["day"]: r["n"] for r in await SETTLED.exceptions_per_day.fetch(
         conn, account=provider_account, found_from=_midnight(first),
         found_until=_midnight(today + timedelta(days=1)))}
     return [Day(d, fees.get(d, {}), found.get(d, 0))
