@@ -58,6 +58,10 @@ REGISTRY = "libs/paycore/paycore/providers/registry.py"
 ADAPTER = "libs/paycore/paycore/providers/adapter.py"  # what every provider client shares
 PROVIDER_HTTP = "libs/paycore/paycore/providers/http.py"  # the pool and the stored request's rules
 PROVIDER_POOL = "libs/paycore/paycore/providers/aiohttp_pool.py"  # the pool under httpx's transport
+SETTLEMENTS = "libs/paycore/paycore/settlements.py"  # one batch against the books
+SETTLEMENT_LINES_SQL = "libs/paycore/paycore/queries/settlement_lines.sql"  # matching and judging a line
+SETTLEMENT_EXCEPTIONS_SQL = "libs/paycore/paycore/queries/settlement_exceptions.sql"
+RECONCILE = "tests/settlement/test_reconcile_batch.py"
 POOL_TESTS = "tests/unit/test_aiohttp_pool.py"
 DEAD_ENDS = "libs/paycore/paycore/dead_ends.py"
 CONFLICTS = "libs/paycore/paycore/conflicts.py"
@@ -2054,5 +2058,113 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        return OrderStatus.PAID if kind is OperationKind.CAPTURE else OrderStatus.VOIDED",
         t(DECIDE, "test_an_orders_status_follows_its_refunds_and_its_hold"),
         "an order whose capture's success is learnt after a refund of it says PartiallyRefunded, not Paid",
+    ),
+    # -- settlement reconciliation (issue 30) -------------------------------------------------------
+    Mutation(
+        "settlement-payment-of-this-account", SETTLEMENT_LINES_SQL,
+        *in_query(SETTLEMENT_LINES_SQL, "judge",
+                  "AND a.provider_account = :provider_account AND a.provider_payment_id = i.provider_payment_id",
+                  "AND (a.provider_account = :provider_account OR TRUE) AND a.provider_payment_id = i.provider_payment_id"),
+        t(RECONCILE, "test_a_line_naming_another_accounts_payment_or_refund_matches_nothing_of_it"),
+        "a line of one account's batch never settles another account's payment",
+    ),
+    Mutation(
+        "settlement-refund-of-this-account", SETTLEMENT_LINES_SQL,
+        *in_query(SETTLEMENT_LINES_SQL, "judge",
+                  "AND o.provider_account = :provider_account AND o.provider_operation_id = i.provider_operation_id",
+                  "AND (o.provider_account = :provider_account OR TRUE) AND o.provider_operation_id = i.provider_operation_id"),
+        t(RECONCILE, "test_a_line_naming_another_accounts_payment_or_refund_matches_nothing_of_it"),
+        "a refund line of one account's batch never settles another account's refund",
+    ),
+    Mutation(
+        "settlement-charge-amount", SETTLEMENT_LINES_SQL,
+        *in_query(SETTLEMENT_LINES_SQL, "judge",
+                  "WHEN f.kind = 'charge' AND f.gross_minor <> COALESCE",
+                  "WHEN f.kind = 'charge' AND FALSE AND f.gross_minor <> COALESCE"),
+        t(RECONCILE, "test_every_line_is_matched_or_an_exception_with_its_evidence"),
+        "a charge paid out for another amount than the payment's is an exception",
+    ),
+    Mutation(
+        "settlement-refund-amount", SETTLEMENT_LINES_SQL,
+        *in_query(SETTLEMENT_LINES_SQL, "judge",
+                  "WHEN f.kind = 'refund' AND -f.gross_minor <> o.amount_minor",
+                  "WHEN f.kind = 'refund' AND FALSE AND -f.gross_minor <> o.amount_minor"),
+        t(RECONCILE, "test_a_refund_paid_out_for_another_amount_is_an_exception"),
+        "a refund paid out for another amount than the refund's is an exception",
+    ),
+    Mutation(
+        "settlement-currency", SETTLEMENT_LINES_SQL,
+        *in_query(SETTLEMENT_LINES_SQL, "judge",
+                  "WHEN f.gross_currency <> COALESCE(o.currency, a.currency)",
+                  "WHEN FALSE AND f.gross_currency <> COALESCE(o.currency, a.currency)"),
+        t(RECONCILE, "test_every_line_is_matched_or_an_exception_with_its_evidence"),
+        "a line in another currency than its payment's is an exception",
+    ),
+    Mutation(
+        "settlement-not-succeeded-here", SETTLEMENT_LINES_SQL,
+        *in_query(SETTLEMENT_LINES_SQL, "judge",
+                  "WHEN f.kind = 'charge' AND f.operation_id IS NULL AND a.state <> 'Succeeded'",
+                  "WHEN f.kind = 'charge' AND f.operation_id IS NULL AND FALSE AND a.state <> 'Succeeded'"),
+        t(RECONCILE, "test_every_line_is_matched_or_an_exception_with_its_evidence"),
+        "money the provider paid out for a payment that is not Succeeded here is an exception",
+    ),
+    Mutation(
+        "settlement-duplicate-in-batch", SETTLEMENT_LINES_SQL,
+        *in_query(SETTLEMENT_LINES_SQL, "judge",
+                  "ORDER BY f.line_no) > 1", "ORDER BY f.line_no) > 2"),
+        t(RECONCILE, "test_every_line_is_matched_or_an_exception_with_its_evidence"),
+        "a payment paid out twice in one batch is an exception",
+    ),
+    Mutation(
+        "settlement-duplicate-across-batches", SETTLEMENT_LINES_SQL,
+        *in_query(SETTLEMENT_LINES_SQL, "judge",
+                  "WHERE l.attempt_id = f.attempt_id AND l.kind = 'charge' AND l.batch_id <> :batch_id)",
+                  "WHERE l.attempt_id = f.attempt_id AND l.kind = 'charge' AND l.batch_id <> :batch_id AND FALSE)"),
+        t(RECONCILE, "test_a_payment_paid_out_in_an_earlier_batch_too_is_a_duplicate"),
+        "a payment paid out in an earlier batch and again is an exception",
+    ),
+    Mutation(
+        "settlement-unbalanced-batch-refused", SETTLEMENTS,
+        "            imbalance = tally.imbalance(batch)\n",
+        "            imbalance = None\n",
+        t(RECONCILE, "test_a_batch_that_does_not_add_up_is_one_exception_and_none_of_its_lines"),
+        "a batch whose lines do not add up to its totals records none of them and is an exception",
+    ),
+    Mutation(
+        "settlement-payout-nets-to-zero", SETTLEMENTS,
+        "        if self.payout_lines and self.net_minor != 0 and batch.reported_net_minor is None:",
+        "        if False:",
+        t(RECONCILE, "test_a_batch_paid_out_in_it_must_net_to_zero"),
+        "a batch that pays itself out (Adyen's MerchantPayout) must net to zero",
+    ),
+    Mutation(
+        "settlement-exceptions-escalated", SETTLEMENTS,
+        "            await _escalate(conn, new, now=now, reminder_interval=reminder_interval)\n            # 7.",
+        "            # 7.",
+        t(RECONCILE, "test_every_line_is_matched_or_an_exception_with_its_evidence"),
+        "every new settlement exception is put in front of a person",
+    ),
+    Mutation(
+        "settlement-exception-once", SETTLEMENT_EXCEPTIONS_SQL,
+        *in_query(SETTLEMENT_EXCEPTIONS_SQL, "record_line_exceptions",
+                  "|| COALESCE(l.provider_line_id, l.line_no::text) || ':' || l.exception_kind,",
+                  "|| COALESCE(l.provider_line_id, l.line_no::text) || ':' || l.exception_kind || :now::timestamptz::text,"),
+        t(RECONCILE, "test_an_open_batch_read_again_takes_its_new_lines_and_keeps_its_exceptions_once"),
+        "an exception found again (an open batch read again) raises no second escalation",
+    ),
+    Mutation(
+        "settlement-missing-after-grace", SETTLEMENTS,
+        "        covered_until = min(now - grace, last_day_ends)",
+        "        covered_until = last_day_ends",
+        t(RECONCILE, "test_payments_and_refunds_no_closed_batch_names_are_missing_after_the_grace_period"),
+        "a payment is not called missing before the provider had time to settle it",
+    ),
+    Mutation(
+        "settlement-missing-only-unnamed", SETTLEMENT_EXCEPTIONS_SQL,
+        *in_query(SETTLEMENT_EXCEPTIONS_SQL, "record_missing_payments",
+                  "AND NOT EXISTS (SELECT 1 FROM settlement_lines l WHERE l.attempt_id = a.attempt_id AND l.kind = 'charge')",
+                  "AND (NOT EXISTS (SELECT 1 FROM settlement_lines l WHERE l.attempt_id = a.attempt_id AND l.kind = 'charge') OR TRUE)"),
+        t(RECONCILE, "test_payments_and_refunds_no_closed_batch_names_are_missing_after_the_grace_period"),
+        "a payment a batch named is never called missing",
     ),
 )

@@ -168,6 +168,7 @@ async def test_an_open_batch_read_again_takes_its_new_lines_and_keeps_its_except
     same = await run(pool, clock, batch_of(account, first, status="open"), first)
     assert same.result == "unchanged"
     more = [*first, line(2, LineKind.CHARGE, 5000, fee=95, payment=ok["provider_payment_id"])]
+    clock.advance(86_400)  # the next day's run finds the same exception again
     closed = await run(pool, clock, batch_of(account, more), more)
     assert (closed.result, closed.line_count, closed.matched_count) == ("recorded", 2, 1)
     assert closed.new_exceptions == 0
@@ -243,3 +244,25 @@ async def test_payments_and_refunds_no_closed_batch_names_are_missing_after_the_
     assert await record_missing(pool, account.provider_account, now=clock.now(), grace=GRACE,
                                 reminder_interval=REMIND) == 0  # found once
     assert await pool.fetchval("SELECT count(*) FROM payment_escalations") == 2
+
+
+async def test_a_line_naming_another_accounts_payment_or_refund_matches_nothing_of_it(
+        pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig) -> None:
+    other = await seed_account(pool, clock, environment="live")  # cardco:acct_store:live
+    theirs = await paid(pool, clock, other)
+    their_refund = await refund(pool, clock, theirs, 1000)
+    lines: Lines = [
+        line(1, LineKind.CHARGE, 5000, fee=95, payment=theirs["provider_payment_id"], reference="nobody"),
+        line(2, LineKind.REFUND, -1000, operation=their_refund["provider_operation_id"], reference="nobody")]
+    outcome = await run(pool, clock, batch_of(account, lines), lines)
+    assert outcome.matched_count == 0
+    assert await exceptions(pool) == {1: "unknown-payment", 2: "unknown-refund"}
+
+
+async def test_a_refund_paid_out_for_another_amount_is_an_exception(
+        pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig) -> None:
+    ok = await paid(pool, clock, account)
+    refunded = await refund(pool, clock, ok, 1000)
+    lines: Lines = [line(1, LineKind.REFUND, -999, operation=refunded["provider_operation_id"])]
+    await run(pool, clock, batch_of(account, lines), lines)
+    assert await exceptions(pool) == {1: "amount-mismatch"}
