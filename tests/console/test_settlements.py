@@ -4,6 +4,8 @@ fees and exceptions per day -- on rows written as the reconciliation engine writ
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 from dataclasses import dataclass
 from datetime import timedelta
@@ -196,3 +198,25 @@ async def test_the_api_answers_the_same_as_documented(rig: ConsoleRig, rows: Row
         answer = await browser.client.get(bad)
         assert answer.status_code in (400, 404), bad
         assert answer.headers["content-type"] == "application/problem+json"
+
+
+async def test_a_batchs_lines_export_as_csv_with_what_each_matched(
+    rig: ConsoleRig, rows: Rows, pool: asyncpg.Pool,
+) -> None:
+    # A provider's own text that a spreadsheet would run as a formula is exported inert.
+    await pool.execute("UPDATE settlement_lines SET provider_line_id = '=HYPERLINK(1)' "
+                       "WHERE batch_id = $1 AND line_no = 2", rows.clean)
+    browser = await rig.browser(role="viewer")
+    page = (await browser.client.get(f"/settlements/batches/{rows.clean}")).text
+    assert f'href="/settlements/batches/{rows.clean}/lines.csv"' in page
+    answer = await browser.client.get(f"/settlements/batches/{rows.clean}/lines.csv")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/csv")
+    assert "attachment" in answer.headers["content-disposition"]
+    exported = list(csv.DictReader(io.StringIO(answer.text)))
+    assert [(r["line_no"], r["kind"], r["gross_minor"], r["fee_minor"], r["net_minor"], r["outcome"])
+            for r in exported] == [("1", "charge", "4999", "150", "4849", "matched"),
+                                   ("2", "fee", "0", "25", "-25", "booked")]
+    assert exported[0]["attempt_id"] == rows.attempt_id and exported[0]["order_id"]
+    assert exported[1]["provider_line_id"] == "'=HYPERLINK(1)"
+    assert (await browser.client.get("/settlements/batches/999999/lines.csv")).status_code == 404

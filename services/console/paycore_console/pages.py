@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode
 from uuid import UUID
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from paycore import conflicts, operator_sessions
@@ -631,6 +631,17 @@ async def settlement_batch_page(request: Request) -> Response:
                   next_url=next_url)
 
 
+async def settlement_batch_export(request: Request) -> Response:
+    """The batch's lines with what each matched, as CSV for the finance team's books."""
+    c, _ = await viewing(request)
+    batch_id: int = request.path_params["batch_id"]
+    batch = await actions.settlement_batch(c.pool, batch_id)  # 404 for no such batch
+    name = f"settlement-{batch.provider_account}-{batch.provider_batch_id}.csv".replace(":", "_")
+    safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name)
+    return StreamingResponse(settlements.export_lines(c.pool, batch_id), media_type="text/csv; charset=utf-8",
+                             headers={"Content-Disposition": f'attachment; filename="{safe}"'})
+
+
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -660,6 +671,7 @@ def routes() -> list[Route]:
         Route("/notifications/{event_id:id}/attach", attach_post, methods=["POST"]),
         Route("/settlements", settlements_page, methods=["GET"]),
         Route("/settlements/batches/{batch_id:id}", settlement_batch_page, methods=["GET"]),
+        Route("/settlements/batches/{batch_id:id}/lines.csv", settlement_batch_export, methods=["GET"]),
         Route("/outbox", outbox_page, methods=["GET"]),
         Route("/outbox/{message_id:id}/requeue", outbox_requeue, methods=["POST"]),
         Route("/outbox/{message_id:id}/skip", outbox_skip, methods=["POST"]),

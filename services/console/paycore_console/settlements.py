@@ -12,6 +12,9 @@ any escalation detail. A settlement report carries no card data.
 
 from __future__ import annotations
 
+import csv
+import io
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
@@ -253,3 +256,39 @@ async def daily(conn: Conn, *, provider_account: str | None, now: datetime, days
         found_until=_midnight(today + timedelta(days=1)))}
     return [Day(d, fees.get(d, {}), found.get(d, 0))
             for d in (first + timedelta(days=i) for i in range(days))]
+
+
+# The columns of a batch's CSV export, as batch_lines_export reads them.
+EXPORT_COLUMNS = ("line_no", "provider_line_id", "kind", "record_type", "provider_payment_id",
+                  "provider_operation_id", "reference", "occurred_at", "gross_currency", "gross_minor",
+                  "net_currency", "fee_minor", "net_minor", "exchange_rate", "outcome", "exception_kind",
+                  "order_id", "attempt_id", "operation_id")
+EXPORT_ROWS_PER_FETCH = 5_000
+# A cell a spreadsheet would run as a formula (OWASP's CSV injection): its text is prefixed with '.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return str(value)
+
+
+async def export_lines(pool: asyncpg.Pool, batch_id: int) -> AsyncIterator[str]:
+    """A batch's lines as CSV text, header first, a chunk of rows at a time (constant memory)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(EXPORT_COLUMNS)
+    yield out.getvalue()
+    q = SETTLED.batch_lines_export
+    async with pool.acquire() as conn, conn.transaction():
+        cursor = await conn.cursor(q.sql, *q.args(batch_id=batch_id))
+        while rows := await cursor.fetch(EXPORT_ROWS_PER_FETCH):
+            out.seek(0)
+            out.truncate()
+            writer.writerows([_cell(row[c]) for c in EXPORT_COLUMNS] for row in rows)
+            yield out.getvalue()

@@ -80,3 +80,15 @@ FROM settlement_exceptions
 WHERE (:account::text IS NULL OR provider_account = :account)
   AND found_at >= :found_from AND found_at < :found_until
 GROUP BY 1
+
+-- name: batch_lines_export
+-- Every line of a batch with what it matched, in line order: the accounting view a finance team
+-- exports (streamed with a cursor; a batch may hold a million lines).
+SELECT l.line_no, l.provider_line_id, l.kind, l.record_type, l.provider_payment_id,
+       l.provider_operation_id, l.reference, l.occurred_at, l.gross_currency, l.gross_minor,
+       l.net_currency, l.fee_minor, l.net_minor, l.exchange_rate, l.outcome, l.exception_kind,
+       a.order_id, l.attempt_id, l.operation_id
+FROM settlement_lines l
+LEFT JOIN payment_attempts a ON a.attempt_id = l.attempt_id
+WHERE l.batch_id = :batch_id
+ORDER BY l.line_no
