@@ -2167,4 +2167,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         t(RECONCILE, "test_payments_and_refunds_no_closed_batch_names_are_missing_after_the_grace_period"),
         "a payment a batch named is never called missing",
     ),
+    Mutation(
+        "settlement-adyen-row-of-this-merchant", "libs/paycore/paycore/providers/adyen/settlements.py",
+        '    if row["Merchant Account"] != merchant_account:\n        raise ValueError(f"a row of merchant account',
+        '    if False:\n        raise ValueError(f"a row of merchant account',
+        t("tests/providers/test_settlement_readers.py", "test_adyen_malformed_rows_and_another_merchant_accounts_row_are_bad_lines"),
+        "a row of another merchant account in an Adyen report is never reconciled against this one's books",
+    ),
+    Mutation(
+        "settlement-net-is-gross-less-fee", "libs/paycore/paycore/providers/settlement_csv.py",
+        "    if net != gross - fee:\n",
+        "    if False:\n",
+        t("tests/providers/test_settlement_readers.py", "test_cardco_each_malformed_row_is_a_bad_line_with_its_number_and_the_next_rows_are_read"),
+        "a row whose net is not its gross less its fee is misread or miswritten: a bad line, not money",
+    ),
 )
