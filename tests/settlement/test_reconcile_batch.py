@@ -16,6 +16,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from paycore import settlements
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
 from paycore.settlement_lines import BadLine, LineKind, SettlementBatch, SettlementLine
@@ -266,3 +267,89 @@ async def test_a_refund_paid_out_for_another_amount_is_an_exception(
     lines: Lines = [line(1, LineKind.REFUND, -999, operation=refunded["provider_operation_id"])]
     await run(pool, clock, batch_of(account, lines), lines)
     assert await exceptions(pool) == {1: "amount-mismatch"}
+
+
+async def test_a_line_settled_in_another_currency_counts_by_what_it_settled_for(
+        pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig) -> None:
+    # 50.00 USD charged, settled as 45.00 EUR less a 1.00 EUR fee: the batch's gross is in EUR.
+    converted = replace(line(1, LineKind.CHARGE, 5000, payment="pay_not_ours", currency="USD"),
+                        net_currency="EUR", fee_minor=100, net_minor=4400)
+    lines: Lines = [converted, line(2, LineKind.CHARGE, 999, fee=39, payment="pay_not_ours_either")]
+    batch = batch_of(account, lines, reported_gross_minor=4500 + 999)
+    outcome = await run(pool, clock, batch, lines)
+    assert outcome.result == "recorded"
+    assert await pool.fetchval("SELECT gross_minor FROM settlement_batches") == 4500 + 999
+
+
+async def test_an_unreadable_row_the_provider_counted_leaves_the_line_count_whole(
+        pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig) -> None:
+    lines: Lines = [line(1, LineKind.CHARGE, 999, fee=39, payment="pay_not_ours"),
+                    BadLine(2, "unknown line type 'bonus'", {"type": "bonus", "gross": "0"})]
+    outcome = await run(pool, clock, batch_of(account, lines), lines)  # reported_lines = 2
+    assert (outcome.result, outcome.line_count, outcome.bad_line_count) == ("recorded", 1, 1)
+    assert await exceptions(pool) == {1: "unknown-payment", 2: "malformed-line"}
+    assert await pool.fetchval("SELECT count(*) FROM settlement_exceptions WHERE escalation_id IS NULL") == 0
+
+
+async def test_a_batch_paid_out_in_it_that_nets_to_zero_is_recorded(
+        pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig) -> None:
+    lines: Lines = [line(1, LineKind.CHARGE, 999, fee=39, payment="pay_not_ours"),
+                    line(2, LineKind.PAYOUT, -960)]
+    outcome = await run(pool, clock, batch_of(account, lines, totals=False), lines)
+    assert (outcome.result, outcome.matched_count) == ("recorded", 0)
+    assert await pool.fetchval("SELECT outcome FROM settlement_lines WHERE line_no = 2") == "booked"
+
+
+async def test_a_long_batch_reports_its_progress(
+        pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(settlements, "PROGRESS_EVERY", 2)
+    lines: Lines = [line(n, LineKind.FEE, 0, fee=1) for n in range(1, 6)]
+    seen: list[int] = []
+    await reconcile_batch(pool, batch_of(account, lines), stream(lines), now=clock.now(),
+                          reminder_interval=REMIND, progress=lambda _, read: seen.append(read))
+    assert seen == [2, 4]
+
+
+async def test_a_closed_batch_is_not_read_again_and_its_stream_is_closed(
+        pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig) -> None:
+    lines: Lines = [line(1, LineKind.FEE, 0, fee=1)]
+    await run(pool, clock, batch_of(account, lines), lines)
+    read: list[int] = []
+    closed: list[bool] = []
+
+    async def watched() -> AsyncIterator[SettlementLine | BadLine]:
+        try:
+            for item in lines:
+                read.append(item.line_no)
+                yield item
+        finally:
+            closed.append(True)
+
+    stream_of_lines = watched()
+    await anext(stream_of_lines, None)  # the reader has opened its response
+    read.clear()
+    again = await reconcile_batch(pool, batch_of(account, lines), stream_of_lines, now=clock.now(),
+                                  reminder_interval=REMIND)
+    assert (again.result, read, closed) == ("unchanged", [], [True])
+
+
+async def test_nothing_is_missing_before_any_batch_nor_after_the_last_batchs_day(
+        pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig) -> None:
+    clock.current = clock.now().replace(year=2026, month=12, day=3, hour=9)
+    await paid(pool, clock, account)
+    assert await record_missing(pool, account.provider_account, now=clock.now() + GRACE * 2, grace=GRACE,
+                                reminder_interval=REMIND) == 0  # no batch yet: nothing is covered
+    lines: Lines = [line(1, LineKind.FEE, 0, fee=1)]
+    await run(pool, clock, batch_of(account, lines, batch_date=date(2026, 12, 2)), lines)
+    # The payment of 3 December is after the end of the only batch's day (2 December).
+    assert await record_missing(pool, account.provider_account, now=clock.now() + GRACE * 2, grace=GRACE,
+                                reminder_interval=REMIND) == 0
+
+
+async def test_an_unbalanced_batch_matches_nothing(
+        pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig) -> None:
+    ok = await paid(pool, clock, account)
+    lines: Lines = [line(1, LineKind.CHARGE, 5000, fee=95, payment=ok["provider_payment_id"])]
+    outcome = await run(pool, clock, batch_of(account, lines, reported_fees_minor=1), lines)
+    assert (outcome.result, outcome.matched_count, outcome.line_count) == ("unbalanced", 0, 1)
