@@ -518,3 +518,73 @@ def test_an_adyen_account_without_a_report_user_cannot_be_read_from_the_api() ->
         settlement_source(account)
     assert "PAYCORE_ADYEN_REPORT_USERNAME" in str(caught.value)
     assert "report_password_env" in str(caught.value)
+
+
+async def test_a_stripe_day_read_while_open_then_again_once_it_has_ended(
+        pool: asyncpg.Pool, clock: FakeClock, client: httpx.AsyncClient, sandbox_url: str) -> None:
+    account = await stripe_account(pool, clock, client, sandbox_url)
+    day = await same_noon(client, clock)
+
+    async def run() -> AccountRun:
+        source = settlement_source(account, clock=clock)
+        return await reconcile_account(pool, source, account.provider_account, day, day, now=clock.now(),
+                                       grace=GRACE, reminder_interval=REMIND)
+
+    sale, sale_ref = await intent(client, 4999)
+    sale_row = await ours(pool, clock, account, 4999, sale, sale_ref)
+    stranger, _ = await intent(client, 1234)  # never recorded here
+    unpaid, unpaid_ref = await intent(client, 1500)
+    await ours(pool, clock, account, 1500, unpaid, unpaid_ref)
+    await control(client, "lines", {"account": "acct_store", "date": day.isoformat(), "dialect": "stripe",
+                                    "lines": [{"suppress": unpaid}]})
+
+    # Noon: the day's batch is open; what is read is recorded, nothing is missing yet.
+    first = await run()
+    assert [(o.result, o.line_count, o.matched_count, o.new_exceptions) for o in first.outcomes] == [
+        ("recorded", 2, 1, 1)]
+    assert first.new_missing == 0
+    assert await pool.fetchval("SELECT provider_status FROM settlement_batches") == "open"
+
+    # Unchanged while open: nothing written.
+    before = await table_counts(pool)
+    assert [o.result for o in (await run()).outcomes] == ["unchanged"]
+    assert await table_counts(pool) == before
+
+    # A refund later that day: the open batch is read whole again and replaced; the unknown
+    # charge (keyed by its balance transaction, now on another line) is not raised again.
+    refund, refund_ref = await stripe_refund(client, sale, 1000)
+    refund_row = await our_operation(pool, clock, sale_row, 1000, refund, refund_ref)
+    clock.current += dt.timedelta(hours=1)
+    second = await run()
+    assert [(o.result, o.line_count, o.matched_count, o.new_exceptions) for o in second.outcomes] == [
+        ("recorded", 3, 2, 0)]
+    assert await pool.fetchval("SELECT count(*) FROM settlement_lines") == 3
+    assert await pool.fetchval(
+        "SELECT operation_id FROM settlement_lines WHERE kind = 'refund'") == refund_row["operation_id"]
+
+    # After the day and the grace: read once more, closed; the suppressed payment is missing.
+    clock.current = dt.datetime.combine(day + dt.timedelta(days=4), dt.time(12), dt.UTC)
+    third = await run()
+    assert [(o.result, o.matched_count) for o in third.outcomes] == [("recorded", 2)]
+    assert third.new_missing == 1
+    batch = await pool.fetchrow("SELECT provider_status, line_count, exception_count FROM settlement_batches")
+    assert tuple(batch) == ("closed", 3, 1)
+    # The exception found on the first read still names its line, though the line moved down.
+    found = await exception_rows(pool)
+    assert sorted((r["kind"], r["provider_payment_id"], r["record_type"]) for r in found) == [
+        ("missing-payment", None, None), ("unknown-payment", stranger, "charge")]
+    unknown = next(r for r in found if r["kind"] == "unknown-payment")
+    assert unknown["line_no"] == unknown["detail"]["line_no"] == 2  # the refund came in above it
+    assert sorted(await escalation_reasons(pool)) == [
+        "settlement-exception:missing-payment", "settlement-exception:unknown-payment"]
+    # One record per content read (the contract's dedup key is the lines' digest): the closing read
+    # has the lines of the last open read, so it is that record, still saying "open".
+    effects = await pool.fetch(
+        "SELECT payload FROM outbox_messages WHERE kind = 'settlement-reconciled' ORDER BY message_id")
+    assert [(e["payload"]["provider_status"], e["payload"]["line_count"]) for e in effects] == [
+        ("open", 2), ("open", 3)]
+
+    # Closed: never read again.
+    before = await table_counts(pool)
+    assert [o.result for o in (await run()).outcomes] == ["unchanged"]
+    assert await table_counts(pool) == before
