@@ -167,6 +167,18 @@ async def test_a_stripe_day_of_balance_transactions_against_the_books(
     account = await stripe_account(pool, clock, client, sandbox_url)
     day = await same_noon(client, clock)
     target = {"account": "acct_store", "date": day.isoformat(), "dialect": "stripe"}
+    stranger, _ = await intent(client, 1000)  # paid at Stripe, never recorded here
+
+    # A revoked key: the day cannot be read; it is reported and nothing is half-recorded.
+    revoked = replace(account, api_key=Secret("sk_test_revoked"))
+    refused = await reconcile_account(pool, settlement_source(revoked, clock=clock), account.provider_account,
+                                      day, day, now=clock.now() + dt.timedelta(days=4), grace=GRACE,
+                                      reminder_interval=REMIND)
+    assert refused.outcomes == () and refused.new_missing == 0
+    [(batch_id, why)] = refused.unreadable
+    assert batch_id == f"day:{day.isoformat()}" and "HTTP 401, the API key was refused" in why
+    assert "sk_test_revoked" not in why
+    assert await table_counts(pool) == (0, 0, 0, 0, 0)
 
     sale, sale_ref = await intent(client, 4999)
     sale_row = await ours(pool, clock, account, 4999, sale, sale_ref)
@@ -203,22 +215,30 @@ async def test_a_stripe_day_of_balance_transactions_against_the_books(
     [outcome] = run.outcomes
     assert (outcome.provider_batch_id, outcome.result, run.unreadable) == (
         f"day:{day.isoformat()}", "recorded", ())
-    # lines: 4 charges + the duplicate, 2 refunds, the refund's failure, the planted charge and reversal
-    assert (outcome.line_count, outcome.bad_line_count) == (10, 0)
+    # lines: 5 charges + the duplicate, 2 refunds, the refund's failure, the planted charge and reversal
+    # (the suppressed payment has none)
+    assert (outcome.line_count, outcome.bad_line_count) == (11, 0)
     assert outcome.matched_count == 5  # sale, twice (once), returned_sale, both refunds
     assert run.new_missing == 1
     found = await exception_rows(pool)
-    by_kind = sorted((r["kind"], r["provider_payment_id"], r["provider_operation_id"]) for r in found)
+    by_kind = sorted(((r["kind"], r["provider_payment_id"], r["provider_operation_id"]) for r in found),
+                     key=repr)
     assert by_kind == sorted([
         ("amount-mismatch", differs, None),
         ("duplicate-line", twice, None),
         ("refund-reversed", returned_sale, returned),
         ("unknown-payment", None, None),
+        ("unknown-payment", stranger, None),
         ("charge-reversed", sale, None),
         ("missing-payment", None, None),  # no line: the exception names the attempt
-    ])
+    ], key=repr)
     missing = next(r for r in found if r["kind"] == "missing-payment")
     assert missing["attempt_id"] == unpaid_row["attempt_id"]
+    assert (missing["detail"]["provider_payment_id"], missing["detail"]["reference"]) == (unpaid, unpaid_ref)
+    evidence = await pool.fetchval(
+        "SELECT detail FROM payment_escalations WHERE reason = 'settlement-exception:amount-mismatch'")
+    assert (evidence["provider_payment_id"], evidence["gross_minor"], evidence["reference"],
+            evidence["ours"]["attempt_amount_minor"]) == (differs, 3000, differs_ref, 3100)
     assert all(r["escalation_id"] is not None for r in found)
     assert sorted(await escalation_reasons(pool)) == sorted(
         f"settlement-exception:{r['kind']}" for r in found)
@@ -235,9 +255,9 @@ async def test_a_stripe_day_of_balance_transactions_against_the_books(
 
     batch = await pool.fetchrow("SELECT * FROM settlement_batches")
     assert (batch["state"], batch["provider_status"], batch["matched_count"], batch["exception_count"]) == (
-        "reconciled", "closed", 5, 5)
+        "reconciled", "closed", 5, 6)
     [effect] = await pool.fetch("SELECT payload FROM outbox_messages WHERE kind = 'settlement-reconciled'")
-    assert effect["payload"]["exception_count"] == 5 and effect["payload"]["matched_count"] == 5
+    assert effect["payload"]["exception_count"] == 6 and effect["payload"]["matched_count"] == 5
 
     # The same day again: a closed batch is not read again, nothing new is found.
     before = await table_counts(pool)
