@@ -214,6 +214,8 @@ async def reconcile_batch(
                 new += await EXCEPTIONS.record_line_exceptions.fetch(
                     conn, batch_id=batch_id, provider_account=batch.provider_account,
                     provider_batch_id=batch.provider_batch_id, now=now)
+                if known is not None:  # read again: what was found earlier follows its line
+                    await EXCEPTIONS.renumber_line_exceptions.execute(conn, batch_id=batch_id)
             else:
                 new += await _batch_exception(
                     conn, batch, batch_id, "unbalanced-batch", now, line_no=None,

@@ -32,6 +32,17 @@ ORDER BY l.line_no
 ON CONFLICT ON CONSTRAINT one_settlement_exception_per_key DO NOTHING
 RETURNING exception_id, exception_key, kind, detail
 
+-- name: renumber_line_exceptions
+-- An open batch read again is numbered afresh (Stripe lists a day newest first, so a later
+-- transaction moves every earlier one down): an exception found on an earlier read follows its
+-- line, by the provider's id of the line (what its key is made of), to the number it has now.
+UPDATE settlement_exceptions e
+SET line_no = l.line_no, detail = jsonb_set(e.detail, '{line_no}', to_jsonb(l.line_no))
+FROM settlement_lines l
+WHERE e.batch_id = :batch_id AND l.batch_id = :batch_id
+  AND l.provider_line_id = e.detail ->> 'provider_line_id'
+  AND e.line_no IS DISTINCT FROM l.line_no
+
 -- name: record_batch_exception
 -- One exception about a batch or one of its rows: a batch whose lines do not add up, a row
 -- that could not be read.

@@ -198,7 +198,9 @@ class AdyenSettlements:
         return httpx.Request(method, url, headers={"Authorization": authorization})
 
     def _refused(self) -> str:
-        return f"the report user's credentials were refused ({self._account.report_username})"
+        return (f"the report user's credentials were refused ({self._account.report_username}): check "
+                "PAYCORE_ADYEN_REPORT_USERNAME and PAYCORE_ADYEN_REPORT_PASSWORD (or report_username and "
+                "report_password_env in the accounts file)")
 
     async def batches(self, provider_account: str, date_from: date, date_to: date, *,
                       after_batch_id: str | None = None) -> list[SettlementBatch]:
