@@ -193,6 +193,13 @@ async def test_a_closed_day_with_every_planted_exception_each_escalated_once(boo
         ("unknown-refund", ok_payment["id"], "re_not_ours"),
     ]
     assert all(line_no is not None for _, line_no, _, _ in found)
+    # each escalation carries the evidence: the line as Cardco wrote it, and what is recorded here
+    evidence = await books.pool.fetchval(
+        "SELECT detail FROM payment_escalations WHERE reason = $1", exception_reason("amount-mismatch"))
+    assert (evidence["provider_batch_id"], evidence["provider_payment_id"], evidence["gross_minor"]) == (
+        closed["id"], wrong["id"], 3001)
+    ours = evidence["ours"]
+    assert (ours["attempt_state"], ours["attempt_amount_minor"]) == ("Succeeded", 3000)
     lines = await books.pool.fetch(
         "SELECT kind, outcome, attempt_id, operation_id FROM settlement_lines ORDER BY line_no")
     matched = {(r["kind"], r["attempt_id"], r["operation_id"]) for r in lines if r["outcome"] == "matched"}
@@ -314,6 +321,33 @@ async def test_a_batch_whose_lines_cannot_be_fetched_is_unreadable_and_read_next
     assert [(o.result, o.line_count, o.matched_count) for o in run.outcomes] == [("recorded", 1, 1)]
 
 
+async def test_an_open_batch_is_read_again_as_it_fills_and_once_more_when_paid(books: Books) -> None:
+    await books.payment(5000)
+    first = await books.reconcile()
+    assert [(o.result, o.line_count, o.matched_count) for o in first.outcomes] == [("recorded", 1, 1)]
+    assert await books.pool.fetchval("SELECT provider_status FROM settlement_batches") == "open"
+    assert [o.result for o in (await books.reconcile()).outcomes] == ["unchanged"]  # nothing new in it
+
+    await books.payment(2000)  # the same day, the batch still open
+    grown = await books.reconcile()
+    assert [(o.result, o.line_count, o.matched_count, o.batch_id) for o in grown.outcomes] == [
+        ("recorded", 2, 2, first.outcomes[0].batch_id)]
+    [closed] = await close(books.client, books.day, account="acct_store")
+    paid_out = await books.reconcile()
+    assert [(o.result, o.line_count, o.matched_count) for o in paid_out.outcomes] == [("recorded", 2, 2)]
+    batch = await books.pool.fetchrow("SELECT * FROM settlement_batches")
+    assert (batch["provider_status"], batch["line_count"], batch["net_minor"]) == ("closed", 2, closed["net"])
+    assert [o.result for o in (await books.reconcile()).outcomes] == ["unchanged"]
+    assert await books.pool.fetchval("SELECT count(*) FROM settlement_lines") == 2
+    # one settlement-reconciled per reading: first, grown, and paid -- the closing too, though its
+    # lines are those of the last open reading, so the accounting systems' last record says closed
+    effects = await books.pool.fetch("SELECT payload FROM outbox_messages"
+                                     " WHERE kind = 'settlement-reconciled' ORDER BY message_id")
+    assert [(e["payload"]["provider_status"], e["payload"]["line_count"]) for e in effects] == [
+        ("open", 1), ("open", 2), ("closed", 2)]
+    assert await books.pool.fetchval("SELECT count(*) FROM settlement_exceptions") == 0
+
+
 # --- the command --------------------------------------------------------------------------------
 
 
@@ -358,6 +392,27 @@ async def test_the_command_reconciles_a_range_and_prints_json(
     [batch] = json.loads(capsys.readouterr().out)["accounts"][0]["batches"]
     assert batch["result"] == "unchanged"
     assert await shell.pool.fetchval("SELECT count(*) FROM settlement_exceptions") == 1
+
+
+async def test_the_command_exits_1_when_a_batch_cannot_be_read_and_records_nothing(
+        shell: Books, capsys: pytest.CaptureFixture[str]) -> None:
+    await shell.payment(5000)
+    [closed] = await close(shell.client, shell.day, account="acct_store")
+    await add_faults(shell.client, {"fault": "not_processed_503",
+                                    "match": {"reference": f"/v1/settlements/{closed['id']}/lines"}})
+    day = shell.day.isoformat()
+    argv = ("reconcile", "settlements", "--account", shell.account.provider_account, "--from", day,
+            "--to", day, "--json")
+    assert await paycore(*argv) == 1
+    [run] = json.loads(capsys.readouterr().out)["accounts"]
+    assert run["batches"] == []
+    [unreadable] = run["unreadable"]
+    assert unreadable["provider_batch_id"] == closed["id"] and "HTTP 503" in unreadable["error"]
+    assert await shell.counts() == NOTHING
+    assert (await shell.client.delete("/_sandbox/faults")).status_code == 200
+    assert await paycore(*argv) == 0  # run it again: now it is read
+    [batch] = json.loads(capsys.readouterr().out)["accounts"][0]["batches"]
+    assert (batch["result"], batch["matched"]) == ("recorded", 1)
 
 
 async def test_the_command_refuses_a_file_without_an_account(
