@@ -57,6 +57,16 @@ async def test_a_reconciled_batch_is_queued_once_per_reading_and_conforms(
     again = await pool.fetchrow("SELECT * FROM settlement_batches WHERE batch_id = $1", batch_id)
     async with pool.acquire() as conn, conn.transaction():
         assert await enqueue_reconciled(conn, batch=again, now=now) is not None
+    # Its closing with exactly those lines is a reading too: the last record says closed.
+    await pool.execute("UPDATE settlement_batches SET provider_status = 'closed' WHERE batch_id = $1",
+                       batch_id)
+    closed = await pool.fetchrow("SELECT * FROM settlement_batches WHERE batch_id = $1", batch_id)
+    async with pool.acquire() as conn, conn.transaction():
+        closing = await enqueue_reconciled(conn, batch=closed, now=now)
+        assert closing is not None and await enqueue_reconciled(conn, batch=closed, now=now) is None
+    last = await pool.fetchrow("SELECT payload FROM outbox_messages WHERE message_id = $1", closing)
+    assert last["payload"]["provider_status"] == "closed"
+    assert list(released_validator("settlement-reconciled", 1).iter_errors(last["payload"])) == []
 
 
 def test_a_payload_missing_a_total_or_with_a_bad_state_is_refused() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 
 import asyncpg
@@ -9,10 +10,20 @@ import asyncpg
 from paycore import outbox
 
 
+def _reading(batch: asyncpg.Record) -> str:
+    """16 hex digits naming a reading of the batch: its lines' digest while the provider calls it
+    open; once closed, a digest of that and of its being closed -- the closing reading may hold
+    exactly the lines of the last open one, and must still reach the accounting systems."""
+    digest: str = batch["content_sha256"]
+    if batch["provider_status"] == "closed":
+        digest = hashlib.sha256(f"{digest}:closed".encode()).hexdigest()
+    return digest[:16]
+
+
 async def enqueue_reconciled(conn: asyncpg.Connection, *, batch: asyncpg.Record, now: datetime) -> int | None:
-    """Queue the batch's effect, once per content of the batch (an open batch read again with
-    new lines is a new message; the same content is none)."""
-    dedup_key = f"settlement-batch:{batch['batch_id']}:reconciled:{batch['content_sha256'][:16]}"
+    """Queue the batch's effect, once per reading of the batch (an open batch read again with
+    new lines is a new message, and so is its closing; the same content is none)."""
+    dedup_key = f"settlement-batch:{batch['batch_id']}:reconciled:{_reading(batch)}"
     return await outbox.enqueue(
         conn, dedup_key=dedup_key, kind="settlement-reconciled", now=now, attempt_id=None,
         ordering=f"settlement:{batch['provider_account']}:{batch['provider_batch_id']}",

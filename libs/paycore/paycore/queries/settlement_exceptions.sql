@@ -53,7 +53,7 @@ RETURNING exception_id, exception_key, kind, detail
 
 -- name: record_missing_payments
 -- The account's payments charged in the covered window that no line of any batch names: paid
--- here, not in the provider's books. A payment captured whole when it succeeded is settled by
+-- here, not in the provider's books. A day whose batch is unbalanced is not covered. A payment captured whole when it succeeded is settled by
 -- its charge; a hold by its capture (record_missing_captures).
 INSERT INTO settlement_exceptions (exception_key, provider_account, kind, attempt_id, detail, found_at)
 SELECT 'settlement:' || :provider_account::text || ':missing-payment:' || a.attempt_id,
@@ -70,6 +70,10 @@ WHERE a.provider_account = :provider_account AND a.state = 'Succeeded'
   AND a.first_sent_at >= :covered_from AND a.first_sent_at < :covered_until
   AND ord.capture = 'automatic'
   AND NOT EXISTS (SELECT 1 FROM settlement_lines l WHERE l.attempt_id = a.attempt_id AND l.kind = 'charge')
+  -- a day whose batch is unbalanced is not covered: its lines, which may name it, were not recorded
+  AND NOT EXISTS (SELECT 1 FROM settlement_batches b
+                  WHERE b.provider_account = :provider_account AND b.state <> 'reconciled'
+                    AND b.batch_date = (a.first_sent_at AT TIME ZONE 'UTC')::date)
 ORDER BY a.first_sent_at
 ON CONFLICT ON CONSTRAINT one_settlement_exception_per_key DO NOTHING
 RETURNING exception_id, exception_key, kind, detail
@@ -93,6 +97,9 @@ WHERE o.provider_account = :provider_account AND o.state = 'Succeeded' AND o.kin
   AND NOT EXISTS (SELECT 1 FROM settlement_lines l WHERE l.operation_id = o.operation_id)
   AND NOT (o.kind = 'capture' AND EXISTS (
       SELECT 1 FROM settlement_lines l WHERE l.attempt_id = o.attempt_id AND l.kind = 'charge'))
+  AND NOT EXISTS (SELECT 1 FROM settlement_batches b
+                  WHERE b.provider_account = :provider_account AND b.state <> 'reconciled'
+                    AND b.batch_date = (o.first_sent_at AT TIME ZONE 'UTC')::date)
 ORDER BY o.first_sent_at
 ON CONFLICT ON CONSTRAINT one_settlement_exception_per_key DO NOTHING
 RETURNING exception_id, exception_key, kind, detail

@@ -152,13 +152,33 @@ class CardcoSettlements:
         return [_batch(item, self._account) for item in body["data"]]
 
     async def lines(self, batch: SettlementBatch) -> AsyncIterator[SettlementLine | BadLine]:
-        """``GET /v1/settlements/{id}/lines``, streamed; rows in another currency than the batch's are bad."""
+        """``GET /v1/settlements/{id}/lines``, streamed; rows in another currency than the batch's are bad.
+
+        A 200 whose body ended early is an answer cut short, not the batch: fewer rows than the
+        list says the batch has, or a last row that is unreadable and unterminated (read in part).
+        That raises :class:`SettlementSourceError` after the rows read, so none of the batch is
+        recorded and the next run reads it again.
+        """
         path = f"/v1/settlements/{quote(batch.provider_batch_id, safe='')}/lines"
         what = f"Cardco settlement {batch.provider_batch_id[:60]}'s lines"
+        rows, last_bad, tail = 0, False, b""
+
+        async def watched(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+            nonlocal tail
+            async for chunk in chunks:
+                tail = chunk[-1:] or tail
+                yield chunk
+
         async with report_client(self._transport, timeout_s=self._timeout_s) as client:
             body = stream_body(client, self._request(path), what=what, refused=_REFUSED)
-            async for line in parse_lines(body, currency=batch.currency):
+            async for line in parse_lines(watched(body), currency=batch.currency):
+                rows, last_bad = max(rows, line.line_no), isinstance(line, BadLine)
                 yield line
+        if batch.reported_lines is not None and rows < batch.reported_lines:
+            raise SettlementSourceError(
+                f"{what}: the answer was cut short ({rows} of the batch's {batch.reported_lines} rows)")
+        if last_bad and tail != b"\n":
+            raise SettlementSourceError(f"{what}: the answer was cut short (row {rows} read in part)")
 
 
 # ---------------------------------------------------------------------------
