@@ -597,12 +597,12 @@ async def test_a_stripe_day_read_while_open_then_again_once_it_has_ended(
     assert unknown["line_no"] == unknown["detail"]["line_no"] == 2  # the refund came in above it
     assert sorted(await escalation_reasons(pool)) == [
         "settlement-exception:missing-payment", "settlement-exception:unknown-payment"]
-    # One record per content read (the contract's dedup key is the lines' digest): the closing read
-    # has the lines of the last open read, so it is that record, still saying "open".
+    # One record per open content read, and one for the closing read even with the same lines:
+    # accounting's last record of the batch says it is closed.
     effects = await pool.fetch(
         "SELECT payload FROM outbox_messages WHERE kind = 'settlement-reconciled' ORDER BY message_id")
     assert [(e["payload"]["provider_status"], e["payload"]["line_count"]) for e in effects] == [
-        ("open", 2), ("open", 3)]
+        ("open", 2), ("open", 3), ("closed", 3)]
 
     # Closed: never read again.
     before = await table_counts(pool)
