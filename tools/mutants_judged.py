@@ -29,6 +29,7 @@ class Judged:
 EVIDENCE = "libs/paycore/paycore/evidence.py"
 DOMAIN = "libs/paycore/paycore/domain.py"
 ATTEMPTS = "libs/paycore/paycore/attempts.py"
+SETTLEMENTS = "libs/paycore/paycore/settlements.py"
 
 JUDGED: tuple[Judged, ...] = (
     Judged(
@@ -111,5 +112,66 @@ JUDGED: tuple[Judged, ...] = (
         "- MAX_REAPPLY = 5\n+ MAX_REAPPLY = 4",
         "unobservable",
         "as MAX_REAPPLY = 6: the bound's exact value is tuning, its existence is tested",
+    ),
+    Judged(
+        SETTLEMENTS,
+        "- PROGRESS_EVERY = 100_000  # lines between two progress reports of a long batch\n"
+        "+ PROGRESS_EVERY = 100001  # lines between two progress reports of a long batch",
+        "unobservable",
+        "a cadence of progress reports: that a long batch reports its progress every PROGRESS_EVERY lines "
+        "is tested (test_a_long_batch_reports_its_progress), the number is tuning",
+    ),
+    Judged(
+        SETTLEMENTS,
+        "- PROGRESS_EVERY = 100_000  # lines between two progress reports of a long batch\n"
+        "+ PROGRESS_EVERY = 99999  # lines between two progress reports of a long batch",
+        "unobservable",
+        "as PROGRESS_EVERY = 100001",
+    ),
+    Judged(
+        SETTLEMENTS,
+        "- self.payout_lines += 1\n+ self.payout_lines += 2",
+        "equivalent",
+        "payout_lines is only ever read for being non-zero (a batch that pays itself out must net to zero)",
+    ),
+    Judged(
+        SETTLEMENTS,
+        '- key_suffix=f"unbalanced:{content_sha256[:16]}",\n'
+        '+ key_suffix=f"unbalanced:{content_sha256[: 17]}",',
+        "unobservable",
+        "the length of a digest in an exception's key: any length keeps one key per batch content",
+    ),
+    Judged(
+        SETTLEMENTS,
+        '- key_suffix=f"unbalanced:{content_sha256[:16]}",\n'
+        '+ key_suffix=f"unbalanced:{content_sha256[: 15]}",',
+        "unobservable",
+        "as the 17-character key suffix",
+    ),
+    Judged(
+        SETTLEMENTS,
+        "- return hashlib.sha256(orjson.dumps([bad.reason, dict(bad.raw)])).hexdigest()[:12]\n"
+        "+ return hashlib.sha256(orjson.dumps([bad.reason, dict(bad.raw)])).hexdigest()[: 13]",
+        "unobservable",
+        "the length of a bad row's digest in its exception key (the line number is in the key too)",
+    ),
+    Judged(
+        SETTLEMENTS,
+        "- return hashlib.sha256(orjson.dumps([bad.reason, dict(bad.raw)])).hexdigest()[:12]\n"
+        "+ return hashlib.sha256(orjson.dumps([bad.reason, dict(bad.raw)])).hexdigest()[: 11]",
+        "unobservable",
+        "as the 13-character digest",
+    ),
+    Judged(
+        SETTLEMENTS,
+        "- if covered_until <= covered_from:\n+ if covered_until < covered_from:",
+        "equivalent",
+        "an empty window [t, t) selects nothing in record_missing_payments or _operations either way",
+    ),
+    Judged(
+        SETTLEMENTS,
+        "- if new:\n+ if not new:",
+        "unobservable",
+        "guards a warning log line only; the count returned and the exceptions recorded are tested",
     ),
 )

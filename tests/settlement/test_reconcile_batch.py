@@ -152,6 +152,8 @@ async def test_the_same_closed_batch_twice_records_nothing_new(
     clock.advance(3600)
     again = await run(pool, clock, batch_of(account, lines), lines)
     assert (first.result, again.result, again.batch_id) == ("recorded", "unchanged", first.batch_id)
+    assert (again.line_count, again.matched_count, again.exception_count, again.bad_line_count,
+            again.new_exceptions) == (0, 0, 0, 0, 0)  # what the command prints: nothing read
     assert await table_counts(pool) == counts
 
 
@@ -200,6 +202,8 @@ async def test_a_batch_paid_out_in_it_must_net_to_zero(
                     line(2, LineKind.PAYOUT, -959)]
     outcome = await run(pool, clock, batch_of(account, lines, totals=False), lines)
     assert outcome.result == "unbalanced"
+    detail = await pool.fetchval("SELECT detail FROM settlement_exceptions WHERE kind = 'unbalanced-batch'")
+    assert detail["differences"] == {"net_after_payout": {"reported": 0, "counted": 999 - 39 - 959}}
 
 
 async def test_a_payment_paid_out_in_an_earlier_batch_too_is_a_duplicate(
