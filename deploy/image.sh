@@ -10,7 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 engine=${ENGINE:-$(command -v podman >/dev/null && echo podman || echo docker)}
 image=${IMAGE:-localhost/paycore:$(git -C "$root" describe --always --dirty 2>/dev/null || echo dev)}
-official=python:3.11.7-slim-bookworm
+official=docker.io/library/python:3.11.7-slim-bookworm  # fully qualified: podman may refuse short names
 standin=localhost/paycore-base:3.11-bookworm
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$root/deploy/containers.conf}  # runc, host ulimits
 if [ -z "${BASE:-}" ]; then
