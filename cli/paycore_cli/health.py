@@ -31,11 +31,14 @@ def health_url(port: int) -> str:
 def paycore_arguments(argv: Sequence[str]) -> list[str] | None:
     """The arguments after ``paycore`` in a process's argv (``/opt/venv/bin/python
     /opt/venv/bin/paycore serve checkout`` or ``python -m paycore_cli ...``); None if not paycore."""
-    for i, word in enumerate(argv[:3]):
-        if Path(word).name == "paycore":
-            return list(argv[i + 1:])
-        if word == "-m" and i + 1 < len(argv) and argv[i + 1] == "paycore_cli":
-            return list(argv[i + 2:])
+    if argv and Path(argv[0]).name == "paycore":
+        return list(argv[1:])
+    if len(argv) < 2 or not Path(argv[0]).name.startswith("python"):
+        return None
+    if Path(argv[1]).name == "paycore":
+        return list(argv[2:])
+    if argv[1:3] == ["-m", "paycore_cli"]:
+        return list(argv[3:])
     return None
 
 
