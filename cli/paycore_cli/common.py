@@ -65,7 +65,13 @@ LOG_FORMAT = COMMANDS.declare(
 HEALTH_PORT = COMMANDS.declare(
     "PAYCORE_HEALTH_PORT", Count(maximum=65_535), 8000,
     "the port `paycore health` probes on 127.0.0.1 (/healthz): an HTTP service's public or admin "
-    "port, or a worker's metrics port")
+    "port, or a worker's metrics port; unset, the port of the `paycore serve`/`run` this container "
+    "runs (its main process's command line), else 8000",
+    shown_default="the port the container's `paycore serve`/`run` binds, else 8000")
+HOST = COMMANDS.declare(
+    "PAYCORE_HOST", Text(printable=True), LOOPBACK,
+    "the address `paycore serve` binds (checkout, webhooks, console; the sandbox stays on loopback "
+    "unless `--host` and `--allow-network`); the image sets `0.0.0.0`; `--host` overrides it")
 
 METRICS_HOST = COMMANDS.declare(
     "PAYCORE_METRICS_HOST", Text(printable=True), LOOPBACK,
@@ -106,6 +112,14 @@ def admin_port(process: str, flag: int | None, env: Mapping[str, str] | None = N
 
 def admin_host(flag: str | None, env: Mapping[str, str] | None = None) -> str:
     return flag if flag is not None else METRICS_HOST.read(os.environ if env is None else env)
+
+
+def serve_host(service: str, flag: str | None, env: Mapping[str, str] | None = None) -> str:
+    """The address ``paycore serve SERVICE`` binds: ``--host``, else PAYCORE_HOST (never for the
+    sandbox, a development fake that binds loopback unless told twice), else loopback."""
+    if flag is not None:
+        return flag
+    return LOOPBACK if service == "sandbox" else HOST.read(os.environ if env is None else env)
 
 
 class CommandError(Exception):

@@ -105,7 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
         ("console", "the operator console (pages and its JSON API)"),
     ):
         sub = services.add_parser(name, help=text, description=f"Serve {text}.")
-        sub.add_argument("--host", default=LOOPBACK, help="address to bind (default %(default)s)")
+        sub.add_argument("--host", default=None,
+                         help="address to bind (default " + (f"{LOOPBACK})" if name == "sandbox"
+                                                             else f"$PAYCORE_HOST, else {LOOPBACK})"))
         sub.add_argument("--port", type=port_number, default=None,
                          help=f"port to bind (default {DEFAULT_PORTS[name]})")
         if name != "sandbox":  # the sandbox is a development fake: no admin port
@@ -180,8 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     health = commands.add_parser(
         "health", help="probe this container's service: exit 0 when its /healthz answers 200",
         description="The container health check (the image's HEALTHCHECK): GET "
-                    "http://127.0.0.1:$PAYCORE_HEALTH_PORT/healthz (default port 8000) and exit 0 on 200, "
-                    "1 otherwise, with the reason on stderr.")
+                    "http://127.0.0.1:$PAYCORE_HEALTH_PORT/healthz and exit 0 on 200, 1 otherwise, with "
+                    "the reason on stderr. Without PAYCORE_HEALTH_PORT, the port of the `paycore serve` "
+                    "or `paycore run` this container runs (read from its main process's command line: "
+                    "a service's port, a worker's admin port, the sandbox's /_sandbox/clock), else 8000.")
     health.add_argument("--url", default=None, help="probe this URL instead")
     health.add_argument("--timeout", type=duration, default=3.0, metavar="SECONDS",
                         help="give up after this long (default %(default)s)")

@@ -23,6 +23,7 @@ from paycore_cli.common import (
     admin_port,
     paycore_home,
     redact_dsn,
+    serve_host,
     sigterm_raises_interrupt,
 )
 from paycore_cli.database import migrate_database, preflight_accounts
@@ -111,7 +112,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     name: str = args.service
-    host: str = args.host
+    host = serve_host(name, args.host)
     port: int = args.port if args.port is not None else DEFAULT_PORTS[name]
     if name == "sandbox" and not _is_loopback(host) and not args.allow_network:
         raise CommandError(

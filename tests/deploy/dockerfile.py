@@ -23,6 +23,10 @@ BUILD_LOCK = "requirements/build.lock"
 # What the build context must leave out whatever else changes: local state and virtualenvs.
 MUST_IGNORE = (".venv", ".paycore", ".git", "tests", "devstack", "requirements/dev.lock",
                "libs/paycore/paycore/__pycache__/cli.cpython-311.pyc")
+# The build argument naming the base both stages use.
+BASE_ARG = "BASE"
+# What makes every service listen on all interfaces in the image (cli/paycore_cli/common.py).
+LISTEN_ALL = ("PAYCORE_HOST", "PAYCORE_METRICS_HOST")
 LABELS = ("org.opencontainers.image.title", "org.opencontainers.image.description",
           "org.opencontainers.image.version", "org.opencontainers.image.revision")
 # A tag naming an exact release (3.11.7-slim-bookworm), optionally with a digest; or a digest.
@@ -39,9 +43,10 @@ class Instruction:
 
 @dataclass
 class Stage:
-    image: str
+    image: str  # with the build arguments' defaults substituted
     name: str | None
     instructions: list[Instruction] = field(default_factory=list)
+    from_args: str = ""  # as written after FROM (``${BASE}``)
 
     def all(self, keyword: str) -> list[Instruction]:
         return [i for i in self.instructions if i.keyword == keyword]
@@ -70,13 +75,31 @@ def instructions(text: str) -> list[Instruction]:
     return found
 
 
+def global_args(text: str) -> dict[str, str]:
+    """The build arguments declared before the first FROM, with their defaults (``ARG BASE=...``)."""
+    found: dict[str, str] = {}
+    for instruction in instructions(text):
+        if instruction.keyword == "FROM":
+            break
+        if instruction.keyword == "ARG":
+            name, _, default = instruction.args.partition("=")
+            found[name.strip()] = default.strip()
+    return found
+
+
 def parse(text: str) -> list[Stage]:
+    """The stages, each FROM's image with the global build arguments' defaults substituted."""
     stages: list[Stage] = []
+    args = global_args(text)
+
+    def substitute(image: str) -> str:
+        return re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), image)
+
     for instruction in instructions(text):
         if instruction.keyword == "FROM":
             words = [w for w in instruction.args.split() if not w.startswith("--")]
             name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
-            stages.append(Stage(words[0], name))
+            stages.append(Stage(substitute(words[0]), name, from_args=words[0]))
         elif stages:
             stages[-1].instructions.append(instruction)
     return stages
@@ -105,20 +128,36 @@ def copy_parts(args: str) -> tuple[dict[str, str], list[str], str]:
     return flags, paths[:-1], paths[-1]
 
 
+def _split_commands(run: str) -> list[list[str]]:
+    return [shlex.split(part) for part in re.split(r"&&|;|\|\|", run)]
+
+
 def pip_commands(run: str) -> list[list[str]]:
-    """Each ``pip`` command of a RUN, as words (``/opt/venv/bin/pip install ...``)."""
-    commands = []
-    for part in re.split(r"&&|;|\|\|", run):
-        words = shlex.split(part)
-        if words and (words[0].endswith("/pip") or words[0] == "pip"
-                      or words[:3] in (["python", "-m", "pip"], ["python3", "-m", "pip"])):
-            commands.append(words)
-    return commands
+    """Each ``pip`` command of a RUN, as words (``/opt/build/bin/pip --python X install ...``)."""
+    return [words for words in _split_commands(run)
+            if words and (words[0].endswith("/pip") or words[0] == "pip"
+                          or words[:3] in (["python", "-m", "pip"], ["python3", "-m", "pip"]))]
+
+
+def venv_commands(run: str) -> list[list[str]]:
+    """Each ``python -m venv ...`` of a RUN, as words."""
+    return [words for words in _split_commands(run) if words[1:3] == ["-m", "venv"]]
 
 
 def _action_index(words: Sequence[str]) -> int:
-    """Where ``install``/``wheel`` stands: after ``pip``, or after ``python -m pip``."""
-    return 1 if words[0].endswith("pip") else 3
+    """Where ``install``/``wheel`` stands: after ``pip`` (or ``python -m pip``) and its
+    ``--python X``."""
+    i = 1 if words[0].endswith("pip") else 3
+    while i < len(words) and words[i].startswith("--python"):
+        i += 1 if "=" in words[i] else 2
+    return i
+
+
+def pip_venv(words: Sequence[str]) -> str:
+    """The venv a pip command installs into: ``--python``'s, else the pip's own."""
+    python = _option_values(words[:_action_index(words)], "--python")
+    program = python[-1] if python else words[0]
+    return str(Path(program).parent.parent)
 
 
 def _option_values(words: Sequence[str], *names: str) -> list[str]:
@@ -198,6 +237,9 @@ def problems(dockerfile: str, dockerignore: str, root: Path, packages: Iterable[
     names = {s.name for s in stages if s.name}
     bases = {s.image for s in stages if s.image not in names}
     for stage in stages:
+        if stage.image not in names and stage.from_args.strip("${}") not in global_args(dockerfile):
+            found.append(f"FROM {stage.from_args}: the base must be a build argument (ARG {BASE_ARG}=...)")
+    for stage in stages:
         if stage.image not in names and not _PINNED.match(stage.image):
             found.append(f"FROM {stage.image} is not pinned to an exact version")
     if len(bases) != 1:
@@ -245,6 +287,10 @@ def _final_stage_problems(final: Stage, builders: set[str]) -> list[str]:
         found.append(f"PATH in the final stage must start with {VENV}/bin")
     if env.get("PYTHONDONTWRITEBYTECODE") != "1":
         found.append("the final stage must set PYTHONDONTWRITEBYTECODE=1")
+    for name in LISTEN_ALL:
+        if env.get(name) != "0.0.0.0":
+            found.append(f"the final stage must set {name}=0.0.0.0: in a container every service "
+                         "listens on all interfaces")
     labels: dict[str, str] = {}
     for instruction in final.all("LABEL"):
         labels.update(env_pairs(instruction.args))
@@ -263,6 +309,12 @@ def _install_problems(stages: Sequence[Stage], packages: Iterable[str]) -> list[
     found = []
     into_venv: set[str] = set()
     built: set[str] = set()
+    made = [words for stage in stages for run in stage.all("RUN") for words in venv_commands(run.args)
+            if words[-1].rstrip("/") == VENV]
+    if not made:
+        found.append(f"no RUN makes {VENV} with python -m venv")
+    elif any("--without-pip" not in words for words in made):
+        found.append(f"{VENV} must be made --without-pip: no pip or setuptools in the runtime image")
     for stage in stages:
         for run in stage.all("RUN"):
             if "dev.lock" in run.args or "dev.in" in run.args:
@@ -279,7 +331,10 @@ def _install_problems(stages: Sequence[Stage], packages: Iterable[str]) -> list[
                 if not locks and not ({"--no-deps", "--no-index"} <= set(words)):
                     found.append(f"line {run.line}: pip {action} {' '.join(targets)} must use --no-deps "
                                  "--no-index: only the hashed lock brings third-party code")
-                if words[0] == f"{VENV}/bin/pip" and action == "install":
+                if words[0] == f"{VENV}/bin/pip":
+                    found.append(f"line {run.line}: {VENV} has no pip: install into it with the build "
+                                 f"venv's pip --python {VENV}/bin/python")
+                if pip_venv(words) == VENV and action == "install":
                     into_venv.update(locks)
                 elif locks and set(locks) != {BUILD_LOCK}:
                     found.append(f"line {run.line}: only {BUILD_LOCK} goes into a build venv")

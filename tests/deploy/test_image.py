@@ -90,12 +90,27 @@ def _single_stage(text: str) -> str:
     return text[text.index("# --- final"):]
 
 
+def _two_bases(text: str) -> str:
+    text = text.replace("ARG BASE=python:3.11.7-slim-bookworm",
+                        "ARG BASE=python:3.11.7-slim-bookworm\nARG RUNTIME=python:3.11.8-slim-bookworm")
+    return _edit("FROM ${BASE} AS runtime", "FROM ${RUNTIME} AS runtime")(text)
+
+
 # Each break of the Dockerfile, and the words of the problem it must raise.
 BREAKS: dict[str, tuple[Callable[[str], str], str]] = {
-    "floating base tag": (_edit("3.11.7-slim-bookworm AS runtime", "3.11-slim-bookworm AS runtime"),
+    "floating base tag": (_edit("ARG BASE=python:3.11.7-slim-bookworm", "ARG BASE=python:3.11-slim-bookworm"),
                           "not pinned"),
-    "latest base": (_edit("FROM python:3.11.7-slim-bookworm AS builder", "FROM python AS builder"),
-                    "not pinned"),
+    "latest base": (_edit("ARG BASE=python:3.11.7-slim-bookworm", "ARG BASE=python"), "not pinned"),
+    "base not a build argument": (_edit("FROM ${BASE} AS runtime",
+                                        "FROM python:3.11.7-slim-bookworm AS runtime"), "build argument"),
+    "stages on two bases": (_two_bases, "share one base"),
+    "runtime venv with pip": (_edit("python -m venv --without-pip /opt/venv", "python -m venv /opt/venv"),
+                              "--without-pip"),
+    "pip of the runtime venv": (_edit("/opt/build/bin/pip --python /opt/venv/bin/python install --require",
+                                      "/opt/venv/bin/pip install --require"), "has no pip"),
+    "services on loopback": (_edit("PAYCORE_HOST=0.0.0.0", "PAYCORE_HOST=127.0.0.1"), "PAYCORE_HOST=0.0.0.0"),
+    "admin ports on loopback": (_edit("PAYCORE_METRICS_HOST=0.0.0.0", "PAYCORE_METRICS_HOST=127.0.0.1"),
+                                "PAYCORE_METRICS_HOST=0.0.0.0"),
     "one stage": (_single_stage, "multi-stage"),
     "no USER": (_drop_line("USER "), "no USER"),
     "USER root": (_edit("USER 10001:10001", "USER 0"), "must not be root"),
@@ -107,8 +122,8 @@ BREAKS: dict[str, tuple[Callable[[str], str], str]] = {
     "bytecode written": (_edit("PYTHONDONTWRITEBYTECODE=1 \\", "PYTHONDONTWRITEBYTECODE=0 \\"),
                          "PYTHONDONTWRITEBYTECODE"),
     "no labels": (_edit("LABEL org.opencontainers.image.title", "LABEL org.example.title"), "LABEL"),
-    "lock without hashes": (_edit("pip install --require-hashes --no-deps -r requirements/runtime.lock",
-                                  "pip install --no-deps -r requirements/runtime.lock"), "--require-hashes"),
+    "lock without hashes": (_edit("install --require-hashes --no-deps \\\n      -r requirements/runtime.lock",
+                                  "install --no-deps -r requirements/runtime.lock"), "--require-hashes"),
     "dev lock installed": (_edit("-r requirements/runtime.lock\n", "-r requirements/runtime.lock "
                                  "-r requirements/dev.lock\n"), "dev lock"),
     "package from the index": (_edit("--no-deps --no-index /wheels/*.whl", "/wheels/*.whl"), "--no-index"),
@@ -252,8 +267,18 @@ def test_the_image_venv_holds_the_runtime_lock_and_nothing_more(image_root: Path
     installed = {canonical(n) for n in json.loads(listing.stdout)}
     assert sorted(n for n in installed if FORBIDDEN.match(n)) == []
     ours = lock.workspace_names(ROOT, RUNTIME_PACKAGES)
-    venv_own = {"pip", "setuptools"}  # python -m venv puts them there, from the interpreter itself
-    assert installed == set(read_lock(RUNTIME_LOCK)) | ours | venv_own
+    assert installed == set(read_lock(RUNTIME_LOCK)) | ours
+
+
+def test_the_image_venv_has_no_pip_or_setuptools(image_root: Path) -> None:
+    """Nothing in the image runs them, and scanners flag their old releases (issue 31)."""
+    venv = image_root / "opt" / "venv"
+    found = [p.name for p in (venv / "bin").iterdir() if p.name.startswith(("pip", "easy_install"))]
+    found += [p.name for p in venv.glob("lib/python3*/site-packages/*")
+              if p.name.split("-")[0] in ("pip", "setuptools", "_distutils_hack", "pkg_resources")]
+    assert found == []
+    done = subprocess.run([_venv_python(image_root), "-c", "import pip"], capture_output=True, text=True)
+    assert done.returncode != 0 and "No module named 'pip'" in done.stderr
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "paycore")

@@ -765,3 +765,34 @@ def test_serve_console_checks_its_settings_before_starting(
     err = capsys.readouterr().err
     assert err.startswith(f"paycore: configuration error: {named}"), err
     assert "short" not in err and "Traceback" not in err
+
+
+def test_health_without_a_port_asks_the_port_of_the_containers_own_command(tmp_path: Path) -> None:
+    """The image's HEALTHCHECK sets no port: `paycore health` reads the container's main process
+    (PID 1, or a child of PID 1 under an init) from /proc and asks the port that command binds."""
+    from paycore_cli.health import container_probe, paycore_arguments, probe_url
+
+    assert paycore_arguments(["/opt/venv/bin/python", "/opt/venv/bin/paycore", "run", "recovery"]) == [
+        "run", "recovery"]
+    assert paycore_arguments(["python", "-m", "paycore_cli", "serve", "console"]) == ["serve", "console"]
+    assert paycore_arguments(["/usr/bin/postgres", "paycore"]) is None
+    assert probe_url(["serve", "checkout"], {}) == "http://127.0.0.1:8000/healthz"
+    assert probe_url(["serve", "webhooks", "--port", "9200"], {}) == "http://127.0.0.1:9200/healthz"
+    assert probe_url(["serve", "sandbox"], {}) == "http://127.0.0.1:8100/_sandbox/clock"
+    assert probe_url(["run", "dispatcher"], {}) == "http://127.0.0.1:8400/healthz"
+    assert probe_url(["run", "consumer", "email"], {}) == "http://127.0.0.1:8601/healthz"
+    assert probe_url(["run", "recovery"], {"PAYCORE_METRICS_PORT": "9300"}) == "http://127.0.0.1:9300/healthz"
+    assert probe_url(["run", "recovery", "--metrics-port", "0"], {}) is None
+    assert probe_url(["migrate"], {}) is None and probe_url(["serve", "nothing"], {}) is None
+
+    def process(pid: int, ppid: int, *argv: str, environ: str = "") -> None:
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+        (tmp_path / str(pid) / "environ").write_bytes(environ.encode())
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} ({Path(argv[0]).name}) S {ppid} 1 1")
+
+    process(1, 0, "/run/podman-init", "--", "/opt/venv/bin/paycore", "run", "alerts")
+    assert container_probe(tmp_path) is None  # the init's argv names paycore too late to count
+    process(7, 1, "/opt/venv/bin/python", "/opt/venv/bin/paycore", "run", "alerts",
+            environ="PAYCORE_METRICS_PORT=8999\0")
+    assert container_probe(tmp_path) == "http://127.0.0.1:8999/healthz"
