@@ -31,15 +31,32 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32_768, 60_999  # Linux's default
 
 
+def _share(low: int, high: int) -> range:
+    """This test worker's own slice of ``[low, high)``, or all of it outside a parallel test run.
+
+    Each pytest-xdist worker (and every process it starts, which inherits its environment)
+    picks only from its own slice: otherwise two workers can pick the same port, and the one
+    that binds it second fails (seen in CI: a chaos run's dispatcher restarted onto an admin
+    port another worker's test server had just taken).
+    """
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 1):
+        return range(low, high)
+    index, slices = int(worker[2:]) % int(count), int(count)
+    width = (high - low) // slices
+    return range(low + index * width, low + (index + 1) * width)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free on ``host`` a moment ago (the caller binds it next).
 
     Chosen at random below the ephemeral range, so no outgoing connection takes it before the
-    caller binds it, and never the same one twice in a process; the kernel's pick (an
-    ephemeral port) only when that range has no free port.
+    caller binds it, from this test worker's own slice of that range (:func:`_share`), and
+    never the same one twice in a process; the kernel's pick (an ephemeral port) only when
+    that range has no free port.
     """
     low, _ = _ephemeral_range()
-    candidates = range(LOWEST_PORT, low)
+    candidates = _share(LOWEST_PORT, low)
     for _ in range(200 if len(candidates) > 1000 else 0):
         port = _random.choice(candidates)
         if port not in _handed_out and _bindable(host, port):
