@@ -1928,10 +1928,17 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "operation-resend-only-in-window", DOMAIN,
-        "    if escalation_deadline is None or now >= escalation_deadline:\n        return OperationStep.ESCALATE_DEADLINE",
+        "    if past_deadline:\n        return OperationStep.ESCALATE_DEADLINE",
         "    if False:\n        return OperationStep.ESCALATE_DEADLINE",
         t(REFUND_RECOVERY, "test_past_the_key_window_nothing_is_resent_and_a_person_is_asked"),
         "an operation is resent under its key only inside the provider's key window",
+    ),
+    Mutation(
+        "operation-pending-past-window-escalated", DOMAIN,
+        "        if found_pending and provider_status is not None and past_deadline:",
+        "        if False:",
+        t(REFUND_RECOVERY, "test_a_refund_still_pending_past_the_key_window_is_a_persons"),
+        "an operation the provider keeps pending past the key window reaches a person",
     ),
     Mutation(
         "operation-never-sent-closed", DOMAIN,

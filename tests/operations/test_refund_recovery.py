@@ -118,3 +118,31 @@ async def test_a_pending_refund_is_looked_at_until_it_settles(rec: RecoveryStack
     await due(rec, pending)
     assert await rec.worker().operations.run_pass() == [OperationStep.APPLY_FOUND]
     assert (await get_operation(rec.pool, pending.operation_id)).state is S.SUCCEEDED
+
+
+async def test_a_refund_still_pending_past_the_key_window_is_a_persons(rec: RecoveryStack) -> None:
+    """Found pending pass after pass, it is never resent; past the deadline a person is asked
+    once (found by chaos seed 1: a refund pending until settled was looked at forever, unseen)."""
+    _, attempt_id = await paid_order(rec.hooks, 5000)
+    async with sender(rec.hooks) as s:
+        pending = await s.request(attempt_id, REFUND, 1093, requested_by="test")  # 93: until settled
+    assert isinstance(pending, Operation) and pending.state is S.STARTED
+    assert pending.escalation_deadline is not None
+    await due(rec, pending)
+    assert await rec.worker().operations.run_pass() == [OperationStep.APPLY_FOUND]  # before it: waits
+    rec.clock.advance((pending.escalation_deadline - rec.clock.now()).total_seconds() + 1)
+    assert await rec.worker().operations.run_pass() == [OperationStep.ESCALATE_DEADLINE]
+    await due(rec, pending)
+    assert await rec.worker().operations.run_pass() == [OperationStep.ESCALATE_DEADLINE]
+    still = await get_operation(rec.pool, pending.operation_id)
+    assert (still.state, still.recovery_owner) == (S.STARTED, None)
+    keys = await rec.pool.fetch("SELECT escalation_key FROM payment_escalations WHERE resolved_at IS NULL")
+    assert [r["escalation_key"] for r in keys] == [f"operation:{pending.operation_id}:deadline"]
+    assert len(await refund_posts(rec.hooks)) == 1  # the provider has it: never sent again
+    # When it does settle, the next look applies it.
+    r = await rec.sandbox.http.post(f"/_sandbox/refunds/{pending.provider_operation_id}/settle",
+                                    json={"result": "succeeded"})
+    assert r.status_code == 200, r.text
+    await due(rec, pending)
+    assert await rec.worker().operations.run_pass() == [OperationStep.APPLY_FOUND]
+    assert (await get_operation(rec.pool, pending.operation_id)).state is S.SUCCEEDED

@@ -311,14 +311,17 @@ class OperationStep(enum.StrEnum):
 
 def decide_operation_step(state: OperationState, *, provider_status: str | None,
                           escalation_deadline: datetime | None, lookup: str, found: int,
-                          now: datetime) -> OperationStep:
+                          found_pending: bool, now: datetime) -> OperationStep:
     """Recovery's one decision for a due live operation, the payment's rules (the reference's
     recovery loop) for what follows it:
 
     - NotStarted and due: its sender never committed the send intent -> closed, never sent;
     - a lookup (``lookup`` is ``found``, ``not_found``, ``unsupported`` -- the provider has
       none, so a same-key resend is the only evidence -- or ``unavailable``) that found exactly
-      one object applies it; several for one reference is a person's to untangle;
+      one object applies it; several for one reference is a person's to untangle; one still
+      pending (``found_pending``) that the operation already knows as pending, past the deadline,
+      is a person's too: the provider has it, so nothing is resent, but it has not ended in the
+      time paycore allows (the customer has not got the money), and looking on changes nothing;
     - otherwise past the deadline (``first_sent_at`` + key retention - margin; none is past:
       a live sent operation always has one) is escalated: after it a resend could be a new
       operation;
@@ -328,9 +331,14 @@ def decide_operation_step(state: OperationState, *, provider_status: str | None,
     """
     if state is OperationState.NOT_STARTED:
         return OperationStep.CLOSE_NEVER_SENT
+    past_deadline = escalation_deadline is None or now >= escalation_deadline
     if lookup == "found":
-        return OperationStep.APPLY_FOUND if found == 1 else OperationStep.ESCALATE_MULTIPLE
-    if escalation_deadline is None or now >= escalation_deadline:
+        if found != 1:
+            return OperationStep.ESCALATE_MULTIPLE
+        if found_pending and provider_status is not None and past_deadline:
+            return OperationStep.ESCALATE_DEADLINE
+        return OperationStep.APPLY_FOUND
+    if past_deadline:
         return OperationStep.ESCALATE_DEADLINE
     if provider_status is not None or lookup == "unavailable":
         return OperationStep.WAIT

@@ -32,7 +32,7 @@ from paycore.evidence import judge_operation
 from paycore.logs import bind_log_context
 from paycore.operation_sends import OperationSender
 from paycore.operations import Operation, Refused
-from paycore.providers.base import OperationLookup, OperationOutcome, PaymentCalls
+from paycore.providers.base import OperationEnding, OperationLookup, OperationOutcome, PaymentCalls
 from paycore_recovery.settings import RecoverySettings
 
 __all__ = ["OperationRescuer"]
@@ -114,7 +114,8 @@ class OperationRescuer:
         found = lookup.found  # each judged as evidence before it is applied
         step = decide_operation_step(op.state, provider_status=op.provider_status,
                                      escalation_deadline=op.escalation_deadline, lookup=lookup.outcome_kind,
-                                     found=len(found), now=now)
+                                     found=len(found), now=now,
+                                     found_pending=any(f.ending is OperationEnding.PENDING for f in found))
         if step is OperationStep.CLOSE_NEVER_SENT:
             await operations.close_never_sent(self.pool, op, lease, now, actor=self.actor)
         elif step is OperationStep.APPLY_FOUND:
