@@ -63,8 +63,11 @@ class Services:
 
     def exported(self) -> dict[str, str]:
         """The variables that point a test process (and its subprocesses) at these servers."""
-        return {settings.DATABASE_URL.name: self.database_url,
-                settings.KAFKA_BOOTSTRAP.name: self.kafka_bootstrap, "DOCKER_HOST": self.docker_host}
+        values = (self.database_url, self.kafka_bootstrap, self.docker_host)
+        return dict(zip(EXPORTED, values, strict=True))
+
+
+EXPORTED = (settings.DATABASE_URL.name, settings.KAFKA_BOOTSTRAP.name, "DOCKER_HOST")
 
 
 @contextlib.contextmanager
@@ -74,12 +77,20 @@ def started(env: Mapping[str, str] = os.environ) -> Iterator[Services]:
     postgres_image = settings.POSTGRES_IMAGE.read(env)
     tansu_image = settings.TANSU_IMAGE.read(env)
     with contextlib.ExitStack() as stack:
+        stack.callback(_restore_docker_host, os.environ.get("DOCKER_HOST"))
         docker_host = env.get("DOCKER_HOST") or stack.enter_context(podman_service(env))
         _configure_testcontainers(docker_host, env)
         _remove_orphans()
         postgres, dsn = stack.enter_context(_postgres(postgres_image))
         broker, bootstrap = stack.enter_context(_tansu(tansu_image))
         yield Services(dsn, bootstrap, docker_host, postgres.get_container_id(), broker.get_container_id())
+
+
+def _restore_docker_host(previous: str | None) -> None:
+    if previous is None:
+        os.environ.pop("DOCKER_HOST", None)
+    else:
+        os.environ["DOCKER_HOST"] = previous
 
 
 # --------------------------------------------------------------------------- the engine

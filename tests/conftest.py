@@ -40,9 +40,9 @@ def _start_containers(config: pytest.Config) -> None:
     """
     stack = contextlib.ExitStack()
     config.add_cleanup(stack.close)
-    services = stack.enter_context(containers.started())
-    saved = {name: os.environ.get(name) for name in services.exported()}
+    saved = {name: os.environ.get(name) for name in containers.EXPORTED}
     stack.callback(_restore, saved)
+    services = stack.enter_context(containers.started())
     os.environ.update(services.exported())
 
 

@@ -39,6 +39,15 @@ def test_the_images_default_to_the_stand_ins_built_here() -> None:
     assert settings.POSTGRES_IMAGE.read({"PAYCORE_TEST_POSTGRES_IMAGE": "postgres:15"}) == "postgres:15"
 
 
+def test_the_run_exports_the_servers_under_the_variables_the_tests_read() -> None:
+    services = containers.Services("postgresql://postgres:pw@127.0.0.1:40001/postgres", "127.0.0.1:40002",
+                                   "unix:///tmp/paycore-podman-1-x/podman.sock", "pg-id", "broker-id")
+    assert services.exported() == {
+        "PAYCORE_TEST_DATABASE_URL": "postgresql://postgres:pw@127.0.0.1:40001/postgres",
+        "PAYCORE_TEST_KAFKA_BOOTSTRAP": "127.0.0.1:40002",
+        "DOCKER_HOST": "unix:///tmp/paycore-podman-1-x/podman.sock"}
+
+
 in_containers = pytest.mark.skipif(not containers.enabled(), reason="PAYCORE_TEST_CONTAINERS is off "
                                    "(make test-containers turns it on)")
 
