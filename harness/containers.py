@@ -214,12 +214,13 @@ def _remove_orphans() -> None:
 
 
 def _start(container: DockerContainer, image: str) -> None:
+    from docker.errors import ImageNotFound
+
     try:
         container.start()
-    except Exception as exc:
-        if "localhost/" in image and "pull" in str(exc).lower():
-            raise RuntimeError(f"{image} is not on this machine: `make standins` builds it") from exc
-        raise
+    except ImageNotFound as exc:
+        built_here = " (`make standins` builds it)" if image.startswith("localhost/") else ""
+        raise RuntimeError(f"no image {image} here{built_here}: {exc}") from exc
 
 
 @contextlib.contextmanager

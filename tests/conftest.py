@@ -42,7 +42,10 @@ def _start_containers(config: pytest.Config) -> None:
     config.add_cleanup(stack.close)
     saved = {name: os.environ.get(name) for name in containers.EXPORTED}
     stack.callback(_restore, saved)
-    services = stack.enter_context(containers.started())
+    try:
+        services = stack.enter_context(containers.started())
+    except Exception as exc:  # said once, not as an internal error's traceback
+        raise pytest.UsageError(f"PAYCORE_TEST_CONTAINERS: the containers did not start: {exc}") from exc
     os.environ.update(services.exported())
 
 
