@@ -24,7 +24,7 @@ CHROMIUM := /usr/bin/chromium
 PROMTOOL := /usr/bin/promtool
 
 .PHONY: help venv run test test-durations test-fast lint typecheck check docs screenshots bench chaos mutate mutate-generated lock clean \
-	base-image standin-postgres standin-prometheus standin-tansu standins image test-deploy
+	base-image standin-postgres standin-prometheus standin-tansu standins image test-deploy test-containers
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -96,6 +96,16 @@ standins: standin-postgres standin-prometheus standin-tansu  ## every stand-in i
 
 image: $(PODMAN)  ## the paycore image (IMAGE=..., BASE=...; on the stand-in base where no registry answers)
 	deploy/image.sh
+
+# The database- and broker-facing suites with PostgreSQL and Tansu in containers started by
+# testcontainers (docs/testing.md, "Which servers"): the harness starts podman's Docker-compatible
+# service for the run unless DOCKER_HOST names an engine. CI runs it after test-deploy.
+CONTAINER_SUITES := tests/unit/test_harness_containers.py tests/dispatcher \
+	$(sort $(wildcard tests/matrix/test_recovery_*.py)) tests/matrix/test_schema_constraints.py \
+	tests/settlement/test_reconcile_batch.py tests/incidents/test_incident_agent.py
+test-containers: $(STAMP) $(PODMAN) standin-postgres standin-tansu  ## database- and broker-facing suites against containers (testcontainers, podman)
+	PAYCORE_TEST_CONTAINERS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		$(CONTAINER_SUITES) $(PYTEST_ARGS)
 
 # Not in `make test`: minutes of image building. CI runs it after `make test`.
 test-deploy: $(STAMP) $(PODMAN) $(MMDEBSTRAP) $(DNSNAME) standins  ## build the bases and the image, run them for real (tests/deploy_podman)

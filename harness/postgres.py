@@ -1,7 +1,9 @@
 """Real PostgreSQL for tests and benchmarks: find the server, make and drop databases on it.
 
 The server is ``PAYCORE_TEST_DATABASE_URL`` if set, else the local server at
-127.0.0.1:5432 if it answers, else an embedded PostgreSQL under ``.paycore/``.
+127.0.0.1:5432 if it answers, else an embedded PostgreSQL under ``.paycore/``. Under
+``PAYCORE_TEST_CONTAINERS`` the pytest session sets that variable to a container's
+(``harness/containers.py``).
 Tests take one migrated template per run and ``CREATE DATABASE … TEMPLATE`` of
 it per test (isolated, and fast enough to do per test); a benchmark takes a
 fresh migrated database of its own.
@@ -19,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from harness import settings
 from paycore.clock import SystemClock
 from paycore.db import migrate
 
@@ -42,9 +45,13 @@ async def _reachable(dsn: str) -> bool:
 
 async def find_server_dsn() -> str:
     """The admin DSN of the PostgreSQL server tests and benchmarks use."""
-    configured = os.environ.get("PAYCORE_TEST_DATABASE_URL")
+    configured = settings.DATABASE_URL.get(os.environ)
     if configured:
         return configured
+    if settings.CONTAINERS.read(os.environ):
+        # The session exports the container's URL before anything asks (tests/conftest.py).
+        raise RuntimeError("PAYCORE_TEST_CONTAINERS is on but no container was started: only the "
+                           "pytest session starts them (harness/containers.py)")
     if await _reachable(LOCAL_SERVER):
         return LOCAL_SERVER
     from paycore_devstack.embedded import start_embedded_postgres

@@ -15,7 +15,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from harness import postgres
+from harness import containers, postgres
 from harness.servers import free_port
 from paycore.clock import FakeClock
 from paycore.db import create_pool
@@ -28,6 +28,33 @@ from tests.support.webhooks import WebhookStack, running_webhook_stack
 
 def pytest_configure(config: pytest.Config) -> None:
     scheduling.configure(config)
+    if containers.enabled() and not hasattr(config, "workerinput"):  # once, before any xdist worker
+        _start_containers(config)
+
+
+def _start_containers(config: pytest.Config) -> None:
+    """PAYCORE_TEST_CONTAINERS: PostgreSQL and the broker in containers for the whole run.
+
+    Started in the process that runs the session and exported to the environment, which xdist's
+    workers (and any server a test starts) inherit; removed when the session ends, failed or not.
+    """
+    stack = contextlib.ExitStack()
+    config.add_cleanup(stack.close)
+    saved = {name: os.environ.get(name) for name in containers.EXPORTED}
+    stack.callback(_restore, saved)
+    try:
+        services = stack.enter_context(containers.started())
+    except Exception as exc:  # said once, not as an internal error's traceback
+        raise pytest.UsageError(f"PAYCORE_TEST_CONTAINERS: the containers did not start: {exc}") from exc
+    os.environ.update(services.exported())
+
+
+def _restore(saved: dict[str, str | None]) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -70,6 +70,7 @@ DEV_TOOLS: tuple[tuple[str, str], ...] = (
     ("py-spy", "profiling a running service (docs/operations.md, Scale)"),
     ("cosmic-ray", "make mutate-generated: its mutation operators generate the Python mutants"),
     ("coverage", "make mutate-generated: which tests execute each mutated line"),
+    ("testcontainers", "make test-containers: PostgreSQL and the broker in containers (docs/testing.md)"),
     ("uv==0.13.8", "the lock tool: make lock runs `uv pip compile --generate-hashes`"),
 )
 

@@ -31,6 +31,7 @@ DECLARED_IN: dict[str, tuple[str, ...]] = {
     "docs/recovery.md": ("paycore_recovery.settings",),
     "docs/dispatcher.md": ("paycore_incidents.settings",),
     "services/sandbox/README.md": ("paycore_sandbox.settings",),
+    "docs/testing.md": ("harness.settings",),
 }
 # JSON files whose keys are documented the same way: (document, block, module, attribute).
 FILE_FIELDS: tuple[tuple[str, str, str, str], ...] = (

