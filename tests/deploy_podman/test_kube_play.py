@@ -153,7 +153,8 @@ def test_the_migration_job_runs_to_completion(stack: Stack) -> None:
     (pod,) = [o for o in stack.play.migration if o["kind"] == "Pod"]
     stack.migration = f"{pod['metadata']['name']}-{pod['spec']['containers'][0]['name']}"
     eventually(lambda: _inspect(stack.migration, "{{.State.Status}}") == "exited", timeout=120)
-    logs = podman("logs", stack.migration).stdout + podman("logs", stack.migration).stderr
+    shown = podman("logs", stack.migration)
+    logs = shown.stdout + shown.stderr
     assert _inspect(stack.migration, "{{.State.ExitCode}}") == "0", logs
     assert "applied" in logs, logs
 
@@ -167,11 +168,12 @@ class Readiness:
 
 
 def _get(ip: str, probe: dict[str, Any]) -> bool:
-    """One httpGet probe as the kubelet runs it: 200-399 within timeoutSeconds (default 1)."""
+    """One httpGet probe as the kubelet runs it: 200-399 within timeoutSeconds (default 1), to
+    the pod's address, through no proxy."""
     get = probe["httpGet"]
     url = f"{get.get('scheme', 'HTTP').lower()}://{ip}:{get['port']}{get.get('path', '/')}"
     try:
-        answer = httpx.get(url, timeout=float(probe.get("timeoutSeconds", 1)))
+        answer = httpx.get(url, timeout=float(probe.get("timeoutSeconds", 1)), trust_env=False)
     except httpx.HTTPError:
         return False
     return 200 <= answer.status_code < 400
@@ -253,6 +255,21 @@ def test_each_pod_becomes_ready_by_its_own_probes(stack: Stack) -> None:
         assert _inspect(pod.container_name, "{{.RestartCount}}") == "0", pod.container_name
         # And it stays alive by its own liveness probe.
         assert _get(_pod_ip(pod.name, stack.network), pod.container["livenessProbe"]), pod.container_name
+
+
+def test_readiness_follows_the_database(stack: Stack) -> None:
+    """The pods readiness-probed on /readyz (checkout, the intake) go unready while PostgreSQL is
+    stopped, and ready again once it is back: their readiness is the database's, as documented."""
+    assert stack.pods, "the Deployments are played"
+    gated = [p for p in stack.pods if p.container["readinessProbe"]["httpGet"]["path"] == "/readyz"]
+    assert sorted(p.deployment for p in gated) == ["paycore-checkout", "paycore-webhooks"]
+    targets = [(_pod_ip(p.name, stack.network), p.container["readinessProbe"]) for p in gated]
+    podman("stop", "--time", "10", stack.standins[0])
+    try:
+        eventually(lambda: not any(_get(ip, probe) for ip, probe in targets), timeout=60)
+    finally:
+        podman("start", stack.standins[0])
+    eventually(lambda: all(_get(ip, probe) for ip, probe in targets), timeout=90)
 
 
 def test_kube_down_leaves_nothing(stack: Stack) -> None:
