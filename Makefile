@@ -65,15 +65,18 @@ $(PROMTOOL):
 # Containers (deploy/README.md, "Building the image"): podman as root, with deploy/containers.conf
 # (runc, the host's ulimits) so nothing machine-wide is configured; mmdebstrap builds the
 # stand-in base where no registry answers; dnsname lets containers find each other by name on
-# podman's CNI networks. Installed when missing, as chromium is.
+# podman's CNI networks; catatonit is the pause process podman builds its pod infra image from
+# (`podman kube play`; no registry serves k8s' pause image). Installed when missing, as chromium is.
 PODMAN := /usr/bin/podman
 MMDEBSTRAP := /usr/bin/mmdebstrap
 DNSNAME := /usr/lib/cni/dnsname
-CONTAINER_PACKAGES := podman runc uidmap fuse-overlayfs mmdebstrap golang-github-containernetworking-plugin-dnsname
+CATATONIT := /usr/libexec/podman/catatonit
+CONTAINER_PACKAGES := podman runc uidmap fuse-overlayfs mmdebstrap golang-github-containernetworking-plugin-dnsname \
+	catatonit
 export CONTAINERS_CONF ?= $(CURDIR)/deploy/containers.conf
 STANDIN = VENV_PYTHON=$(CURDIR)/$(BIN)/python deploy/standins/build.sh
 
-$(PODMAN) $(MMDEBSTRAP) $(DNSNAME):
+$(PODMAN) $(MMDEBSTRAP) $(DNSNAME) $(CATATONIT):
 	@if [ "$$(id -u)" != 0 ]; then \
 		echo "$@ is missing: the container targets need it. Install as root:" \
 		     "apt-get install -y --no-install-recommends $(CONTAINER_PACKAGES)" >&2; exit 1; fi
@@ -108,7 +111,7 @@ test-containers: $(STAMP) $(PODMAN) standin-postgres standin-tansu  ## database-
 		$(CONTAINER_SUITES) $(PYTEST_ARGS)
 
 # Not in `make test`: minutes of image building. CI runs it after `make test`.
-test-deploy: $(STAMP) $(PODMAN) $(MMDEBSTRAP) $(DNSNAME) standins  ## build the bases and the image, run them for real (tests/deploy_podman)
+test-deploy: $(STAMP) $(PODMAN) $(MMDEBSTRAP) $(DNSNAME) $(CATATONIT) standins  ## build the bases and the image, run them for real (tests/deploy_podman)
 	PAYCORE_TEST_DEPLOY=1 $(BIN)/python -m pytest -q tests/deploy_podman $(PYTEST_ARGS)
 
 venv: $(STAMP)  ## create .venv and install the pinned workspace
