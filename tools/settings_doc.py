@@ -41,8 +41,10 @@ FILE_FIELDS: tuple[tuple[str, str, str, str], ...] = (
 
 
 def groups(module: ModuleType) -> list[Group]:
-    """The module's groups, in the order it declares them."""
-    return [value for value in vars(module).values() if isinstance(value, Group)]
+    """The module's groups, in the order it declares them (a tuple of groups in its order: the
+    provider packages' settings, which ``paycore.account_settings`` lists)."""
+    return [group for value in vars(module).values()
+            for group in (value if isinstance(value, tuple) else (value,)) if isinstance(group, Group)]
 
 
 def declared() -> dict[str, list[Group]]:

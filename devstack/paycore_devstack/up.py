@@ -14,8 +14,8 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 
-from paycore.account_settings import MARKERS
 from paycore.config import ConfigError, load_settings
+from paycore.providers.registry import PACKAGES, PROVIDER_PACKAGES
 from paycore_cli.common import (
     LOG_FORMAT,
     LOOPBACK,
@@ -171,42 +171,30 @@ def _http_probe(url: str, *, any_status: bool) -> Callable[[], Awaitable[bool]]:
 def sandbox_provider_env(name: str, sandbox_url: str, checkout_url: str) -> dict[str, str]:
     """``PAYCORE_<PROVIDER>_*`` for the local sandbox's test account, in ``name``'s dialect.
 
-    The sandbox speaks each provider's wire with built-in development credentials;
-    ``checkout_url`` is where a redirected customer comes back (Adyen requires one).
+    The sandbox speaks each provider's wire with built-in development credentials (its dialect's);
+    ``checkout_url`` is where a redirected customer comes back (a provider may require one).
     """
-    from paycore_sandbox.dialects import adyen_webhooks
+    from paycore_sandbox.dialects import dialect_named
     from paycore_sandbox.settings import SandboxSettings
 
     [acct] = [a for a in SandboxSettings.default().accounts
               if a.account == SANDBOX_ACCOUNT and a.environment == SANDBOX_ENVIRONMENT]
-    local = {
-        "cardco": {"PAYCORE_CARDCO_BASE_URL": sandbox_url, "PAYCORE_CARDCO_ACCOUNT": acct.account,
-                   "PAYCORE_CARDCO_ENVIRONMENT": acct.environment, "PAYCORE_CARDCO_API_KEY": acct.api_key,
-                   "PAYCORE_CARDCO_WEBHOOK_SECRET": acct.webhook_secret},
-        "stripe": {"PAYCORE_STRIPE_API_BASE": sandbox_url, "PAYCORE_STRIPE_ACCOUNT": acct.account,
-                   "PAYCORE_STRIPE_API_KEY": acct.api_key,
-                   "PAYCORE_STRIPE_WEBHOOK_SECRET": acct.webhook_secret},
-        "adyen": {"PAYCORE_ADYEN_BASE_URL": sandbox_url, "PAYCORE_ADYEN_MERCHANT_ACCOUNT": acct.account,
-                  "PAYCORE_ADYEN_ENVIRONMENT": acct.environment, "PAYCORE_ADYEN_API_KEY": acct.api_key,
-                  "PAYCORE_ADYEN_HMAC_KEY": adyen_webhooks.hmac_key(acct),
-                  "PAYCORE_ADYEN_WEBHOOK_USERNAME": adyen_webhooks.WEBHOOK_USERNAME,
-                  "PAYCORE_ADYEN_WEBHOOK_PASSWORD": adyen_webhooks.webhook_password(acct),
-                  "PAYCORE_ADYEN_RETURN_URL": checkout_url + "/"},
-    }
-    return local[name]
+    return PACKAGES[name].sandbox_env(sandbox_url, acct.account, acct.environment,
+                                      dialect_named(name).credentials(acct), checkout_url + "/")
 
 
 def sandbox_webhook_endpoint(name: str, intake_url: str) -> str:
     """The ``PAYCORE_SANDBOX_WEBHOOK_URLS`` entry sending ``name``'s webhooks to the intake's route."""
-    url = f"{intake_url}/webhooks/{name}"
-    return url if name == "cardco" else f"{name}={url}"
+    from paycore_sandbox.dialects import Endpoint
+
+    return Endpoint(f"{intake_url}/webhooks/{name}", name).spec
 
 
 def _use_local_sandbox(env: dict[str, str], urls: Mapping[str, str]) -> list[str]:
     """Point every provider that is not configured at the local sandbox, which speaks each one's
     wire (its dialects) with built-in development credentials, and have the sandbox deliver each
     provider's webhooks to the local intake's route for it. Returns the providers so pointed."""
-    chosen = [name for name in MARKERS if MARKERS[name].get(env) is None]
+    chosen = [p.name for p in PROVIDER_PACKAGES if p.marker.get(env) is None]
     for name in chosen:
         env.update(sandbox_provider_env(name, urls["sandbox"], urls["checkout"]))
     if chosen:

@@ -25,10 +25,11 @@ import pytest
 
 from harness.servers import serve_asgi
 from paycore import accounts, orders
-from paycore.account_settings import ADYEN_API_VERSION, STRIPE_API_VERSION
 from paycore.clock import FakeClock
 from paycore.config import ConfigError, ProviderAccountConfig, Secret, load_settings
+from paycore.providers.adyen.provider import API_VERSION as ADYEN_API_VERSION
 from paycore.providers.settlement_sources import read_report_file, settlement_source
+from paycore.providers.stripe.provider import API_VERSION as STRIPE_API_VERSION
 from paycore.settlement_lines import SettlementSourceError
 from paycore.settlements import AccountRun, reconcile_account, reconcile_batch
 from paycore_sandbox.app import create_app

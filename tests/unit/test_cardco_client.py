@@ -26,7 +26,7 @@ import pytest
 
 from harness.servers import free_port
 from paycore.clock import FakeClock
-from paycore.config import CARDCO_API_VERSION, MAX_BUDGET_S, ProviderAccountConfig, Secret
+from paycore.config import MAX_BUDGET_S, ProviderAccountConfig, Secret
 from paycore.domain import Claim, OutcomeKind, ProviderOutcome
 from paycore.errors import InvalidPaymentMethod
 from paycore.providers.cardco import (
@@ -36,6 +36,7 @@ from paycore.providers.cardco import (
     StoredRequest,
     build_request_body,
 )
+from paycore.providers.cardco.provider import API_VERSION as CARDCO_API_VERSION
 from tests.support.scripted_cardco import (
     REFERENCE,
     Reply,

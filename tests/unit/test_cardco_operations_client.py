@@ -18,12 +18,13 @@ import pytest
 
 from harness.servers import free_port, serve_asgi
 from paycore.clock import SystemClock
-from paycore.config import CARDCO_API_VERSION, ProviderAccountConfig, Secret
+from paycore.config import ProviderAccountConfig, Secret
 from paycore.domain import OperationKind
 from paycore.errors import InvalidPaymentMethod
 from paycore.providers.base import OperationEnding, OperationOutcome, StoredRequest
 from paycore.providers.cardco import CardcoClient
 from paycore.providers.cardco.operations import OPERATION_REJECTION_CODES, build_operation_body
+from paycore.providers.cardco.provider import API_VERSION as CARDCO_API_VERSION
 from paycore_sandbox.app import create_app
 from paycore_sandbox.settings import SandboxSettings
 from tests.sandbox.support import (

@@ -133,8 +133,8 @@ def test_tools_that_call_no_provider_start_without_accounts() -> None:
 def test_the_default_stripe_version_is_the_one_the_pinned_sdk_is_generated_for() -> None:
     import stripe
 
-    from paycore.account_settings import STRIPE_API_VERSION
     from paycore.providers.stripe import DEFAULT_API_VERSION
+    from paycore.providers.stripe.provider import API_VERSION as STRIPE_API_VERSION
 
     assert STRIPE_API_VERSION == DEFAULT_API_VERSION == stripe.api_version
 

@@ -10,12 +10,12 @@ import orjson
 import pytest
 
 import paycore.providers
-from paycore.account_settings import CARDCO_KEY_RETENTION
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig, Secret
 from paycore.errors import PaycoreError
 from paycore.providers import cardco, registry
 from paycore.providers.base import InvalidNotification, ReferenceLookup
+from paycore.providers.cardco.provider import KEY_RETENTION as CARDCO_KEY_RETENTION
 from tests.support.webhooks import event, payment_object
 
 

@@ -20,7 +20,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from paycore.account_settings import CARDCO_API_VERSION as CARDCO_API_VERSION  # re-exported
 from paycore.account_settings import ESCALATION_MARGIN_CAP_S as ESCALATION_MARGIN_CAP_S  # re-exported
 from paycore.account_settings import ProviderAccountConfig as ProviderAccountConfig  # re-exported
 from paycore.account_settings import load_accounts

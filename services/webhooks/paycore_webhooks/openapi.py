@@ -11,19 +11,9 @@ from typing import Any
 
 from paycore.http.openapi import json_response, operation, operational_paths, problem, shared_components
 from paycore.providers.base import NotificationReceiver
+from paycore.providers.registry import PACKAGES, PROVIDER_PACKAGES
 from paycore_webhooks.handler import DeliveryResult
 
-# How each provider signs a delivery: the security schemes below, and the headers it sends.
-SIGNATURES: dict[str, tuple[list[dict[str, list[str]]], list[dict[str, Any]]]] = {
-    "cardco": ([{"webhookSignature": []}], [
-        {"name": "webhook-id", "in": "header", "required": True, "schema": {"type": "string"},
-         "description": "the delivery's id (Standard Webhooks)"},
-        {"name": "webhook-timestamp", "in": "header", "required": True, "schema": {"type": "string"},
-         "description": "integer seconds since the epoch; outside the tolerance is refused"},
-    ]),
-    "stripe": ([{"stripeSignature": []}], []),
-    "adyen": ([{"adyenBasic": []}], []),
-}
 RESULT = {"type": "string", "enum": [r.value for r in DeliveryResult]}
 ACK_JSON = {"type": "object", "required": ["result"], "properties": {"result": {
     "description": "what was done with the notification (one per notification of a batch)",
@@ -31,7 +21,11 @@ ACK_JSON = {"type": "object", "required": ["result"], "properties": {"result": {
 
 
 def _notification_operation(name: str, receiver: NotificationReceiver) -> dict[str, Any]:
-    security, headers = SIGNATURES.get(name, ([], []))
+    # How the provider signs a delivery (its package says): the security scheme, the headers it sends.
+    package = PACKAGES.get(name)
+    signed = package.webhook_security if package is not None else None
+    security: list[dict[str, list[str]]] = [{signed.scheme_name: []}] if signed is not None else []
+    headers = list(signed.headers) if signed is not None else []
     if receiver.acknowledgement is not None:
         content, media_type = receiver.acknowledgement
         ok = json_response("recorded; the provider's expected acknowledgement", {
@@ -58,16 +52,8 @@ def document(receivers: Mapping[str, NotificationReceiver]) -> dict[str, Any]:
                              for name, receiver in receivers.items()}
     paths.update(operational_paths())
     components = shared_components()
-    components["securitySchemes"] = {
-        "webhookSignature": {"type": "apiKey", "in": "header", "name": "webhook-signature",
-                             "description": "Standard Webhooks: `v1,<base64 HMAC-SHA256>` of "
-                                            "`id.timestamp.body` with the account's webhook secret"},
-        "stripeSignature": {"type": "apiKey", "in": "header", "name": "Stripe-Signature",
-                            "description": "`t=<timestamp>,v1=<hex HMAC-SHA256>` with the endpoint secret"},
-        "adyenBasic": {"type": "http", "scheme": "basic",
-                       "description": "the webhook's Basic credentials; each item also carries its HMAC "
-                                      "signature in additionalData.hmacSignature"},
-    }
+    components["securitySchemes"] = {p.webhook_security.scheme_name: dict(p.webhook_security.scheme)
+                                     for p in PROVIDER_PACKAGES}
     return {
         "openapi": "3.1.0",
         "info": {"title": "paycore webhook intake", "version": "1",

@@ -9,7 +9,9 @@
   the same way (the no-retry pool, one send under a budget, the stored request's rules; the
   client's accounts, budgets, create skeleton, logs and webhook side), written once;
 - :mod:`paycore.providers.cardco`, :mod:`paycore.providers.stripe`,
-  :mod:`paycore.providers.adyen`: one package per provider (request, wire, client, events).
+  :mod:`paycore.providers.adyen`: one package per provider (request, wire, client, events), whose
+  ``provider`` module exports ``PROVIDER``, everything paycore knows of it
+  (:class:`~paycore.providers.package.ProviderPackage`); the registry lists them.
 
 This package's ``__init__`` imports nothing, so importing the interface never loads a provider.
 """

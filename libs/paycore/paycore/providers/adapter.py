@@ -31,7 +31,6 @@ from typing import ClassVar, Generic, Protocol, Self, TypeVar
 import httpx
 
 from paycore.clock import Clock
-from paycore.config import ProviderAccountConfig
 from paycore.domain import OperationKind, OutcomeKind, ProviderOutcome
 from paycore.providers.base import (
     Capabilities,
@@ -45,6 +44,7 @@ from paycore.providers.base import (
 )
 from paycore.providers.http import NotBuildable, no_retry_client
 from paycore.providers.limits import accounts_of, call_limit, checked_ceiling
+from paycore.providers.package import ProviderAccountConfig
 
 
 class EventFormat:

@@ -30,15 +30,17 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import orjson
 
 from paycore.attempt_row import Attempt
-from paycore.config import ProviderAccountConfig
 from paycore.domain import Claim, OperationKind, ProviderOutcome
 from paycore.errors import PaycoreError
 from paycore.webhook_replays import SignedDelivery
+
+if TYPE_CHECKING:
+    from paycore.providers.package import ProviderAccountConfig
 
 __all__ = [
     "KEY_VERSION", "Capabilities", "InvalidNotification", "LookupResult", "Notification",

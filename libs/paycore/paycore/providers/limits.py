@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from paycore.config import MAX_BUDGET_S, ProviderAccountConfig
+from paycore.providers.package import ProviderAccountConfig
+from paycore.settings_spec import MAX_BUDGET_S
 
 
 def checked_ceiling(max_call_duration_s: float) -> float:

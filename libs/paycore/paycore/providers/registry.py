@@ -11,15 +11,12 @@ so a stored row says which provider wrote it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Final, Protocol, cast
-
-import httpx
+from typing import TYPE_CHECKING, Final, Protocol, cast
 
 from paycore.clock import Clock
-from paycore.config import ProviderAccountConfig
 from paycore.domain import ProviderOutcome
 from paycore.errors import PaycoreError
-from paycore.providers import adyen, cardco, stripe
+from paycore.providers.adyen import provider as adyen
 from paycore.providers.base import (
     Capabilities,
     LookupResult,
@@ -30,6 +27,12 @@ from paycore.providers.base import (
     Provider,
     StoredRequest,
 )
+from paycore.providers.cardco import provider as cardco
+from paycore.providers.package import ProviderAccountConfig, ProviderPackage
+from paycore.providers.stripe import provider as stripe
+
+if TYPE_CHECKING:
+    import httpx
 
 
 class ProviderFactory(Protocol):
@@ -37,11 +40,14 @@ class ProviderFactory(Protocol):
                  transport: httpx.AsyncBaseTransport | None = None) -> Provider: ...
 
 
-# Each provider by its name. The next provider adds its line to both.
-PROVIDERS: Final[Mapping[str, ProviderFactory]] = {
-    cardco.NAME: cardco.CardcoClient, stripe.NAME: stripe.StripeProvider, adyen.NAME: adyen.AdyenProvider}
-NOTIFICATION_FORMATS: Final[Mapping[str, NotificationFormat]] = {
-    cardco.NAME: cardco.CARDCO_EVENTS, stripe.NAME: stripe.STRIPE_EVENTS, adyen.NAME: adyen.ADYEN_EVENTS}
+# Every provider paycore knows, one package each: adding a provider is adding its package and its
+# line here. The first is the default (of PAYCORE_DEFAULT_PROVIDER and of an accounts-file entry
+# naming none); the order is the docs' and the accounts'.
+PROVIDER_PACKAGES: Final[tuple[ProviderPackage, ...]] = (cardco.PROVIDER, stripe.PROVIDER, adyen.PROVIDER)
+PACKAGES: Final[Mapping[str, ProviderPackage]] = {p.name: p for p in PROVIDER_PACKAGES}
+DEFAULT_PACKAGE: Final = PROVIDER_PACKAGES[0]
+# Each provider's client by its name.
+PROVIDERS: Final[Mapping[str, ProviderFactory]] = {p.name: p.client for p in PROVIDER_PACKAGES}
 
 
 class UnknownProvider(PaycoreError, ValueError):
@@ -61,7 +67,7 @@ def adapters_for(accounts: Sequence[ProviderAccountConfig], clock: Clock, *, max
     :raises UnknownProvider: An account names a provider without an adapter.
     :raises ValueError: As a provider's constructor (a bad ceiling, an account twice).
     """
-    names = list(dict.fromkeys(acct.provider for acct in accounts)) or [cardco.NAME]
+    names = list(dict.fromkeys(acct.provider for acct in accounts)) or [DEFAULT_PACKAGE.name]
     unknown = sorted(set(names) - PROVIDERS.keys())
     if unknown:
         raise UnknownProvider(f"no provider adapter named {', '.join(unknown)}")
@@ -147,6 +153,7 @@ def notification_format(provider_account: str) -> NotificationFormat:
     """
     name = provider_name(provider_account)
     try:
-        return NOTIFICATION_FORMATS[name]
+        package = PACKAGES[name]
     except KeyError:
         raise UnknownProvider(f"no provider adapter named {name}") from None
+    return package.notification_format()

@@ -1,4 +1,4 @@
-"""Which provider reads an account's settlements: the one place that names the three readers.
+"""Which provider reads an account's settlements: its package's reader (the registry's).
 
 The reconciliation engine builds a :class:`~paycore.settlement_lines.SettlementSource` per
 configured account with :func:`settlement_source`, or reads a report a person downloaded with
@@ -14,11 +14,8 @@ from pathlib import Path
 import httpx
 
 from paycore.clock import Clock, SystemClock
-from paycore.config import ProviderAccountConfig
-from paycore.providers.adyen import settlements as adyen
-from paycore.providers.cardco import settlements as cardco
-from paycore.providers.registry import UnknownProvider
-from paycore.providers.stripe import settlements as stripe
+from paycore.providers.package import ProviderAccountConfig, ProviderPackage
+from paycore.providers.registry import PACKAGES, UnknownProvider
 from paycore.settlement_lines import BadLine, SettlementBatch, SettlementLine, SettlementSource
 
 __all__ = ["read_report_file", "settlement_source"]
@@ -34,13 +31,7 @@ def settlement_source(config: ProviderAccountConfig, *, clock: Clock | None = No
     :raises SettlementSourceError: An Adyen account without a report user (it names the settings).
     :raises UnknownProvider: A provider without a reader.
     """
-    if config.provider == "cardco":
-        return cardco.CardcoSettlements(config, transport=transport)
-    if config.provider == "stripe":
-        return stripe.StripeSettlements(config, clock or SystemClock(), transport=transport)
-    if config.provider == "adyen":
-        return adyen.AdyenSettlements(config, transport=transport)
-    raise UnknownProvider(f"no settlement reader for provider {config.provider}")
+    return _reader(config.provider).settlement_source(config, clock or SystemClock(), transport=transport)
 
 
 async def read_report_file(provider: str, path: Path, provider_account: str, *, batch_id: str | None = None,
@@ -49,9 +40,12 @@ async def read_report_file(provider: str, path: Path, provider_account: str, *, 
     """A report file of ``provider`` (Cardco's lines CSV, Stripe's itemized payout reconciliation
     report, Adyen's Settlement details report) as one closed batch of ``provider_account``; may read
     the file twice (a first pass for the batch's id, date and currency)."""
-    readers = {"cardco": cardco.read_report_file, "stripe": stripe.read_report_file,
-               "adyen": adyen.read_report_file}
-    reader = readers.get(provider)
-    if reader is None:
+    return await _reader(provider).read_report_file(path, provider_account, batch_id=batch_id,
+                                                    batch_date=batch_date)
+
+
+def _reader(provider: str) -> ProviderPackage:
+    package = PACKAGES.get(provider)
+    if package is None:
         raise UnknownProvider(f"no settlement reader for provider {provider}")
-    return await reader(path, provider_account, batch_id=batch_id, batch_date=batch_date)
+    return package

@@ -18,7 +18,8 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from paycore.config import ConfigError, ProviderAccountConfig
+from paycore.providers.package import ProviderAccountConfig
+from paycore.settings_spec import ConfigError
 
 log = logging.getLogger("paycore.webhooks")
 

@@ -27,7 +27,6 @@ from typing import Any, Final
 
 import httpx
 
-from paycore.config import ProviderAccountConfig
 from paycore.domain import ProviderOutcome
 from paycore.evidence import judge
 from paycore.providers.adapter import DeliveryVerifier
@@ -39,6 +38,7 @@ from paycore.providers.adyen.request import build_request_body, create_request
 from paycore.providers.adyen.wire import UNREADABLE, is_transient, parse_payment, read_json
 from paycore.providers.base import Capabilities, LookupResult, PaymentMethod, ReferenceLookup, StoredRequest
 from paycore.providers.http import send_once
+from paycore.providers.package import ProviderAccountConfig
 
 CAPABILITIES: Final = Capabilities(
     lookup_by_reference=ReferenceLookup.UNSUPPORTED,  # no payment read of any kind

@@ -39,7 +39,6 @@ from typing import Any, Final
 
 import orjson
 
-from paycore.config import ConfigError, ProviderAccountConfig
 from paycore.domain import Claim, OperationKind, OutcomeKind, ProviderOutcome
 from paycore.providers.adapter import EventFormat
 from paycore.providers.adyen.wire import CURRENCY_RE, NAME
@@ -53,8 +52,9 @@ from paycore.providers.base import (
     VerifiedDelivery,
     synthesized_key,
 )
+from paycore.providers.package import ProviderAccountConfig
 from paycore.providers.webhook_secrets import PreviousSecretLog
-from paycore.settings_spec import Secret
+from paycore.settings_spec import ConfigError, Secret
 
 ACKNOWLEDGEMENT: Final = b"[accepted]"
 

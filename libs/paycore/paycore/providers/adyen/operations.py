@@ -23,7 +23,6 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from paycore.config import ProviderAccountConfig
 from paycore.domain import OperationKind
 from paycore.errors import InvalidPaymentMethod
 from paycore.evidence import judge
@@ -49,6 +48,7 @@ from paycore.providers.base import (
     StoredRequest,
 )
 from paycore.providers.http import NotBuildable
+from paycore.providers.package import ProviderAccountConfig
 
 # The path segment of each modification under /payments/{pspReference}/.
 _SEGMENTS: Final = {OperationKind.CAPTURE: "captures", OperationKind.CANCEL: "cancels",

@@ -17,12 +17,12 @@ from typing import Any, Final
 import httpx
 import orjson
 
-from paycore.config import ProviderAccountConfig
 from paycore.errors import InvalidPaymentMethod
 from paycore.payment_methods import contains_card_number
 from paycore.providers.adyen.wire import CURRENCY_RE, MAX_IDEMPOTENCY_KEY_LEN, MAX_REFERENCE_LEN, auth_headers
 from paycore.providers.base import StoredRequest
 from paycore.providers.http import DEFAULT_PORTS, NotBuildable, header_token, stored_body, stored_url
+from paycore.providers.package import ProviderAccountConfig
 
 # A sandbox/test token accepted as a plain string in the test environment only.
 _TEST_TOKEN_RE: Final = re.compile(r"tok_[A-Za-z0-9_]{1,64}")

@@ -32,8 +32,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
 
-from paycore.config import ProviderAccountConfig
 from paycore.providers.http import header_token
+from paycore.providers.package import ProviderAccountConfig
 from paycore.providers.settlement_csv import (
     NO_CURRENCY,
     file_chunks,

@@ -23,16 +23,15 @@ from typing import Any, Final
 
 import httpx
 
-from paycore.config import ProviderAccountConfig
 from paycore.domain import Claim, OutcomeKind, ProviderOutcome
+from paycore.providers.adyen.provider import NAME as NAME  # re-exported
 from paycore.providers.http import header_token
 from paycore.providers.json_body import UNREADABLE as UNREADABLE  # re-exported: the client compares with it
 from paycore.providers.json_body import Unreadable as Unreadable
 from paycore.providers.json_body import is_int as _is_int
 from paycore.providers.json_body import optional_str as _optional_str
 from paycore.providers.json_body import read_json as read_json
-
-NAME: Final = "adyen"
+from paycore.providers.package import ProviderAccountConfig
 
 # Idempotency-Key: "a unique identifier for the message with a maximum of 64 characters".
 MAX_IDEMPOTENCY_KEY_LEN: Final = 64

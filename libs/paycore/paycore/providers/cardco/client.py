@@ -36,7 +36,6 @@ from urllib.parse import quote
 
 import httpx
 
-from paycore.config import ProviderAccountConfig
 from paycore.domain import ProviderOutcome
 from paycore.errors import InvalidPaymentMethod
 from paycore.evidence import judge
@@ -63,6 +62,7 @@ from paycore.providers.cardco.wire import (
     retry_after_seconds,
 )
 from paycore.providers.http import NotBuildable, lookup_result, send_once
+from paycore.providers.package import ProviderAccountConfig
 
 CAPABILITIES: Final = Capabilities(
     lookup_by_reference=ReferenceLookup.CONSISTENT,  # GET /v1/payments?reference=: every payment, at once

@@ -20,7 +20,6 @@ from typing import Any, Final
 
 import orjson
 
-from paycore.config import ConfigError, ProviderAccountConfig
 from paycore.domain import Claim, OperationKind
 from paycore.pgtext import json_problem
 from paycore.providers.adapter import EventFormat, OneEventPerDelivery
@@ -41,7 +40,9 @@ from paycore.providers.cardco.wire import (
     parse_payment,
     parse_refund,
 )
+from paycore.providers.package import ProviderAccountConfig
 from paycore.providers.webhook_secrets import PreviousSecretLog, account_secrets
+from paycore.settings_spec import ConfigError
 from paycore.webhook_replays import SignedDelivery
 from paycore.webhook_signatures import InvalidSecret, VerificationFailed, Verifier, decode_secret
 

@@ -20,7 +20,6 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from paycore.config import ProviderAccountConfig
 from paycore.domain import Claim, OperationKind
 from paycore.errors import InvalidPaymentMethod
 from paycore.evidence import judge
@@ -48,6 +47,7 @@ from paycore.providers.cardco.wire import (
     retry_after_seconds,
 )
 from paycore.providers.http import DEFAULT_RETRY_AFTER_S, NotBuildable, send_once
+from paycore.providers.package import ProviderAccountConfig
 
 # The 400 codes each endpoint documents as "nothing done", beside those of every POST.
 OPERATION_REJECTION_CODES: Final = {

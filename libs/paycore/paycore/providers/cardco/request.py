@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import orjson
 
-from paycore.config import ProviderAccountConfig
 from paycore.errors import InvalidPaymentMethod
 from paycore.providers.base import StoredRequest
 from paycore.providers.cardco.wire import CURRENCY_RE, MAX_IDEMPOTENCY_KEY_LEN, auth_headers, sf_string
 from paycore.providers.http import stored_body, stored_url
+from paycore.providers.package import ProviderAccountConfig
 
 
 def build_request_body(

@@ -20,8 +20,8 @@ from urllib.parse import quote
 
 import httpx
 
-from paycore.config import ProviderAccountConfig
 from paycore.providers.cardco.wire import auth_headers
+from paycore.providers.package import ProviderAccountConfig
 from paycore.providers.settlement_csv import (
     NO_CURRENCY,
     check_net,

@@ -18,16 +18,16 @@ from typing import Any, ClassVar, Final, TypeVar
 
 import httpx
 
-from paycore.config import MAX_BUDGET_S, ProviderAccountConfig
 from paycore.domain import HOLD_STATUS, Claim, ProviderOutcome
+from paycore.providers.cardco.provider import NAME as NAME  # re-exported
 from paycore.providers.http import NotBuildable, header_token
 from paycore.providers.json_body import UNREADABLE as UNREADABLE  # re-exported: the client compares with it
 from paycore.providers.json_body import Unreadable as Unreadable
 from paycore.providers.json_body import is_int as _is_int
 from paycore.providers.json_body import optional_str as _optional_str
 from paycore.providers.json_body import read_json as read_json
-
-NAME: Final = "cardco"
+from paycore.providers.package import ProviderAccountConfig
+from paycore.settings_spec import MAX_BUDGET_S
 
 # Every payment status the contract defines; anything else is unrecognised.
 PAYMENT_STATUSES: Final = frozenset(

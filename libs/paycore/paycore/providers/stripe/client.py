@@ -36,7 +36,6 @@ import httpx
 import stripe
 
 from paycore.clock import Clock
-from paycore.config import MAX_BUDGET_S, ProviderAccountConfig
 from paycore.domain import OutcomeKind, ProviderOutcome
 from paycore.evidence import judge
 from paycore.providers.adapter import DeliveryVerifier
@@ -49,8 +48,10 @@ from paycore.providers.base import (
     StoredRequest,
 )
 from paycore.providers.http import NotBuildable, lookup_result
+from paycore.providers.package import ProviderAccountConfig
 from paycore.providers.stripe import events
 from paycore.providers.stripe.operations import StripeOperations
+from paycore.providers.stripe.provider import API_BASE, PAYMENTS_PATH
 from paycore.providers.stripe.request import build_request_body, check_idempotency_key, stored_params
 from paycore.providers.stripe.wire import (
     REFERENCE_KEY,
@@ -64,9 +65,10 @@ from paycore.providers.stripe.wire import (
     read_json,
     retry_after_seconds,
 )
+from paycore.settings_spec import MAX_BUDGET_S
 
-CREATE_PATH: Final = "/v1/payment_intents"
-DEFAULT_API_BASE: Final = "https://api.stripe.com"
+CREATE_PATH: Final = PAYMENTS_PATH
+DEFAULT_API_BASE: Final = API_BASE
 # The SDK's pinned API version: what an attempt is stamped with unless configured otherwise.
 DEFAULT_API_VERSION: Final[str] = stripe.api_version
 # A PaymentIntent id is one path segment of letters, digits and underscores.

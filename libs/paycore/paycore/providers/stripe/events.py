@@ -33,7 +33,6 @@ from typing import Any, Final
 
 import orjson
 
-from paycore.config import ConfigError, ProviderAccountConfig
 from paycore.domain import Claim
 from paycore.providers.adapter import EventFormat, OneEventPerDelivery
 from paycore.providers.base import (
@@ -44,6 +43,7 @@ from paycore.providers.base import (
     OperationOutcome,
     VerifiedDelivery,
 )
+from paycore.providers.package import ProviderAccountConfig
 from paycore.providers.stripe.operations import (
     cancel_outcome,
     capture_outcome,
@@ -61,6 +61,7 @@ from paycore.providers.stripe.wire import (
     parse_refund,
 )
 from paycore.providers.webhook_secrets import AccountSecret, PreviousSecretLog, account_secrets
+from paycore.settings_spec import ConfigError
 from paycore.webhook_replays import SignedDelivery
 from paycore.webhook_signatures import TOLERANCE_S
 

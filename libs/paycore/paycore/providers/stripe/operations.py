@@ -24,13 +24,13 @@ from typing import Any, Final
 
 import stripe
 
-from paycore.config import MAX_BUDGET_S, ProviderAccountConfig
 from paycore.domain import Claim, OperationKind
 from paycore.errors import InvalidPaymentMethod
 from paycore.evidence import judge
 from paycore.providers.adapter import ProviderClient
 from paycore.providers.base import OperationEnding, OperationLookup, OperationOutcome, StoredRequest
 from paycore.providers.http import DEFAULT_RETRY_AFTER_S, NotBuildable
+from paycore.providers.package import ProviderAccountConfig
 from paycore.providers.stripe.request import (
     INTENT_ID_RE,
     OPERATION_PARAMS,
@@ -52,6 +52,7 @@ from paycore.providers.stripe.wire import (
     read_json,
     retry_after_seconds,
 )
+from paycore.settings_spec import MAX_BUDGET_S
 
 _REFUND_ENDINGS: Final = {
     "pending": OperationEnding.PENDING, "requires_action": OperationEnding.PENDING,

@@ -25,8 +25,8 @@ import httpx
 import stripe
 
 from paycore.clock import Clock
-from paycore.config import ProviderAccountConfig
 from paycore.providers.http import no_retry_client
+from paycore.providers.package import ProviderAccountConfig
 from paycore.providers.settlement_csv import (
     NO_CURRENCY,
     check_net,

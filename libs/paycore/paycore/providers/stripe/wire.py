@@ -26,8 +26,7 @@ from paycore.providers.json_body import UNREADABLE as UNREADABLE  # re-exported:
 from paycore.providers.json_body import is_int as _is_int
 from paycore.providers.json_body import optional_str as _optional_str
 from paycore.providers.json_body import read_json as read_json
-
-NAME: Final = "stripe"
+from paycore.providers.stripe.provider import NAME as NAME  # re-exported
 
 # The metadata key every PaymentIntent we create carries our reference under (a refund we
 # send carries its own reference under the same key).

@@ -1,0 +1,208 @@
+"""Adyen as paycore knows it: its settings, its accounts' rules, and how its parts are built.
+
+``PROVIDER`` is the package's :class:`~paycore.providers.package.ProviderPackage`; the client,
+notification and settlement modules load when first built, not with the settings.
+"""
+
+from __future__ import annotations
+
+import binascii
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import date
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from paycore.providers.package import (
+    ACCOUNT_SEPARATOR,
+    DAY_S,
+    MARGIN,
+    RETENTION,
+    ProviderAccountConfig,
+    ProviderPackage,
+    WebhookSecurity,
+    check_previous,
+    env_margin,
+)
+from paycore.settings_spec import Choice, ConfigError, Group, Secret, SecretText, Text, Url
+
+if TYPE_CHECKING:
+    import httpx
+
+    from paycore.clock import Clock
+    from paycore.providers.base import NotificationFormat, Provider
+    from paycore.settlement_lines import BadLine, SettlementBatch, SettlementLine, SettlementSource
+
+NAME: Final = "adyen"
+API_VERSION: Final = "v71"
+PAYMENTS_PATH: Final = "/{api_version}/payments"
+
+SETTINGS = Group("every service: the default Adyen account (set `PAYCORE_ADYEN_API_KEY` to configure it)")
+API_KEY = SETTINGS.declare(
+    "PAYCORE_ADYEN_API_KEY", SecretText(), None, "the API credential's key (`X-API-Key`)",
+    shown_default="— (required when Adyen is the default provider)")
+MERCHANT_ACCOUNT = SETTINGS.declare(
+    "PAYCORE_ADYEN_MERCHANT_ACCOUNT", Text(printable=True, forbidden=ACCOUNT_SEPARATOR), None,
+    "the merchant account payments are made on",
+    shown_default="— (required with the API key)")
+ENVIRONMENT = SETTINGS.declare(
+    "PAYCORE_ADYEN_ENVIRONMENT", Choice(("test", "live")), "test", "the account's mode")
+LIVE_URL_PREFIX = SETTINGS.declare(
+    "PAYCORE_ADYEN_LIVE_URL_PREFIX", Text(printable=True), None,
+    "live: the company's endpoint prefix (`https://<prefix>-checkout-live.adyenpayments.com/checkout`)",
+    shown_default="— (required for live)")
+BASE_URL = SETTINGS.declare(
+    "PAYCORE_ADYEN_BASE_URL", Url(), None, "overrides the Checkout API base URL (tests, the sandbox)",
+    shown_default="`https://checkout-test.adyen.com` (test), from the prefix (live)")
+HMAC_KEY = SETTINGS.declare(
+    "PAYCORE_ADYEN_HMAC_KEY", SecretText(), None,
+    "the webhook's HMAC key (hex); without it the intake does not start")
+HMAC_KEY_PREVIOUS = SETTINGS.declare(
+    "PAYCORE_ADYEN_HMAC_KEY_PREVIOUS", SecretText(), None,
+    "during a rotation, the HMAC key being replaced: accepted beside the current one")
+WEBHOOK_USERNAME = SETTINGS.declare(
+    "PAYCORE_ADYEN_WEBHOOK_USERNAME", Text(printable=True), None, "the webhook's basic-auth user")
+WEBHOOK_PASSWORD = SETTINGS.declare(
+    "PAYCORE_ADYEN_WEBHOOK_PASSWORD", SecretText(), None, "the webhook's basic-auth password")
+WEBHOOK_PASSWORD_PREVIOUS = SETTINGS.declare(
+    "PAYCORE_ADYEN_WEBHOOK_PASSWORD_PREVIOUS", SecretText(), None,
+    "during a rotation, the basic-auth password being replaced: accepted beside the current one")
+RETURN_URL = SETTINGS.declare(
+    "PAYCORE_ADYEN_RETURN_URL", Url(), None,
+    "`returnUrl` of every payment: where a redirected shopper comes back (Adyen requires it)",
+    shown_default="— (required with the API key)")
+API_VERSION_SETTING = SETTINGS.declare(
+    "PAYCORE_ADYEN_API_VERSION", Text(), API_VERSION,
+    "the Checkout API version in the path; stamped on each attempt")
+KEY_RETENTION = SETTINGS.declare(
+    "PAYCORE_ADYEN_KEY_RETENTION_S", RETENTION, 31.0 * DAY_S,
+    "Adyen's idempotency-key retention (keys are kept at least 31 days)")
+ESCALATION_MARGIN = SETTINGS.declare(
+    "PAYCORE_ADYEN_ESCALATION_MARGIN_S", MARGIN, None, "as `PAYCORE_CARDCO_ESCALATION_MARGIN_S`",
+    shown_default="min(7200, retention/4)")
+REPORT_USERNAME = SETTINGS.declare(
+    "PAYCORE_ADYEN_REPORT_USERNAME", Text(printable=True), None,
+    "the report user (`report_<id>@Company.<company>`) that downloads Settlement details reports; "
+    "without one, settlements are read from files only")
+REPORT_PASSWORD = SETTINGS.declare(
+    "PAYCORE_ADYEN_REPORT_PASSWORD", SecretText(), None, "the report user's basic-auth password")
+REPORTS_BASE_URL = SETTINGS.declare(
+    "PAYCORE_ADYEN_REPORTS_BASE_URL", Url(), None, "where reports are downloaded from (tests: the sandbox)",
+    shown_default="`https://ca-test.adyen.com` (test), `https://ca-live.adyen.com` (live)")
+
+# Why an Adyen account cannot start without its return URL, said where it is refused.
+RETURN_URL_NEEDED: Final = (
+    ": every Adyen payment carries a returnUrl (where the shopper comes back after a redirect or "
+    "3-D Secure), e.g. https://shop.example/checkout/return")
+
+WEBHOOK_SECURITY: Final = WebhookSecurity(
+    "adyenBasic",
+    {"type": "http", "scheme": "basic",
+     "description": "the webhook's Basic credentials; each item also carries its HMAC "
+                    "signature in additionalData.hmacSignature"})
+
+
+def adyen_base_url(environment: str, prefix: str | None, where: str) -> str:
+    """The Checkout API's base URL: Adyen's test host, or the company's live prefix."""
+    if environment == "test":
+        return "https://checkout-test.adyen.com"
+    if not prefix:
+        raise ConfigError(where, "is required for a live Adyen account")
+    return f"https://{prefix}-checkout-live.adyenpayments.com/checkout"
+
+
+def adyen_reports_base_url(environment: str) -> str:
+    """Where Adyen's reports are downloaded from: its Customer Area of the account's mode."""
+    return "https://ca-live.adyen.com" if environment == "live" else "https://ca-test.adyen.com"
+
+
+def check_hmac_key(secret: Secret | None, where: str) -> None:
+    if secret is None:
+        return
+    try:
+        if not secret.reveal() or binascii.a2b_hex(secret.reveal()) == b"":
+            raise ValueError
+    except (binascii.Error, ValueError):
+        raise ConfigError(where, "must be the hex HMAC key from the Customer Area") from None
+
+
+class Adyen(ProviderPackage):
+    def from_env(self, env: Mapping[str, str]) -> ProviderAccountConfig:
+        api_key = API_KEY.require(env)
+        environment = ENVIRONMENT.read(env)
+        prefix = LIVE_URL_PREFIX.get(env)
+        base_url = BASE_URL.get(env) or adyen_base_url(environment, prefix, LIVE_URL_PREFIX.name)
+        hmac_key, hmac_previous = HMAC_KEY.get(env), HMAC_KEY_PREVIOUS.get(env)
+        check_hmac_key(hmac_key, HMAC_KEY.name)
+        check_hmac_key(hmac_previous, HMAC_KEY_PREVIOUS.name)
+        check_previous(hmac_key, hmac_previous, HMAC_KEY_PREVIOUS.name, HMAC_KEY.name)
+        username, password = WEBHOOK_USERNAME.get(env), WEBHOOK_PASSWORD.get(env)
+        if (username is None) != (password is None):
+            raise ConfigError(WEBHOOK_PASSWORD.name, f"and {WEBHOOK_USERNAME.name} are set together")
+        password_previous = WEBHOOK_PASSWORD_PREVIOUS.get(env)
+        check_previous(password, password_previous, WEBHOOK_PASSWORD_PREVIOUS.name, WEBHOOK_PASSWORD.name)
+        retention = int(KEY_RETENTION.read(env))
+        report_username, report_password = REPORT_USERNAME.get(env), REPORT_PASSWORD.get(env)
+        if (report_username is None) != (report_password is None):
+            raise ConfigError(REPORT_PASSWORD.name, f"and {REPORT_USERNAME.name} are set together")
+        return ProviderAccountConfig(
+            provider=NAME, account=MERCHANT_ACCOUNT.require(env, " (the merchant account)"),
+            environment=environment, base_url=base_url, api_key=api_key, webhook_secret=hmac_key,
+            webhook_secret_previous=hmac_previous, webhook_password_previous=password_previous,
+            api_version=API_VERSION_SETTING.read(env), key_retention_s=retention,
+            escalation_margin_s=env_margin(env, ESCALATION_MARGIN, retention),
+            webhook_username=username, webhook_password=password, live_url_prefix=prefix,
+            return_url=RETURN_URL.require(env, RETURN_URL_NEEDED),
+            report_username=report_username, report_password=report_password,
+            reports_base_url=REPORTS_BASE_URL.get(env) or adyen_reports_base_url(environment),
+        )
+
+    def default_base_url(self, environment: str, live_url_prefix: str | None, where: str) -> str | None:
+        return adyen_base_url(environment, live_url_prefix, where)
+
+    def check_webhook_secret(self, secret: Secret | None, where: str) -> None:
+        check_hmac_key(secret, where)
+
+    def default_reports_base_url(self, environment: str) -> str | None:
+        return adyen_reports_base_url(environment)
+
+    def client(self, accounts: Sequence[ProviderAccountConfig], clock: Clock, *, max_call_duration_s: float,
+               transport: httpx.AsyncBaseTransport | None = None) -> Provider:
+        from paycore.providers.adyen.client import AdyenProvider
+
+        return AdyenProvider(accounts, clock, max_call_duration_s=max_call_duration_s, transport=transport)
+
+    def notification_format(self) -> NotificationFormat:
+        from paycore.providers.adyen.notifications import ADYEN_EVENTS
+
+        return ADYEN_EVENTS
+
+    def settlement_source(self, config: ProviderAccountConfig, clock: Clock,
+                          transport: httpx.AsyncBaseTransport | None = None) -> SettlementSource:
+        from paycore.providers.adyen.settlements import AdyenSettlements
+
+        return AdyenSettlements(config, transport=transport)
+
+    async def read_report_file(self, path: Path, provider_account: str, *, batch_id: str | None = None,
+                               batch_date: date | None = None
+                               ) -> tuple[SettlementBatch, AsyncIterator[SettlementLine | BadLine]]:
+        from paycore.providers.adyen.settlements import read_report_file
+
+        return await read_report_file(path, provider_account, batch_id=batch_id, batch_date=batch_date)
+
+    def sandbox_env(self, base_url: str, account: str, environment: str, credentials: Mapping[str, str],
+                    return_url: str) -> dict[str, str]:
+        return {BASE_URL.name: base_url, MERCHANT_ACCOUNT.name: account, ENVIRONMENT.name: environment,
+                API_KEY.name: credentials["api_key"], HMAC_KEY.name: credentials["hmac_key"],
+                WEBHOOK_USERNAME.name: credentials["webhook_username"],
+                WEBHOOK_PASSWORD.name: credentials["webhook_password"], RETURN_URL.name: return_url}
+
+
+PROVIDER: Final = Adyen(
+    name=NAME, title="Adyen", settings=SETTINGS, marker=API_KEY,
+    # No lookups to pace: only an accounts-file entry sets lookup_rate_per_s.
+    registered_by={"base_url": BASE_URL, "api_version": API_VERSION_SETTING, "key_retention_s": KEY_RETENTION,
+                   "escalation_margin_s": ESCALATION_MARGIN, "lookup_rate_per_s": None},
+    payments_path=PAYMENTS_PATH, api_version=API_VERSION, key_retention_s=31 * DAY_S,
+    webhook_security=WEBHOOK_SECURITY, webhook_basic_auth=True, settlement_reports=True,
+    return_url_needed=RETURN_URL_NEEDED,
+)
