@@ -78,8 +78,7 @@ class RecoverySettings:
         "PAYCORE_HOLD_LAPSE_WARNING_S", SECONDS, 86_400.0,
         "a payment held for manual capture: how long before its hold lapses a person is asked to "
         "capture or void it (`authorization-lapsing`)")
-    # None: no daily run. (RUF009: the call makes a field, not a value instances share.)
-    settlement_run_at: time | None = SETTLEMENT.field(  # noqa: RUF009
+    settlement_run_at: time | None = SETTLEMENT.field(  # None: no daily run
         "PAYCORE_SETTLEMENT_RUN_AT", TimeOfDayOrOff(), "06:00",
         "when each day (UTC) recovery reconciles every account's settlement batches; `off`: only "
         "`paycore reconcile settlements` does", convert=_time_or_none)
