@@ -398,8 +398,11 @@ def load(cls: type[C], env: Mapping[str, str], /, **given: Any) -> C:
         if (read := f.metadata.get(_SETTING)) is not None:
             values[f.name] = read.load(env)
         elif f.metadata.get(_NESTED):
-            hints = typing.get_type_hints(cls) if hints is None else hints
-            values[f.name] = load(hints[f.name], env)
+            if isinstance(f.default_factory, type):  # nested(Budgets)
+                values[f.name] = load(f.default_factory, env)
+            else:  # nested(lambda: JwtClaimRules()): a class declared later, found by its annotation
+                hints = typing.get_type_hints(cls) if hints is None else hints
+                values[f.name] = load(hints[f.name], env)
     return cls(**values)
 
 
