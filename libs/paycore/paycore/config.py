@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -321,7 +321,8 @@ def load_settings(env: Mapping[str, str] | None = None, *, require_account: bool
     migrate``) start without provider credentials.
     """
     env = os.environ if env is None else env
-    settings = load(Settings, env, accounts=load_accounts(env, require_account=require_account))
+    settings = load(Settings, env)  # a bad value among them is reported before a missing account
+    settings = replace(settings, accounts=load_accounts(env, require_account=require_account))
     _check_jwt_claims(settings)
     if settings.kafka_min_insync_replicas > settings.kafka_replication_factor:
         # every acks=all send would fail with NOT_ENOUGH_REPLICAS
