@@ -291,3 +291,47 @@ def test_the_outbox_retention_can_be_set_to_its_own_default_and_beyond() -> None
               "PAYCORE_CONSUMER_INBOX_RETENTION_S": str(95 * 86_400)}
     assert load_dispatcher_settings(load_settings(longer, require_account=False),
                                     longer).outbox_retention_s == 90 * 86_400.0
+
+
+# -- a settings class's fields are its declarations (docs/decisions/0010-settings-declared-once.md) --
+
+
+def test_a_field_is_declared_once_and_load_reads_it_through_its_kind() -> None:
+    import dataclasses
+
+    from paycore.settings_spec import load, nested, overrides, setting_of
+
+    group = Group("a test")
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Inner:
+        count: int = group.field("PAYCORE_T_COUNT", Count(maximum=9), 3, "a count")
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Outer:
+        given: str
+        whole_s: int = group.field("PAYCORE_T_WHOLE_S", Number(), 90.0, "seconds, held whole", convert=int)
+        mode: str | None = group.field("PAYCORE_T_MODE", Choice(("a", "b")), "a", "a mode", unset=None)
+        names: list[str] = group.field(  # noqa: RUF009
+            "PAYCORE_T_NAMES", Items(Text()), (), "names", convert=list)
+        inner: Inner = nested(Inner)  # noqa: RUF009
+
+    assert [s.name for s in group.settings] == ["PAYCORE_T_COUNT", "PAYCORE_T_WHOLE_S", "PAYCORE_T_MODE",
+                                                "PAYCORE_T_NAMES"]
+    assert setting_of(Outer, "whole_s").default == 90.0  # the docs' default; the field's is int
+    assert load(Outer, {}, given="x") == Outer(given="x") \
+        == Outer(given="x", whole_s=90, mode=None, names=[], inner=Inner(count=3))
+    env = {"PAYCORE_T_WHOLE_S": " 2.5 ", "PAYCORE_T_MODE": "b", "PAYCORE_T_NAMES": "p, q",
+           "PAYCORE_T_COUNT": "9"}
+    assert load(Outer, env, given="x") == Outer(given="x", whole_s=2, mode="b", names=["p", "q"],
+                                                inner=Inner(count=9))
+    assert load(Outer, env, given="x", whole_s=7).whole_s == 7  # given wins
+    assert overrides(Outer, {"PAYCORE_T_NAMES": "r", "PAYCORE_T_MODE": " "}) == {"names": ["r"]}
+    assert load(Outer, {}, given="x").names is not load(Outer, {}, given="x").names
+    with pytest.raises(ConfigError) as refused:
+        load(Outer, {"PAYCORE_T_COUNT": "10"}, given="x")
+    assert str(refused.value) == "PAYCORE_T_COUNT: must be between 1 and 9, got '10'"
+    with pytest.raises(AttributeError):
+        setting_of(Outer, "given")
+    with pytest.raises(ValueError, match="declared twice"):
+        group.field("PAYCORE_T_COUNT", Count(), 1, "again")

@@ -8,16 +8,28 @@ a bad value stops the process at start-up. Rules that tie two settings together
 (a margin below the retention, an audience required with a JWKS) stay with the
 code that assembles them. ``tools/settings_doc.py`` renders the groups as the
 configuration tables of the docs; ``tests/test_settings_doc.py`` keeps them equal.
+
+A settings class declares each of its settings once, as its field
+(docs/decisions/0010-settings-declared-once.md)::
+
+    @dataclass(frozen=True, kw_only=True)
+    class RecoverySettings:
+        lease_s: float = RECOVERY.field("PAYCORE_RECOVERY_LEASE_S", SECONDS, 90.0, "an attempt's lease")
+
+and :func:`load` reads every such field from the environment: no field or load
+line names a setting a second time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import math
-from collections.abc import Mapping
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, overload
 from urllib.parse import urlsplit
 
 from paycore.errors import PaycoreError
@@ -28,7 +40,12 @@ MAX_BUDGET_S = 2_147_483.647
 
 T = TypeVar("T")
 U = TypeVar("U")
+V = TypeVar("V")
 T_co = TypeVar("T_co", covariant=True)
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    C = TypeVar("C", bound=DataclassInstance)
 
 
 class ConfigError(PaycoreError, ValueError):
@@ -322,6 +339,91 @@ class Setting(Generic[T]):
             return self.shown_default
         return _shown(self.default)
 
+    @overload
+    def field(self) -> T: ...
+    @overload
+    def field(self, *, convert: Callable[[T], V]) -> V: ...
+    @overload
+    def field(self, *, unset: None) -> T | None: ...
+
+    def field(self, *, convert: Callable[[Any], Any] | None = None, unset: Any = ...) -> Any:
+        """A dataclass field that :func:`load` reads from this setting: the variable's value, or
+        the default when unset, through ``convert`` when given; ``unset`` (None) instead of the
+        default when the variable is unset (the docs' default is then what the code works out)."""
+        read = _Read(self, convert, unset is not ...)
+        metadata = {_SETTING: read}
+        default = read.unset()
+        if type(default).__hash__ is None:  # a list: each instance its own
+            return dataclasses.field(default_factory=read.unset, metadata=metadata)
+        return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class _Read:
+    """How :func:`load` fills a field from its setting."""
+
+    setting: Setting[Any]
+    convert: Callable[[Any], Any] | None
+    none_when_unset: bool
+
+    def value(self, value: Any) -> Any:
+        return value if self.convert is None or value is None else self.convert(value)
+
+    def unset(self) -> Any:
+        return None if self.none_when_unset else self.value(self.setting.default)
+
+    def load(self, env: Mapping[str, str]) -> Any:
+        value = self.setting.get(env)
+        return self.unset() if value is None else self.value(value)
+
+
+_SETTING = "paycore.settings_spec.setting"
+_NESTED = "paycore.settings_spec.nested"
+
+
+def nested(factory: Callable[[], U]) -> U:
+    """A field holding another settings class, which :func:`load` loads from the same environment."""
+    return dataclasses.field(default_factory=factory, metadata={_NESTED: True})
+
+
+def load(cls: type[C], env: Mapping[str, str], /, **given: Any) -> C:
+    """``cls`` with each field a setting declares read from ``env`` (a bad value is a
+    :class:`ConfigError` naming its variable), each :func:`nested` class loaded the same way,
+    and ``given`` the other fields (and any to take as they are)."""
+    values = dict(given)
+    hints: dict[str, Any] | None = None
+    for f in dataclasses.fields(cls):
+        if f.name in given:
+            continue
+        if (read := f.metadata.get(_SETTING)) is not None:
+            values[f.name] = read.load(env)
+        elif f.metadata.get(_NESTED):
+            if isinstance(f.default_factory, type):  # nested(Budgets)
+                values[f.name] = load(f.default_factory, env)
+            else:  # nested(lambda: JwtClaimRules()): a class declared later, found by its annotation
+                hints = typing.get_type_hints(cls) if hints is None else hints
+                values[f.name] = load(hints[f.name], env)
+    return cls(**values)
+
+
+def overrides(cls: type[DataclassInstance], env: Mapping[str, str]) -> dict[str, Any]:
+    """The fields of ``cls`` whose variables ``env`` sets, by field name (the sandbox's variables
+    override its file's keys)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        read: _Read | None = f.metadata.get(_SETTING)
+        if read is not None and (value := read.setting.get(env)) is not None:
+            out[f.name] = read.value(value)
+    return out
+
+
+def setting_of(cls: type[DataclassInstance], name: str) -> Setting[Any]:
+    """The setting that declares field ``name`` of ``cls`` (for another module to name it)."""
+    for f in dataclasses.fields(cls):
+        if f.name == name and (read := f.metadata.get(_SETTING)) is not None:
+            return typing.cast(Setting[Any], read.setting)
+    raise AttributeError(f"{cls.__name__}.{name} is not declared by a setting")
+
 
 def _shown(value: object) -> str:
     if value is None or value == ():
@@ -351,6 +453,27 @@ class Group:
         setting = Setting(name, kind, default, about, self.governs, shown_default)
         self.settings.append(setting)
         return setting
+
+    @overload
+    def field(self, name: str, kind: Kind[T], default: T, about: str, *,
+              shown_default: str | None = None) -> T: ...
+    @overload
+    def field(self, name: str, kind: Kind[T], default: T, about: str, *,
+              shown_default: str | None = None, convert: Callable[[T], V]) -> V: ...
+    @overload
+    def field(self, name: str, kind: Kind[T], default: T, about: str, *,
+              shown_default: str | None = None, unset: None) -> T | None: ...
+
+    def field(self, name: str, kind: Kind[Any], default: Any, about: str, *,
+              shown_default: str | None = None, convert: Callable[[Any], Any] | None = None,
+              unset: Any = ...) -> Any:
+        """Declare a setting as a settings class's field: ``x: float = GROUP.field("PAYCORE_…", ...)``.
+        Its value is the variable's, or ``default``; ``convert`` makes the field's value of it
+        (``int`` of seconds); ``unset`` is the field's value when the variable is unset."""
+        setting = self.declare(name, kind, default, about, shown_default=shown_default)
+        if convert is not None:
+            return setting.field(convert=convert)
+        return setting.field() if unset is ... else setting.field(unset=unset)
 
 
 @dataclass(frozen=True)

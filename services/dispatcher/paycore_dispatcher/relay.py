@@ -154,12 +154,12 @@ class RelayConfig:
     effects_topic: str
     alerts_topic: str
     reminder_interval: timedelta  # a dead letter's escalation: PAYCORE_REMINDER_INTERVAL_S
-    batch_size: int = settings.OUTBOX_BATCH_SIZE.default
+    batch_size: int = settings.DispatcherSettings.batch_size
     max_chain: int = 50  # rows of one key claimed behind its head in one pass
-    max_delivery_attempts: int = settings.OUTBOX_MAX_DELIVERY_ATTEMPTS.default
-    send_timeout_s: float = settings.OUTBOX_SEND_TIMEOUT.default
-    backoff_base_s: float = settings.OUTBOX_BACKOFF_BASE.default
-    backoff_max_s: float = settings.OUTBOX_BACKOFF_MAX.default
+    max_delivery_attempts: int = settings.DispatcherSettings.max_delivery_attempts
+    send_timeout_s: float = settings.DispatcherSettings.send_timeout_s
+    backoff_base_s: float = settings.DispatcherSettings.backoff_base_s
+    backoff_max_s: float = settings.DispatcherSettings.backoff_max_s
 
 
 @dataclass

@@ -1,4 +1,8 @@
-"""Recovery timings: policy, not physics. ``PAYCORE_RECOVERY_*``, declared here, validated at start-up."""
+"""Recovery timings: policy, not physics. ``PAYCORE_RECOVERY_*``, declared here, validated at start-up.
+
+Each setting is declared once, as a field of :class:`RecoverySettings`
+(docs/decisions/0010-settings-declared-once.md); :func:`load_recovery_settings` reads them all.
+"""
 
 from __future__ import annotations
 
@@ -9,45 +13,13 @@ from dataclasses import dataclass
 from datetime import time
 
 from paycore.config import ConfigError, Settings
-from paycore.settings_spec import Choice, Count, Group, Invalid, Items, Number
+from paycore.settings_spec import Choice, Count, Group, Invalid, Items, Number, load, setting_of
 
 # Recovery's durations have no upper bound of their own: a day-long cadence is policy.
 SECONDS = Number("seconds", maximum=None)
 
 RECOVERY = Group("`paycore run recovery`: the recovery loop and its reminders job")
-BACKOFF = RECOVERY.declare(
-    "PAYCORE_RECOVERY_BACKOFF_S", Items(SECONDS), (60.0, 120.0, 300.0, 900.0),
-    "delays after the 1st, 2nd, … lookup (1, 2, 5, 15 minutes)")
-SLOW_CADENCE = RECOVERY.declare(
-    "PAYCORE_RECOVERY_SLOW_CADENCE_S", SECONDS, 3600.0,
-    "read-only cadence after the backoff, and for escalated attempts")
-LEASE = RECOVERY.declare(
-    "PAYCORE_RECOVERY_LEASE_S", SECONDS, 90.0,
-    "an attempt's lease; must exceed one worst-case pass (2 × call + record budgets)")
-INTERVAL = RECOVERY.declare(
-    "PAYCORE_RECOVERY_INTERVAL_S", SECONDS, 5.0, "how often an instance looks for due work")
-BATCH = RECOVERY.declare("PAYCORE_RECOVERY_BATCH", Count(), 200, "attempts claimed per sweep")
-CONCURRENCY = RECOVERY.declare(
-    "PAYCORE_RECOVERY_CONCURRENCY", Count(), 8, "lanes of one sweep, working in parallel")
-ACTION_POLL = RECOVERY.declare(
-    "PAYCORE_RECOVERY_ACTION_POLL_S", SECONDS, 300.0, "status checks while a customer action is pending")
-SEARCH_LAG = RECOVERY.declare(
-    "PAYCORE_RECOVERY_SEARCH_LAG_S", SECONDS, 300.0,
-    "how long after a send ends a miss by an eventually consistent reference lookup "
-    "(Stripe's Search) proves nothing")
-PAYMENT_TOKEN_TTL = RECOVERY.declare(
-    "PAYCORE_PAYMENT_TOKEN_TTL_S", SECONDS, 86_400.0,
-    "a stored payment-method token older than this is not resent")
-SUCCEEDED_AFTER_CANCEL = RECOVERY.declare(
-    "PAYCORE_SUCCEEDED_AFTER_CANCEL", Choice(("refund", "escalate"), case="lower"), "refund",
-    "a payment charged after its order was cancelled: `refund` it automatically (its "
-    "succeeded-after-cancel episode stays for a person to see) or only `escalate` "
-    "(docs/decisions/0008-succeeded-after-cancel.md)")
-HOLD_LAPSE_WARNING = RECOVERY.declare(
-    "PAYCORE_HOLD_LAPSE_WARNING_S", SECONDS, 86_400.0,
-    "a payment held for manual capture: how long before its hold lapses a person is asked to "
-    "capture or void it (`authorization-lapsing`)")
-
+SETTLEMENT = Group("`paycore run recovery`: the daily settlement reconciliation (docs/settlement.md)")
 
 
 class TimeOfDayOrOff:
@@ -66,39 +38,58 @@ class TimeOfDayOrOff:
         return "HH:MM (UTC) or off"
 
 
-SETTLEMENT = Group("`paycore run recovery`: the daily settlement reconciliation (docs/settlement.md)")
-SETTLEMENT_RUN_AT = SETTLEMENT.declare(
-    "PAYCORE_SETTLEMENT_RUN_AT", TimeOfDayOrOff(), "06:00",
-    "when each day (UTC) recovery reconciles every account's settlement batches; `off`: only "
-    "`paycore reconcile settlements` does")
-SETTLEMENT_LOOKBACK = SETTLEMENT.declare(
-    "PAYCORE_SETTLEMENT_LOOKBACK_DAYS", Count(maximum=366), 7,
-    "the daily run reads the batches of this many days before today (a batch still open on one day "
-    "is read again, closed, on a later one)")
-SETTLEMENT_RUN_LEASE = SETTLEMENT.declare(
-    "PAYCORE_SETTLEMENT_RUN_LEASE_S", SECONDS, 3600.0,
-    "an account's daily run is another instance's to take over after this long without finishing "
-    "(its instance died, or the provider could not be read)")
+def _time_or_none(value: str) -> time | None:
+    return None if value == "off" else time.fromisoformat(value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RecoverySettings:
-    backoff_s: tuple[float, ...] = BACKOFF.default
-    slow_cadence_s: float = SLOW_CADENCE.default  # read-only cadence after the backoff, and after escalating
-    lease_s: float = LEASE.default  # longer than one worst-case pass
-    interval_s: float = INTERVAL.default  # how often a worker looks for due attempts
-    batch: int = BATCH.default
-    concurrency: int = CONCURRENCY.default
-    action_poll_s: float = ACTION_POLL.default  # status checks while a customer action is pending
-    payment_token_ttl_s: float = PAYMENT_TOKEN_TTL.default  # a stored token older than this is not resent
+    backoff_s: tuple[float, ...] = RECOVERY.field(
+        "PAYCORE_RECOVERY_BACKOFF_S", Items(SECONDS), (60.0, 120.0, 300.0, 900.0),
+        "delays after the 1st, 2nd, … lookup (1, 2, 5, 15 minutes)")
+    slow_cadence_s: float = RECOVERY.field(
+        "PAYCORE_RECOVERY_SLOW_CADENCE_S", SECONDS, 3600.0,
+        "read-only cadence after the backoff, and for escalated attempts")
+    lease_s: float = RECOVERY.field(
+        "PAYCORE_RECOVERY_LEASE_S", SECONDS, 90.0,
+        "an attempt's lease; must exceed one worst-case pass (2 × call + record budgets)")
+    interval_s: float = RECOVERY.field(
+        "PAYCORE_RECOVERY_INTERVAL_S", SECONDS, 5.0, "how often an instance looks for due work")
+    batch: int = RECOVERY.field("PAYCORE_RECOVERY_BATCH", Count(), 200, "attempts claimed per sweep")
+    concurrency: int = RECOVERY.field(
+        "PAYCORE_RECOVERY_CONCURRENCY", Count(), 8, "lanes of one sweep, working in parallel")
+    action_poll_s: float = RECOVERY.field(
+        "PAYCORE_RECOVERY_ACTION_POLL_S", SECONDS, 300.0, "status checks while a customer action is pending")
     # A miss by an eventually consistent reference lookup this soon after a send ended may be
     # indexing lag (Stripe: usually under a minute, longer during incidents): it proves nothing.
-    search_lag_s: float = SEARCH_LAG.default
-    succeeded_after_cancel: str = SUCCEEDED_AFTER_CANCEL.default  # refund | escalate
-    hold_lapse_warning_s: float = HOLD_LAPSE_WARNING.default  # warn this long before a hold lapses
-    settlement_run_at: time | None = time(6, 0)  # None: no daily run
-    settlement_lookback_days: int = SETTLEMENT_LOOKBACK.default
-    settlement_run_lease_s: float = SETTLEMENT_RUN_LEASE.default
+    search_lag_s: float = RECOVERY.field(
+        "PAYCORE_RECOVERY_SEARCH_LAG_S", SECONDS, 300.0,
+        "how long after a send ends a miss by an eventually consistent reference lookup "
+        "(Stripe's Search) proves nothing")
+    payment_token_ttl_s: float = RECOVERY.field(
+        "PAYCORE_PAYMENT_TOKEN_TTL_S", SECONDS, 86_400.0,
+        "a stored payment-method token older than this is not resent")
+    succeeded_after_cancel: str = RECOVERY.field(
+        "PAYCORE_SUCCEEDED_AFTER_CANCEL", Choice(("refund", "escalate"), case="lower"), "refund",
+        "a payment charged after its order was cancelled: `refund` it automatically (its "
+        "succeeded-after-cancel episode stays for a person to see) or only `escalate` "
+        "(docs/decisions/0008-succeeded-after-cancel.md)")
+    hold_lapse_warning_s: float = RECOVERY.field(
+        "PAYCORE_HOLD_LAPSE_WARNING_S", SECONDS, 86_400.0,
+        "a payment held for manual capture: how long before its hold lapses a person is asked to "
+        "capture or void it (`authorization-lapsing`)")
+    settlement_run_at: time | None = SETTLEMENT.field(  # None: no daily run
+        "PAYCORE_SETTLEMENT_RUN_AT", TimeOfDayOrOff(), "06:00",
+        "when each day (UTC) recovery reconciles every account's settlement batches; `off`: only "
+        "`paycore reconcile settlements` does", convert=_time_or_none)
+    settlement_lookback_days: int = SETTLEMENT.field(
+        "PAYCORE_SETTLEMENT_LOOKBACK_DAYS", Count(maximum=366), 7,
+        "the daily run reads the batches of this many days before today (a batch still open on one day "
+        "is read again, closed, on a later one)")
+    settlement_run_lease_s: float = SETTLEMENT.field(
+        "PAYCORE_SETTLEMENT_RUN_LEASE_S", SECONDS, 3600.0,
+        "an account's daily run is another instance's to take over after this long without finishing "
+        "(its instance died, or the provider could not be read)")
     # Reminder intervals are the library's (paycore.config.Settings): every service
     # that raises an escalation schedules its first reminder from the same setting.
 
@@ -110,29 +101,10 @@ class RecoverySettings:
         # The lease must outlive a lookup, a send and recording its result.
         worst_pass = 2 * app.budgets.call_s + app.budgets.record_s
         if self.lease_s <= worst_pass:
-            raise ConfigError(LEASE.name, f"must be longer than one worst-case pass ({worst_pass:.0f} s)")
+            raise ConfigError(setting_of(RecoverySettings, "lease_s").name,
+                              f"must be longer than one worst-case pass ({worst_pass:.0f} s)")
         return self
 
 
-def _time_or_none(value: str) -> time | None:
-    return None if value == "off" else time.fromisoformat(value)
-
-
 def load_recovery_settings(app: Settings, env: Mapping[str, str] | None = None) -> RecoverySettings:
-    env = os.environ if env is None else env
-    return RecoverySettings(
-        backoff_s=BACKOFF.read(env),
-        slow_cadence_s=SLOW_CADENCE.read(env),
-        lease_s=LEASE.read(env),
-        interval_s=INTERVAL.read(env),
-        batch=BATCH.read(env),
-        concurrency=CONCURRENCY.read(env),
-        action_poll_s=ACTION_POLL.read(env),
-        payment_token_ttl_s=PAYMENT_TOKEN_TTL.read(env),
-        search_lag_s=SEARCH_LAG.read(env),
-        succeeded_after_cancel=SUCCEEDED_AFTER_CANCEL.read(env),
-        hold_lapse_warning_s=HOLD_LAPSE_WARNING.read(env),
-        settlement_run_at=_time_or_none(SETTLEMENT_RUN_AT.read(env)),
-        settlement_lookback_days=SETTLEMENT_LOOKBACK.read(env),
-        settlement_run_lease_s=SETTLEMENT_RUN_LEASE.read(env),
-    ).validate(app)
+    return load(RecoverySettings, os.environ if env is None else env).validate(app)

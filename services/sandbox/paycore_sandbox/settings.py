@@ -16,31 +16,18 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
-from paycore.settings_spec import Count, FileField, FilePath, Group, Items, Number, Text
+from paycore.settings_spec import Count, FileField, FilePath, Group, Items, Number, Text, overrides
 from paycore_sandbox.dialects import parse_endpoint
 
 Environment = Literal["test", "live"]
 ENVIRONMENTS: tuple[Environment, ...] = ("test", "live")
 
 # The variables set fields of the config file, and override it; every field is
-# then validated as one, naming the field, wherever its value came from.
+# then validated as one, naming the field, wherever its value came from. Each is
+# declared once, as the SandboxSettings field it sets.
 SANDBOX = Group("`paycore serve sandbox`: the provider sandbox (Cardco, Stripe, Adyen dialects)")
 CONFIG_FILE = SANDBOX.declare(
     "PAYCORE_SANDBOX_CONFIG", FilePath(), None, "a JSON object of the `SandboxSettings` fields (below)")
-KEY_RETENTION = SANDBOX.declare(
-    "PAYCORE_SANDBOX_KEY_RETENTION_S", Count(), 86_400,
-    "`key_retention_s`: how long the sandbox keeps an idempotency key")
-WEBHOOK_URLS = SANDBOX.declare(
-    "PAYCORE_SANDBOX_WEBHOOK_URLS", Items(Text(), drop_empty=True), (),
-    "`webhook_endpoints`: absolute http(s) URLs webhook events are POSTed to; "
-    "`stripe=<url>` / `adyen=<url>` receive that dialect's events, a bare URL Cardco's")
-STRIPE_SEARCH_LAG = SANDBOX.declare(
-    "PAYCORE_SANDBOX_STRIPE_SEARCH_LAG_S", Number("", checked=False), 0.0,
-    "`stripe_search_lag_s` (≥ 0): sandbox-clock seconds before a new PaymentIntent "
-    "appears in `GET /v1/payment_intents/search`")
-WEBHOOK_TIME_SCALE = SANDBOX.declare(
-    "PAYCORE_SANDBOX_WEBHOOK_TIME_SCALE", Number("", checked=False), 1.0,
-    "`webhook_time_scale` (> 0): multiplies every webhook retry delay and `webhook_delay` fault")
 
 # The keys of the PAYCORE_SANDBOX_CONFIG file: the SandboxSettings fields, and each account's.
 CONFIG_FILE_FIELDS = (
@@ -136,12 +123,14 @@ def _default_accounts() -> list[SandboxAccount]:
     ]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SandboxSettings:
     """Accounts plus timing. All times are sandbox-clock seconds unless noted."""
 
     accounts: list[SandboxAccount] = field(default_factory=_default_accounts)
-    key_retention_s: int = KEY_RETENTION.default
+    key_retention_s: int = SANDBOX.field(
+        "PAYCORE_SANDBOX_KEY_RETENTION_S", Count(), 86_400,
+        "`key_retention_s`: how long the sandbox keeps an idempotency key")
     action_expiry_s: int = 900
     # tok_async turns succeeded this long after creation (sandbox clock).
     async_delay_s: float = 1.0
@@ -149,15 +138,23 @@ class SandboxSettings:
     hang_limit_s: float = 120.0
     # Where every webhook event is POSTed (absolute http(s) URLs); more can be
     # added at runtime with POST /_sandbox/webhooks/endpoints.
-    webhook_endpoints: list[str] = field(default_factory=list)
-    # Multiplies every webhook retry delay and webhook_delay fault (real time),
-    # so tests can run the 3-day retry schedule in well under a second.
-    webhook_time_scale: float = WEBHOOK_TIME_SCALE.default
-    # Real seconds a delivery attempt may take; no 2xx within it is a failure.
-    webhook_timeout_s: float = 10.0
+    webhook_endpoints: list[str] = SANDBOX.field(
+        "PAYCORE_SANDBOX_WEBHOOK_URLS", Items(Text(), drop_empty=True), (),
+        "`webhook_endpoints`: absolute http(s) URLs webhook events are POSTed to; "
+        "`stripe=<url>` / `adyen=<url>` receive that dialect's events, a bare URL Cardco's", convert=list)
     # Stripe's search is eventually consistent ("searchable in under 1 minute"):
     # a PaymentIntent appears in search this long (sandbox clock) after creation.
-    stripe_search_lag_s: float = STRIPE_SEARCH_LAG.default
+    stripe_search_lag_s: float = SANDBOX.field(
+        "PAYCORE_SANDBOX_STRIPE_SEARCH_LAG_S", Number("", checked=False), 0.0,
+        "`stripe_search_lag_s` (≥ 0): sandbox-clock seconds before a new PaymentIntent "
+        "appears in `GET /v1/payment_intents/search`")
+    # Multiplies every webhook retry delay and webhook_delay fault (real time),
+    # so tests can run the 3-day retry schedule in well under a second.
+    webhook_time_scale: float = SANDBOX.field(
+        "PAYCORE_SANDBOX_WEBHOOK_TIME_SCALE", Number("", checked=False), 1.0,
+        "`webhook_time_scale` (> 0): multiplies every webhook retry delay and `webhook_delay` fault")
+    # Real seconds a delivery attempt may take; no 2xx within it is a failure.
+    webhook_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -168,11 +165,9 @@ class SandboxSettings:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> SandboxSettings:
-        """Settings from ``PAYCORE_SANDBOX_CONFIG`` (JSON file),
-        ``PAYCORE_SANDBOX_KEY_RETENTION_S``, ``PAYCORE_SANDBOX_WEBHOOK_URLS``
-        (comma-separated), ``PAYCORE_SANDBOX_WEBHOOK_TIME_SCALE`` and
-        ``PAYCORE_SANDBOX_STRIPE_SEARCH_LAG_S``; the
-        variables override the file; defaults for whatever is unset."""
+        """Settings from ``PAYCORE_SANDBOX_CONFIG`` (JSON file) and the ``PAYCORE_SANDBOX_*``
+        variables the fields declare; the variables override the file; defaults for whatever
+        is unset."""
         env = dict(os.environ) if environ is None else environ
         data: dict[str, Any] = {}
         path = CONFIG_FILE.get(env)
@@ -186,15 +181,7 @@ class SandboxSettings:
             if not isinstance(loaded, dict):
                 raise ValueError(f"{CONFIG_FILE.name}: {path} must contain a JSON object")
             data = loaded
-        if (retention := KEY_RETENTION.get(env)) is not None:
-            data["key_retention_s"] = retention
-        if (urls := WEBHOOK_URLS.get(env)) is not None:
-            data["webhook_endpoints"] = list(urls)
-        if (scale := WEBHOOK_TIME_SCALE.get(env)) is not None:
-            data["webhook_time_scale"] = scale
-        if (lag := STRIPE_SEARCH_LAG.get(env)) is not None:
-            data["stripe_search_lag_s"] = lag
-        return cls.from_mapping(data)
+        return cls.from_mapping({**data, **overrides(cls, env)})
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> SandboxSettings:
