@@ -70,6 +70,7 @@ DEV_TOOLS: tuple[tuple[str, str], ...] = (
     ("py-spy", "profiling a running service (docs/operations.md, Scale)"),
     ("cosmic-ray", "make mutate-generated: its mutation operators generate the Python mutants"),
     ("coverage", "make mutate-generated: which tests execute each mutated line"),
+    ("podman-compose", "make test-deploy brings docker-compose.yml up with podman (Debian's is 1.0.3)"),
     ("uv==0.13.8", "the lock tool: make lock runs `uv pip compile --generate-hashes`"),
 )
 
