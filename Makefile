@@ -101,7 +101,7 @@ image: $(PODMAN)  ## the paycore image (IMAGE=..., BASE=...; on the stand-in bas
 	deploy/image.sh
 
 # Not in `make test`: minutes of image building. CI runs it after `make test`.
-test-deploy: $(STAMP) $(PODMAN) $(MMDEBSTRAP) $(DNSNAME) standins  ## build the bases and the image, run them for real (tests/deploy_podman)
+test-deploy: $(STAMP) $(PODMAN) $(MMDEBSTRAP) $(DNSNAME) standins  ## build the bases and the image, run them and the compose stack for real (tests/deploy_podman)
 	PAYCORE_TEST_DEPLOY=1 $(BIN)/python -m pytest -q tests/deploy_podman $(PYTEST_ARGS)
 
 venv: $(STAMP)  ## create .venv and install the pinned workspace
