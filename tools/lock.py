@@ -71,6 +71,7 @@ DEV_TOOLS: tuple[tuple[str, str], ...] = (
     ("cosmic-ray", "make mutate-generated: its mutation operators generate the Python mutants"),
     ("coverage", "make mutate-generated: which tests execute each mutated line"),
     ("testcontainers", "make test-containers: PostgreSQL and the broker in containers (docs/testing.md)"),
+    ("podman-compose", "make test-deploy brings docker-compose.yml up with podman (Debian's is 1.0.3)"),
     ("uv==0.13.8", "the lock tool: make lock runs `uv pip compile --generate-hashes`"),
 )
 

