@@ -24,6 +24,7 @@ import orjson
 from paycore.providers.package import ACCOUNT_SEPARATOR as ACCOUNT_SEPARATOR  # re-exported
 from paycore.providers.package import DAY_S as DAY_S  # re-exported
 from paycore.providers.package import ESCALATION_MARGIN_CAP_S as ESCALATION_MARGIN_CAP_S  # re-exported
+from paycore.providers.package import REGISTERED_SETTINGS as REGISTERED_SETTINGS  # re-exported
 from paycore.providers.package import ProviderAccountConfig as ProviderAccountConfig  # re-exported
 from paycore.providers.package import ProviderPackage, check_previous, margin_for
 from paycore.providers.registry import DEFAULT_PACKAGE, PACKAGES, PROVIDER_PACKAGES
@@ -90,8 +91,6 @@ MARKERS: Final[Mapping[str, Setting[Any]]] = {p.name: p.marker for p in PROVIDER
 # The settings an account registers (paycore.accounts), each as the variable that sets it for
 # the provider's default account -- None where only an accounts-file entry can (its package says).
 # An accounts-file entry sets each with the field of the same name.
-REGISTERED_SETTINGS: Final = ("base_url", "api_version", "key_retention_s", "escalation_margin_s",
-                              "lookup_rate_per_s")
 REGISTERED_BY: Final[Mapping[str, Mapping[str, Setting[Any] | None]]] = {
     p.name: p.registered_by for p in PROVIDER_PACKAGES}
 

@@ -16,6 +16,7 @@ provider's settings load without its SDK (a package's ``provider.py`` builds cli
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,12 +26,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from paycore.domain import provider_account_id
 from paycore.providers.cardco.version import API_VERSION as _FIRST_PROVIDERS_API_VERSION
-from paycore.settings_spec import ConfigError, Group, Number, Secret, Setting
+from paycore.settings_spec import ConfigError, Group, Number, Secret, Setting, setting_of
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
     import httpx
+    from _typeshed import DataclassInstance
 
     from paycore.clock import Clock
     from paycore.providers.base import NotificationFormat, Provider
@@ -118,9 +120,38 @@ def margin_for(retention: int, margin: float | None, where: str) -> int:
     return int(chosen)
 
 
-def env_margin(env: Mapping[str, str], setting: Setting[float | None], retention: int) -> int:
-    """:func:`margin_for` of a default account: ``setting`` as configured, below ``retention``."""
-    return margin_for(retention, setting.get(env), setting.name)
+# The settings an account registers (paycore.accounts), each a field of ProviderAccountConfig, of a
+# default account's settings class (where a variable sets it) and of an accounts-file entry.
+REGISTERED_SETTINGS: Final = ("base_url", "api_version", "key_retention_s", "escalation_margin_s",
+                              "lookup_rate_per_s")
+
+
+def variable(settings: type[DataclassInstance], name: str) -> str:
+    """The variable that sets field ``name`` of a default account's settings class."""
+    return setting_of(settings, name).name
+
+
+def required(settings: DataclassInstance, name: str, hint: str = "") -> Any:
+    """Field ``name`` of loaded ``settings``; unset is a :class:`ConfigError` ``is required`` + ``hint``
+    naming its variable."""
+    value = getattr(settings, name)
+    if value is None:
+        raise ConfigError(variable(type(settings), name), f"is required{hint}")
+    return value
+
+
+def env_margin(settings: Any) -> int:
+    """:func:`margin_for` of a default account's loaded settings class: its ``escalation_margin_s`` as
+    configured, below its ``key_retention_s``."""
+    return margin_for(settings.key_retention_s, settings.escalation_margin_s,
+                      variable(type(settings), "escalation_margin_s"))
+
+
+def registered_by(settings: type[DataclassInstance]) -> dict[str, Setting[Any] | None]:
+    """:attr:`ProviderPackage.registered_by` of a default account's settings class: each registered
+    setting as the field's setting, None where the class has no such field (an entry sets it)."""
+    names = {f.name for f in dataclasses.fields(settings)}
+    return {name: setting_of(settings, name) if name in names else None for name in REGISTERED_SETTINGS}
 
 
 def check_previous(current: object | None, previous: object | None, where: str, current_name: str) -> None:
