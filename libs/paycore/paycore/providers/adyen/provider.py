@@ -11,17 +11,21 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from paycore.providers.package import (
     ACCOUNT_SEPARATOR,
     DAY_S,
     MARGIN,
     RETENTION,
+    AccountEntry,
+    FileSecret,
+    FileText,
     ProviderAccountConfig,
     ProviderPackage,
     WebhookSecurity,
     check_previous,
+    entry_key,
     env_margin,
     registered_by,
     required,
@@ -141,6 +145,37 @@ def _var(name: str) -> str:
     return variable(AdyenAccountSettings, name)
 
 
+@dataclass(frozen=True, kw_only=True)
+class AdyenEntry(AccountEntry):
+    """An Adyen accounts-file entry: the shared keys, its webhook's basic auth and its report user."""
+
+    webhook_username: str | None = entry_key(FileText(), "—", "Adyen: the webhook's basic-auth user",
+                                             listed_after="webhook_secret_previous_env")
+    webhook_password_env: Secret | None = entry_key(FileSecret(), "—",
+                                                    "Adyen: the variable holding that user's password")
+    webhook_password_previous_env: Secret | None = entry_key(
+        FileSecret(), "—", "Adyen, during a rotation: the variable holding the password being replaced")
+    report_username: str | None = entry_key(
+        FileText(), "—", "Adyen: the report user that downloads settlement reports",
+        listed_after="lookup_rate_per_s")
+    report_password_env: Secret | None = entry_key(
+        FileSecret(), "—", "Adyen: the variable holding the report user's password")
+    reports_base_url: str | None = entry_key(FileText(Url()), "Adyen: by `environment`",
+                                             "Adyen: where reports are downloaded from")
+
+    def account_fields(self, package: ProviderPackage, environment: str, where: str) -> dict[str, Any]:
+        if (self.webhook_username is None) != (self.webhook_password_env is None):
+            raise ConfigError(f"{where}.webhook_password_env", "and webhook_username are set together")
+        check_previous(self.webhook_password_env, self.webhook_password_previous_env,
+                       f"{where}.webhook_password_previous_env", "webhook_password_env")
+        if (self.report_username is None) != (self.report_password_env is None):
+            raise ConfigError(f"{where}.report_password_env", "and report_username are set together")
+        return {"webhook_username": self.webhook_username, "webhook_password": self.webhook_password_env,
+                "webhook_password_previous": self.webhook_password_previous_env,
+                "report_username": self.report_username, "report_password": self.report_password_env,
+                "reports_base_url": self.reports_base_url or package.default_reports_base_url(environment)}
+
+
 class Adyen(ProviderPackage):
     def from_env(self, env: Mapping[str, str]) -> ProviderAccountConfig:
         s = load(AdyenAccountSettings, env)
@@ -215,5 +250,5 @@ PROVIDER: Final = Adyen(
     registered_by=registered_by(AdyenAccountSettings),
     payments_path=PAYMENTS_PATH, api_version=API_VERSION, key_retention_s=31 * DAY_S,
     webhook_security=WEBHOOK_SECURITY, webhook_basic_auth=True, settlement_reports=True,
-    return_url_needed=RETURN_URL_NEEDED,
+    return_url_needed=RETURN_URL_NEEDED, file_entry=AdyenEntry,
 )
