@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -227,7 +227,7 @@ class FileSecret:
 class FileValue:
     """Any JSON value, checked by ``check`` (a message when it refuses one); absent: ``absent``."""
 
-    check: Any  # Callable[[object], str | None]
+    check: Callable[[object], str | None]
     absent: object = None
 
     def read(self, value: object, env: Mapping[str, str], where: str) -> Any:
@@ -255,6 +255,11 @@ def entry_key(value: EntryValue[Any], default: str, about: str, *, listed_after:
     return dataclasses.field(default=None, metadata={_ENTRY_KEY: key})
 
 
+def _as_written(value: object) -> str | None:
+    del value  # checked with its key by the package (Stripe's mode is its key's)
+    return None
+
+
 def _no_int(value: object) -> str | None:
     return "must be a positive integer" if type(value) is not int or value <= 0 else None
 
@@ -278,7 +283,7 @@ class AccountEntry:
 
     account: str = entry_key(FileText(Text(forbidden=ACCOUNT_SEPARATOR), required=True), "required",
                              "Cardco's account, Adyen's merchant account, a label for Stripe")
-    environment: object = entry_key(FileValue(lambda v: None), "required (Stripe: from the key)",
+    environment: object = entry_key(FileValue(_as_written), "required (Stripe: from the key)",
                                     "`test` or `live`")
     api_key_env: Secret = entry_key(FileSecret(required=True), "required", "the variable holding its API key")
     webhook_secret_env: Secret | None = entry_key(
