@@ -153,7 +153,12 @@ def required(settings: DataclassInstance, name: str, hint: str = "") -> Any:
     return value
 
 
-def env_margin(settings: Any) -> int:
+def env_margin(env: Mapping[str, str], setting: Setting[float | None], retention: int) -> int:
+    """:func:`margin_for` of a default account: ``setting`` as configured, below ``retention``."""
+    return margin_for(retention, setting.get(env), setting.name)
+
+
+def settings_margin(settings: Any) -> int:
     """:func:`margin_for` of a default account's loaded settings class: its ``escalation_margin_s`` as
     configured, below its ``key_retention_s``."""
     return margin_for(settings.key_retention_s, settings.escalation_margin_s,

@@ -26,9 +26,9 @@ from paycore.providers.package import (
     WebhookSecurity,
     check_previous,
     entry_key,
-    env_margin,
     registered_by,
     required,
+    settings_margin,
     variable,
 )
 from paycore.settings_spec import Choice, ConfigError, Group, Secret, SecretText, Text, Url, load, setting_of
@@ -196,7 +196,7 @@ class Adyen(ProviderPackage):
             environment=s.environment, base_url=base_url, api_key=api_key, webhook_secret=s.webhook_secret,
             webhook_secret_previous=s.webhook_secret_previous,
             webhook_password_previous=s.webhook_password_previous, api_version=s.api_version,
-            key_retention_s=s.key_retention_s, escalation_margin_s=env_margin(s),
+            key_retention_s=s.key_retention_s, escalation_margin_s=settings_margin(s),
             webhook_username=s.webhook_username, webhook_password=s.webhook_password,
             live_url_prefix=s.live_url_prefix, return_url=required(s, "return_url", RETURN_URL_NEEDED),
             report_username=s.report_username, report_password=s.report_password,

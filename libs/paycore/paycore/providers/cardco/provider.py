@@ -23,9 +23,9 @@ from paycore.providers.package import (
     ProviderPackage,
     WebhookSecurity,
     check_previous,
-    env_margin,
     registered_by,
     required,
+    settings_margin,
     variable,
 )
 from paycore.settings_spec import Choice, ConfigError, Group, Secret, SecretText, Text, Url, load, setting_of
@@ -112,8 +112,8 @@ class Cardco(ProviderPackage):
         return ProviderAccountConfig(
             provider=NAME, account=account, environment=s.environment, base_url=base_url, api_key=api_key,
             webhook_secret=s.webhook_secret, webhook_secret_previous=s.webhook_secret_previous,
-            api_version=s.api_version, key_retention_s=s.key_retention_s, escalation_margin_s=env_margin(s),
-            lookup_rate_per_s=s.lookup_rate_per_s,
+            api_version=s.api_version, key_retention_s=s.key_retention_s,
+            escalation_margin_s=settings_margin(s), lookup_rate_per_s=s.lookup_rate_per_s,
         )
 
     def check_file_key(self, api_key: Secret, environment: str, where: str) -> None:

@@ -22,9 +22,9 @@ from paycore.providers.package import (
     ProviderPackage,
     WebhookSecurity,
     check_previous,
-    env_margin,
     registered_by,
     required,
+    settings_margin,
     variable,
 )
 from paycore.settings_spec import ConfigError, Group, Secret, SecretText, Text, Url, load, setting_of
@@ -112,7 +112,7 @@ class Stripe(ProviderPackage):
             environment=stripe_environment(api_key.reveal(), _var("api_key")),
             base_url=s.base_url, api_key=api_key, webhook_secret=s.webhook_secret,
             webhook_secret_previous=s.webhook_secret_previous, api_version=s.api_version,
-            key_retention_s=s.key_retention_s, escalation_margin_s=env_margin(s),
+            key_retention_s=s.key_retention_s, escalation_margin_s=settings_margin(s),
             lookup_rate_per_s=s.lookup_rate_per_s, return_url=s.return_url,
         )
 
