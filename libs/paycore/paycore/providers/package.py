@@ -16,21 +16,36 @@ provider's settings load without its SDK (a package's ``provider.py`` builds cli
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 from paycore.domain import provider_account_id
 from paycore.providers.cardco.version import API_VERSION as _FIRST_PROVIDERS_API_VERSION
-from paycore.settings_spec import ConfigError, Group, Number, Secret, Setting
+from paycore.settings_spec import (
+    ConfigError,
+    FileField,
+    Group,
+    Invalid,
+    Kind,
+    Number,
+    Secret,
+    Setting,
+    Text,
+    Url,
+    env_value,
+    setting_of,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
     import httpx
+    from _typeshed import DataclassInstance
 
     from paycore.clock import Clock
     from paycore.providers.base import NotificationFormat, Provider
@@ -118,15 +133,228 @@ def margin_for(retention: int, margin: float | None, where: str) -> int:
     return int(chosen)
 
 
+# The settings an account registers (paycore.accounts), each a field of ProviderAccountConfig, of a
+# default account's settings class (where a variable sets it) and of an accounts-file entry.
+REGISTERED_SETTINGS: Final = ("base_url", "api_version", "key_retention_s", "escalation_margin_s",
+                              "lookup_rate_per_s")
+
+
+def variable(settings: type[DataclassInstance], name: str) -> str:
+    """The variable that sets field ``name`` of a default account's settings class."""
+    return setting_of(settings, name).name
+
+
+def required(settings: DataclassInstance, name: str, hint: str = "") -> Any:
+    """Field ``name`` of loaded ``settings``; unset is a :class:`ConfigError` ``is required`` + ``hint``
+    naming its variable."""
+    value = getattr(settings, name)
+    if value is None:
+        raise ConfigError(variable(type(settings), name), f"is required{hint}")
+    return value
+
+
 def env_margin(env: Mapping[str, str], setting: Setting[float | None], retention: int) -> int:
     """:func:`margin_for` of a default account: ``setting`` as configured, below ``retention``."""
     return margin_for(retention, setting.get(env), setting.name)
+
+
+def settings_margin(settings: Any) -> int:
+    """:func:`margin_for` of a default account's loaded settings class: its ``escalation_margin_s`` as
+    configured, below its ``key_retention_s``."""
+    return margin_for(settings.key_retention_s, settings.escalation_margin_s,
+                      variable(type(settings), "escalation_margin_s"))
+
+
+def registered_by(settings: type[DataclassInstance]) -> dict[str, Setting[Any] | None]:
+    """:attr:`ProviderPackage.registered_by` of a default account's settings class: each registered
+    setting as the field's setting, None where the class has no such field (an entry sets it)."""
+    names = {f.name for f in dataclasses.fields(settings)}
+    return {name: setting_of(settings, name) if name in names else None for name in REGISTERED_SETTINGS}
 
 
 def check_previous(current: object | None, previous: object | None, where: str, current_name: str) -> None:
     """A previous secret is the one a rotation replaces: never without a current one."""
     if previous is not None and current is None:
         raise ConfigError(where, f"is the secret a rotation replaces: set {current_name} to the new one")
+
+
+# --------------------------------------------------------------------------- an accounts-file entry
+
+T_co = TypeVar("T_co", covariant=True)
+_MISSING: Final = object()  # a key the entry does not have (null is a value: some keys refuse it)
+_ENTRY_KEY = "paycore.providers.package.entry_key"
+
+
+class EntryValue(Protocol[T_co]):
+    """How one key of an accounts-file entry is read: ``value`` as the JSON has it (or absent), ``where``
+    the key as an error names it (``PAYCORE_ACCOUNTS_FILE[0].base_url``)."""
+
+    def read(self, value: object, env: Mapping[str, str], where: str) -> T_co: ...
+
+
+@dataclass(frozen=True)
+class FileText(Generic[T_co]):
+    """A non-empty string, through ``kind`` (a URL, an account label) when given; absent or null: None."""
+
+    kind: Kind[T_co] | None = None
+    required: bool = False
+
+    def read(self, value: object, env: Mapping[str, str], where: str) -> Any:
+        if value is _MISSING or value is None:
+            if self.required:
+                raise ConfigError(where, "is required")
+            return None
+        if not isinstance(value, str) or not value:
+            raise ConfigError(where, "must be a non-empty string")
+        try:
+            return value if self.kind is None else self.kind.parse(value)
+        except Invalid as exc:
+            raise ConfigError(where, str(exc)) from None
+
+
+@dataclass(frozen=True)
+class FileSecret:
+    """The name of a variable holding a secret (never the secret itself): the secret it holds."""
+
+    required: bool = False
+
+    def read(self, value: object, env: Mapping[str, str], where: str) -> Secret | None:
+        name: str | None = FileText[str](required=self.required).read(value, env, where)
+        if name is None:
+            return None
+        held = env_value(env, name)
+        if held is None:
+            raise ConfigError(where, f"names {name}, which is not set")
+        return Secret(held)
+
+
+@dataclass(frozen=True)
+class FileValue:
+    """Any JSON value, checked by ``check`` (a message when it refuses one); absent: ``absent``."""
+
+    check: Callable[[object], str | None]
+    absent: object = None
+
+    def read(self, value: object, env: Mapping[str, str], where: str) -> Any:
+        if value is _MISSING:
+            return self.absent
+        if (why := self.check(value)) is not None:
+            raise ConfigError(where, why)
+        return value
+
+
+@dataclass(frozen=True)
+class _EntryKey:
+    value: EntryValue[Any]
+    default: str  # as the docs show it
+    about: str
+    listed_after: str | None  # starts a section of a provider's own keys, listed after this key
+
+
+def entry_key(value: EntryValue[Any], default: str, about: str, *, listed_after: str | None = None) -> Any:
+    """A field of an accounts-file entry class: its key is the field's name, ``value`` reads it,
+    ``default`` and ``about`` document it. A provider's own keys (an :class:`AccountEntry` subclass's)
+    are listed in the docs after the shared key ``listed_after`` names, and an entry of another
+    provider is refused naming the first key of that section."""
+    key = _EntryKey(value, default, about, listed_after)
+    return dataclasses.field(default=None, metadata={_ENTRY_KEY: key})
+
+
+def _as_written(value: object) -> str | None:
+    del value  # checked with its key by the package (Stripe's mode is its key's)
+    return None
+
+
+def _no_int(value: object) -> str | None:
+    return "must be a positive integer" if type(value) is not int or value <= 0 else None
+
+
+def _no_margin(value: object) -> str | None:
+    bad = value is not None and type(value) is not int
+    return "must be an integer below key_retention_s" if bad else None
+
+
+def _no_rate(value: object) -> str | None:
+    bad = not isinstance(value, int | float) or isinstance(value, bool) or value <= 0
+    return "must be positive" if bad else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AccountEntry:
+    """One ``PAYCORE_ACCOUNTS_FILE`` entry: the keys every provider's entry has, each declared once as
+    its field (its docs row and how it is read). A package whose entries take more keys subclasses it
+    (:attr:`ProviderPackage.file_entry`); its ``provider`` key, the union's tag, chooses the class.
+    A ``*_env`` field holds the secret its variable holds."""
+
+    account: str = entry_key(FileText(Text(forbidden=ACCOUNT_SEPARATOR), required=True), "required",
+                             "Cardco's account, Adyen's merchant account, a label for Stripe")
+    environment: object = entry_key(FileValue(_as_written), "required (Stripe: from the key)",
+                                    "`test` or `live`")
+    api_key_env: Secret = entry_key(FileSecret(required=True), "required", "the variable holding its API key")
+    webhook_secret_env: Secret | None = entry_key(
+        FileSecret(), "—",
+        "the variable holding its webhook secret (Cardco, Stripe: `whsec_…`; Adyen: the HMAC key)")
+    webhook_secret_previous_env: Secret | None = entry_key(
+        FileSecret(), "—", "during a rotation, the variable holding the webhook secret being replaced")
+    base_url: str | None = entry_key(FileText(Url()), "Cardco: required; Stripe, Adyen: as their variables",
+                                     "the API (absolute http(s) URL)")
+    live_url_prefix: str | None = entry_key(FileText(), "—", "Adyen live: the endpoint prefix")
+    return_url: str | None = entry_key(FileText(Url()), "—",
+                                       "Stripe, Adyen: where a redirected customer returns")
+    api_version: str | None = entry_key(FileText(), "the provider's", "as `PAYCORE_<PROVIDER>_API_VERSION`")
+    key_retention_s: int | None = entry_key(FileValue(_no_int), "Cardco, Stripe 86400; Adyen 2678400",
+                                            "positive integer")
+    escalation_margin_s: int | None = entry_key(FileValue(_no_margin), "min(7200, retention // 4)",
+                                                "integer below `key_retention_s`")
+    lookup_rate_per_s: float = entry_key(FileValue(_no_rate, 20.0), "20", "positive number")
+
+    def account_fields(self, package: ProviderPackage, environment: str, where: str) -> dict[str, Any]:
+        """The :class:`ProviderAccountConfig` fields of the provider's own keys, after their rules."""
+        del package, environment, where
+        return {}
+
+
+E = TypeVar("E", bound=AccountEntry)
+
+
+def entry_keys(cls: type[AccountEntry]) -> dict[str, _EntryKey]:
+    """An entry class's keys, in its fields' order."""
+    return {f.name: f.metadata[_ENTRY_KEY] for f in dataclasses.fields(cls) if _ENTRY_KEY in f.metadata}
+
+
+def load_entry(cls: type[E], entry: Mapping[str, Any], env: Mapping[str, str], where: str) -> E:
+    """``cls`` with each key read from ``entry`` (a bad one is a :class:`ConfigError` naming
+    ``<where>.<key>``)."""
+    return cls(**{name: key.value.read(entry.get(name, _MISSING), env, f"{where}.{name}")
+                  for name, key in entry_keys(cls).items()})
+
+
+def documented_keys(classes: Sequence[type[AccountEntry]]) -> list[FileField]:
+    """The keys of every entry class, as the docs list them: the shared ones in their order, each
+    provider's own section after the key it is listed after (or at the end)."""
+    rows = list(entry_keys(AccountEntry).items())
+    for cls in classes:
+        at = len(rows)
+        for name, key in entry_keys(cls).items():
+            if any(name == listed for listed, _ in rows):
+                continue
+            if key.listed_after is not None:
+                at = next(i for i, (listed, _) in enumerate(rows) if listed == key.listed_after) + 1
+            rows.insert(at, (name, key))
+            at += 1
+    return [FileField(name, key.default, key.about) for name, key in rows]
+
+
+def section_of(cls: type[AccountEntry], name: str) -> str:
+    """The key that starts the section of ``cls``'s own keys ``name`` is in (what an entry of another
+    provider holding ``name`` is refused naming)."""
+    start = name
+    for listed, key in entry_keys(cls).items():
+        if key.listed_after is not None:
+            start = listed
+        if listed == name:
+            return start
+    raise KeyError(name)
 
 
 # --------------------------------------------------------------------------- the package
@@ -161,10 +389,13 @@ class ProviderPackage(ABC):
     api_version: str  # what an attempt is stamped with unless configured otherwise
     key_retention_s: int  # an accounts-file entry's default
     webhook_security: WebhookSecurity
+    # Facts its entry class's own keys say too (which keys an entry takes is the class's alone):
     webhook_basic_auth: bool = False  # its notifications carry basic auth (webhook_username & co.)
     settlement_reports: bool = False  # it downloads settlement reports as a report user (report_username…)
     # Completes "<where>: is required" when an account lacks a return URL it cannot start without.
     return_url_needed: str | None = None
+    # Its accounts-file entries: the shared keys, or a subclass with its own keys too.
+    file_entry: type[AccountEntry] = AccountEntry
 
     # ---- its accounts
 

@@ -8,22 +8,30 @@ from __future__ import annotations
 
 import binascii
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from paycore.providers.package import (
     ACCOUNT_SEPARATOR,
     DAY_S,
     MARGIN,
     RETENTION,
+    AccountEntry,
+    FileSecret,
+    FileText,
     ProviderAccountConfig,
     ProviderPackage,
     WebhookSecurity,
     check_previous,
-    env_margin,
+    entry_key,
+    registered_by,
+    required,
+    settings_margin,
+    variable,
 )
-from paycore.settings_spec import Choice, ConfigError, Group, Secret, SecretText, Text, Url
+from paycore.settings_spec import Choice, ConfigError, Group, Secret, SecretText, Text, Url, load, setting_of
 
 if TYPE_CHECKING:
     import httpx
@@ -37,57 +45,65 @@ API_VERSION: Final = "v71"
 PAYMENTS_PATH: Final = "/{api_version}/payments"
 
 SETTINGS = Group("every service: the default Adyen account (set `PAYCORE_ADYEN_API_KEY` to configure it)")
-API_KEY = SETTINGS.declare(
-    "PAYCORE_ADYEN_API_KEY", SecretText(), None, "the API credential's key (`X-API-Key`)",
-    shown_default="— (required when Adyen is the default provider)")
-MERCHANT_ACCOUNT = SETTINGS.declare(
-    "PAYCORE_ADYEN_MERCHANT_ACCOUNT", Text(printable=True, forbidden=ACCOUNT_SEPARATOR), None,
-    "the merchant account payments are made on",
-    shown_default="— (required with the API key)")
-ENVIRONMENT = SETTINGS.declare(
-    "PAYCORE_ADYEN_ENVIRONMENT", Choice(("test", "live")), "test", "the account's mode")
-LIVE_URL_PREFIX = SETTINGS.declare(
-    "PAYCORE_ADYEN_LIVE_URL_PREFIX", Text(printable=True), None,
-    "live: the company's endpoint prefix (`https://<prefix>-checkout-live.adyenpayments.com/checkout`)",
-    shown_default="— (required for live)")
-BASE_URL = SETTINGS.declare(
-    "PAYCORE_ADYEN_BASE_URL", Url(), None, "overrides the Checkout API base URL (tests, the sandbox)",
-    shown_default="`https://checkout-test.adyen.com` (test), from the prefix (live)")
-HMAC_KEY = SETTINGS.declare(
-    "PAYCORE_ADYEN_HMAC_KEY", SecretText(), None,
-    "the webhook's HMAC key (hex); without it the intake does not start")
-HMAC_KEY_PREVIOUS = SETTINGS.declare(
-    "PAYCORE_ADYEN_HMAC_KEY_PREVIOUS", SecretText(), None,
-    "during a rotation, the HMAC key being replaced: accepted beside the current one")
-WEBHOOK_USERNAME = SETTINGS.declare(
-    "PAYCORE_ADYEN_WEBHOOK_USERNAME", Text(printable=True), None, "the webhook's basic-auth user")
-WEBHOOK_PASSWORD = SETTINGS.declare(
-    "PAYCORE_ADYEN_WEBHOOK_PASSWORD", SecretText(), None, "the webhook's basic-auth password")
-WEBHOOK_PASSWORD_PREVIOUS = SETTINGS.declare(
-    "PAYCORE_ADYEN_WEBHOOK_PASSWORD_PREVIOUS", SecretText(), None,
-    "during a rotation, the basic-auth password being replaced: accepted beside the current one")
-RETURN_URL = SETTINGS.declare(
-    "PAYCORE_ADYEN_RETURN_URL", Url(), None,
-    "`returnUrl` of every payment: where a redirected shopper comes back (Adyen requires it)",
-    shown_default="— (required with the API key)")
-API_VERSION_SETTING = SETTINGS.declare(
-    "PAYCORE_ADYEN_API_VERSION", Text(), API_VERSION,
-    "the Checkout API version in the path; stamped on each attempt")
-KEY_RETENTION = SETTINGS.declare(
-    "PAYCORE_ADYEN_KEY_RETENTION_S", RETENTION, 31.0 * DAY_S,
-    "Adyen's idempotency-key retention (keys are kept at least 31 days)")
-ESCALATION_MARGIN = SETTINGS.declare(
-    "PAYCORE_ADYEN_ESCALATION_MARGIN_S", MARGIN, None, "as `PAYCORE_CARDCO_ESCALATION_MARGIN_S`",
-    shown_default="min(7200, retention/4)")
-REPORT_USERNAME = SETTINGS.declare(
-    "PAYCORE_ADYEN_REPORT_USERNAME", Text(printable=True), None,
-    "the report user (`report_<id>@Company.<company>`) that downloads Settlement details reports; "
-    "without one, settlements are read from files only")
-REPORT_PASSWORD = SETTINGS.declare(
-    "PAYCORE_ADYEN_REPORT_PASSWORD", SecretText(), None, "the report user's basic-auth password")
-REPORTS_BASE_URL = SETTINGS.declare(
-    "PAYCORE_ADYEN_REPORTS_BASE_URL", Url(), None, "where reports are downloaded from (tests: the sandbox)",
-    shown_default="`https://ca-test.adyen.com` (test), `https://ca-live.adyen.com` (live)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdyenAccountSettings:
+    """The default Adyen account's ``PAYCORE_ADYEN_*`` settings, each declared once (its field)."""
+
+    api_key: Secret | None = SETTINGS.field(
+        "PAYCORE_ADYEN_API_KEY", SecretText(), None, "the API credential's key (`X-API-Key`)",
+        shown_default="— (required when Adyen is the default provider)")
+    account: str | None = SETTINGS.field(
+        "PAYCORE_ADYEN_MERCHANT_ACCOUNT", Text(printable=True, forbidden=ACCOUNT_SEPARATOR), None,
+        "the merchant account payments are made on",
+        shown_default="— (required with the API key)")
+    environment: str = SETTINGS.field(
+        "PAYCORE_ADYEN_ENVIRONMENT", Choice(("test", "live")), "test", "the account's mode")
+    live_url_prefix: str | None = SETTINGS.field(
+        "PAYCORE_ADYEN_LIVE_URL_PREFIX", Text(printable=True), None,
+        "live: the company's endpoint prefix (`https://<prefix>-checkout-live.adyenpayments.com/checkout`)",
+        shown_default="— (required for live)")
+    base_url: str | None = SETTINGS.field(
+        "PAYCORE_ADYEN_BASE_URL", Url(), None, "overrides the Checkout API base URL (tests, the sandbox)",
+        shown_default="`https://checkout-test.adyen.com` (test), from the prefix (live)")
+    webhook_secret: Secret | None = SETTINGS.field(
+        "PAYCORE_ADYEN_HMAC_KEY", SecretText(), None,
+        "the webhook's HMAC key (hex); without it the intake does not start")
+    webhook_secret_previous: Secret | None = SETTINGS.field(
+        "PAYCORE_ADYEN_HMAC_KEY_PREVIOUS", SecretText(), None,
+        "during a rotation, the HMAC key being replaced: accepted beside the current one")
+    webhook_username: str | None = SETTINGS.field(
+        "PAYCORE_ADYEN_WEBHOOK_USERNAME", Text(printable=True), None, "the webhook's basic-auth user")
+    webhook_password: Secret | None = SETTINGS.field(
+        "PAYCORE_ADYEN_WEBHOOK_PASSWORD", SecretText(), None, "the webhook's basic-auth password")
+    webhook_password_previous: Secret | None = SETTINGS.field(
+        "PAYCORE_ADYEN_WEBHOOK_PASSWORD_PREVIOUS", SecretText(), None,
+        "during a rotation, the basic-auth password being replaced: accepted beside the current one")
+    return_url: str | None = SETTINGS.field(
+        "PAYCORE_ADYEN_RETURN_URL", Url(), None,
+        "`returnUrl` of every payment: where a redirected shopper comes back (Adyen requires it)",
+        shown_default="— (required with the API key)")
+    api_version: str = SETTINGS.field(
+        "PAYCORE_ADYEN_API_VERSION", Text(), API_VERSION,
+        "the Checkout API version in the path; stamped on each attempt")
+    key_retention_s: int = SETTINGS.field(
+        "PAYCORE_ADYEN_KEY_RETENTION_S", RETENTION, 31.0 * DAY_S,
+        "Adyen's idempotency-key retention (keys are kept at least 31 days)", convert=int)
+    escalation_margin_s: float | None = SETTINGS.field(
+        "PAYCORE_ADYEN_ESCALATION_MARGIN_S", MARGIN, None, "as `PAYCORE_CARDCO_ESCALATION_MARGIN_S`",
+        shown_default="min(7200, retention/4)")
+    report_username: str | None = SETTINGS.field(
+        "PAYCORE_ADYEN_REPORT_USERNAME", Text(printable=True), None,
+        "the report user (`report_<id>@Company.<company>`) that downloads Settlement details reports; "
+        "without one, settlements are read from files only")
+    report_password: Secret | None = SETTINGS.field(
+        "PAYCORE_ADYEN_REPORT_PASSWORD", SecretText(), None, "the report user's basic-auth password")
+    reports_base_url: str | None = SETTINGS.field(
+        "PAYCORE_ADYEN_REPORTS_BASE_URL", Url(), None,
+        "where reports are downloaded from (tests: the sandbox)",
+        shown_default="`https://ca-test.adyen.com` (test), `https://ca-live.adyen.com` (live)")
+
 
 # Why an Adyen account cannot start without its return URL, said where it is refused.
 RETURN_URL_NEEDED: Final = (
@@ -125,35 +141,66 @@ def check_hmac_key(secret: Secret | None, where: str) -> None:
         raise ConfigError(where, "must be the hex HMAC key from the Customer Area") from None
 
 
+def _var(name: str) -> str:
+    return variable(AdyenAccountSettings, name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdyenEntry(AccountEntry):
+    """An Adyen accounts-file entry: the shared keys, its webhook's basic auth and its report user."""
+
+    webhook_username: str | None = entry_key(FileText(), "—", "Adyen: the webhook's basic-auth user",
+                                             listed_after="webhook_secret_previous_env")
+    webhook_password_env: Secret | None = entry_key(FileSecret(), "—",
+                                                    "Adyen: the variable holding that user's password")
+    webhook_password_previous_env: Secret | None = entry_key(
+        FileSecret(), "—", "Adyen, during a rotation: the variable holding the password being replaced")
+    report_username: str | None = entry_key(
+        FileText(), "—", "Adyen: the report user that downloads settlement reports",
+        listed_after="lookup_rate_per_s")
+    report_password_env: Secret | None = entry_key(
+        FileSecret(), "—", "Adyen: the variable holding the report user's password")
+    reports_base_url: str | None = entry_key(FileText(Url()), "Adyen: by `environment`",
+                                             "Adyen: where reports are downloaded from")
+
+    def account_fields(self, package: ProviderPackage, environment: str, where: str) -> dict[str, Any]:
+        if (self.webhook_username is None) != (self.webhook_password_env is None):
+            raise ConfigError(f"{where}.webhook_password_env", "and webhook_username are set together")
+        check_previous(self.webhook_password_env, self.webhook_password_previous_env,
+                       f"{where}.webhook_password_previous_env", "webhook_password_env")
+        if (self.report_username is None) != (self.report_password_env is None):
+            raise ConfigError(f"{where}.report_password_env", "and report_username are set together")
+        return {"webhook_username": self.webhook_username, "webhook_password": self.webhook_password_env,
+                "webhook_password_previous": self.webhook_password_previous_env,
+                "report_username": self.report_username, "report_password": self.report_password_env,
+                "reports_base_url": self.reports_base_url or package.default_reports_base_url(environment)}
+
+
 class Adyen(ProviderPackage):
     def from_env(self, env: Mapping[str, str]) -> ProviderAccountConfig:
-        api_key = API_KEY.require(env)
-        environment = ENVIRONMENT.read(env)
-        prefix = LIVE_URL_PREFIX.get(env)
-        base_url = BASE_URL.get(env) or adyen_base_url(environment, prefix, LIVE_URL_PREFIX.name)
-        hmac_key, hmac_previous = HMAC_KEY.get(env), HMAC_KEY_PREVIOUS.get(env)
-        check_hmac_key(hmac_key, HMAC_KEY.name)
-        check_hmac_key(hmac_previous, HMAC_KEY_PREVIOUS.name)
-        check_previous(hmac_key, hmac_previous, HMAC_KEY_PREVIOUS.name, HMAC_KEY.name)
-        username, password = WEBHOOK_USERNAME.get(env), WEBHOOK_PASSWORD.get(env)
-        if (username is None) != (password is None):
-            raise ConfigError(WEBHOOK_PASSWORD.name, f"and {WEBHOOK_USERNAME.name} are set together")
-        password_previous = WEBHOOK_PASSWORD_PREVIOUS.get(env)
-        check_previous(password, password_previous, WEBHOOK_PASSWORD_PREVIOUS.name, WEBHOOK_PASSWORD.name)
-        retention = int(KEY_RETENTION.read(env))
-        report_username, report_password = REPORT_USERNAME.get(env), REPORT_PASSWORD.get(env)
-        if (report_username is None) != (report_password is None):
-            raise ConfigError(REPORT_PASSWORD.name, f"and {REPORT_USERNAME.name} are set together")
+        s = load(AdyenAccountSettings, env)
+        api_key: Secret = required(s, "api_key")
+        base_url = s.base_url or adyen_base_url(s.environment, s.live_url_prefix, _var("live_url_prefix"))
+        check_hmac_key(s.webhook_secret, _var("webhook_secret"))
+        check_hmac_key(s.webhook_secret_previous, _var("webhook_secret_previous"))
+        check_previous(s.webhook_secret, s.webhook_secret_previous, _var("webhook_secret_previous"),
+                       _var("webhook_secret"))
+        if (s.webhook_username is None) != (s.webhook_password is None):
+            raise ConfigError(_var("webhook_password"), f"and {_var('webhook_username')} are set together")
+        check_previous(s.webhook_password, s.webhook_password_previous, _var("webhook_password_previous"),
+                       _var("webhook_password"))
+        if (s.report_username is None) != (s.report_password is None):
+            raise ConfigError(_var("report_password"), f"and {_var('report_username')} are set together")
         return ProviderAccountConfig(
-            provider=NAME, account=MERCHANT_ACCOUNT.require(env, " (the merchant account)"),
-            environment=environment, base_url=base_url, api_key=api_key, webhook_secret=hmac_key,
-            webhook_secret_previous=hmac_previous, webhook_password_previous=password_previous,
-            api_version=API_VERSION_SETTING.read(env), key_retention_s=retention,
-            escalation_margin_s=env_margin(env, ESCALATION_MARGIN, retention),
-            webhook_username=username, webhook_password=password, live_url_prefix=prefix,
-            return_url=RETURN_URL.require(env, RETURN_URL_NEEDED),
-            report_username=report_username, report_password=report_password,
-            reports_base_url=REPORTS_BASE_URL.get(env) or adyen_reports_base_url(environment),
+            provider=NAME, account=required(s, "account", " (the merchant account)"),
+            environment=s.environment, base_url=base_url, api_key=api_key, webhook_secret=s.webhook_secret,
+            webhook_secret_previous=s.webhook_secret_previous,
+            webhook_password_previous=s.webhook_password_previous, api_version=s.api_version,
+            key_retention_s=s.key_retention_s, escalation_margin_s=settings_margin(s),
+            webhook_username=s.webhook_username, webhook_password=s.webhook_password,
+            live_url_prefix=s.live_url_prefix, return_url=required(s, "return_url", RETURN_URL_NEEDED),
+            report_username=s.report_username, report_password=s.report_password,
+            reports_base_url=s.reports_base_url or adyen_reports_base_url(s.environment),
         )
 
     def default_base_url(self, environment: str, live_url_prefix: str | None, where: str) -> str | None:
@@ -191,18 +238,17 @@ class Adyen(ProviderPackage):
 
     def sandbox_env(self, base_url: str, account: str, environment: str, credentials: Mapping[str, str],
                     return_url: str) -> dict[str, str]:
-        return {BASE_URL.name: base_url, MERCHANT_ACCOUNT.name: account, ENVIRONMENT.name: environment,
-                API_KEY.name: credentials["api_key"], HMAC_KEY.name: credentials["hmac_key"],
-                WEBHOOK_USERNAME.name: credentials["webhook_username"],
-                WEBHOOK_PASSWORD.name: credentials["webhook_password"], RETURN_URL.name: return_url}
+        return {_var("base_url"): base_url, _var("account"): account, _var("environment"): environment,
+                _var("api_key"): credentials["api_key"], _var("webhook_secret"): credentials["hmac_key"],
+                _var("webhook_username"): credentials["webhook_username"],
+                _var("webhook_password"): credentials["webhook_password"], _var("return_url"): return_url}
 
 
 PROVIDER: Final = Adyen(
-    name=NAME, title="Adyen", settings=SETTINGS, marker=API_KEY,
+    name=NAME, title="Adyen", settings=SETTINGS, marker=setting_of(AdyenAccountSettings, "api_key"),
     # No lookups to pace: only an accounts-file entry sets lookup_rate_per_s.
-    registered_by={"base_url": BASE_URL, "api_version": API_VERSION_SETTING, "key_retention_s": KEY_RETENTION,
-                   "escalation_margin_s": ESCALATION_MARGIN, "lookup_rate_per_s": None},
+    registered_by=registered_by(AdyenAccountSettings),
     payments_path=PAYMENTS_PATH, api_version=API_VERSION, key_retention_s=31 * DAY_S,
     webhook_security=WEBHOOK_SECURITY, webhook_basic_auth=True, settlement_reports=True,
-    return_url_needed=RETURN_URL_NEEDED,
+    return_url_needed=RETURN_URL_NEEDED, file_entry=AdyenEntry,
 )

@@ -7,6 +7,7 @@ events and settlement modules load when first built, not with the settings.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -22,9 +23,12 @@ from paycore.providers.package import (
     ProviderPackage,
     WebhookSecurity,
     check_previous,
-    env_margin,
+    registered_by,
+    required,
+    settings_margin,
+    variable,
 )
-from paycore.settings_spec import Choice, ConfigError, Group, Secret, SecretText, Text, Url
+from paycore.settings_spec import Choice, ConfigError, Group, Secret, SecretText, Text, Url, load, setting_of
 
 if TYPE_CHECKING:
     import httpx
@@ -37,37 +41,47 @@ NAME: Final = "cardco"
 PAYMENTS_PATH: Final = "/v1/payments"
 
 SETTINGS = Group("every service: the default Cardco account (set `PAYCORE_CARDCO_BASE_URL` to configure it)")
-BASE_URL = SETTINGS.declare(
-    "PAYCORE_CARDCO_BASE_URL", Url(), None, "the Cardco API",
-    shown_default="— (required when Cardco is the default provider)")
-ACCOUNT = SETTINGS.declare(
-    "PAYCORE_CARDCO_ACCOUNT", Text(forbidden=ACCOUNT_SEPARATOR), None, "the account, e.g. `acct_store`",
-    shown_default="— (required with the base URL)")
-ENVIRONMENT = SETTINGS.declare(
-    "PAYCORE_CARDCO_ENVIRONMENT", Choice(("test", "live")), "test", "the account's mode")
-API_KEY = SETTINGS.declare(
-    "PAYCORE_CARDCO_API_KEY", SecretText(), None, "its API key, `sk_test_…` or `sk_live_…` as the mode says",
-    shown_default="— (required with the base URL)")
-WEBHOOK_SECRET = SETTINGS.declare(
-    "PAYCORE_CARDCO_WEBHOOK_SECRET", SecretText(), None,
-    "its webhook signing secret (`whsec_…`); without one the webhook intake does not start")
-WEBHOOK_SECRET_PREVIOUS = SETTINGS.declare(
-    "PAYCORE_CARDCO_WEBHOOK_SECRET_PREVIOUS", SecretText(), None,
-    "during a rotation, the signing secret being replaced: accepted beside the current one "
-    "(docs/providers.md, Rotating credentials)")
-API_VERSION_SETTING = SETTINGS.declare(
-    "PAYCORE_CARDCO_API_VERSION", Text(), API_VERSION,
-    "the `Cardco-Version` header of every request; stamped on each attempt, so a resend keeps its own")
-KEY_RETENTION = SETTINGS.declare(
-    "PAYCORE_CARDCO_KEY_RETENTION_S", RETENTION, float(DAY_S),
-    "the provider's minimum idempotency-key retention")
-ESCALATION_MARGIN = SETTINGS.declare(
-    "PAYCORE_CARDCO_ESCALATION_MARGIN_S", MARGIN, None,
-    "safety margin, below the retention: `escalation_deadline = first_sent_at + retention − margin`",
-    shown_default="min(7200, retention/4)")
-LOOKUP_RATE = SETTINGS.declare(
-    "PAYCORE_CARDCO_LOOKUP_RATE_PER_S", RATE, 20.0,
-    "recovery's pace of lookups on this account, across its concurrent lanes")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CardcoAccountSettings:
+    """The default Cardco account's ``PAYCORE_CARDCO_*`` settings, each declared once (its field)."""
+
+    base_url: str | None = SETTINGS.field(
+        "PAYCORE_CARDCO_BASE_URL", Url(), None, "the Cardco API",
+        shown_default="— (required when Cardco is the default provider)")
+    account: str | None = SETTINGS.field(
+        "PAYCORE_CARDCO_ACCOUNT", Text(forbidden=ACCOUNT_SEPARATOR), None, "the account, e.g. `acct_store`",
+        shown_default="— (required with the base URL)")
+    environment: str = SETTINGS.field(
+        "PAYCORE_CARDCO_ENVIRONMENT", Choice(("test", "live")), "test", "the account's mode")
+    api_key: Secret | None = SETTINGS.field(
+        "PAYCORE_CARDCO_API_KEY", SecretText(), None,
+        "its API key, `sk_test_…` or `sk_live_…` as the mode says",
+        shown_default="— (required with the base URL)")
+    webhook_secret: Secret | None = SETTINGS.field(
+        "PAYCORE_CARDCO_WEBHOOK_SECRET", SecretText(), None,
+        "its webhook signing secret (`whsec_…`); without one the webhook intake does not start")
+    webhook_secret_previous: Secret | None = SETTINGS.field(
+        "PAYCORE_CARDCO_WEBHOOK_SECRET_PREVIOUS", SecretText(), None,
+        "during a rotation, the signing secret being replaced: accepted beside the current one "
+        "(docs/providers.md, Rotating credentials)")
+    api_version: str = SETTINGS.field(
+        "PAYCORE_CARDCO_API_VERSION", Text(), API_VERSION,
+        "the `Cardco-Version` header of every request; stamped on each attempt, so a resend keeps its own")
+    key_retention_s: int = SETTINGS.field(
+        "PAYCORE_CARDCO_KEY_RETENTION_S", RETENTION, float(DAY_S),
+        "the provider's minimum idempotency-key retention", convert=int)
+    escalation_margin_s: float | None = SETTINGS.field(
+        "PAYCORE_CARDCO_ESCALATION_MARGIN_S", MARGIN, None,
+        "safety margin, below the retention: `escalation_deadline = first_sent_at + retention − margin`",
+        shown_default="min(7200, retention/4)")
+    lookup_rate_per_s: float = SETTINGS.field(
+        "PAYCORE_CARDCO_LOOKUP_RATE_PER_S", RATE, 20.0,
+        "recovery's pace of lookups on this account, across its concurrent lanes")
+
+
+KEY_RETENTION: Final = setting_of(CardcoAccountSettings, "key_retention_s")  # the tests name it
 
 # Standard Webhooks: the signature header, with the delivery's id and time beside it.
 WEBHOOK_SECURITY: Final = WebhookSecurity(
@@ -81,24 +95,25 @@ WEBHOOK_SECURITY: Final = WebhookSecurity(
       "description": "integer seconds since the epoch; outside the tolerance is refused"}])
 
 
+def _var(name: str) -> str:
+    return variable(CardcoAccountSettings, name)
+
+
 class Cardco(ProviderPackage):
     def from_env(self, env: Mapping[str, str]) -> ProviderAccountConfig:
-        base_url = BASE_URL.require(env, " (the Cardco API base URL)")
-        account = ACCOUNT.require(env, ", e.g. acct_store")
-        environment = ENVIRONMENT.read(env)
-        api_key = API_KEY.require(env)
-        if not api_key.reveal().startswith(f"sk_{environment}_"):
-            raise ConfigError(API_KEY.name, f"must be a {environment}-mode key (sk_{environment}_...)")
-        retention = int(KEY_RETENTION.read(env))
-        secret, previous = WEBHOOK_SECRET.get(env), WEBHOOK_SECRET_PREVIOUS.get(env)
-        check_previous(secret, previous, WEBHOOK_SECRET_PREVIOUS.name, WEBHOOK_SECRET.name)
+        s = load(CardcoAccountSettings, env)
+        base_url = required(s, "base_url", " (the Cardco API base URL)")
+        account = required(s, "account", ", e.g. acct_store")
+        api_key: Secret = required(s, "api_key")
+        if not api_key.reveal().startswith(f"sk_{s.environment}_"):
+            raise ConfigError(_var("api_key"), f"must be a {s.environment}-mode key (sk_{s.environment}_...)")
+        check_previous(s.webhook_secret, s.webhook_secret_previous, _var("webhook_secret_previous"),
+                       _var("webhook_secret"))
         return ProviderAccountConfig(
-            provider=NAME, account=account, environment=environment, base_url=base_url, api_key=api_key,
-            webhook_secret=secret, webhook_secret_previous=previous,
-            api_version=API_VERSION_SETTING.read(env),
-            key_retention_s=retention,
-            escalation_margin_s=env_margin(env, ESCALATION_MARGIN, retention),
-            lookup_rate_per_s=LOOKUP_RATE.read(env),
+            provider=NAME, account=account, environment=s.environment, base_url=base_url, api_key=api_key,
+            webhook_secret=s.webhook_secret, webhook_secret_previous=s.webhook_secret_previous,
+            api_version=s.api_version, key_retention_s=s.key_retention_s,
+            escalation_margin_s=settings_margin(s), lookup_rate_per_s=s.lookup_rate_per_s,
         )
 
     def check_file_key(self, api_key: Secret, environment: str, where: str) -> None:
@@ -131,14 +146,14 @@ class Cardco(ProviderPackage):
 
     def sandbox_env(self, base_url: str, account: str, environment: str, credentials: Mapping[str, str],
                     return_url: str) -> dict[str, str]:
-        return {BASE_URL.name: base_url, ACCOUNT.name: account, ENVIRONMENT.name: environment,
-                API_KEY.name: credentials["api_key"], WEBHOOK_SECRET.name: credentials["webhook_secret"]}
+        return {_var("base_url"): base_url, _var("account"): account, _var("environment"): environment,
+                _var("api_key"): credentials["api_key"],
+                _var("webhook_secret"): credentials["webhook_secret"]}
 
 
 PROVIDER: Final = Cardco(
-    name=NAME, title="Cardco", settings=SETTINGS, marker=BASE_URL,
-    registered_by={"base_url": BASE_URL, "api_version": API_VERSION_SETTING, "key_retention_s": KEY_RETENTION,
-                   "escalation_margin_s": ESCALATION_MARGIN, "lookup_rate_per_s": LOOKUP_RATE},
+    name=NAME, title="Cardco", settings=SETTINGS, marker=setting_of(CardcoAccountSettings, "base_url"),
+    registered_by=registered_by(CardcoAccountSettings),
     payments_path=PAYMENTS_PATH, api_version=API_VERSION, key_retention_s=DAY_S,
     webhook_security=WEBHOOK_SECURITY,
 )

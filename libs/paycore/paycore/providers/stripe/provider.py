@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -21,9 +22,12 @@ from paycore.providers.package import (
     ProviderPackage,
     WebhookSecurity,
     check_previous,
-    env_margin,
+    registered_by,
+    required,
+    settings_margin,
+    variable,
 )
-from paycore.settings_spec import ConfigError, Group, Secret, SecretText, Text, Url
+from paycore.settings_spec import ConfigError, Group, Secret, SecretText, Text, Url, load, setting_of
 
 if TYPE_CHECKING:
     import httpx
@@ -38,36 +42,44 @@ API_VERSION: Final = "2026-10-28.endive"  # the version stripe==16.1.0 is genera
 PAYMENTS_PATH: Final = "/v1/payment_intents"
 
 SETTINGS = Group("every service: the default Stripe account (set `PAYCORE_STRIPE_API_KEY` to configure it)")
-API_KEY = SETTINGS.declare(
-    "PAYCORE_STRIPE_API_KEY", SecretText(), None,
-    "secret or restricted key; its prefix (`sk_test_`/`rk_test_` or `sk_live_`/`rk_live_`) is the mode",
-    shown_default="— (required when Stripe is the default provider)")
-WEBHOOK_SECRET = SETTINGS.declare(
-    "PAYCORE_STRIPE_WEBHOOK_SECRET", SecretText(), None,
-    "the endpoint's signing secret (`whsec_…`) for `Stripe-Signature`; without one the intake does not start")
-WEBHOOK_SECRET_PREVIOUS = SETTINGS.declare(
-    "PAYCORE_STRIPE_WEBHOOK_SECRET_PREVIOUS", SecretText(), None,
-    "during a rotation, the signing secret being replaced: accepted beside the current one")
-API_BASE_SETTING = SETTINGS.declare(
-    "PAYCORE_STRIPE_API_BASE", Url(), API_BASE, "the Stripe API (another only for tests)")
-ACCOUNT = SETTINGS.declare(
-    "PAYCORE_STRIPE_ACCOUNT", Text(printable=True, forbidden=ACCOUNT_SEPARATOR), "default",
-    "the account's label in provider-account ids (`stripe:<label>:<mode>`), e.g. its `acct_…` id")
-API_VERSION_SETTING = SETTINGS.declare(
-    "PAYCORE_STRIPE_API_VERSION", Text(), API_VERSION,
-    "the `Stripe-Version` of every request; stamped on each attempt, so a resend keeps its own")
-RETURN_URL = SETTINGS.declare(
-    "PAYCORE_STRIPE_RETURN_URL", Url(), None,
-    "where a customer returns after a redirect; unset, only card payments without redirects are offered")
-KEY_RETENTION = SETTINGS.declare(
-    "PAYCORE_STRIPE_KEY_RETENTION_S", RETENTION, float(DAY_S),
-    "Stripe's idempotency-key retention (keys are kept at least 24 h)")
-ESCALATION_MARGIN = SETTINGS.declare(
-    "PAYCORE_STRIPE_ESCALATION_MARGIN_S", MARGIN, None, "as `PAYCORE_CARDCO_ESCALATION_MARGIN_S`",
-    shown_default="min(7200, retention/4)")
-LOOKUP_RATE = SETTINGS.declare(
-    "PAYCORE_STRIPE_LOOKUP_RATE_PER_S", RATE, 20.0,
-    "recovery's pace of lookups (Stripe's Search allows fewer requests than retrieve)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StripeAccountSettings:
+    """The default Stripe account's ``PAYCORE_STRIPE_*`` settings, each declared once (its field)."""
+
+    api_key: Secret | None = SETTINGS.field(
+        "PAYCORE_STRIPE_API_KEY", SecretText(), None,
+        "secret or restricted key; its prefix (`sk_test_`/`rk_test_` or `sk_live_`/`rk_live_`) is the mode",
+        shown_default="— (required when Stripe is the default provider)")
+    webhook_secret: Secret | None = SETTINGS.field(
+        "PAYCORE_STRIPE_WEBHOOK_SECRET", SecretText(), None,
+        "the endpoint's signing secret (`whsec_…`) for `Stripe-Signature`; "
+        "without one the intake does not start")
+    webhook_secret_previous: Secret | None = SETTINGS.field(
+        "PAYCORE_STRIPE_WEBHOOK_SECRET_PREVIOUS", SecretText(), None,
+        "during a rotation, the signing secret being replaced: accepted beside the current one")
+    base_url: str = SETTINGS.field(
+        "PAYCORE_STRIPE_API_BASE", Url(), API_BASE, "the Stripe API (another only for tests)")
+    account: str = SETTINGS.field(
+        "PAYCORE_STRIPE_ACCOUNT", Text(printable=True, forbidden=ACCOUNT_SEPARATOR), "default",
+        "the account's label in provider-account ids (`stripe:<label>:<mode>`), e.g. its `acct_…` id")
+    api_version: str = SETTINGS.field(
+        "PAYCORE_STRIPE_API_VERSION", Text(), API_VERSION,
+        "the `Stripe-Version` of every request; stamped on each attempt, so a resend keeps its own")
+    return_url: str | None = SETTINGS.field(
+        "PAYCORE_STRIPE_RETURN_URL", Url(), None,
+        "where a customer returns after a redirect; unset, only card payments without redirects are offered")
+    key_retention_s: int = SETTINGS.field(
+        "PAYCORE_STRIPE_KEY_RETENTION_S", RETENTION, float(DAY_S),
+        "Stripe's idempotency-key retention (keys are kept at least 24 h)", convert=int)
+    escalation_margin_s: float | None = SETTINGS.field(
+        "PAYCORE_STRIPE_ESCALATION_MARGIN_S", MARGIN, None, "as `PAYCORE_CARDCO_ESCALATION_MARGIN_S`",
+        shown_default="min(7200, retention/4)")
+    lookup_rate_per_s: float = SETTINGS.field(
+        "PAYCORE_STRIPE_LOOKUP_RATE_PER_S", RATE, 20.0,
+        "recovery's pace of lookups (Stripe's Search allows fewer requests than retrieve)")
+
 
 WEBHOOK_SECURITY: Final = WebhookSecurity(
     "stripeSignature",
@@ -85,20 +97,23 @@ def stripe_environment(api_key: str, where: str) -> str:
                              "(sk_test_, sk_live_, rk_test_, rk_live_)")
 
 
+def _var(name: str) -> str:
+    return variable(StripeAccountSettings, name)
+
+
 class Stripe(ProviderPackage):
     def from_env(self, env: Mapping[str, str]) -> ProviderAccountConfig:
-        api_key = API_KEY.require(env)
-        retention = int(KEY_RETENTION.read(env))
-        secret, previous = WEBHOOK_SECRET.get(env), WEBHOOK_SECRET_PREVIOUS.get(env)
-        check_previous(secret, previous, WEBHOOK_SECRET_PREVIOUS.name, WEBHOOK_SECRET.name)
+        s = load(StripeAccountSettings, env)
+        api_key: Secret = required(s, "api_key")
+        check_previous(s.webhook_secret, s.webhook_secret_previous, _var("webhook_secret_previous"),
+                       _var("webhook_secret"))
         return ProviderAccountConfig(
-            provider=NAME, account=ACCOUNT.read(env),
-            environment=stripe_environment(api_key.reveal(), API_KEY.name),
-            base_url=API_BASE_SETTING.read(env), api_key=api_key, webhook_secret=secret,
-            webhook_secret_previous=previous,
-            api_version=API_VERSION_SETTING.read(env), key_retention_s=retention,
-            escalation_margin_s=env_margin(env, ESCALATION_MARGIN, retention),
-            lookup_rate_per_s=LOOKUP_RATE.read(env), return_url=RETURN_URL.get(env),
+            provider=NAME, account=s.account,
+            environment=stripe_environment(api_key.reveal(), _var("api_key")),
+            base_url=s.base_url, api_key=api_key, webhook_secret=s.webhook_secret,
+            webhook_secret_previous=s.webhook_secret_previous, api_version=s.api_version,
+            key_retention_s=s.key_retention_s, escalation_margin_s=settings_margin(s),
+            lookup_rate_per_s=s.lookup_rate_per_s, return_url=s.return_url,
         )
 
     def file_environment(self, api_key: Secret, environment: object, where: str) -> object:
@@ -138,15 +153,13 @@ class Stripe(ProviderPackage):
     def sandbox_env(self, base_url: str, account: str, environment: str, credentials: Mapping[str, str],
                     return_url: str) -> dict[str, str]:
         # The mode is the key's.
-        return {API_BASE_SETTING.name: base_url, ACCOUNT.name: account, API_KEY.name: credentials["api_key"],
-                WEBHOOK_SECRET.name: credentials["webhook_secret"]}
+        return {_var("base_url"): base_url, _var("account"): account, _var("api_key"): credentials["api_key"],
+                _var("webhook_secret"): credentials["webhook_secret"]}
 
 
 PROVIDER: Final = Stripe(
-    name=NAME, title="Stripe", settings=SETTINGS, marker=API_KEY,
-    registered_by={"base_url": API_BASE_SETTING, "api_version": API_VERSION_SETTING,
-                   "key_retention_s": KEY_RETENTION, "escalation_margin_s": ESCALATION_MARGIN,
-                   "lookup_rate_per_s": LOOKUP_RATE},
+    name=NAME, title="Stripe", settings=SETTINGS, marker=setting_of(StripeAccountSettings, "api_key"),
+    registered_by=registered_by(StripeAccountSettings),
     payments_path=PAYMENTS_PATH, api_version=API_VERSION, key_retention_s=DAY_S,
     webhook_security=WEBHOOK_SECURITY,
 )
