@@ -1,0 +1,21 @@
+"""The suite runs once per provider package the registry knows (``registry.PACKAGES``).
+
+Each provider's wire is served on a free port by its conformance adapter
+(``adapters/<name>.py``); its client is the package's own ``client`` over two test accounts
+of that server (``acct_store``, ``acct_other``), budgets on a :class:`FakeClock`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from paycore.providers.registry import PACKAGES
+from tests.provider_conformance.support import Conformance, running_conformance
+
+
+@pytest.fixture(params=tuple(PACKAGES))
+async def provider(request: pytest.FixtureRequest) -> AsyncIterator[Conformance]:
+    async with running_conformance(PACKAGES[request.param]) as conformance:
+        yield conformance

@@ -1,0 +1,237 @@
+"""The matrix lines every provider keeps, written once and run for each provider package.
+
+Parametrized by ``paycore.providers.registry.PACKAGES`` (``conftest.py``): a package the
+registry knows, shipped or registered, runs every line here with no edit of this file, given
+its conformance adapter (``adapters/<name>.py``). What a provider cannot do is read from its
+client's :class:`~paycore.providers.base.Capabilities` (a lookup by reference: at once, after a
+search lag, or none) or from its adapter (a signature that carries no time), and a line that
+does not apply is skipped saying why. Each provider's own wire (Cardco's headers, Stripe's API
+versions, Adyen's HMAC items) stays in its own tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+
+from paycore.domain import AttemptState, OrderFacts, OrderStatus, OutcomeKind, decide_outcome
+from paycore.evidence import judge
+from paycore.providers.base import (
+    Notification,
+    NotificationUnverified,
+    OperationEnding,
+    ReferenceLookup,
+)
+from tests.provider_conformance.adapters import FAULTS
+from tests.provider_conformance.support import AMOUNT, BUDGET_S, Conformance
+
+# -- creating a payment ---------------------------------------------------------------------------
+
+
+async def test_a_create_answered_succeeded_is_succeeded_with_the_providers_payment(
+    provider: Conformance,
+) -> None:
+    stored = provider.stored("succeeded")
+    outcome = await provider.create(stored)
+    assert outcome.kind is OutcomeKind.SUCCEEDED, outcome
+    [payment] = await provider.payments_of(stored.client_reference)
+    assert outcome.provider_payment_id == payment["id"]
+    assert payment["provider_account"] == stored.provider_account
+    assert judge(stored, outcome.evidence()).accepted
+
+
+async def test_a_create_answered_declined_is_failed(provider: Conformance) -> None:
+    stored = provider.stored("declined")
+    outcome = await provider.create(stored)
+    assert (outcome.kind, outcome.reason.split(":")[0] if outcome.reason else None) == (
+        OutcomeKind.FAILED, "declined"), outcome
+    [payment] = await provider.payments_of(stored.client_reference)
+    assert (payment["status"], outcome.provider_payment_id) == ("declined", payment["id"])
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_each_ending_without_an_answer_is_unknown_never_a_failure(
+    provider: Conformance, fault: str,
+) -> None:
+    """The request dropped, the answer lost, a 500 after processing, a malformed or empty body,
+    an answer later than the budget: Unknown, whether or not the payment was made."""
+    stored = provider.stored("succeeded")
+    outcome = await provider.create_under(fault, stored)
+    assert outcome.kind is OutcomeKind.UNKNOWN, outcome
+    assert outcome.provider_payment_id is None and outcome.reason, outcome
+    made = await provider.payments_of(stored.client_reference)
+    if fault == "drop_request":
+        assert made == []  # nothing ran: still Unknown, since the caller cannot know
+    else:
+        assert [p["status"] for p in made] == ["succeeded"]  # it ran: Unknown is the truth, not failed
+
+
+async def test_a_resend_under_the_same_key_sends_the_same_bytes_and_gets_the_one_payment(
+    provider: Conformance,
+) -> None:
+    stored = provider.stored("succeeded")
+    lost = await provider.create_under("lose_response", stored)
+    assert lost.kind is OutcomeKind.UNKNOWN
+    resent = await provider.create(stored, first_send=False)
+    assert resent.kind is OutcomeKind.SUCCEEDED, resent
+    [payment] = await provider.payments_of(stored.client_reference)
+    assert resent.provider_payment_id == payment["id"]
+    assert await provider.sends(stored) == [stored.request_body, stored.request_body]
+
+
+# -- lookups --------------------------------------------------------------------------------------
+
+
+async def test_a_lookup_by_reference_finds_the_payment(provider: Conformance) -> None:
+    lookup = provider.client.capabilities_of(provider.store.provider_account).lookup_by_reference
+    if lookup is ReferenceLookup.UNSUPPORTED:
+        pytest.skip(f"{provider.name} has no lookup by reference (capabilities: {lookup})")
+    stored = provider.stored("succeeded")
+    created = await provider.create(stored)
+    found = await provider.client.find_by_reference(stored.provider_account, stored.client_reference,
+                                                    budget_s=BUDGET_S)
+    if lookup is ReferenceLookup.EVENTUALLY_CONSISTENT:
+        # Inside the index's lag a miss is a miss (never a failure); after it, the payment is found.
+        assert found.kind in ("found", "not_found"), found
+        await provider.server.advance(provider.server.index_lag_s + 1)
+        found = await provider.client.find_by_reference(stored.provider_account, stored.client_reference,
+                                                        budget_s=BUDGET_S)
+    assert found.kind == "found", found
+    assert [p.claim().provider_payment_id for p in found.payments] == [created.provider_payment_id]
+    assert judge(stored, found.payments[0].claim()).accepted
+
+
+async def test_a_provider_without_a_reference_lookup_answers_unsupported_and_sends_nothing(
+    provider: Conformance,
+) -> None:
+    lookup = provider.client.capabilities_of(provider.store.provider_account).lookup_by_reference
+    if lookup is not ReferenceLookup.UNSUPPORTED:
+        pytest.skip(f"{provider.name} looks payments up by reference ({lookup})")
+    before = await provider.server.received("GET")
+    found = await provider.client.find_by_reference(provider.store.provider_account, "ref_x",
+                                                    budget_s=BUDGET_S)
+    assert found.kind == "unsupported"
+    assert await provider.server.received("GET") == before
+
+
+# -- webhooks -------------------------------------------------------------------------------------
+
+
+async def paid_and_notified(provider: Conformance, *, other: bool = False) -> tuple[
+        object, dict[str, str], bytes]:
+    stored = provider.stored("succeeded", account=provider.other if other else None)
+    outcome = await provider.create(stored)
+    assert outcome.kind is OutcomeKind.SUCCEEDED and outcome.provider_payment_id is not None
+    headers, body = await provider.delivery_of(outcome.provider_payment_id)
+    return stored, headers, body
+
+
+async def test_a_delivery_signed_by_the_provider_verifies_as_its_accounts(provider: Conformance) -> None:
+    stored, headers, body = await paid_and_notified(provider)
+    [delivery] = provider.client.verify_deliveries(headers, body, now=await provider.server.now())
+    assert delivery.account.provider_account == provider.store.provider_account
+    assert isinstance(delivery.parsed, Notification), delivery.parsed
+    assert delivery.parsed.reference == stored.client_reference  # type: ignore[attr-defined]
+
+
+async def test_a_tampered_delivery_is_refused(provider: Conformance) -> None:
+    _, headers, body = await paid_and_notified(provider)
+    tampered = body.replace(str(AMOUNT).encode(), str(AMOUNT - 1).encode())
+    assert tampered != body
+    with pytest.raises(NotificationUnverified):
+        provider.client.verify_deliveries(headers, tampered, now=await provider.server.now())
+
+
+async def test_a_delivery_under_another_secret_is_refused(provider: Conformance) -> None:
+    _, headers, body = await paid_and_notified(provider)
+    wrong = provider.client_of(provider.adapter.wrong_secret(provider.store))
+    try:
+        with pytest.raises(NotificationUnverified):
+            wrong.verify_deliveries(headers, body, now=await provider.server.now())
+    finally:
+        await wrong.aclose()
+
+
+async def test_a_stale_delivery_is_refused(provider: Conformance) -> None:
+    if provider.adapter.untimed_signature is not None:
+        pytest.skip(provider.adapter.untimed_signature)
+    _, headers, body = await paid_and_notified(provider)
+    later = await provider.server.now() + timedelta(hours=1)
+    with pytest.raises(NotificationUnverified):
+        provider.client.verify_deliveries(headers, body, now=later)
+
+
+async def test_a_verified_success_notification_resolves_the_unknown_attempt_succeeded(
+    provider: Conformance,
+) -> None:
+    stored, headers, body = await paid_and_notified(provider)
+    [delivery] = provider.client.verify_deliveries(headers, body, now=await provider.server.now())
+    n = delivery.parsed
+    assert isinstance(n, Notification), n
+    attempt = provider.attempt(stored)  # type: ignore[arg-type]
+    verdict = judge(attempt, n.outcome.evidence())
+    decision = decide_outcome(attempt, n.outcome, verdict, provider.clock.now(),
+                              order=OrderFacts(OrderStatus.OPEN, cancel_requested=False),
+                              recheck_after_s=60, actor="webhook")
+    assert (verdict.accepted, decision.after) == (True, AttemptState.SUCCEEDED), (verdict, decision)
+    assert decision.write is not None and decision.write.provider_payment_id == n.payment_id
+
+
+async def test_a_notification_of_another_account_is_refused(provider: Conformance) -> None:
+    """Only the store's account configured, the other account's delivery verifies as nobody's; with
+    both, it is the other account's (whose attempts alone the intake looks among)."""
+    _, headers, body = await paid_and_notified(provider, other=True)
+    now = await provider.server.now()
+    store_only = provider.client_of(provider.store)
+    try:
+        with pytest.raises(NotificationUnverified):
+            store_only.verify_deliveries(headers, body, now=now)
+    finally:
+        await store_only.aclose()
+    [delivery] = provider.client.verify_deliveries(headers, body, now=now)
+    assert delivery.account.provider_account == provider.other.provider_account
+
+
+# -- after the payment: refunds -------------------------------------------------------------------
+
+
+async def test_a_refund_of_a_succeeded_payment_is_taken(provider: Conformance) -> None:
+    ops = provider.operations()
+    if ops is None:
+        pytest.skip(f"{provider.name}'s client makes no refunds (it is no OperationCalls)")
+    created = await provider.create(provider.stored("succeeded"))
+    assert created.provider_payment_id is not None
+    stored = provider.stored_refund(ops, created.provider_payment_id, AMOUNT // 2)
+    outcome = await provider.refund(ops, stored, created.provider_payment_id)
+    # Succeeded where the answer says so, pending where the ending comes later (Adyen's
+    # "received"): never failed, never unknown.
+    assert outcome.ending in (OperationEnding.SUCCEEDED, OperationEnding.PENDING), outcome
+    assert outcome.provider_payment_id in (None, created.provider_payment_id)
+
+
+async def test_a_refund_whose_answer_is_lost_is_unknown(provider: Conformance) -> None:
+    ops = provider.operations()
+    if ops is None:
+        pytest.skip(f"{provider.name}'s client makes no refunds (it is no OperationCalls)")
+    created = await provider.create(provider.stored("succeeded"))
+    assert created.provider_payment_id is not None
+    pid = created.provider_payment_id
+    stored = provider.stored_refund(ops, pid, AMOUNT)
+    await provider.server.fault("lose_response", operation="refund")
+    sent_before = len(await provider.server.received("POST"))
+
+    async def reached() -> bool:
+        return len(await provider.server.received("POST")) > sent_before
+
+    outcome = await provider.under_fault("lose_response", lambda: provider.refund(ops, stored, pid),
+                                         reached=reached)
+    assert outcome.ending is OperationEnding.UNKNOWN, outcome
+
+
+def test_every_provider_package_has_a_conformance_adapter() -> None:
+    from paycore.providers.registry import PACKAGES
+    from tests.provider_conformance.adapters import adapter_for
+
+    assert [dataclasses.is_dataclass(adapter_for(name)) for name in PACKAGES] == [True] * len(PACKAGES)
