@@ -16,13 +16,14 @@ from datetime import timedelta
 
 import pytest
 
-from paycore.domain import AttemptState, OrderFacts, OrderStatus, OutcomeKind, decide_outcome
+from paycore.domain import AttemptState, OrderFacts, OrderStatus, OutcomeKind, OutcomeWrite, decide_outcome
 from paycore.evidence import judge
 from paycore.providers.base import (
     Notification,
     NotificationUnverified,
     OperationEnding,
     ReferenceLookup,
+    StoredRequest,
 )
 from tests.provider_conformance.adapters import FAULTS
 from tests.provider_conformance.support import AMOUNT, BUDGET_S, Conformance
@@ -119,8 +120,8 @@ async def test_a_provider_without_a_reference_lookup_answers_unsupported_and_sen
 # -- webhooks -------------------------------------------------------------------------------------
 
 
-async def paid_and_notified(provider: Conformance, *, other: bool = False) -> tuple[
-        object, dict[str, str], bytes]:
+async def paid_and_notified(provider: Conformance, *,
+                            other: bool = False) -> tuple[StoredRequest, dict[str, str], bytes]:
     stored = provider.stored("succeeded", account=provider.other if other else None)
     outcome = await provider.create(stored)
     assert outcome.kind is OutcomeKind.SUCCEEDED and outcome.provider_payment_id is not None
@@ -133,7 +134,7 @@ async def test_a_delivery_signed_by_the_provider_verifies_as_its_accounts(provid
     [delivery] = provider.client.verify_deliveries(headers, body, now=await provider.server.now())
     assert delivery.account.provider_account == provider.store.provider_account
     assert isinstance(delivery.parsed, Notification), delivery.parsed
-    assert delivery.parsed.reference == stored.client_reference  # type: ignore[attr-defined]
+    assert delivery.parsed.reference == stored.client_reference
 
 
 async def test_a_tampered_delivery_is_refused(provider: Conformance) -> None:
@@ -170,13 +171,13 @@ async def test_a_verified_success_notification_resolves_the_unknown_attempt_succ
     [delivery] = provider.client.verify_deliveries(headers, body, now=await provider.server.now())
     n = delivery.parsed
     assert isinstance(n, Notification), n
-    attempt = provider.attempt(stored)  # type: ignore[arg-type]
+    attempt = provider.attempt(stored)
     verdict = judge(attempt, n.outcome.evidence())
     decision = decide_outcome(attempt, n.outcome, verdict, provider.clock.now(),
                               order=OrderFacts(OrderStatus.OPEN, cancel_requested=False),
                               recheck_after_s=60, actor="webhook")
     assert (verdict.accepted, decision.after) == (True, AttemptState.SUCCEEDED), (verdict, decision)
-    assert decision.write is not None and decision.write.provider_payment_id == n.payment_id
+    assert isinstance(decision.write, OutcomeWrite) and decision.write.provider_payment_id == n.payment_id
 
 
 async def test_a_notification_of_another_account_is_refused(provider: Conformance) -> None:
