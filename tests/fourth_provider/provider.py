@@ -255,9 +255,13 @@ class PayzoClient(ProviderClient[httpx.Request, httpx.Response]):
             return OperationOutcome.refused_before_execution(
                 kind, "invalid", first_send=first_send, resend_reason="provider.rejected-this-send.invalid",
                 request_rejected=True, **meta)
-        body = read_json(answer.content) if answer.status_code == 200 else UNREADABLE
-        if not isinstance(body, dict) or body.get("state") != "done":
+        if answer.status_code != 200:
             return OperationOutcome.unknown(kind, f"provider.http-{answer.status_code}", **meta)
+        body = read_json(answer.content)
+        if body is UNREADABLE:
+            return OperationOutcome.unknown(kind, "provider.body-unreadable", **meta)
+        if not isinstance(body, dict) or body.get("state") != "done":
+            return OperationOutcome.unknown(kind, "provider.body-unrecognized", **meta)
         if (body.get("charge"), body.get("reference")) != (provider_payment_id, stored.client_reference):
             return OperationOutcome.unknown(kind, "provider.response-mismatch", **meta)
         return OperationOutcome(kind, OperationEnding.SUCCEEDED, provider_status="done",

@@ -116,6 +116,8 @@ class PayzoServer:
         if account is None or charge is None or charge["account"] != account:
             return JSONResponse({"error": "no such charge"}, 404)
         rule = self._take("refund") or {"fault": None}
+        if rule["fault"] == "drop_request":
+            return await hold(request)
         if (account, key) not in self.answers:
             fields = orjson.loads(body)
             self.answers[account, key] = (body, {

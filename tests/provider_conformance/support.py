@@ -114,7 +114,7 @@ class Conformance:
         return await task
 
     async def create_under(self, fault: str, stored: StoredRequest) -> ProviderOutcome:
-        await self.server.fault(fault, operation="create", delay_ms=60_000 if fault == "delay" else None)
+        await self.server.fault(fault, operation="create", delay_ms=2_000 if fault == "delay" else None)
 
         async def reached() -> bool:
             if fault in AFTER_PROCESSING:
@@ -155,9 +155,10 @@ class Conformance:
                              ops.operation_endpoint(self.store, OperationKind.REFUND, payment_id),
                              self.store.api_version, str(uuid.uuid4()), body, reference, amount, CURRENCY)
 
-    async def refund(self, ops: OperationCalls, stored: StoredRequest, payment_id: str) -> OperationOutcome:
+    async def refund(self, ops: OperationCalls, stored: StoredRequest, payment_id: str, *,
+                     first_send: bool = True) -> OperationOutcome:
         return await ops.send_operation(stored, OperationKind.REFUND, provider_payment_id=payment_id,
-                                        budget_s=BUDGET_S, first_send=True)
+                                        budget_s=BUDGET_S, first_send=first_send)
 
 
 @asynccontextmanager

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -27,6 +28,12 @@ from paycore.providers.base import (
 )
 from tests.provider_conformance.adapters import FAULTS
 from tests.provider_conformance.support import AMOUNT, BUDGET_S, Conformance
+
+# The reason every provider's client gives an ending without a usable answer (the shared
+# vocabulary: the budget ran out, the body could not be read, the server erred).
+NO_ANSWER = {"drop_request": "provider.no-response.caller", "lose_response": "provider.no-response.caller",
+             "delay": "provider.no-response.caller", "error_500_after": "provider.http-500",
+             "malformed_body": "provider.body-unreadable", "empty_body": "provider.body-unreadable"}
 
 # -- creating a payment ---------------------------------------------------------------------------
 
@@ -60,8 +67,8 @@ async def test_each_ending_without_an_answer_is_unknown_never_a_failure(
     an answer later than the budget: Unknown, whether or not the payment was made."""
     stored = provider.stored("succeeded")
     outcome = await provider.create_under(fault, stored)
-    assert outcome.kind is OutcomeKind.UNKNOWN, outcome
-    assert outcome.provider_payment_id is None and outcome.reason, outcome
+    assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, NO_ANSWER[fault]), outcome
+    assert outcome.provider_payment_id is None
     made = await provider.payments_of(stored.client_reference)
     if fault == "drop_request":
         assert made == []  # nothing ran: still Unknown, since the caller cannot know
@@ -141,16 +148,18 @@ async def test_a_tampered_delivery_is_refused(provider: Conformance) -> None:
     _, headers, body = await paid_and_notified(provider)
     tampered = body.replace(str(AMOUNT).encode(), str(AMOUNT - 1).encode())
     assert tampered != body
-    with pytest.raises(NotificationUnverified):
+    with pytest.raises(NotificationUnverified) as refused:
         provider.client.verify_deliveries(headers, tampered, now=await provider.server.now())
+    assert not refused.value.malformed  # well-formed, not verified: 401, not 400
 
 
 async def test_a_delivery_under_another_secret_is_refused(provider: Conformance) -> None:
     _, headers, body = await paid_and_notified(provider)
     wrong = provider.client_of(provider.adapter.wrong_secret(provider.store))
     try:
-        with pytest.raises(NotificationUnverified):
+        with pytest.raises(NotificationUnverified) as refused:
             wrong.verify_deliveries(headers, body, now=await provider.server.now())
+        assert not refused.value.malformed
     finally:
         await wrong.aclose()
 
@@ -160,8 +169,9 @@ async def test_a_stale_delivery_is_refused(provider: Conformance) -> None:
         pytest.skip(provider.adapter.untimed_signature)
     _, headers, body = await paid_and_notified(provider)
     later = await provider.server.now() + timedelta(hours=1)
-    with pytest.raises(NotificationUnverified):
+    with pytest.raises(NotificationUnverified) as refused:
         provider.client.verify_deliveries(headers, body, now=later)
+    assert not refused.value.malformed
 
 
 async def test_a_verified_success_notification_resolves_the_unknown_attempt_succeeded(
@@ -212,7 +222,12 @@ async def test_a_refund_of_a_succeeded_payment_is_taken(provider: Conformance) -
     assert outcome.provider_payment_id in (None, created.provider_payment_id)
 
 
-async def test_a_refund_whose_answer_is_lost_is_unknown(provider: Conformance) -> None:
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_each_refund_ending_without_an_answer_is_unknown_and_a_resend_is_taken(
+    provider: Conformance, fault: str,
+) -> None:
+    """A refund meeting each fault is Unknown (never failed); its resend under the same key, the
+    same bytes, is taken: done once, whether or not the first send ran."""
     ops = provider.operations()
     if ops is None:
         pytest.skip(f"{provider.name}'s client makes no refunds (it is no OperationCalls)")
@@ -220,15 +235,22 @@ async def test_a_refund_whose_answer_is_lost_is_unknown(provider: Conformance) -
     assert created.provider_payment_id is not None
     pid = created.provider_payment_id
     stored = provider.stored_refund(ops, pid, AMOUNT)
-    await provider.server.fault("lose_response", operation="refund")
+    await provider.server.fault(fault, operation="refund", delay_ms=2_000 if fault == "delay" else None)
     sent_before = len(await provider.server.received("POST"))
 
     async def reached() -> bool:
         return len(await provider.server.received("POST")) > sent_before
 
-    outcome = await provider.under_fault("lose_response", lambda: provider.refund(ops, stored, pid),
-                                         reached=reached)
-    assert outcome.ending is OperationEnding.UNKNOWN, outcome
+    outcome = await provider.under_fault(fault, lambda: provider.refund(ops, stored, pid), reached=reached)
+    assert (outcome.ending, outcome.reason) == (OperationEnding.UNKNOWN, NO_ANSWER[fault]), outcome
+    if fault not in ("drop_request", "lose_response"):
+        return  # a resend would meet the first still running (delay) or its stored answer (a 500)
+    again = await provider.refund(ops, stored, pid, first_send=False)
+    assert again.ending in (OperationEnding.SUCCEEDED, OperationEnding.PENDING), again
+    if fault == "drop_request":
+        assert not again.replayed  # the first never ran
+    assert await provider.server.received("POST", urlsplit(stored.endpoint).path) == [
+        stored.request_body, stored.request_body]
 
 
 def test_every_provider_package_has_a_conformance_adapter() -> None:
