@@ -623,16 +623,6 @@ async def start_held_call(
     return task, release
 
 
-async def test_caller_budget_fires(client: CardcoClient, cardco: ScriptedCardco, clock: FakeClock) -> None:
-    task, release = await start_held_call(client, cardco, budget_s=15)
-    clock.advance(15.001)
-    outcome = await asyncio.wait_for(task, timeout=5)
-    release.set()
-    assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, "provider.no-response.caller")
-    assert outcome.http_status is None
-    assert len(cardco.received) == 1
-
-
 async def test_no_budget_is_still_cut_off_by_the_client_ceiling(
     client: CardcoClient, cardco: ScriptedCardco, clock: FakeClock
 ) -> None:

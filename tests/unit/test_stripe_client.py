@@ -340,18 +340,6 @@ async def test_connection_refused_is_unknown(clock: FakeClock) -> None:
 # Budgets
 
 
-async def test_the_callers_budget_expiring_is_unknown(
-    provider: StripeProvider, stripe_api: ScriptedStripe, clock: FakeClock
-) -> None:
-    release = stripe_api.hang()
-    task = asyncio.create_task(create(provider, stripe_api, budget_s=15))
-    await eventually(lambda: len(stripe_api.received) == 1)
-    clock.advance(15.001)
-    outcome = await task
-    release.set()
-    assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, "provider.no-response.caller")
-
-
 async def test_the_client_ceiling_applies_without_a_budget(
     provider: StripeProvider, stripe_api: ScriptedStripe, clock: FakeClock
 ) -> None:
