@@ -11,11 +11,18 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from paycore.providers.package import ProviderPackage
 from paycore.providers.registry import PACKAGES, register
 from tests.fourth_provider import provider as payzo
 from tests.provider_conformance.support import Conformance, running_conformance
 
 register(payzo.PROVIDER)  # a fourth provider, a test fixture: its one line (shipped code names it nowhere)
+
+
+@pytest.fixture(params=tuple(PACKAGES))
+def provider_package(request: pytest.FixtureRequest) -> ProviderPackage:
+    """Each package, for a line that needs no server."""
+    return PACKAGES[request.param]
 
 
 @pytest.fixture(params=tuple(PACKAGES))

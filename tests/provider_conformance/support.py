@@ -28,6 +28,7 @@ from tests.provider_conformance.adapters import ConformanceAdapter, ProviderServ
 AMOUNT: Final = 4999  # a tampered notification says 4998
 CURRENCY: Final = "EUR"
 BUDGET_S: Final = 15.0
+CEILING_S: Final = 30.0  # the client's own ceiling of one call
 # The faults that leave the call without an answer until its budget runs out; the others end it.
 HELD: Final = frozenset({"drop_request", "lose_response", "delay"})
 # The faults that let the request run before the answer is lost or late.
@@ -75,7 +76,7 @@ class Conformance:
         return self.package.name
 
     def client_of(self, *accounts: ProviderAccountConfig) -> Provider:
-        return self.package.client(list(accounts), self.clock, max_call_duration_s=30)
+        return self.package.client(list(accounts), self.clock, max_call_duration_s=CEILING_S)
 
     def stored(self, outcome: str = "succeeded", *,
                account: ProviderAccountConfig | None = None) -> StoredRequest:
@@ -173,7 +174,7 @@ async def running_conformance(package: ProviderPackage) -> AsyncIterator[Conform
         await server.subscribe(catcher.url)
         clock = FakeClock(current=datetime.now(UTC))
         store, other = server.account("acct_store"), server.account("acct_other")
-        client = package.client([store, other], clock, max_call_duration_s=30)
+        client = package.client([store, other], clock, max_call_duration_s=CEILING_S)
         try:
             yield Conformance(package, adapter, server, catcher, clock, store, other, client)
         finally:

@@ -11,12 +11,17 @@ versions, Adyen's HMAC items) stays in its own tests.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import math
 from datetime import timedelta
 from urllib.parse import urlsplit
 
 import pytest
 
+from harness.servers import free_port
+from paycore.clock import FakeClock
+from paycore.config import MAX_BUDGET_S
 from paycore.domain import AttemptState, OrderFacts, OrderStatus, OutcomeKind, OutcomeWrite, decide_outcome
 from paycore.evidence import judge
 from paycore.providers.base import (
@@ -26,8 +31,9 @@ from paycore.providers.base import (
     ReferenceLookup,
     StoredRequest,
 )
+from paycore.providers.package import ProviderPackage
 from tests.provider_conformance.adapters import FAULTS
-from tests.provider_conformance.support import AMOUNT, BUDGET_S, Conformance
+from tests.provider_conformance.support import AMOUNT, BUDGET_S, CEILING_S, Conformance, eventually
 
 # The reason every provider's client gives an ending without a usable answer (the shared
 # vocabulary: the budget ran out, the body could not be read, the server erred).
@@ -74,6 +80,68 @@ async def test_each_ending_without_an_answer_is_unknown_never_a_failure(
         assert made == []  # nothing ran: still Unknown, since the caller cannot know
     else:
         assert [p["status"] for p in made] == ["succeeded"]  # it ran: Unknown is the truth, not failed
+
+
+async def test_a_refused_connection_is_unknown(provider: Conformance) -> None:
+    nowhere = dataclasses.replace(provider.store, base_url=f"http://127.0.0.1:{free_port()}")
+    client = provider.client_of(nowhere)
+    try:
+        stored = provider.stored("succeeded", account=nowhere)
+        outcome = await client.create_payment(stored, budget_s=BUDGET_S, first_send=True)
+    finally:
+        await client.aclose()
+    assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, "provider.transport.ConnectError")
+
+
+# -- budgets: the caller's, and the client's own ceiling ------------------------------------------
+
+
+@pytest.mark.parametrize("budget_s", [0, -1])
+async def test_a_spent_budget_sends_nothing(provider: Conformance, budget_s: float) -> None:
+    stored = provider.stored("succeeded")
+    outcome = await provider.client.create_payment(stored, budget_s=budget_s, first_send=True)
+    assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, "provider.no-response.caller")
+    assert await provider.sends(stored) == []
+
+
+async def test_a_nan_budget_is_a_programming_error(provider: Conformance) -> None:
+    stored = provider.stored("succeeded")
+    with pytest.raises(ValueError, match="NaN"):
+        await provider.client.create_payment(stored, budget_s=math.nan, first_send=True)
+    assert await provider.sends(stored) == []
+
+
+@pytest.mark.parametrize("budget_s", [None, 60.0])
+async def test_a_call_without_a_budget_or_above_the_ceiling_is_cut_off_by_the_ceiling(
+    provider: Conformance, budget_s: float | None,
+) -> None:
+    stored = provider.stored("succeeded")
+    await provider.server.fault("drop_request", operation="create")
+    call = asyncio.ensure_future(provider.client.create_payment(stored, budget_s=budget_s, first_send=True))
+
+    async def in_flight() -> bool:
+        return call.done() or (provider.clock.pending_timers > 0 and bool(await provider.sends(stored)))
+
+    await eventually(in_flight, "the create to be in flight")
+    provider.clock.advance(CEILING_S - 0.1)
+    await asyncio.sleep(0.01)
+    assert not call.done()
+    provider.clock.advance(0.2)
+    outcome = await call
+    assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, "provider.no-response.client-ceiling")
+
+
+@pytest.mark.parametrize("ceiling", [0, -1, MAX_BUDGET_S + 0.001, math.nan, math.inf])
+def test_a_ceiling_out_of_range_is_refused(ceiling: float, provider_package: ProviderPackage) -> None:
+    with pytest.raises(ValueError, match="max_call_duration_s"):
+        provider_package.client([], FakeClock(), max_call_duration_s=ceiling)
+
+
+async def test_the_ceiling_at_its_bound_is_taken_and_an_account_twice_refused(provider: Conformance) -> None:
+    await provider.package.client([], provider.clock, max_call_duration_s=MAX_BUDGET_S).aclose()
+    moved = dataclasses.replace(provider.store, base_url="http://127.0.0.2:1")
+    with pytest.raises(ValueError, match="twice"):
+        provider.client_of(provider.store, moved)
 
 
 async def test_a_resend_under_the_same_key_sends_the_same_bytes_and_gets_the_one_payment(
