@@ -82,6 +82,33 @@ async def test_each_ending_without_an_answer_is_unknown_never_a_failure(
         assert [p["status"] for p in made] == ["succeeded"]  # it ran: Unknown is the truth, not failed
 
 
+@pytest.mark.parametrize("reason", ["account-not-configured", "endpoint-changed", "invalid-header"])
+async def test_a_stored_request_that_cannot_be_sent_as_stored_is_unknown_and_sends_nothing(
+    provider: Conformance, reason: str,
+) -> None:
+    """Another account's (never a fallback to a configured one), an endpoint on another origin,
+    an empty key: Unknown, and recovery is told why before it commits a resend."""
+    store_only = provider.client_of(provider.store)
+    unconfigured = reason == "account-not-configured"
+    stored = provider.stored("succeeded", account=provider.other if unconfigured else None)
+    if reason == "endpoint-changed":
+        stored = dataclasses.replace(stored, endpoint="http://127.0.0.1:1" + urlsplit(stored.endpoint).path)
+    if reason == "invalid-header":
+        stored = dataclasses.replace(stored, idempotency_key="")
+    try:
+        assert store_only.unbuildable_reason(stored) == reason
+        outcome = await store_only.create_payment(stored, budget_s=BUDGET_S, first_send=True)
+        assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, f"request.not-buildable.{reason}")
+        if unconfigured:
+            lookup = await store_only.find_by_reference(provider.other.provider_account,
+                                                        stored.client_reference, budget_s=BUDGET_S)
+            assert (lookup.kind, lookup.reason) in (("failed", f"request.not-buildable.{reason}"),
+                                                    ("unsupported", None)), lookup
+    finally:
+        await store_only.aclose()
+    assert (await provider.server.received("POST"), await provider.server.received("GET")) == ([], [])
+
+
 async def test_a_refused_connection_is_unknown(provider: Conformance) -> None:
     nowhere = dataclasses.replace(provider.store, base_url=f"http://127.0.0.1:{free_port()}")
     client = provider.client_of(nowhere)

@@ -239,15 +239,12 @@ async def test_credentials_are_those_of_the_stored_account(
 @pytest.mark.parametrize(
     ("overrides", "reason"),
     [
-        ({"provider_account": "cardco:acct_gone:test"}, "account-not-configured"),
         ({"provider_account": "cardco:acct_store:live"}, "account-not-configured"),
         ({"endpoint": "/v1/payments"}, "endpoint-changed"),
         ({"endpoint": "ftp://127.0.0.1/v1/payments"}, "endpoint-changed"),
         ({"endpoint": "http://[::1/v1/payments"}, "endpoint-changed"),
-        ({"endpoint": "https://cardco.elsewhere.example/v1/payments"}, "endpoint-changed"),
         ({"idempotency_key": "key\r\nX-Injected: 1"}, "invalid-header"),
         ({"idempotency_key": "clé"}, "invalid-header"),
-        ({"idempotency_key": ""}, "invalid-header"),
         ({"idempotency_key": "k" * 256}, "invalid-header"),
         ({"api_version": "2026-11-01\r\nX: y"}, "invalid-header"),
         ({"api_version": ""}, "invalid-header"),
@@ -273,13 +270,6 @@ async def test_endpoint_on_another_port_or_with_userinfo_is_not_sent(
                      cardco.base_url.replace("http://", "https://") + "/v1/payments"):
         outcome = await create(client, cardco, endpoint=endpoint)
         assert outcome.reason == "request.not-buildable.endpoint-changed", endpoint
-    assert cardco.received == []
-
-
-async def test_no_fallback_to_a_default_account(cardco: ScriptedCardco, clock: FakeClock) -> None:
-    async with CardcoClient([account(cardco.base_url)], clock, max_call_duration_s=30) as client:
-        outcome = await create(client, cardco, provider_account="cardco:acct_other:test")
-    assert outcome.reason == "request.not-buildable.account-not-configured"
     assert cardco.received == []
 
 
@@ -728,16 +718,6 @@ async def test_lookup_budget_fires(client: CardcoClient, cardco: ScriptedCardco,
     result = await asyncio.wait_for(task, timeout=5)
     release.set()
     assert (result.kind, result.reason) == ("failed", "provider.no-response.client-ceiling")
-
-
-async def test_lookup_for_an_unconfigured_account_sends_nothing(
-    client: CardcoClient, cardco: ScriptedCardco
-) -> None:
-    result = await client.get_payment("cardco:acct_gone:test", "pay_3f9c", budget_s=5)
-    assert (result.kind, result.reason) == ("failed", "request.not-buildable.account-not-configured")
-    result = await client.find_by_reference("cardco:acct_gone:test", REFERENCE, budget_s=5)
-    assert (result.kind, result.reason) == ("failed", "request.not-buildable.account-not-configured")
-    assert cardco.received == []
 
 
 async def test_find_by_reference(client: CardcoClient, cardco: ScriptedCardco) -> None:
