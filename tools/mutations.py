@@ -92,6 +92,7 @@ EVIDENCE = "tests/matrix/test_evidence_about_other_payments.py"
 PROVIDER_ACCOUNTS_TESTS = "tests/matrix/test_provider_accounts.py"
 ADYEN_CLIENT = "tests/unit/test_adyen_client.py"
 STRIPE_CLIENT = "tests/unit/test_stripe_client.py"
+CONFORMANCE = "tests/provider_conformance/test_conformance.py"  # every provider's shared lines
 INTAKE_ROUTES = "tests/webhooks/test_intake_routes.py"
 OPS_DEAD_ENDS = "tests/operators/test_dead_ends.py"
 OPS_CONFLICTS = "tests/operators/test_conflicts.py"
@@ -577,7 +578,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            return self._logged(stored, ProviderOutcome.unknown(answer))",
         "        if isinstance(answer, str):  # no answer: timeout, transport error, unreadable answer\n"
         "            return self._logged(stored, ProviderOutcome.failed(answer))",
-        t(CLIENT, "test_caller_budget_fires"),
+        t(CONFORMANCE, "test_each_ending_without_an_answer_is_unknown_never_a_failure"),
         "no answer within the budget is Unknown, never Failed",
     ),
     Mutation(

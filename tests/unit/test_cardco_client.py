@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import email.utils
 import logging
-import math
 import socket
 import struct
 import uuid
@@ -26,7 +25,7 @@ import pytest
 
 from harness.servers import free_port
 from paycore.clock import FakeClock
-from paycore.config import MAX_BUDGET_S, ProviderAccountConfig, Secret
+from paycore.config import ProviderAccountConfig, Secret
 from paycore.domain import Claim, OutcomeKind, ProviderOutcome
 from paycore.errors import InvalidPaymentMethod
 from paycore.providers.cardco import (
@@ -129,21 +128,6 @@ async def create(client: CardcoClient, cardco: ScriptedCardco, *, first_send: bo
 
 # ---------------------------------------------------------------------------
 # Construction and the stored request
-
-
-@pytest.mark.parametrize("ceiling", [0, -1, 1e12, MAX_BUDGET_S + 0.001, math.nan, math.inf])
-def test_max_call_duration_out_of_range_is_rejected(ceiling: float) -> None:
-    with pytest.raises(ValueError, match="max_call_duration_s"):
-        CardcoClient([], FakeClock(), max_call_duration_s=ceiling)
-
-
-async def test_max_call_duration_at_the_bound_is_accepted() -> None:
-    await CardcoClient([], FakeClock(), max_call_duration_s=MAX_BUDGET_S).aclose()
-
-
-def test_an_account_configured_twice_is_rejected() -> None:
-    with pytest.raises(ValueError, match="configured twice"):
-        CardcoClient([account("http://a"), account("http://b")], FakeClock(), max_call_duration_s=30)
 
 
 def test_build_request_body_is_canonical_json() -> None:
@@ -255,15 +239,12 @@ async def test_credentials_are_those_of_the_stored_account(
 @pytest.mark.parametrize(
     ("overrides", "reason"),
     [
-        ({"provider_account": "cardco:acct_gone:test"}, "account-not-configured"),
         ({"provider_account": "cardco:acct_store:live"}, "account-not-configured"),
         ({"endpoint": "/v1/payments"}, "endpoint-changed"),
         ({"endpoint": "ftp://127.0.0.1/v1/payments"}, "endpoint-changed"),
         ({"endpoint": "http://[::1/v1/payments"}, "endpoint-changed"),
-        ({"endpoint": "https://cardco.elsewhere.example/v1/payments"}, "endpoint-changed"),
         ({"idempotency_key": "key\r\nX-Injected: 1"}, "invalid-header"),
         ({"idempotency_key": "clé"}, "invalid-header"),
-        ({"idempotency_key": ""}, "invalid-header"),
         ({"idempotency_key": "k" * 256}, "invalid-header"),
         ({"api_version": "2026-11-01\r\nX: y"}, "invalid-header"),
         ({"api_version": ""}, "invalid-header"),
@@ -289,13 +270,6 @@ async def test_endpoint_on_another_port_or_with_userinfo_is_not_sent(
                      cardco.base_url.replace("http://", "https://") + "/v1/payments"):
         outcome = await create(client, cardco, endpoint=endpoint)
         assert outcome.reason == "request.not-buildable.endpoint-changed", endpoint
-    assert cardco.received == []
-
-
-async def test_no_fallback_to_a_default_account(cardco: ScriptedCardco, clock: FakeClock) -> None:
-    async with CardcoClient([account(cardco.base_url)], clock, max_call_duration_s=30) as client:
-        outcome = await create(client, cardco, provider_account="cardco:acct_other:test")
-    assert outcome.reason == "request.not-buildable.account-not-configured"
     assert cardco.received == []
 
 
@@ -548,13 +522,6 @@ async def test_response_breaking_mid_stream_is_a_transport_error(
     assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, "provider.transport.RemoteProtocolError")
 
 
-async def test_connection_refused_is_a_transport_error(clock: FakeClock) -> None:
-    base_url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    async with CardcoClient([account(base_url)], clock, max_call_duration_s=30) as client:
-        outcome = await client.create_payment(stored_request(base_url), budget_s=15, first_send=True)
-    assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, "provider.transport.ConnectError")
-
-
 @contextlib.asynccontextmanager
 async def raw_tcp_server(*, reset: bool) -> AsyncIterator[tuple[str, list[bytes]]]:
     """A TCP server that reads a request, then closes (or resets) without answering."""
@@ -623,38 +590,6 @@ async def start_held_call(
     return task, release
 
 
-async def test_caller_budget_fires(client: CardcoClient, cardco: ScriptedCardco, clock: FakeClock) -> None:
-    task, release = await start_held_call(client, cardco, budget_s=15)
-    clock.advance(15.001)
-    outcome = await asyncio.wait_for(task, timeout=5)
-    release.set()
-    assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, "provider.no-response.caller")
-    assert outcome.http_status is None
-    assert len(cardco.received) == 1
-
-
-async def test_no_budget_is_still_cut_off_by_the_client_ceiling(
-    client: CardcoClient, cardco: ScriptedCardco, clock: FakeClock
-) -> None:
-    task, release = await start_held_call(client, cardco, budget_s=None)
-    clock.advance(29.9)
-    assert not task.done() and clock.pending_timers == 1
-    clock.advance(0.2)
-    outcome = await asyncio.wait_for(task, timeout=5)
-    release.set()
-    assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, "provider.no-response.client-ceiling")
-
-
-async def test_a_budget_above_the_ceiling_is_cut_off_by_the_ceiling(
-    client: CardcoClient, cardco: ScriptedCardco, clock: FakeClock
-) -> None:
-    task, release = await start_held_call(client, cardco, budget_s=60)
-    clock.advance(30.5)
-    outcome = await asyncio.wait_for(task, timeout=5)
-    release.set()
-    assert outcome.reason == "provider.no-response.client-ceiling"
-
-
 async def test_budget_not_yet_spent_does_not_fire(
     client: CardcoClient, cardco: ScriptedCardco, clock: FakeClock
 ) -> None:
@@ -665,21 +600,6 @@ async def test_budget_not_yet_spent_does_not_fire(
     release.set()
     outcome = await asyncio.wait_for(task, timeout=5)
     assert outcome.kind is OutcomeKind.SUCCEEDED
-
-
-@pytest.mark.parametrize("budget_s", [0, -1])
-async def test_a_spent_budget_sends_nothing(
-    client: CardcoClient, cardco: ScriptedCardco, budget_s: float
-) -> None:
-    outcome = await create(client, cardco, budget_s=budget_s)
-    assert (outcome.kind, outcome.reason) == (OutcomeKind.UNKNOWN, "provider.no-response.caller")
-    assert cardco.received == []
-
-
-async def test_nan_budget_is_a_programming_error(client: CardcoClient, cardco: ScriptedCardco) -> None:
-    with pytest.raises(ValueError, match="NaN"):
-        await create(client, cardco, budget_s=math.nan)
-    assert cardco.received == []
 
 
 async def test_cancellation_from_outside_propagates(
@@ -798,16 +718,6 @@ async def test_lookup_budget_fires(client: CardcoClient, cardco: ScriptedCardco,
     result = await asyncio.wait_for(task, timeout=5)
     release.set()
     assert (result.kind, result.reason) == ("failed", "provider.no-response.client-ceiling")
-
-
-async def test_lookup_for_an_unconfigured_account_sends_nothing(
-    client: CardcoClient, cardco: ScriptedCardco
-) -> None:
-    result = await client.get_payment("cardco:acct_gone:test", "pay_3f9c", budget_s=5)
-    assert (result.kind, result.reason) == ("failed", "request.not-buildable.account-not-configured")
-    result = await client.find_by_reference("cardco:acct_gone:test", REFERENCE, budget_s=5)
-    assert (result.kind, result.reason) == ("failed", "request.not-buildable.account-not-configured")
-    assert cardco.received == []
 
 
 async def test_find_by_reference(client: CardcoClient, cardco: ScriptedCardco) -> None:

@@ -98,22 +98,6 @@ def test_the_account_is_whose_secret_verified_it_never_the_payload(verifier: Web
     assert delivery.account is STORE
 
 
-def test_a_wrong_secret_is_unverified(verifier: WebhookVerifier) -> None:
-    body = event()
-    with pytest.raises(NotificationUnverified) as info:
-        verifier.verify({"Stripe-Signature": signature_header("whsec_attacker", T, body)}, body, now=NOW)
-    assert (info.value.reason, info.value.malformed) == ("no-matching-signature", False)
-
-
-def test_a_tampered_body_is_unverified(verifier: WebhookVerifier) -> None:
-    body = event()
-    header = signature_header(SECRET, T, body)
-    tampered = body.replace(b'"amount":4999', b'"amount":1')
-    assert tampered != body
-    with pytest.raises(NotificationUnverified, match="no-matching-signature"):
-        verifier.verify({"Stripe-Signature": header}, tampered, now=NOW)
-
-
 @pytest.mark.parametrize("skew_s", [301, -301, 86_400])
 def test_a_timestamp_outside_300_s_is_unverified(verifier: WebhookVerifier, skew_s: int) -> None:
     body = event()

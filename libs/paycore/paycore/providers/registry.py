@@ -40,14 +40,32 @@ class ProviderFactory(Protocol):
                  transport: httpx.AsyncBaseTransport | None = None) -> Provider: ...
 
 
-# Every provider paycore knows, one package each: adding a provider is adding its package and its
+# Every provider paycore ships, one package each: adding a provider is adding its package and its
 # line here. The first is the default (of PAYCORE_DEFAULT_PROVIDER and of an accounts-file entry
 # naming none); the order is the docs' and the accounts'.
 PROVIDER_PACKAGES: Final[tuple[ProviderPackage, ...]] = (cardco.PROVIDER, stripe.PROVIDER, adyen.PROVIDER)
-PACKAGES: Final[Mapping[str, ProviderPackage]] = {p.name: p for p in PROVIDER_PACKAGES}
+# Every provider this process knows by name: the shipped ones, and any :func:`register` added.
+_PACKAGES: Final[dict[str, ProviderPackage]] = {p.name: p for p in PROVIDER_PACKAGES}
+PACKAGES: Final[Mapping[str, ProviderPackage]] = _PACKAGES
 DEFAULT_PACKAGE: Final = PROVIDER_PACKAGES[0]
 # Each provider's client by its name.
-PROVIDERS: Final[Mapping[str, ProviderFactory]] = {p.name: p.client for p in PROVIDER_PACKAGES}
+_PROVIDERS: Final[dict[str, ProviderFactory]] = {p.name: p.client for p in PROVIDER_PACKAGES}
+PROVIDERS: Final[Mapping[str, ProviderFactory]] = _PROVIDERS
+
+
+def register(package: ProviderPackage) -> ProviderPackage:
+    """Make a provider package not shipped here known by its name (a test's provider fixture, a
+    plug-in): its client, notification format and settlement source are then built as a shipped
+    one's, and its accounts' payments endpoint resolved. It joins :data:`PACKAGES`, never
+    :data:`PROVIDER_PACKAGES` (the settings, docs and ``paycore up`` list what ships).
+
+    :raises ValueError: A provider of that name is already known (a package never replaces one).
+    """
+    if package.name in _PACKAGES:
+        raise ValueError(f"a provider named {package.name} is already registered")
+    _PACKAGES[package.name] = package
+    _PROVIDERS[package.name] = package.client
+    return package
 
 
 class UnknownProvider(PaycoreError, ValueError):

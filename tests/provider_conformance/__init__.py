@@ -1,0 +1,1 @@
+"""One conformance suite, run for every provider package the registry knows."""
