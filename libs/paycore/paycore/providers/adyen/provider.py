@@ -109,7 +109,7 @@ class AdyenAccountSettings:
 @dataclass(frozen=True)
 class AdyenAccountConfig(ProviderAccountConfig):
     """An Adyen account: the shared fields, and Adyen's own (what :class:`AdyenAccountSettings` and
-    :class:`AdyenEntry` read; the client, notifications and settlements read them here).
+    :class:`AdyenEntry` read; the notification verifier and the settlement report reader read them here).
 
     :param webhook_username: The basic-auth user its notifications carry.
     :param webhook_password: That user's password.
