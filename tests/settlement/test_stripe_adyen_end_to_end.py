@@ -28,6 +28,7 @@ from paycore import accounts, orders
 from paycore.clock import FakeClock
 from paycore.config import ConfigError, ProviderAccountConfig, Secret, load_settings
 from paycore.providers.adyen.provider import API_VERSION as ADYEN_API_VERSION
+from paycore.providers.adyen.provider import AdyenAccountConfig
 from paycore.providers.settlement_sources import read_report_file, settlement_source
 from paycore.providers.stripe.provider import API_VERSION as STRIPE_API_VERSION
 from paycore.settlement_lines import SettlementSourceError
@@ -83,7 +84,7 @@ async def adyen_account(pool: asyncpg.Pool, clock: FakeClock, client: httpx.Asyn
                         sandbox_url: str) -> ProviderAccountConfig:
     creds = (await sandbox_credentials(client))["adyen"]
     assert creds["report_username"] == REPORT_USER
-    return await registered(pool, clock, ProviderAccountConfig(
+    return await registered(pool, clock, AdyenAccountConfig(
         provider="adyen", account="acct_store", environment="test", base_url=sandbox_url,
         api_key=Secret(STORE_TEST_KEY), webhook_secret=None, api_version=ADYEN_API_VERSION,
         return_url="https://shop.example/return", report_username=creds["report_username"],

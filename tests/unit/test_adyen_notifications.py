@@ -19,7 +19,7 @@ import pytest
 from Adyen.util import generate_notification_sig, is_valid_hmac_notification  # type: ignore[import-untyped]
 
 from paycore.clock import FakeClock
-from paycore.config import ConfigError, ProviderAccountConfig, Secret
+from paycore.config import ConfigError, Secret
 from paycore.domain import OutcomeKind
 from paycore.evidence import judge
 from paycore.providers.adyen import (
@@ -31,6 +31,7 @@ from paycore.providers.adyen import (
     parse_notification,
 )
 from paycore.providers.adyen.notifications import hmac_key_bytes, signing_string
+from paycore.providers.adyen.provider import AdyenAccountConfig
 from paycore.providers.base import (
     Notification,
     NotificationFormat,
@@ -48,8 +49,8 @@ NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 def account(name: str = "PaycoreECOM", *, hmac_key: str | None = HMAC_KEY, user: str | None = USER,
-            password: str | None = PASSWORD) -> ProviderAccountConfig:
-    return ProviderAccountConfig(
+            password: str | None = PASSWORD) -> AdyenAccountConfig:
+    return AdyenAccountConfig(
         provider="adyen", account=name, environment="test", base_url="https://checkout-test.adyen.com",
         api_key=Secret("AQE_key"), webhook_secret=Secret(hmac_key) if hmac_key is not None else None,
         api_version="v71", webhook_username=user,

@@ -44,6 +44,7 @@ from paycore.providers.adyen import (
 )
 from paycore.providers.adyen.notifications import batch_items, parse_item
 from paycore.providers.adyen.operations import NO_MODIFICATION_LOOKUP, build_operation_body
+from paycore.providers.adyen.provider import AdyenAccountConfig
 from paycore.providers.base import (
     Notification,
     OperationCalls,
@@ -119,9 +120,9 @@ class Adyen:
                 if psp in (i["pspReference"], i.get("originalReference"))]
 
 
-def account_config(base_url: str, credentials: dict[str, str] | None = None) -> ProviderAccountConfig:
+def account_config(base_url: str, credentials: dict[str, str] | None = None) -> AdyenAccountConfig:
     creds = credentials or {}
-    return ProviderAccountConfig(
+    return AdyenAccountConfig(
         provider="adyen", account=MERCHANT, environment="test", base_url=base_url,
         api_key=Secret(STORE_TEST_KEY),
         webhook_secret=Secret(creds["hmac_key"]) if creds else None, api_version="v71",

@@ -209,3 +209,43 @@ def test_an_account_label_cannot_hold_the_ids_separator(variable: str) -> None:
     (paycore.evidence.account_and_mode): a label with a colon would be read as another account."""
     env = {**CARDCO, **STRIPE, variable: "acct:store"}
     assert "must not contain ':'" in refused(env, variable)
+
+
+def test_only_an_adyen_account_has_adyens_own_fields(tmp_path: Path) -> None:
+    import dataclasses
+
+    from paycore.config import ProviderAccountConfig
+    from paycore.providers.adyen.provider import AdyenAccountConfig
+
+    env = {**CARDCO, **STRIPE, **ADYEN, "EU_KEY": "AQE_eu", "EU_PW": "pw", "US_KEY": "sk_live_us",
+           **accounts_file(tmp_path, [
+               {"provider": "adyen", "account": "ShopEU", "environment": "live", "api_key_env": "EU_KEY",
+                "live_url_prefix": "eu-prefix", "webhook_username": "eu", "webhook_password_env": "EU_PW",
+                "return_url": "https://shop.example/r"},
+               # Accepted on every provider's entry, as before; only an Adyen account keeps it.
+               {"provider": "stripe", "account": "acct_us", "api_key_env": "US_KEY",
+                "live_url_prefix": "ignored"},
+           ])}
+    by_id = {a.provider_account: a for a in load_settings(env).accounts}
+    shared = {f.name for f in dataclasses.fields(ProviderAccountConfig)}
+    assert not {"webhook_username", "live_url_prefix", "report_username"} & shared
+    assert {type(a) for i, a in by_id.items() if not i.startswith("adyen:")} == {ProviderAccountConfig}
+    default, eu = by_id["adyen:PaycoreECOM:test"], by_id["adyen:ShopEU:live"]
+    assert isinstance(default, AdyenAccountConfig) and isinstance(eu, AdyenAccountConfig)
+    assert (default.webhook_username, default.reports_base_url) == ("paycore", "https://ca-test.adyen.com")
+    assert (eu.webhook_username, eu.live_url_prefix, eu.reports_base_url) == (
+        "eu", "eu-prefix", "https://ca-live.adyen.com")
+    assert eu.base_url == "https://eu-prefix-checkout-live.adyenpayments.com/checkout"
+
+
+def test_an_adyen_account_built_as_the_shared_class_has_none_of_adyens_own() -> None:
+    from paycore.config import ProviderAccountConfig, Secret
+    from paycore.providers.adyen.provider import AdyenAccountConfig
+
+    plain = ProviderAccountConfig(provider="adyen", account="ShopEU", environment="test",
+                                  base_url="http://127.0.0.1:9", api_key=Secret("k"), webhook_secret=None,
+                                  return_url="https://shop.example/r")
+    adyen = AdyenAccountConfig.of(plain)
+    assert (adyen.provider_account, adyen.return_url) == (plain.provider_account, plain.return_url)
+    assert (adyen.webhook_username, adyen.report_username, adyen.live_url_prefix) == (None, None, None)
+    assert AdyenAccountConfig.of(adyen) is adyen

@@ -154,7 +154,7 @@ def _file_account(env: Mapping[str, str], where: str, e: Any) -> ProviderAccount
     retention = package.key_retention_s if entry.key_retention_s is None else entry.key_retention_s
     base_url = entry.base_url
     if base_url is None:
-        base_url = package.default_base_url(environment, entry.live_url_prefix, f"{where}.live_url_prefix")
+        base_url = package.default_base_url(entry, environment, where)
         if base_url is None:
             raise ConfigError(f"{where}.base_url", "is required")
     check_previous(entry.webhook_secret_env, entry.webhook_secret_previous_env,
@@ -164,12 +164,11 @@ def _file_account(env: Mapping[str, str], where: str, e: Any) -> ProviderAccount
     own = entry.account_fields(package, environment, where)
     if package.return_url_needed is not None and entry.return_url is None:
         raise ConfigError(f"{where}.return_url", "is required" + package.return_url_needed)
-    return ProviderAccountConfig(
+    return package.account_class(
         provider=provider, account=entry.account, environment=environment, base_url=base_url,
         api_key=entry.api_key_env, webhook_secret=entry.webhook_secret_env,
         webhook_secret_previous=entry.webhook_secret_previous_env,
         api_version=entry.api_version or package.api_version, key_retention_s=retention,
         escalation_margin_s=margin_for(retention, entry.escalation_margin_s, f"{where}.escalation_margin_s"),
-        lookup_rate_per_s=float(entry.lookup_rate_per_s), live_url_prefix=entry.live_url_prefix,
-        return_url=entry.return_url, **own,
+        lookup_rate_per_s=float(entry.lookup_rate_per_s), return_url=entry.return_url, **own,
     )

@@ -77,16 +77,11 @@ class ProviderAccountConfig:
         verifies is this account's exactly as one the current secret verifies.
     :param api_version: Cardco's when not given (paycore's first provider; an account read from
         the settings always has its provider's).
-    :param webhook_username: Adyen: the basic-auth user its notifications carry.
-    :param webhook_password: Adyen: that user's password.
-    :param webhook_password_previous: Adyen, during a rotation: the password it replaces.
-    :param live_url_prefix: Adyen live: the company's endpoint prefix.
     :param return_url: Where a customer comes back after a redirect or 3-D Secure
         (Stripe ``return_url``, Adyen ``returnUrl``).
-    :param report_username: Adyen: the report user whose basic auth downloads settlement reports
-        (none: the account's settlements are read from files only).
-    :param report_password: Adyen: that user's password.
-    :param reports_base_url: Adyen: where reports are downloaded (the Customer Area's host).
+
+    A provider whose accounts have settings of their own subclasses it
+    (:attr:`ProviderPackage.account_class`); its package's modules read them there.
     """
 
     provider: str
@@ -99,15 +94,8 @@ class ProviderAccountConfig:
     key_retention_s: int = DAY_S
     escalation_margin_s: int = ESCALATION_MARGIN_CAP_S
     lookup_rate_per_s: float = 20.0
-    webhook_username: str | None = None
-    webhook_password: Secret | None = None
-    live_url_prefix: str | None = None
     return_url: str | None = None
     webhook_secret_previous: Secret | None = None
-    webhook_password_previous: Secret | None = None
-    report_username: str | None = None
-    report_password: Secret | None = None
-    reports_base_url: str | None = None
 
     @property
     def provider_account(self) -> str:
@@ -309,7 +297,8 @@ class AccountEntry:
     lookup_rate_per_s: float = entry_key(FileValue(_no_rate, 20.0), "20", "positive number")
 
     def account_fields(self, package: ProviderPackage, environment: str, where: str) -> dict[str, Any]:
-        """The :class:`ProviderAccountConfig` fields of the provider's own keys, after their rules."""
+        """The fields of the provider's own keys (its :attr:`ProviderPackage.account_class`'s), after
+        their rules."""
         del package, environment, where
         return {}
 
@@ -389,13 +378,12 @@ class ProviderPackage(ABC):
     api_version: str  # what an attempt is stamped with unless configured otherwise
     key_retention_s: int  # an accounts-file entry's default
     webhook_security: WebhookSecurity
-    # Facts its entry class's own keys say too (which keys an entry takes is the class's alone):
-    webhook_basic_auth: bool = False  # its notifications carry basic auth (webhook_username & co.)
-    settlement_reports: bool = False  # it downloads settlement reports as a report user (report_username…)
     # Completes "<where>: is required" when an account lacks a return URL it cannot start without.
     return_url_needed: str | None = None
     # Its accounts-file entries: the shared keys, or a subclass with its own keys too.
     file_entry: type[AccountEntry] = AccountEntry
+    # Its accounts: the shared fields, or a subclass with its own too (its entry's account_fields).
+    account_class: type[ProviderAccountConfig] = ProviderAccountConfig
 
     # ---- its accounts
 
@@ -412,19 +400,15 @@ class ProviderPackage(ABC):
         """Refuse an accounts-file entry's API key that is not of the entry's mode."""
         del api_key, environment, where
 
-    def default_base_url(self, environment: str, live_url_prefix: str | None, where: str) -> str | None:
-        """The API's base URL of an entry that names none; None: an entry must name one."""
-        del environment, live_url_prefix, where
+    def default_base_url(self, entry: AccountEntry, environment: str, where: str) -> str | None:
+        """The API's base URL of an accounts-file entry (at ``where``) that names none; None: an entry
+        must name one."""
+        del entry, environment, where
         return None
 
     def check_webhook_secret(self, secret: Secret | None, where: str) -> None:
         """Refuse a webhook secret of the wrong form."""
         del secret, where
-
-    def default_reports_base_url(self, environment: str) -> str | None:
-        """Where reports are downloaded from, unless configured (with :attr:`settlement_reports`)."""
-        del environment
-        return None
 
     # ---- its parts, built on demand
 

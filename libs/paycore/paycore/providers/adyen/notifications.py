@@ -41,6 +41,7 @@ import orjson
 
 from paycore.domain import Claim, OperationKind, OutcomeKind, ProviderOutcome
 from paycore.providers.adapter import EventFormat
+from paycore.providers.adyen.provider import AdyenAccountConfig
 from paycore.providers.adyen.wire import CURRENCY_RE, NAME
 from paycore.providers.base import (
     InvalidNotification,
@@ -448,7 +449,8 @@ class NotificationVerifier:
 
     def __init__(self, accounts: Iterable[ProviderAccountConfig]) -> None:
         self._credentials: list[_Credentials] = []
-        for acct in accounts:
+        for account in accounts:
+            acct = AdyenAccountConfig.of(account)  # its basic auth is Adyen's own
             if acct.webhook_secret is None or acct.webhook_username is None or acct.webhook_password is None:
                 continue
             passwords = [_Secret(acct.webhook_password.reveal().encode("utf-8"), previous=False)]
@@ -459,7 +461,7 @@ class NotificationVerifier:
             if acct.webhook_secret_previous is not None:
                 keys.append(_hmac_key(acct, acct.webhook_secret_previous, previous=True))
             self._credentials.append(_Credentials(
-                acct, acct.webhook_username.encode("utf-8"), tuple(passwords), tuple(keys)))
+                account, acct.webhook_username.encode("utf-8"), tuple(passwords), tuple(keys)))
         if not self._credentials:
             raise ConfigError("PAYCORE_ADYEN_HMAC_KEY", "with PAYCORE_ADYEN_WEBHOOK_USERNAME and _PASSWORD "
                               "is required to receive notifications")

@@ -7,6 +7,7 @@ notification and settlement modules load when first built, not with the settings
 from __future__ import annotations
 
 import binascii
+import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -105,6 +106,38 @@ class AdyenAccountSettings:
         shown_default="`https://ca-test.adyen.com` (test), `https://ca-live.adyen.com` (live)")
 
 
+@dataclass(frozen=True)
+class AdyenAccountConfig(ProviderAccountConfig):
+    """An Adyen account: the shared fields, and Adyen's own (what :class:`AdyenAccountSettings` and
+    :class:`AdyenEntry` read; the notification verifier and the settlement report reader read them here).
+
+    :param webhook_username: The basic-auth user its notifications carry.
+    :param webhook_password: That user's password.
+    :param webhook_password_previous: During a rotation, the password it replaces.
+    :param live_url_prefix: Live: the company's endpoint prefix.
+    :param report_username: The report user whose basic auth downloads settlement reports
+        (none: the account's settlements are read from files only).
+    :param report_password: That user's password.
+    :param reports_base_url: Where reports are downloaded (the Customer Area's host).
+    """
+
+    webhook_username: str | None = None
+    webhook_password: Secret | None = None
+    webhook_password_previous: Secret | None = None
+    live_url_prefix: str | None = None
+    report_username: str | None = None
+    report_password: Secret | None = None
+    reports_base_url: str | None = None
+
+    @classmethod
+    def of(cls, account: ProviderAccountConfig) -> AdyenAccountConfig:
+        """``account`` as an Adyen account: itself, or (one built as the shared class) with none of
+        Adyen's own settings."""
+        if isinstance(account, cls):
+            return account
+        return cls(**{f.name: getattr(account, f.name) for f in dataclasses.fields(ProviderAccountConfig)})
+
+
 # Why an Adyen account cannot start without its return URL, said where it is refused.
 RETURN_URL_NEEDED: Final = (
     ": every Adyen payment carries a returnUrl (where the shopper comes back after a redirect or "
@@ -164,6 +197,7 @@ class AdyenEntry(AccountEntry):
                                              "Adyen: where reports are downloaded from")
 
     def account_fields(self, package: ProviderPackage, environment: str, where: str) -> dict[str, Any]:
+        del package
         if (self.webhook_username is None) != (self.webhook_password_env is None):
             raise ConfigError(f"{where}.webhook_password_env", "and webhook_username are set together")
         check_previous(self.webhook_password_env, self.webhook_password_previous_env,
@@ -173,11 +207,12 @@ class AdyenEntry(AccountEntry):
         return {"webhook_username": self.webhook_username, "webhook_password": self.webhook_password_env,
                 "webhook_password_previous": self.webhook_password_previous_env,
                 "report_username": self.report_username, "report_password": self.report_password_env,
-                "reports_base_url": self.reports_base_url or package.default_reports_base_url(environment)}
+                "reports_base_url": self.reports_base_url or adyen_reports_base_url(environment),
+                "live_url_prefix": self.live_url_prefix}
 
 
 class Adyen(ProviderPackage):
-    def from_env(self, env: Mapping[str, str]) -> ProviderAccountConfig:
+    def from_env(self, env: Mapping[str, str]) -> AdyenAccountConfig:
         s = load(AdyenAccountSettings, env)
         api_key: Secret = required(s, "api_key")
         base_url = s.base_url or adyen_base_url(s.environment, s.live_url_prefix, _var("live_url_prefix"))
@@ -191,7 +226,7 @@ class Adyen(ProviderPackage):
                        _var("webhook_password"))
         if (s.report_username is None) != (s.report_password is None):
             raise ConfigError(_var("report_password"), f"and {_var('report_username')} are set together")
-        return ProviderAccountConfig(
+        return AdyenAccountConfig(
             provider=NAME, account=required(s, "account", " (the merchant account)"),
             environment=s.environment, base_url=base_url, api_key=api_key, webhook_secret=s.webhook_secret,
             webhook_secret_previous=s.webhook_secret_previous,
@@ -203,14 +238,11 @@ class Adyen(ProviderPackage):
             reports_base_url=s.reports_base_url or adyen_reports_base_url(s.environment),
         )
 
-    def default_base_url(self, environment: str, live_url_prefix: str | None, where: str) -> str | None:
-        return adyen_base_url(environment, live_url_prefix, where)
+    def default_base_url(self, entry: AccountEntry, environment: str, where: str) -> str | None:
+        return adyen_base_url(environment, entry.live_url_prefix, f"{where}.live_url_prefix")
 
     def check_webhook_secret(self, secret: Secret | None, where: str) -> None:
         check_hmac_key(secret, where)
-
-    def default_reports_base_url(self, environment: str) -> str | None:
-        return adyen_reports_base_url(environment)
 
     def client(self, accounts: Sequence[ProviderAccountConfig], clock: Clock, *, max_call_duration_s: float,
                transport: httpx.AsyncBaseTransport | None = None) -> Provider:
@@ -249,6 +281,6 @@ PROVIDER: Final = Adyen(
     # No lookups to pace: only an accounts-file entry sets lookup_rate_per_s.
     registered_by=registered_by(AdyenAccountSettings),
     payments_path=PAYMENTS_PATH, api_version=API_VERSION, key_retention_s=31 * DAY_S,
-    webhook_security=WEBHOOK_SECURITY, webhook_basic_auth=True, settlement_reports=True,
-    return_url_needed=RETURN_URL_NEEDED, file_entry=AdyenEntry,
+    webhook_security=WEBHOOK_SECURITY, return_url_needed=RETURN_URL_NEEDED, file_entry=AdyenEntry,
+    account_class=AdyenAccountConfig,
 )

@@ -32,6 +32,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
 
+from paycore.providers.adyen.provider import AdyenAccountConfig
 from paycore.providers.http import header_token
 from paycore.providers.package import ProviderAccountConfig
 from paycore.providers.settlement_csv import (
@@ -178,6 +179,7 @@ class AdyenSettlements:
                  timeout_s: float = REPORT_TIMEOUT_S) -> None:
         if account.provider != "adyen":
             raise ValueError(f"{account.provider_account} is not an Adyen account")
+        account = AdyenAccountConfig.of(account)
         if account.report_username is None or account.report_password is None:
             raise SettlementSourceError(
                 f"{account.provider_account} has no report user: set PAYCORE_ADYEN_REPORT_USERNAME and "

@@ -18,6 +18,7 @@ from paycore.providers.package import (
     MARGIN,
     RATE,
     RETENTION,
+    AccountEntry,
     ProviderAccountConfig,
     ProviderPackage,
     WebhookSecurity,
@@ -123,7 +124,7 @@ class Stripe(ProviderPackage):
             raise ConfigError(f"{where}.environment", f"contradicts its key's mode ({keyed})")
         return keyed
 
-    def default_base_url(self, environment: str, live_url_prefix: str | None, where: str) -> str | None:
+    def default_base_url(self, entry: AccountEntry, environment: str, where: str) -> str | None:
         return API_BASE
 
     def client(self, accounts: Sequence[ProviderAccountConfig], clock: Clock, *, max_call_duration_s: float,
