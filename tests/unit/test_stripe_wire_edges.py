@@ -53,3 +53,12 @@ def test_a_header_in_a_plain_mapping_is_found_whatever_its_case() -> None:
     assert wire.header(headers, "retry-after") is None
     assert wire.is_replayed(headers)
     assert not wire.is_replayed({"Request-Id": "req_1"})
+
+
+def test_a_charge_claims_the_mode_it_names_and_none_when_it_names_none() -> None:
+    # The mode is compared with the attempt's account: a charge that names one must claim it.
+    live, test = wire.parse_charge(charge(livemode=True)), wire.parse_charge(charge(livemode=False))
+    assert live is not None and live.claim().livemodes == (True,)
+    assert test is not None and test.claim().livemodes == (False,)
+    silent = wire.parse_charge({k: v for k, v in charge().items() if k != "livemode"})
+    assert silent is not None and silent.claim().livemodes == ()
