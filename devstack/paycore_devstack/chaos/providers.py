@@ -56,6 +56,8 @@ class ChaosProvider:
     # webhooks carry, if any.
     webhook_secret_env: str = ""
     webhook_auth_env: tuple[str, str] | None = None
+    # What the intake answers a webhook with, where the provider takes exactly that (else any 2xx).
+    acknowledgement: bytes | None = None
     # The stray webhooks' statuses, drawn per event (a provider may notify no pending state).
     stray_statuses: tuple[Literal["succeeded", "declined", "processing"], ...] = (
         "succeeded", "succeeded", "declined", "processing")
@@ -138,7 +140,7 @@ def chaos_provider_of(package: ProviderPackage) -> ChaosProvider:
         max_amount_minor=contract.max_amount_minor, webhook_secret_env=contract.webhook_secret.name,
         webhook_auth_env=None if contract.webhook_basic_auth is None
         else (contract.webhook_basic_auth[0].name, contract.webhook_basic_auth[1].name),
-        stray_statuses=contract.stray_statuses)
+        acknowledgement=contract.webhook_acknowledgement, stray_statuses=contract.stray_statuses)
 
 
 PROVIDERS: Final[Mapping[str, ChaosProvider]] = {p.name: chaos_provider_of(p) for p in PROVIDER_PACKAGES}

@@ -44,6 +44,8 @@ class SandboxContract:
     # The variables of the basic auth its webhooks carry (user, password), if they carry any.
     webhook_basic_auth: tuple[Setting[Any], Setting[Any]] | None = None
     max_amount_minor: int | None = None  # the provider's own ceiling, below the currency's
+    # What its receiver answers a webhook with, when the provider wants exactly that (else: any 2xx).
+    webhook_acknowledgement: bytes | None = None
     # The statuses an unsolicited payment's webhook may report (a provider may notify no pending state).
     stray_statuses: tuple[StrayStatus, ...] = ("succeeded", "succeeded", "declined", "processing")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from paycore.providers.adyen.client import CAPABILITIES
+from paycore.providers.adyen.notifications import ACKNOWLEDGEMENT
 from paycore.providers.adyen.provider import AdyenAccountSettings
 from paycore.providers.sandbox import OUTCOME_TOKENS, SandboxContract
 from paycore.settings_spec import setting_of
@@ -28,5 +29,6 @@ SANDBOX: Final = SandboxContract(
     webhook_secret=setting_of(AdyenAccountSettings, "webhook_secret"),
     webhook_basic_auth=(setting_of(AdyenAccountSettings, "webhook_username"),
                         setting_of(AdyenAccountSettings, "webhook_password")),
+    webhook_acknowledgement=ACKNOWLEDGEMENT,
     stray_statuses=("succeeded", "succeeded", "declined", "declined"),  # it notifies no pending state
 )
