@@ -30,7 +30,7 @@ CALLERS = (("serve", "checkout"), ("serve", "webhooks"), ("run", "recovery"))
 def check_sandbox_webhooks(services: dict[str, Service]) -> list[Problem]:
     """The sandbox delivers each provider's webhooks to the intake's route for it, by name, and
     signs with the secrets the services are given."""
-    from paycore_sandbox.dialects import parse_endpoint
+    from paycore_sandbox.dialects import Endpoint, parse_endpoint
     from paycore_sandbox.settings import SandboxSettings
 
     sandboxes = [s for s in services.values() if s.runs("serve", "sandbox")]
@@ -48,7 +48,7 @@ def check_sandbox_webhooks(services: dict[str, Service]) -> list[Problem]:
                 if not any(d == provider and h == intake.name and p in intake.api and path == route
                            for d, h, p, path in targets):
                     url = f"http://{intake.name}:{next(iter(intake.api), 8200)}{route}"
-                    spec = url if provider == "cardco" else f"{provider}={url}"
+                    spec = Endpoint(url, provider).spec
                     problems.append(Problem(sandbox.name, "sandbox-webhooks",
                                             f"PAYCORE_SANDBOX_WEBHOOK_URLS does not deliver {provider}'s "
                                             f"webhooks to the intake ({spec}): none is ever sent"))
@@ -61,13 +61,14 @@ def check_sandbox_webhooks(services: dict[str, Service]) -> list[Problem]:
 
 
 def _providers_via(intake: Service, sandbox: str) -> list[str]:
-    """The providers whose accounts the intake has at the sandbox (Cardco if its settings fail)."""
+    """The providers whose accounts the intake has at the sandbox (the default one if its settings fail)."""
     from paycore.config import ConfigError, load_settings
+    from paycore.providers.registry import DEFAULT_PACKAGE
 
     try:
         accounts = load_settings(intake.env).accounts
     except ConfigError:
-        return ["cardco"]  # the settings problem itself is reported by check_settings
+        return [DEFAULT_PACKAGE.name]  # the settings problem itself is reported by check_settings
     return list(dict.fromkeys(a.provider for a in accounts if urlsplit(a.base_url).hostname == sandbox))
 
 

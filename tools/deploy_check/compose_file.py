@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 # The one place the checker imports the CLI.
+from paycore.providers.registry import PROVIDER_PACKAGES
 from paycore_cli.common import DEFAULT_PORTS, HEALTH_PORT, admin_host, admin_port
 from paycore_cli.parser import build_parser
 
@@ -27,8 +28,10 @@ PAYCORE_IMAGE = "paycore"
 SCHEME_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "postgres": 5432}
 # Settings whose value names a host (and port) another service must answer on.
 ADDRESS_SUFFIXES = ("_URL", "_URLS", "_BASE", "_BOOTSTRAP")
-# URLs that are links for people (in pages, on redirects), never connected to by a container.
-LINKS = frozenset({"PAYCORE_CONSOLE_URL", "PAYCORE_STRIPE_RETURN_URL", "PAYCORE_ADYEN_RETURN_URL"})
+# URLs that are links for people (in pages, on redirects), never connected to by a container:
+# the console's, and every shipped provider's return URL (where a customer comes back).
+LINKS = frozenset({"PAYCORE_CONSOLE_URL"} | {
+    s.name for p in PROVIDER_PACKAGES for s in p.settings.settings if s.name.endswith("_RETURN_URL")})
 INTERPOLATION = re.compile(
     r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}|\$(?P<bare>[A-Za-z_][A-Za-z0-9_]*)")
 
@@ -251,7 +254,7 @@ def addresses(name: str, value: str) -> list[tuple[str, int | None]]:
         if not entry:
             continue
         if "://" not in entry and "=" in entry.split("/")[0]:
-            entry = entry.split("=", 1)[1]  # `stripe=<url>` in the sandbox's webhook list
+            entry = entry.split("=", 1)[1]  # `<dialect>=<url>` in the sandbox's webhook list
         parts = urlsplit(entry if "://" in entry else f"tcp://{entry}")
         try:
             port = parts.port or SCHEME_PORTS.get(parts.scheme)

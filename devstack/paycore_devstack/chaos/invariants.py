@@ -32,6 +32,7 @@ from paycore import kafka
 from paycore.db import DATABASE_ERRORS
 from paycore.domain import AttemptState, can_transition
 from paycore.kafka import KafkaSettings
+from paycore.providers.registry import DEFAULT_PACKAGE
 from paycore_devstack.chaos.kills import not_carried_out
 from paycore_devstack.chaos.model import (
     ChaosOptions,
@@ -307,7 +308,7 @@ class AttemptFacts:
     attempt_id: str
     order_id: str
     state: str
-    provider_account: str = "cardco:acct_store:test"
+    provider_account: str = f"{DEFAULT_PACKAGE.name}:acct_store:test"
     client_reference: str = ""
     idempotency_key: str = ""
     request_body: str = ""
@@ -352,7 +353,7 @@ class Facts:
     ledger: list[dict[str, Any]] = field(default_factory=list)  # GET /_sandbox/payments
     creates: list[dict[str, Any]] = field(default_factory=list)  # the provider's creates in the request log
     wire: WireCopies | str | None = None  # str: why the wire could not be read
-    provider: str = "cardco"  # whose wire the creates speak (chaos.providers)
+    provider: str = DEFAULT_PACKAGE.name  # whose wire the creates speak (chaos.providers)
     # After the payment (issue 29): paycore's operations, and what the provider made of them.
     operations: dict[str, OperationFacts] = field(default_factory=dict)
     operation_escalations: set[str] = field(default_factory=set)  # operations with an open episode
@@ -539,7 +540,7 @@ async def gather_facts(endpoints: Endpoints) -> Facts:
     provider = chaos_provider(endpoints.provider)
     facts = Facts(now=datetime.now().astimezone(), provider=provider.name)
     async with httpx.AsyncClient(base_url=endpoints.sandbox_url, timeout=HTTP_TIMEOUT_S) as http:
-        # Every dialect's payments are in the one ledger (Adyen's too: it has no lookup,
+        # Every dialect's payments are in the one ledger (even one without lookups:
         # but the sandbox, being the provider, lists what it holds).
         facts.ledger = await _sandbox_list(http, "/_sandbox/payments")
         facts.creates = [q for q in await _sandbox_list(http, "/_sandbox/requests") if provider.is_create(q)]
@@ -781,8 +782,8 @@ def resends_not_under_original_key_and_bytes(f: Facts) -> InvariantResult:
 
     Same idempotency key, byte-identical body, and the same API version, account and key
     mode as the attempt was recorded with, where the provider's wire carries them
-    (chaos.providers: Cardco's ``Cardco-Version`` and ``Cardco-Account`` headers,
-    Stripe's ``Stripe-Version``, Adyen's version in the path and ``merchantAccount``).
+    (chaos.providers, from each package's sandbox contract: a version header or the
+    version in the path, an account header or a body field such as ``merchantAccount``).
     The note says how many resends (creates after an attempt's first) were examined:
     a run without any proves nothing about them.
     """

@@ -37,7 +37,6 @@ Waiting here is the mechanism, on the real clock: every wait has a bound.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import itertools
 import logging
@@ -47,15 +46,12 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
 import httpx
 import jwt
-import orjson
 
 from paycore import currencies
-from paycore.webhook_signatures import signed_headers
 from paycore_devstack.chaos.model import ChaosOptions, ClientAnswer, Endpoints, OrderPlan, RunRecord
 from paycore_devstack.chaos.providers import ChaosProvider
 from paycore_devstack.chaos.providers import provider as chaos_provider
@@ -560,94 +556,32 @@ def draw_stray_webhooks(options: ChaosOptions) -> list[StrayWebhook]:
 class StrayMessage:
     """One stray webhook as the provider sends it: its ids, its bytes, and how each send is signed."""
 
-    event_id: str  # the event's id (Adyen's items carry none: its pspReference)
+    event_id: str  # the event's id (or what stands for it where items carry none)
     payment_id: str
     reference: str
     body: bytes
     sign: Callable[[int], dict[str, str]]  # headers for a send at this unix time
 
 
-def _cardco_stray(endpoints: Endpoints, stray: StrayWebhook, nonce: str, now: int) -> StrayMessage:
-    _, account, environment = endpoints.provider_account.split(":")
-    live = environment == "live"
-    reference = f"chaos-unknown-{nonce}"
-    payment = {
-        "id": f"pay_unknown{nonce}", "object": "payment", "account": account, "livemode": live,
-        "amount": stray.amount_minor, "currency": stray.currency, "reference": reference,
-        "status": stray.status, "decline_code": "card_declined" if stray.status == "declined" else None,
-        "amount_refunded": 0, "next_action": None, "created": now,
-    }
-    event_id = f"evt_unknown{nonce}"
-    body = orjson.dumps({"id": event_id, "type": f"payment.{stray.status}", "created": now,
-                         "account": account, "livemode": live, "sequence": 1, "data": {"object": payment}})
-    return StrayMessage(event_id, str(payment["id"]), reference, body,
-                        lambda at: signed_headers(endpoints.webhook_secret, event_id, at, body))
-
-
-STRIPE_STRAY = {"succeeded": ("payment_intent.succeeded", "succeeded"),
-                "declined": ("payment_intent.payment_failed", "requires_payment_method"),
-                "processing": ("payment_intent.processing", "processing")}
-
-
-def _stripe_stray(endpoints: Endpoints, stray: StrayWebhook, nonce: str, now: int) -> StrayMessage:
-    from paycore_sandbox.dialects.stripe_wire import signature_header  # the provider's signing
-
-    live = endpoints.provider_account.endswith(":live")
-    reference = f"chaos-unknown-{nonce}"
-    event_type, status = STRIPE_STRAY[stray.status]
-    declined = {"type": "card_error", "code": "card_declined", "decline_code": "generic_decline"}
-    intent = {
-        "id": f"pi_unknown{nonce}", "object": "payment_intent", "amount": stray.amount_minor,
-        "currency": stray.currency.lower(), "status": status, "livemode": live, "created": now,
-        "metadata": {"paycore_reference": reference}, "next_action": None,
-        "last_payment_error": declined if stray.status == "declined" else None,
-    }
-    event_id = f"evt_unknown{nonce}"
-    body = orjson.dumps({"id": event_id, "object": "event", "type": event_type, "created": now,
-                         "livemode": live, "data": {"object": intent}})
-    return StrayMessage(event_id, str(intent["id"]), reference, body, lambda at: {
-        "Stripe-Signature": signature_header(endpoints.webhook_secret, at, body),
-        "Content-Type": "application/json"})
-
-
-def _adyen_stray(endpoints: Endpoints, stray: StrayWebhook, nonce: str, now: int) -> StrayMessage:
-    from paycore_sandbox.dialects.adyen_webhooks import sign_item  # the provider's signing
-
-    _, account, environment = endpoints.provider_account.split(":")
-    reference = f"chaos-unknown-{nonce}"
-    psp = f"U{nonce[:15].upper()}"  # 16 characters, as Adyen's pspReferences
-    item: dict[str, Any] = {
-        "amount": {"currency": stray.currency, "value": stray.amount_minor},
-        "eventCode": "AUTHORISATION", "success": "true" if stray.status == "succeeded" else "false",
-        "eventDate": datetime.fromtimestamp(now, UTC).isoformat(), "merchantAccountCode": account,
-        "merchantReference": reference, "paymentMethod": "visa", "pspReference": psp,
-    }
-    if stray.status != "succeeded":
-        item["reason"] = "Refused"
-    item["additionalData"] = {"hmacSignature": sign_item(item, endpoints.webhook_secret)}
-    body = orjson.dumps({"live": "true" if environment == "live" else "false",
-                         "notificationItems": [{"NotificationRequestItem": item}]})
-    assert endpoints.webhook_basic_auth is not None, "Adyen's notifications carry basic auth"
-    user, password = endpoints.webhook_basic_auth
-    basic = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-    return StrayMessage(psp, psp, reference, body,
-                        lambda at: {"Authorization": basic, "Content-Type": "application/json"})
-
-
-STRAY_FORMATS: dict[str, Callable[[Endpoints, StrayWebhook, str, int], StrayMessage]] = {
-    "cardco": _cardco_stray, "stripe": _stripe_stray, "adyen": _adyen_stray}
-
-
 def stray_message(endpoints: Endpoints, stray: StrayWebhook) -> StrayMessage:
-    """The stray event in the run's provider's format, signed as that provider signs."""
+    """The stray event in the run's provider's format, signed as that provider signs (as the
+    sandbox's dialect of it renders an unknown payment's webhook)."""
+    from paycore_sandbox.dialects import UnknownPayment, dialect_named  # the provider's wire
+
     nonce = uuid.uuid4().hex[:20]  # per run: a reused database would see a replay otherwise
-    return STRAY_FORMATS[endpoints.provider](endpoints, stray, nonce, int(time.time()))
+    _, account, environment = endpoints.provider_account.split(":")
+    reference = f"chaos-unknown-{nonce}"
+    made = dialect_named(endpoints.provider).unknown_payment_webhook(
+        UnknownPayment(account, environment, stray.amount_minor, stray.currency, stray.status, reference,
+                       nonce, int(time.time())),
+        webhook_secret=endpoints.webhook_secret, basic_auth=endpoints.webhook_basic_auth)
+    return StrayMessage(made.event_id, made.payment_id, reference, made.body, made.sign)
 
 
 def _answered_unmatched(provider: ChaosProvider, response: httpx.Response) -> str | None:
-    """What the intake's 2xx says about the stray: its ``result``, or Adyen's acknowledgement."""
-    if provider.name == "adyen":  # Adyen takes exactly [accepted]; the escalation says the rest
-        return "[accepted]" if response.content == b"[accepted]" else None
+    """What the intake's 2xx says about the stray: its ``result``, or the provider's acknowledgement."""
+    if provider.acknowledgement is not None:  # the provider takes exactly that; the escalation says the rest
+        return provider.acknowledgement.decode() if response.content == provider.acknowledgement else None
     found = _body(response).get("result")
     return found if isinstance(found, str) else None
 

@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from paycore.providers.registry import DEFAULT_PACKAGE
+
 
 @dataclass(frozen=True)
 class ChaosOptions:
@@ -27,7 +29,7 @@ class ChaosOptions:
     fault_rate: float = 0.3  # share of provider requests and webhook events a fault hits
     kills: int = 3  # SIGKILL + restart of each service kind, this many times
     seed: int = 1
-    provider: str = "cardco"  # cardco, stripe or adyen (chaos.providers): the one the run configures
+    provider: str = DEFAULT_PACKAGE.name  # a shipped provider (chaos.providers): the one the run configures
     db_kill: bool = True  # one kill -9 of the PostgreSQL postmaster, restarted on the same data
     settle_within_s: float = 240.0  # after the faults stop, recovery must settle within this
     out_dir: Path = Path(".paycore/chaos")
@@ -46,16 +48,16 @@ class Endpoints:
     checkout_urls: tuple[str, ...]  # two checkout instances; clients spread over them
     intake_url: str  # the webhook intake's base URL (POST {intake_url}/webhooks/<provider>)
     jwt_secret: str  # HS256 secret the checkouts accept (clients sign their own tokens)
-    provider_account: str  # e.g. "cardco:acct_store:test"
-    # What signs that account's webhooks (Cardco's and Stripe's whsec_, Adyen's HMAC key),
+    provider_account: str  # e.g. cardco:acct_store:test
+    # What signs that account's webhooks (a whsec_ signing secret, an HMAC key),
     # to deliver webhooks for unknown payments.
     webhook_secret: str
     # The broker and effects topic, so the invariants can count duplicates on the wire
     # (records of one dedup key the consumers saw more than once); None: not counted.
     kafka_bootstrap: str | None = None
     effects_topic: str = "payments.effects"
-    provider: str = "cardco"  # the run's provider (chaos.providers)
-    webhook_basic_auth: tuple[str, str] | None = None  # Adyen's webhook user and password
+    provider: str = DEFAULT_PACKAGE.name  # the run's provider (chaos.providers)
+    webhook_basic_auth: tuple[str, str] | None = None  # its webhooks' basic-auth user and password, if any
     # The back office's service credential (refunds, captures, voids, read); None: no such load.
     backoffice_secret: str | None = None
 

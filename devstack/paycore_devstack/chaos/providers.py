@@ -1,13 +1,15 @@
-"""What differs per provider in a chaos run: one small table, read by every part of the run.
+"""What differs per provider in a chaos run: one row per shipped provider, read by every part of the run.
 
-The run is one code path for Cardco, Stripe and Adyen; each part asks this table
-what it needs about the provider's wire:
+The run is one code path for every provider paycore ships (``PROVIDER_PACKAGES``); each
+part asks its row what it needs about the provider's wire, and the row restates nothing:
+it is the provider package's own facts (its payments path, its capabilities) and the
+sandbox contract the package describes (:mod:`paycore.providers.sandbox`):
 
 - the load: the payment method for each sandbox outcome (the sandbox's core speaks
-  in Cardco's tokens, ``tok_visa`` ...; each dialect maps its own methods onto them:
+  in the first provider's tokens, ``tok_visa`` ...; each dialect maps its own methods onto them:
   services/sandbox/README.md), and the provider's largest amount;
-- the faults: whether the provider can be looked up at all (Adyen cannot), and
-  whether its lookup by reference is a search index that lags (Stripe's Search);
+- the faults: whether the provider can be looked up at all, and whether its lookup
+  by reference is a search index that lags;
 - the stack: the intake's route for its webhooks (its environment comes from
   :func:`paycore_devstack.up.sandbox_provider_env`, as ``make run`` configures it);
 - the invariants: which sandbox requests are its creates, and where a create
@@ -24,14 +26,10 @@ from urllib.parse import parse_qsl
 
 import orjson
 
-from paycore.providers.base import PaymentMethod
-
-
-def _adyen_card(token: str) -> dict[str, Any]:
-    # What Adyen's Drop-in posts: encrypted fields, never a card number. The sandbox
-    # reads the outcome from the token in encryptedCardNumber.
-    return {"type": "scheme", "encryptedCardNumber": token, "encryptedExpiryMonth": "adyenjs_0_1_25$m",
-            "encryptedExpiryYear": "adyenjs_0_1_25$y", "encryptedSecurityCode": "adyenjs_0_1_25$c"}
+from paycore.providers.base import PaymentMethod, ReferenceLookup
+from paycore.providers.package import ProviderPackage
+from paycore.providers.registry import PROVIDER_PACKAGES
+from paycore.providers.sandbox import sandbox_contract
 
 
 @dataclass(frozen=True)
@@ -44,21 +42,23 @@ class ChaosProvider:
     methods: Mapping[str, tuple[PaymentMethod, ...]]
     # ``POST`` paths of its creates in the sandbox's request log (any API version).
     create_path: re.Pattern[str]
-    body_format: Literal["json", "form"]  # the create body: JSON, or Stripe's form encoding
+    body_format: Literal["json", "form"]  # the create body: JSON, or form encoding
     reference_field: str  # where the body carries the attempt's reference
     version_header: str | None  # the header naming the API version; None: it is in the path
     account_header: str | None  # the header naming the account, if the wire has one
     account_field: str | None  # the body field naming the account, if any
     api_key_header: str  # the captured key's mode (sk_test / sk_live) is in this header
-    lookups: bool  # by id and by reference (Adyen has neither)
-    search_lags: bool  # its lookup by reference is a search index that lags (Stripe's Search)
+    lookups: bool  # by id and by reference (some providers have neither)
+    search_lags: bool  # its lookup by reference is a search index that lags
     max_amount_minor: int | None = None  # the provider's own ceiling, below the currency's
-    manual_capture: bool = True  # paycore holds its payments for a capture (Adyen's: not yet)
-    # The variables holding what signs its webhooks (Cardco's and Stripe's whsec_, Adyen's
-    # HMAC key), and Adyen's basic-auth user and password.
+    manual_capture: bool = True  # paycore holds its payments for a capture
+    # The variables holding what signs its webhooks, and the basic-auth user and password its
+    # webhooks carry, if any.
     webhook_secret_env: str = ""
     webhook_auth_env: tuple[str, str] | None = None
-    # The stray webhooks' statuses, drawn per event (Adyen notifies no pending state).
+    # What the intake answers a webhook with, where the provider takes exactly that (else any 2xx).
+    acknowledgement: bytes | None = None
+    # The stray webhooks' statuses, drawn per event (a provider may notify no pending state).
     stray_statuses: tuple[Literal["succeeded", "declined", "processing"], ...] = (
         "succeeded", "succeeded", "declined", "processing")
 
@@ -68,7 +68,7 @@ class ChaosProvider:
 
     @property
     def names_account(self) -> bool:
-        """Whether a create names the account on the wire (Stripe's does not: the key is the account)."""
+        """Whether a create names the account on the wire (some do not: the key is the account)."""
         return self.account_header is not None or self.account_field is not None
 
     def webhook_credentials(self, env: Mapping[str, str]) -> tuple[str, tuple[str, str] | None]:
@@ -101,14 +101,14 @@ class ChaosProvider:
         return reference if isinstance(reference, str) else None
 
     def version_of(self, request: Mapping[str, Any]) -> str | None:
-        """The API version a create was sent under: its header, or (Adyen) its path's ``/v71/``."""
+        """The API version a create was sent under: its header, or its path's ``/v71/``."""
         if self.version_header is not None:
             return (request.get("headers") or {}).get(self.version_header)
         parts = str(request.get("path") or "").split("/")
         return parts[1] if len(parts) > 2 else None
 
     def account_of(self, request: Mapping[str, Any]) -> str | None:
-        """The account a create names on the wire; None when the wire names none (Stripe)."""
+        """The account a create names on the wire; None when the wire names none."""
         if self.account_header is not None:
             return (request.get("headers") or {}).get(self.account_header)
         if self.account_field is not None:
@@ -121,38 +121,29 @@ class ChaosProvider:
         return (request.get("headers") or {}).get(self.api_key_header)
 
 
-PROVIDERS: Final[Mapping[str, ChaosProvider]] = {
-    "cardco": ChaosProvider(
-        "cardco",
-        {"tok_visa": ("tok_visa",), "tok_decline": ("tok_decline",),
-         "tok_insufficient_funds": ("tok_insufficient_funds",), "tok_3ds": ("tok_3ds",),
-         "tok_async": ("tok_async",), "tok_expired": ("tok_expired",)},
-        re.compile(r"/v1/payments"), "json", "reference", version_header="cardco-version",
-        account_header="cardco-account", account_field=None, api_key_header="authorization",
-        lookups=True, search_lags=False, webhook_secret_env="PAYCORE_CARDCO_WEBHOOK_SECRET"),
-    "stripe": ChaosProvider(
-        "stripe",
-        {"tok_visa": ("pm_card_visa",), "tok_decline": ("pm_card_chargeDeclined",),
-         "tok_insufficient_funds": ("pm_card_chargeDeclinedInsufficientFunds",),
-         "tok_3ds": ("pm_card_threeDSecure2Required",), "tok_async": ("pm_card_async",),
-         # An expired card is a decline at Stripe (402, executed, replayed under its key); a
-         # method Stripe does not know is refused before anything executes, as tok_expired is.
-         "tok_expired": ("pm_card_chargeDeclinedExpiredCard", "pm_card_unknown")},
-        re.compile(r"/v1/payment_intents"), "form", "metadata[paycore_reference]",
-        version_header="stripe-version", account_header=None, account_field=None,
-        api_key_header="authorization", lookups=True, search_lags=True,
-        max_amount_minor=99_999_999,  # eight digits (paycore.providers.stripe.request)
-        webhook_secret_env="PAYCORE_STRIPE_WEBHOOK_SECRET"),
-    "adyen": ChaosProvider(
-        "adyen",
-        {token: (_adyen_card(token),) for token in (
-            "tok_visa", "tok_decline", "tok_insufficient_funds", "tok_3ds", "tok_async", "tok_expired")},
-        re.compile(r"/v[0-9]+/payments"), "json", "reference", version_header=None,
-        account_header=None, account_field="merchantAccount", api_key_header="x-api-key",
-        lookups=False, search_lags=False, webhook_secret_env="PAYCORE_ADYEN_HMAC_KEY",
-        webhook_auth_env=("PAYCORE_ADYEN_WEBHOOK_USERNAME", "PAYCORE_ADYEN_WEBHOOK_PASSWORD"),
-        stray_statuses=("succeeded", "succeeded", "declined", "declined")),
-}
+def _create_path(package: ProviderPackage) -> re.Pattern[str]:
+    """Its payments path under any API version of its default's form (``v71``: ``v[0-9]+``)."""
+    version = re.sub(r"[0-9]+", "[0-9]+", re.escape(package.api_version))
+    return re.compile(re.escape(package.payments_path).replace(re.escape("{api_version}"), version))
+
+
+def chaos_provider_of(package: ProviderPackage) -> ChaosProvider:
+    """A provider's row: its package's facts and the sandbox contract it describes."""
+    contract = sandbox_contract(package)
+    return ChaosProvider(
+        package.name, contract.methods, _create_path(package),
+        contract.body_format, contract.reference_field, version_header=contract.version_header,
+        account_header=contract.account_header, account_field=contract.account_field,
+        api_key_header=contract.api_key_header,
+        lookups=contract.lookup_by_reference is not ReferenceLookup.UNSUPPORTED,
+        search_lags=contract.lookup_by_reference is ReferenceLookup.EVENTUALLY_CONSISTENT,
+        max_amount_minor=contract.max_amount_minor, webhook_secret_env=contract.webhook_secret.name,
+        webhook_auth_env=None if contract.webhook_basic_auth is None
+        else (contract.webhook_basic_auth[0].name, contract.webhook_basic_auth[1].name),
+        acknowledgement=contract.webhook_acknowledgement, stray_statuses=contract.stray_statuses)
+
+
+PROVIDERS: Final[Mapping[str, ChaosProvider]] = {p.name: chaos_provider_of(p) for p in PROVIDER_PACKAGES}
 
 
 def provider(name: str) -> ChaosProvider:

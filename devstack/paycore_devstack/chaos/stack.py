@@ -51,6 +51,7 @@ import asyncpg
 import httpx
 import orjson
 
+from paycore.providers.registry import PROVIDER_PACKAGES
 from paycore_cli.common import LOOPBACK
 from paycore_cli.sandbox import SANDBOX_ACCOUNT, SANDBOX_ENVIRONMENT
 from paycore_devstack._process import die_with_parent_preexec, free_port, port_is_free
@@ -71,6 +72,14 @@ from paycore_devstack.up import sandbox_provider_env, sandbox_webhook_endpoint
 
 log = logging.getLogger("paycore.chaos")
 
+
+
+def _per_provider(setting: str, value: str) -> dict[str, str]:
+    """``value`` for the variable of each shipped provider that sets an account's ``setting``."""
+    return {variable.name: value for package in PROVIDER_PACKAGES
+            if (variable := package.registered_by.get(setting)) is not None}
+
+
 # Short timings, so that deadlines, escalations and reminders happen inside one run.
 # Every name here is read by paycore.config, paycore_recovery.settings or
 # paycore_sandbox.settings; docs/chaos.md states the same figures.
@@ -89,13 +98,9 @@ CHAOS_ENV: dict[str, str] = {
     "PAYCORE_PROCESSING_ALLOWANCE_S": "2",
     # The key window paycore assumes, per provider (a run configures one): same-key
     # resends inside it are safe ...
-    "PAYCORE_CARDCO_KEY_RETENTION_S": "120",
-    "PAYCORE_STRIPE_KEY_RETENTION_S": "120",
-    "PAYCORE_ADYEN_KEY_RETENTION_S": "120",
+    **_per_provider("key_retention_s", "120"),
     # ... until the deadline, first send + 120 - 30 = 90 s, where it escalates instead.
-    "PAYCORE_CARDCO_ESCALATION_MARGIN_S": "30",
-    "PAYCORE_STRIPE_ESCALATION_MARGIN_S": "30",
-    "PAYCORE_ADYEN_ESCALATION_MARGIN_S": "30",
+    **_per_provider("escalation_margin_s", "30"),
     # Stripe's Search indexes a new PaymentIntent 2 s after it was created (the sandbox's
     # lag, beyond which its search_stale faults hide payments longer) ...
     "PAYCORE_SANDBOX_STRIPE_SEARCH_LAG_S": "2",

@@ -35,9 +35,9 @@ requests carry a header the other's never do takes its requests with a
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from starlette.routing import Match, Route
 from starlette.types import Scope
@@ -60,6 +60,31 @@ class WebhookMessage:
 
     body: bytes
     headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class UnknownPayment:
+    """A payment the provider holds that no client asked it for (a chaos run's stray webhooks:
+    the receiver must record it for a person, never attach it to an attempt)."""
+
+    account: str
+    environment: str
+    amount_minor: int
+    currency: str
+    status: Literal["succeeded", "declined", "processing"]
+    reference: str
+    nonce: str  # makes its ids fresh (a reused receiver would see a replay otherwise)
+    created: int  # unix seconds
+
+
+@dataclass(frozen=True)
+class UnsolicitedWebhook:
+    """The provider's webhook about an :class:`UnknownPayment`: its ids, bytes and signing."""
+
+    event_id: str  # what the receiver deduplicates it by
+    payment_id: str
+    body: bytes
+    sign: Callable[[int], dict[str, str]]  # the headers of a send at this unix time
 
 
 class ClaimedRoute(Route):
@@ -132,6 +157,12 @@ class Dialect(Protocol):
 
     def accepted(self, status: int, body: bytes) -> bool:
         """Whether the receiver's answer counts as delivered (else it is retried)."""
+        ...
+
+    def unknown_payment_webhook(self, payment: UnknownPayment, *, webhook_secret: str,
+                                basic_auth: tuple[str, str] | None) -> UnsolicitedWebhook:
+        """The webhook the provider sends about ``payment``, signed with ``webhook_secret`` (and
+        carrying ``basic_auth`` where its webhooks carry one)."""
         ...
 
 

@@ -18,13 +18,16 @@ shows it, unsigned, as ``notificationItem``).
 
 from __future__ import annotations
 
+import base64
 import secrets
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from starlette.routing import BaseRoute, Route
 
-from paycore_sandbox.dialects import WebhookMessage
+from paycore_sandbox.dialects import UnknownPayment, UnsolicitedWebhook, WebhookMessage
 from paycore_sandbox.dialects import adyen_api as handlers
 from paycore_sandbox.dialects import adyen_modifications as modifications
 from paycore_sandbox.dialects import adyen_reports as reports
@@ -86,6 +89,28 @@ class AdyenDialect:
 
     def accepted(self, status: int, body: bytes) -> bool:
         return notifications.accepted(status, body)
+
+    def unknown_payment_webhook(self, payment: UnknownPayment, *, webhook_secret: str,
+                                basic_auth: tuple[str, str] | None) -> UnsolicitedWebhook:
+        assert basic_auth is not None, "its notifications carry basic auth"
+        psp = f"U{payment.nonce[:15].upper()}"  # 16 characters, as its pspReferences
+        item: dict[str, Any] = {
+            "amount": {"currency": payment.currency, "value": payment.amount_minor},
+            "eventCode": "AUTHORISATION", "success": "true" if payment.status == "succeeded" else "false",
+            "eventDate": datetime.fromtimestamp(payment.created, UTC).isoformat(),
+            "merchantAccountCode": payment.account, "merchantReference": payment.reference,
+            "paymentMethod": "visa", "pspReference": psp,
+        }
+        if payment.status != "succeeded":
+            item["reason"] = "Refused"
+        item["additionalData"] = {"hmacSignature": notifications.sign_item(item, webhook_secret)}
+        body = orjson.dumps({"live": "true" if payment.environment == "live" else "false",
+                             "notificationItems": [{"NotificationRequestItem": item}]})
+        user, password = basic_auth
+        basic = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        # Its items carry no event id: the pspReference is what a receiver deduplicates by.
+        return UnsolicitedWebhook(psp, psp, body,
+                                  lambda at: {"Authorization": basic, "Content-Type": "application/json"})
 
 
 DIALECT = AdyenDialect()

@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute, Route
 
 from paycore.webhook_signatures import signed_headers
 from paycore_sandbox import api, captures, refunds
-from paycore_sandbox.dialects import WebhookMessage, answered_2xx
+from paycore_sandbox.dialects import UnknownPayment, UnsolicitedWebhook, WebhookMessage, answered_2xx
 from paycore_sandbox.ledger import Payment
 from paycore_sandbox.settings import SandboxAccount
 from paycore_sandbox.webhooks import Event
@@ -75,6 +75,24 @@ class CardcoDialect:
 
     def accepted(self, status: int, body: bytes) -> bool:
         return answered_2xx(status, body)
+
+    def unknown_payment_webhook(self, payment: UnknownPayment, *, webhook_secret: str,
+                                basic_auth: tuple[str, str] | None) -> UnsolicitedWebhook:
+        del basic_auth  # its webhooks are signed only
+        live = payment.environment == "live"
+        data = {
+            "id": f"pay_unknown{payment.nonce}", "object": "payment", "account": payment.account,
+            "livemode": live, "amount": payment.amount_minor, "currency": payment.currency,
+            "reference": payment.reference, "status": payment.status,
+            "decline_code": "card_declined" if payment.status == "declined" else None,
+            "amount_refunded": 0, "next_action": None, "created": payment.created,
+        }
+        event_id = f"evt_unknown{payment.nonce}"
+        body = orjson.dumps({"id": event_id, "type": f"payment.{payment.status}", "created": payment.created,
+                             "account": payment.account, "livemode": live, "sequence": 1,
+                             "data": {"object": data}})
+        return UnsolicitedWebhook(event_id, str(data["id"]), body,
+                                  lambda at: signed_headers(webhook_secret, event_id, at, body))
 
 
 DIALECT = CardcoDialect()

@@ -19,12 +19,18 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from starlette.routing import BaseRoute, Route
 
-from paycore_sandbox.dialects import ClaimedRoute, WebhookMessage, answered_2xx
+from paycore_sandbox.dialects import (
+    ClaimedRoute,
+    UnknownPayment,
+    UnsolicitedWebhook,
+    WebhookMessage,
+    answered_2xx,
+)
 from paycore_sandbox.dialects import stripe_after_payment as after_payment
 from paycore_sandbox.dialects import stripe_api as handlers
 from paycore_sandbox.dialects import stripe_balance as balance
@@ -105,6 +111,32 @@ class StripeDialect:
 
     def accepted(self, status: int, body: bytes) -> bool:
         return answered_2xx(status, body)
+
+    def unknown_payment_webhook(self, payment: UnknownPayment, *, webhook_secret: str,
+                                basic_auth: tuple[str, str] | None) -> UnsolicitedWebhook:
+        del basic_auth  # its webhooks are signed only
+        live = payment.environment == "live"
+        event_type, status = UNKNOWN_PAYMENT_EVENTS[payment.status]
+        declined = {"type": "card_error", "code": "card_declined", "decline_code": "generic_decline"}
+        intent = {
+            "id": f"pi_unknown{payment.nonce}", "object": "payment_intent", "amount": payment.amount_minor,
+            "currency": payment.currency.lower(), "status": status, "livemode": live,
+            "created": payment.created, "metadata": {"paycore_reference": payment.reference},
+            "next_action": None, "last_payment_error": declined if payment.status == "declined" else None,
+        }
+        event_id = f"evt_unknown{payment.nonce}"
+        body = orjson.dumps({"id": event_id, "object": "event", "type": event_type,
+                             "created": payment.created, "livemode": live, "data": {"object": intent}})
+        return UnsolicitedWebhook(event_id, str(intent["id"]), body, lambda at: {
+            "Stripe-Signature": wire.signature_header(webhook_secret, at, body),
+            "Content-Type": "application/json"})
+
+
+# An unknown payment's status -> its event's type and its PaymentIntent's status.
+UNKNOWN_PAYMENT_EVENTS: Final = {
+    "succeeded": ("payment_intent.succeeded", "succeeded"),
+    "declined": ("payment_intent.payment_failed", "requires_payment_method"),
+    "processing": ("payment_intent.processing", "processing")}
 
 
 DIALECT = StripeDialect()
