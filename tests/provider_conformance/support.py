@@ -36,7 +36,7 @@ AFTER_PROCESSING: Final = frozenset({"lose_response", "delay", "error_500_after"
                                      "empty_body"})
 
 
-async def eventually(predicate: Callable[[], Awaitable[bool]], what: str, within_s: float = 10.0) -> None:
+async def eventually(predicate: Callable[[], Awaitable[bool]], what: str, within_s: float = 30.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within_s
     while not await predicate():
