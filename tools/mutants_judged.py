@@ -30,6 +30,7 @@ EVIDENCE = "libs/paycore/paycore/evidence.py"
 DOMAIN = "libs/paycore/paycore/domain.py"
 ATTEMPTS = "libs/paycore/paycore/attempts.py"
 SETTLEMENTS = "libs/paycore/paycore/settlements.py"
+STRIPE_WIRE = "libs/paycore/paycore/providers/stripe/wire.py"
 
 JUDGED: tuple[Judged, ...] = (
     Judged(
@@ -173,5 +174,25 @@ JUDGED: tuple[Judged, ...] = (
         "- if new:\n+ if not new:",
         "unobservable",
         "guards a warning log line only; the count returned and the exceptions recorded are tested",
+    ),
+    Judged(
+        STRIPE_WIRE,
+        "- has_payment_error: bool = False\n+ has_payment_error: bool = True",
+        "equivalent",
+        "a dataclass default no caller uses: parse_intent, the only constructor, always passes "
+        "has_payment_error from the JSON",
+    ),
+    Judged(
+        STRIPE_WIRE,
+        "- created: int = 0\n+ created: int = 1",
+        "equivalent",
+        "a dataclass default no caller uses: parse_refund, the only constructor, always passes created "
+        "(its own default 0 is tested by test_stripe_wire_edges)",
+    ),
+    Judged(
+        STRIPE_WIRE,
+        "- created: int = 0\n+ created: int = -1",
+        "equivalent",
+        "as the line above: parse_refund always passes created",
     ),
 )

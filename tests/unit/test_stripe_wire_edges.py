@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from paycore.domain import OutcomeKind
 from paycore.providers.stripe import wire
 
 
@@ -62,3 +63,71 @@ def test_a_charge_claims_the_mode_it_names_and_none_when_it_names_none() -> None
     assert test is not None and test.claim().livemodes == (False,)
     silent = wire.parse_charge({k: v for k, v in charge().items() if k != "livemode"})
     assert silent is not None and silent.claim().livemodes == ()
+
+
+def refund(**changes: Any) -> dict[str, Any]:
+    base = {"id": "re_1", "object": "refund", "amount": 100, "currency": "eur", "status": "succeeded",
+            "payment_intent": "pi_1", "created": 1_700_000_000, "metadata": {"paycore_reference": "ref-r"}}
+    return {**base, **changes}
+
+
+def test_an_intent_without_metadata_is_read_with_no_reference() -> None:
+    bare = wire.parse_intent({k: v for k, v in intent().items() if k != "metadata"})
+    assert bare is not None and bare.reference is None
+    assert wire.parse_intent(intent(metadata="ref-1")) is None
+
+
+def test_an_intent_is_refused_for_each_field_that_does_not_fit() -> None:
+    assert wire.parse_intent(intent(id="pi_")) is None
+    assert wire.parse_intent(intent(id="ch_3Nabc")) is None
+    assert wire.parse_intent(intent(currency="euro")) is None
+    assert wire.parse_intent(intent(currency=978)) is None
+    declined = {"code": "card_declined", "decline_code": "insufficient_funds"}
+    failed = intent(status="requires_payment_method", last_payment_error=declined)
+    assert wire.parse_intent(failed) is not None
+    assert wire.parse_intent(intent(status="requires_payment_method",
+                                    last_payment_error={**declined, "decline_code": 5})) is None
+    assert wire.parse_intent(intent(status="requires_payment_method",
+                                    last_payment_error={**declined, "code": 5})) is None
+
+
+def test_an_intent_still_processing_is_processing_whatever_next_action_says() -> None:
+    processing = wire.parse_intent(intent(status="processing", next_action={"type": "redirect_to_url"}))
+    assert processing is not None
+    outcome = processing.to_outcome()
+    assert outcome.kind is OutcomeKind.PROCESSING and outcome.next_action is None
+
+
+def test_a_charge_without_amount_refunded_has_none_refunded_and_names_a_payment_intent() -> None:
+    silent = wire.parse_charge({k: v for k, v in charge().items() if k != "amount_refunded"})
+    assert silent is not None and silent.amount_refunded == 0
+    assert wire.parse_charge(charge(payment_intent="ch_3Nabc")) is None
+    assert wire.parse_charge(charge(payment_intent=7)) is None
+
+
+def test_a_refund_is_read_with_its_defaults_and_refused_for_a_field_that_does_not_fit() -> None:
+    undated = wire.parse_refund({k: v for k, v in refund().items() if k != "created"})
+    assert undated is not None and undated.created == 0
+    unlinked = wire.parse_refund(refund(payment_intent=None))
+    assert unlinked is not None and unlinked.payment_intent is None
+    assert wire.parse_refund(refund(payment_intent=7)) is None
+    assert wire.parse_refund(refund(status="reversed")) is None
+    assert wire.parse_refund(refund(created="yesterday")) is None
+    assert wire.parse_refund(refund(failure_reason=3)) is None
+
+
+def test_a_held_intent_reads_nothing_received_and_refuses_what_does_not_fit() -> None:
+    held = intent(status="requires_capture", capture_method="manual", amount_received=0, latest_charge="ch_1")
+    read = wire.parse_held_intent(held)
+    assert read is not None and read.amount_received == 0
+    assert wire.parse_held_intent({**held, "amount_received": -1}) is None
+    assert wire.parse_held_intent({**held, "capture_method": 1}) is None
+    assert wire.parse_held_intent({**held, "cancellation_reason": 1}) is None
+    assert wire.parse_held_intent({**held, "latest_charge": "pi_1"}) is None
+    assert wire.parse_held_intent({**held, "metadata": {"paycore_capture_reference": 1}}) is None
+
+
+def test_retry_after_of_zero_or_less_is_zero() -> None:
+    assert wire.retry_after_seconds({"retry-after": "0"}) == 0.0
+    assert wire.retry_after_seconds({"retry-after": "-5"}) == 0.0
+    assert wire.retry_after_seconds({"retry-after": "2.5"}) == 2.5
