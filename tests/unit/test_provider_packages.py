@@ -33,6 +33,7 @@ ALLOWED: dict[str, str] = {
         "sets the sandbox's own PAYCORE_SANDBOX_STRIPE_SEARCH_LAG_S (a setting of the sandbox service)",
     "tools/mutations.py": "mutants of each provider's modules",
     "tools/mutate_generated.py": "mutants of each provider's modules",
+    "tools/mutants_judged.py": "judgements of the generated mutants of each provider's modules",
     "bench/": "benches pick a provider's wire",
     # What a person reads: help texts, descriptions and examples that name a provider.
     "cli/paycore_cli/": "help texts and examples (cardco:acct_store:live), the local Cardco sandbox",
