@@ -193,10 +193,13 @@ async def event_count(conn: asyncpg.Connection | asyncpg.Pool, attempt_id: uuid.
 
 async def wait_until_blocked_by(
     observer: asyncpg.Pool | asyncpg.Connection, blocker_pid: int, task: asyncio.Task[Any] | None = None,
-    *, deadline_s: float = WAIT_DEADLINE_S,
+    *, deadline_s: float = WAIT_DEADLINE_S, in_query: str | None = None,
 ) -> asyncpg.Record:
     """Poll until some backend waits on a lock held by ``blocker_pid``; return its activity row.
 
+    With ``in_query``, only a backend whose current query contains it counts: the activity
+    row's query text and the lock manager's view are read apart, so a backend just blocked
+    can still show its previous statement for a moment (seen once on a loaded machine).
     Fails if ``task`` finishes first (it did not block where the test expected)
     or if nothing blocks before the deadline.
     """
@@ -212,7 +215,7 @@ async def wait_until_blocked_by(
                 """,
                 blocker_pid,
             )
-            if row is not None:
+            if row is not None and (in_query is None or in_query in row["query"]):
                 return row
             if task is not None and task.done():
                 raise AssertionError(f"the operation finished without blocking: {task.result()!r}")

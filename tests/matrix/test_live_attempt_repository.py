@@ -206,7 +206,7 @@ async def test_an_insert_that_violates_the_partial_unique_index_from_a_writer_th
                                   attempt_values(order, account, clock.now(), number=7))
         task = asyncio.create_task(live_attempt(pool, clock, account, order))
         try:
-            blocked = await wait_until_blocked_by(pool, rogue.get_server_pid(), task)
+            blocked = await wait_until_blocked_by(pool, rogue.get_server_pid(), task, in_query="ON CONFLICT")
         finally:
             await tx.commit()
         got = await finish(task)
