@@ -20,6 +20,7 @@ from harness.servers import free_port
 from paycore.clock import FakeClock
 from paycore.db import create_pool
 from tests.support import scheduling
+from tests.support.cli import shell_environment
 from tests.support.recovery import RecoveryStack, running_recovery_stack
 from tests.support.stack import Stack, running_stack
 from tests.support.up import postmaster_pid
@@ -116,6 +117,12 @@ async def stack(pool: asyncpg.Pool, db_dsn: str) -> AsyncIterator[Stack]:
     """Sandbox + checkout as real HTTP servers on a fresh database and a fake clock."""
     async for s in running_stack(pool, db_dsn):
         yield s
+
+
+@pytest.fixture
+def shell(stack: Stack, db_dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
+    """The stack, and the environment a shell running `paycore` against it would have."""
+    yield from shell_environment(stack, db_dsn, monkeypatch)
 
 
 @pytest.fixture

@@ -7,13 +7,10 @@ sandbox's clock is moved through ``/_sandbox/clock``, paycore's is a FakeClock k
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import dataclasses
 import datetime as dt
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +20,12 @@ from paycore.clock import FakeClock
 from paycore.providers.settlement_sources import settlement_source
 from paycore.settlement_lines import BadLine, LineKind, SettlementBatch, SettlementLine, SettlementSourceError
 from paycore.settlements import exception_reason
-from paycore_cli.main import main
 from paycore_recovery.settings import RecoverySettings
 from paycore_recovery.settlement_task import SettlementTask, readable_sources
 from tests.sandbox.settlement_support import control, fee, rows_of
 from tests.sandbox.support import auth, post
-from tests.support.stack import JWT_SECRET, Stack
+from tests.support.cli import paycore
+from tests.support.stack import Stack
 
 from .cardco_support import (
     ACCOUNT,
@@ -452,23 +449,6 @@ async def test_the_reader_refuses_a_batch_of_another_mode_and_names_each_http_fa
 # 5. The CLI
 
 
-@pytest.fixture
-def shell(stack: Stack, db_dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
-    """The stack, and the environment a shell running `paycore` against it would have."""
-    for name in list(os.environ):
-        if name.startswith("PAYCORE_"):
-            monkeypatch.delenv(name)
-    for name, value in {"PAYCORE_DATABASE_URL": db_dsn, "PAYCORE_JWT_SECRET": JWT_SECRET,
-                        "PAYCORE_CARDCO_BASE_URL": stack.sandbox.url, "PAYCORE_CARDCO_ACCOUNT": "acct_store",
-                        "PAYCORE_CARDCO_ENVIRONMENT": "test",
-                        "PAYCORE_CARDCO_API_KEY": "sk_test_acct_store_local"}.items():
-        monkeypatch.setenv(name, value)
-    yield stack
-
-
-async def paycore(*argv: str) -> int:
-    """``main`` in a thread: it runs its own event loop, beside the stack's servers."""
-    return await asyncio.to_thread(main, list(argv))
 
 
 async def test_the_cli_reconciles_a_range_prints_json_and_exits_1_for_an_unreadable_batch(
