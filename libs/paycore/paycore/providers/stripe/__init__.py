@@ -14,8 +14,9 @@ The contract is ``docs/providers/stripe.md``.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
+
+from paycore.providers.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from paycore.providers.stripe.client import (
@@ -65,8 +66,4 @@ _EXPORTS: Final = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module, __name__), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
