@@ -93,7 +93,8 @@ SQL_CALLERS: tuple[str, ...] = (
 MIGRATIONS = f"{LIB}/migrations"
 # The suites whose tests may kill a mutant (not the chaos runs, the browser or the deployment).
 SUITES: tuple[str, ...] = ("tests/unit", "tests/matrix", "tests/webhooks", "tests/checkout",
-                           "tests/operators", "tests/providers", "tests/dispatcher", "tests/settlement")
+                           "tests/operators", "tests/providers", "tests/provider_conformance",
+                           "tests/operations", "tests/dispatcher", "tests/settlement")
 MIGRATION_TESTS: tuple[str, ...] = ("tests/matrix",)
 
 # cosmic-ray's operators, narrowed to one boundary and one negation per comparison and the
