@@ -20,6 +20,7 @@ from paycore import accounts, orders
 from paycore.attempts import Attempt, StartResult, get_or_create_live_attempt, try_mark_started
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig, Secret
+from paycore.providers.cardco.version import API_VERSION as CARDCO_API_VERSION
 
 T = TypeVar("T")
 
@@ -39,6 +40,7 @@ def account_config(
         base_url="http://127.0.0.1:9",
         api_key=Secret(f"sk_{environment}_x"),
         webhook_secret=None,
+        api_version=CARDCO_API_VERSION,
         key_retention_s=retention_s,
         escalation_margin_s=margin_s,
     )

@@ -11,6 +11,7 @@ from starlette.routing import Route
 
 from paycore.clock import SystemClock
 from paycore.config import ProviderAccountConfig, Secret, Settings
+from paycore.providers.stripe.provider import API_VERSION as STRIPE_API_VERSION
 from paycore_checkout.app import create_app as create_checkout_app
 from paycore_checkout.openapi import document as checkout_document
 from paycore_console.api import ENDPOINTS
@@ -33,7 +34,7 @@ _PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
 def stripe_account() -> ProviderAccountConfig:
     return ProviderAccountConfig(provider="stripe", account="acct_store", environment="test",
                                  base_url="http://127.0.0.1:9", api_key=Secret("sk_test_x"),
-                                 webhook_secret=Secret(STRIPE_SECRET))
+                                 webhook_secret=Secret(STRIPE_SECRET), api_version=STRIPE_API_VERSION)
 
 
 def all_providers(settings: Settings) -> Settings:

@@ -147,19 +147,33 @@ class Conformance:
         """The client's captures, cancels and refunds; None for a provider without them."""
         return cast(OperationCalls, self.client) if hasattr(self.client, "send_operation") else None
 
-    def stored_refund(self, ops: OperationCalls, payment_id: str, amount: int) -> StoredRequest:
-        reference = "rfd_" + uuid.uuid4().hex[:16]
-        body = ops.build_operation_body(OperationKind.REFUND, provider_payment_id=payment_id,
-                                        amount_minor=amount, reference=reference, currency=CURRENCY,
-                                        account=self.store)
+    def stored_operation(self, ops: OperationCalls, kind: OperationKind, payment_id: str,
+                         amount: int) -> StoredRequest:
+        """A capture's, cancel's or refund's stored request, its body built by the provider's client."""
+        reference = f"{kind.value}_{uuid.uuid4().hex[:16]}"
+        body = ops.build_operation_body(kind, provider_payment_id=payment_id, amount_minor=amount,
+                                        reference=reference, currency=CURRENCY, account=self.store)
         return StoredRequest(uuid.uuid4(), self.store.provider_account,
-                             ops.operation_endpoint(self.store, OperationKind.REFUND, payment_id),
+                             ops.operation_endpoint(self.store, kind, payment_id),
                              self.store.api_version, str(uuid.uuid4()), body, reference, amount, CURRENCY)
 
-    async def refund(self, ops: OperationCalls, stored: StoredRequest, payment_id: str, *,
-                     first_send: bool = True) -> OperationOutcome:
-        return await ops.send_operation(stored, OperationKind.REFUND, provider_payment_id=payment_id,
+    async def operate(self, ops: OperationCalls, kind: OperationKind, stored: StoredRequest,
+                      payment_id: str, *, first_send: bool = True) -> OperationOutcome:
+        return await ops.send_operation(stored, kind, provider_payment_id=payment_id,
                                         budget_s=BUDGET_S, first_send=first_send)
+
+    async def hold(self) -> ProviderOutcome | str:
+        """A payment authorized and held for a capture later, or why the client builds no hold."""
+        reference = "ref_" + uuid.uuid4().hex[:16]
+        try:
+            body = self.client.build_request_body(self.store, amount_minor=AMOUNT, currency=CURRENCY,
+                                                  reference=reference, manual_capture=True,
+                                                  payment_method=self.adapter.methods["succeeded"])
+        except ValueError as refused:
+            return f"{type(refused).__name__}: {refused}"
+        stored = StoredRequest(uuid.uuid4(), self.store.provider_account, self.store.payments_endpoint,
+                               self.store.api_version, str(uuid.uuid4()), body, reference, AMOUNT, CURRENCY)
+        return await self.create(stored)
 
 
 @asynccontextmanager

@@ -22,11 +22,20 @@ import pytest
 from harness.servers import free_port
 from paycore.clock import FakeClock
 from paycore.config import MAX_BUDGET_S
-from paycore.domain import AttemptState, OrderFacts, OrderStatus, OutcomeKind, OutcomeWrite, decide_outcome
+from paycore.domain import (
+    AttemptState,
+    OperationKind,
+    OrderFacts,
+    OrderStatus,
+    OutcomeKind,
+    OutcomeWrite,
+    decide_outcome,
+)
 from paycore.evidence import judge
 from paycore.providers.base import (
     Notification,
     NotificationUnverified,
+    OperationCalls,
     OperationEnding,
     ReferenceLookup,
     StoredRequest,
@@ -300,47 +309,65 @@ async def test_a_notification_of_another_account_is_refused(provider: Conformanc
     assert delivery.account.provider_account == provider.other.provider_account
 
 
-# -- after the payment: refunds -------------------------------------------------------------------
+# -- after the payment: captures, cancels and refunds ---------------------------------------------
 
 
-async def test_a_refund_of_a_succeeded_payment_is_taken(provider: Conformance) -> None:
+def operations_of(provider: Conformance) -> OperationCalls:
     ops = provider.operations()
     if ops is None:
-        pytest.skip(f"{provider.name}'s client makes no refunds (it is no OperationCalls)")
-    created = await provider.create(provider.stored("succeeded"))
-    assert created.provider_payment_id is not None
-    stored = provider.stored_refund(ops, created.provider_payment_id, AMOUNT // 2)
-    outcome = await provider.refund(ops, stored, created.provider_payment_id)
-    # Succeeded where the answer says so, pending where the ending comes later (Adyen's
-    # "received"): never failed, never unknown.
+        pytest.skip(f"{provider.name}'s client makes no captures, cancels or refunds (no OperationCalls)")
+    return ops
+
+
+async def paid(provider: Conformance, kind: OperationKind) -> str:
+    """The provider's id of a payment ``kind`` applies to: a charge to refund, a hold otherwise."""
+    if kind is OperationKind.REFUND:
+        created = await provider.create(provider.stored("succeeded"))
+    else:
+        held = await provider.hold()
+        if isinstance(held, str):
+            pytest.skip(f"{provider.name}'s client makes no holds ({held})")
+        created = held
+    assert created.kind is OutcomeKind.SUCCEEDED and created.provider_payment_id is not None, created
+    return created.provider_payment_id
+
+
+@pytest.mark.parametrize("kind", list(OperationKind))
+async def test_an_operation_on_a_payment_it_applies_to_is_taken(provider: Conformance,
+                                                                  kind: OperationKind) -> None:
+    """Half a charge refunded, half a hold captured, a hold canceled: succeeded where the answer
+    says so, pending where the ending comes later (Adyen's "received"); never failed or unknown."""
+    ops = operations_of(provider)
+    pid = await paid(provider, kind)
+    amount = AMOUNT if kind is OperationKind.CANCEL else AMOUNT // 2
+    stored = provider.stored_operation(ops, kind, pid, amount)
+    outcome = await provider.operate(ops, kind, stored, pid)
     assert outcome.ending in (OperationEnding.SUCCEEDED, OperationEnding.PENDING), outcome
-    assert outcome.provider_payment_id in (None, created.provider_payment_id)
+    assert (outcome.operation, outcome.provider_payment_id in (None, pid)) == (kind, True), outcome
 
 
+@pytest.mark.parametrize("kind", list(OperationKind))
 @pytest.mark.parametrize("fault", FAULTS)
-async def test_each_refund_ending_without_an_answer_is_unknown_and_a_resend_is_taken(
-    provider: Conformance, fault: str,
+async def test_each_operation_ending_without_an_answer_is_unknown_and_a_resend_is_taken(
+    provider: Conformance, fault: str, kind: OperationKind,
 ) -> None:
-    """A refund meeting each fault is Unknown (never failed); its resend under the same key, the
-    same bytes, is taken: done once, whether or not the first send ran."""
-    ops = provider.operations()
-    if ops is None:
-        pytest.skip(f"{provider.name}'s client makes no refunds (it is no OperationCalls)")
-    created = await provider.create(provider.stored("succeeded"))
-    assert created.provider_payment_id is not None
-    pid = created.provider_payment_id
-    stored = provider.stored_refund(ops, pid, AMOUNT)
-    await provider.server.fault(fault, operation="refund", delay_ms=2_000 if fault == "delay" else None)
+    """A capture, cancel or refund meeting each fault is Unknown (never failed); its resend under
+    the same key, the same bytes, is taken: done once, whether or not the first send ran."""
+    ops = operations_of(provider)
+    pid = await paid(provider, kind)
+    stored = provider.stored_operation(ops, kind, pid, AMOUNT)
+    await provider.server.fault(fault, operation=kind.value, delay_ms=2_000 if fault == "delay" else None)
     sent_before = len(await provider.server.received("POST"))
 
     async def reached() -> bool:
         return len(await provider.server.received("POST")) > sent_before
 
-    outcome = await provider.under_fault(fault, lambda: provider.refund(ops, stored, pid), reached=reached)
+    outcome = await provider.under_fault(fault, lambda: provider.operate(ops, kind, stored, pid),
+                                         reached=reached)
     assert (outcome.ending, outcome.reason) == (OperationEnding.UNKNOWN, NO_ANSWER[fault]), outcome
     if fault not in ("drop_request", "lose_response"):
         return  # a resend would meet the first still running (delay) or its stored answer (a 500)
-    again = await provider.refund(ops, stored, pid, first_send=False)
+    again = await provider.operate(ops, kind, stored, pid, first_send=False)
     assert again.ending in (OperationEnding.SUCCEEDED, OperationEnding.PENDING), again
     if fault == "drop_request":
         assert not again.replayed  # the first never ran

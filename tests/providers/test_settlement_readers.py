@@ -13,9 +13,11 @@ import pytest
 from paycore.account_settings import ProviderAccountConfig
 from paycore.clock import FakeClock
 from paycore.providers.adyen import settlements as adyen
+from paycore.providers.adyen.provider import API_VERSION as ADYEN_API_VERSION
 from paycore.providers.cardco import settlements as cardco
 from paycore.providers.settlement_sources import read_report_file, settlement_source
 from paycore.providers.stripe import settlements as stripe
+from paycore.providers.stripe.provider import API_VERSION as STRIPE_API_VERSION
 from paycore.settings_spec import Secret
 from paycore.settlement_lines import BadLine, LineKind, SettlementLine, SettlementSourceError
 
@@ -242,7 +244,7 @@ def test_a_stripe_balance_transaction_reads_its_expanded_source() -> None:
 async def test_stripe_days_are_batches_closed_once_the_day_has_ended() -> None:
     account = ProviderAccountConfig(provider="stripe", account="default", environment="test",
                                     base_url="http://127.0.0.1:9", api_key=Secret("sk_test_x"),
-                                    webhook_secret=None)
+                                    webhook_secret=None, api_version=STRIPE_API_VERSION)
     clock = FakeClock(datetime(2026, 12, 4, 0, 0, tzinfo=UTC))
     source = settlement_source(account, clock=clock)
     batches = await source.batches(account.provider_account, date(2026, 12, 2), date(2026, 12, 4))
@@ -349,7 +351,7 @@ async def test_adyen_malformed_rows_and_another_merchant_accounts_row_are_bad_li
 def test_an_adyen_account_without_a_report_user_names_the_settings_to_set() -> None:
     account = ProviderAccountConfig(provider="adyen", account="ShopEU", environment="test",
                                     base_url="https://checkout-test.adyen.com", api_key=Secret("k"),
-                                    webhook_secret=None)
+                                    webhook_secret=None, api_version=ADYEN_API_VERSION)
     with pytest.raises(SettlementSourceError, match="PAYCORE_ADYEN_REPORT_USERNAME"):
         settlement_source(account)
 

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from harness.servers import serve_asgi
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig, Secret, Settings
+from paycore.providers.cardco.version import API_VERSION as CARDCO_API_VERSION
 from paycore.webhook_signatures import signed_headers
 from paycore_checkout.app import create_app as create_checkout_app
 from paycore_sandbox.app import create_app as create_sandbox_app
@@ -52,7 +53,7 @@ def intake_settings(sandbox_url: str, db_dsn: str) -> Settings:
         _, account, environment = pa.split(":")
         accounts.append(ProviderAccountConfig(
             provider="cardco", account=account, environment=environment, base_url=sandbox_url,
-            api_key=Secret(keys[pa]), webhook_secret=Secret(secrets[pa]),
+            api_key=Secret(keys[pa]), webhook_secret=Secret(secrets[pa]), api_version=CARDCO_API_VERSION,
         ))
     return dataclasses.replace(base, accounts=tuple(accounts))
 

@@ -240,11 +240,12 @@ def test_only_an_adyen_account_has_adyens_own_fields(tmp_path: Path) -> None:
 
 def test_an_adyen_account_built_as_the_shared_class_has_none_of_adyens_own() -> None:
     from paycore.config import ProviderAccountConfig, Secret
+    from paycore.providers.adyen.provider import API_VERSION as ADYEN_API_VERSION
     from paycore.providers.adyen.provider import AdyenAccountConfig
 
     plain = ProviderAccountConfig(provider="adyen", account="ShopEU", environment="test",
                                   base_url="http://127.0.0.1:9", api_key=Secret("k"), webhook_secret=None,
-                                  return_url="https://shop.example/r")
+                                  api_version=ADYEN_API_VERSION, return_url="https://shop.example/r")
     adyen = AdyenAccountConfig.of(plain)
     assert (adyen.provider_account, adyen.return_url) == (plain.provider_account, plain.return_url)
     assert (adyen.webhook_username, adyen.report_username, adyen.live_url_prefix) == (None, None, None)

@@ -16,6 +16,7 @@ from paycore.errors import PaycoreError
 from paycore.providers import cardco, registry
 from paycore.providers.base import InvalidNotification, ReferenceLookup
 from paycore.providers.cardco.provider import KEY_RETENTION as CARDCO_KEY_RETENTION
+from paycore.providers.cardco.version import API_VERSION as CARDCO_API_VERSION
 from tests.support.webhooks import event, payment_object
 
 
@@ -47,7 +48,7 @@ def test_the_interface_loads_no_provider() -> None:
 def account(provider: str = "cardco") -> ProviderAccountConfig:
     return ProviderAccountConfig(provider=provider, account="acct_store", environment="test",
                                  base_url="http://127.0.0.1:9", api_key=Secret("sk_test_x"),
-                                 webhook_secret=None)
+                                 webhook_secret=None, api_version=CARDCO_API_VERSION)
 
 
 async def test_the_factory_builds_cardco_for_cardco_accounts_and_refuses_a_provider_it_has_no_adapter_for(

@@ -18,8 +18,10 @@ from paycore.clock import FakeClock
 from paycore.config import ConfigError, ProviderAccountConfig, Secret
 from paycore.domain import OutcomeKind
 from paycore.providers.base import InvalidNotification, Notification, NotificationUnverified
+from paycore.providers.cardco.version import API_VERSION as CARDCO_API_VERSION
 from paycore.providers.stripe import STRIPE_EVENTS, StripeProvider, parse_event, signature_header
 from paycore.providers.stripe.events import WebhookVerifier
+from paycore.providers.stripe.provider import API_VERSION
 from tests.support.scripted_stripe import INTENT_ID, REFERENCE, intent
 
 SECRET = "whsec_store_5f1f0b2c9d8e7a6b"
@@ -36,6 +38,7 @@ def account(name: str, secret: str | None) -> ProviderAccountConfig:
         base_url="https://api.stripe.com",
         api_key=Secret("sk_test_x"),
         webhook_secret=Secret(secret) if secret else None,
+        api_version=API_VERSION,
     )
 
 
@@ -168,6 +171,7 @@ def test_the_provider_verifies_against_its_stripe_accounts_only() -> None:
         base_url="https://c",
         api_key=Secret("sk_test_c"),
         webhook_secret=Secret(OTHER_SECRET),
+        api_version=CARDCO_API_VERSION,
     )
     p = StripeProvider([STORE, cardco], FakeClock(), max_call_duration_s=30)
     body = event()

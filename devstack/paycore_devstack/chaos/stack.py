@@ -52,6 +52,7 @@ import httpx
 import orjson
 
 from paycore.providers.registry import PROVIDER_PACKAGES
+from paycore.providers.sandbox import sandbox_contract
 from paycore_cli.common import LOOPBACK
 from paycore_cli.sandbox import SANDBOX_ACCOUNT, SANDBOX_ENVIRONMENT
 from paycore_devstack._process import die_with_parent_preexec, free_port, port_is_free
@@ -101,9 +102,10 @@ CHAOS_ENV: dict[str, str] = {
     **_per_provider("key_retention_s", "120"),
     # ... until the deadline, first send + 120 - 30 = 90 s, where it escalates instead.
     **_per_provider("escalation_margin_s", "30"),
-    # Stripe's Search indexes a new PaymentIntent 2 s after it was created (the sandbox's
-    # lag, beyond which its search_stale faults hide payments longer) ...
-    "PAYCORE_SANDBOX_STRIPE_SEARCH_LAG_S": "2",
+    # A search index lags a few seconds (each dialect's own, as its package's sandbox contract
+    # says: chaos_env) ...
+    **{name: value for package in PROVIDER_PACKAGES
+       for name, value in sandbox_contract(package).chaos_env.items()},
     # ... and recovery takes a miss by reference as evidence only 5 s (plus the call
     # budget) after the send, not after the production default of 300 s.
     "PAYCORE_RECOVERY_SEARCH_LAG_S": "5",

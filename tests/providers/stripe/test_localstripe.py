@@ -45,6 +45,7 @@ from paycore.config import ProviderAccountConfig, Secret
 from paycore.domain import OutcomeKind
 from paycore.providers.base import Notification, NotificationUnverified, StoredRequest
 from paycore.providers.stripe import DEFAULT_API_VERSION, PaymentIntent, StripeProvider, build_request_body
+from paycore.providers.stripe.provider import API_VERSION as STRIPE_API_VERSION
 from tests.support.localstripe_stack import (
     API_KEY,
     PROVIDER_ACCOUNT,
@@ -206,6 +207,7 @@ async def test_a_signed_webhook_round_trip_verifies_with_our_events(
                 base_url=localstripe,
                 api_key=Secret(API_KEY),
                 webhook_secret=Secret("whsec_someone_else"),
+                api_version=STRIPE_API_VERSION,
             )
         ],
         SystemClock(),

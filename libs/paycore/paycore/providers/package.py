@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 from paycore.domain import provider_account_id
-from paycore.providers.cardco.version import API_VERSION as _FIRST_PROVIDERS_API_VERSION
 from paycore.settings_spec import (
     ConfigError,
     FileField,
@@ -75,8 +74,8 @@ class ProviderAccountConfig:
         Stripe's ``whsec_…`` signing secret, Adyen's hex HMAC key.
     :param webhook_secret_previous: During a rotation, the secret it replaces: a notification it
         verifies is this account's exactly as one the current secret verifies.
-    :param api_version: Cardco's when not given (paycore's first provider; an account read from
-        the settings always has its provider's).
+    :param api_version: The provider's API version the account's requests are made under
+        (an account read from the settings has its provider's unless one is configured).
     :param return_url: Where a customer comes back after a redirect or 3-D Secure
         (Stripe ``return_url``, Adyen ``returnUrl``).
 
@@ -90,7 +89,7 @@ class ProviderAccountConfig:
     base_url: str
     api_key: Secret
     webhook_secret: Secret | None
-    api_version: str = _FIRST_PROVIDERS_API_VERSION
+    api_version: str
     key_retention_s: int = DAY_S
     escalation_margin_s: int = ESCALATION_MARGIN_CAP_S
     lookup_rate_per_s: float = 20.0

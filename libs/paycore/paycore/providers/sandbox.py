@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from paycore.providers.base import PaymentMethod, ReferenceLookup
@@ -48,6 +48,9 @@ class SandboxContract:
     webhook_acknowledgement: bytes | None = None
     # The statuses an unsolicited payment's webhook may report (a provider may notify no pending state).
     stray_statuses: tuple[StrayStatus, ...] = ("succeeded", "succeeded", "declined", "processing")
+    # The sandbox service's own variables a chaos run sets for this dialect (its timings
+    # shortened so that what they gate happens inside one run).
+    chaos_env: Mapping[str, str] = field(default_factory=dict)
 
 
 def sandbox_contract(package: ProviderPackage) -> SandboxContract:

@@ -29,4 +29,7 @@ SANDBOX: Final = SandboxContract(
     api_key_header="authorization", lookup_by_reference=CAPABILITIES.lookup_by_reference,
     webhook_secret=setting_of(StripeAccountSettings, "webhook_secret"),
     max_amount_minor=MAX_AMOUNT_MINOR,
+    # Stripe's Search indexes a new PaymentIntent 2 s after it was created in a chaos run (the
+    # sandbox's lag, beyond which its search_stale faults hide payments longer).
+    chaos_env={"PAYCORE_SANDBOX_STRIPE_SEARCH_LAG_S": "2"},
 )
