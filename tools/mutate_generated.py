@@ -60,6 +60,21 @@ from tools.sql_mutants import query_at
 ROOT = Path(__file__).resolve().parents[1]
 LIB = "libs/paycore/paycore"
 
+
+
+def provider_money_modules() -> tuple[str, ...]:
+    """Each registered provider package's wire and notifications (``events.py`` or
+    ``notifications.py``), as the registry lists the packages."""
+    from paycore.providers.registry import PROVIDER_PACKAGES
+
+    found: list[str] = []
+    for package in PROVIDER_PACKAGES:
+        home = Path(LIB).parent.joinpath(*type(package).__module__.split(".")[:-1])
+        found += [str(home / f"{m}.py") for m in ("wire", "events", "notifications")
+                  if (ROOT / home / f"{m}.py").exists()]
+    return tuple(found)
+
+
 # The money modules the issue names: evidence, the state rules, the one writer of outcomes,
 # each provider's wire and notifications, the webhook signature.
 PYTHON_TARGETS: tuple[str, ...] = (
@@ -68,12 +83,7 @@ PYTHON_TARGETS: tuple[str, ...] = (
     f"{LIB}/attempts.py",
     f"{LIB}/writer.py",
     f"{LIB}/webhook_signatures.py",
-    f"{LIB}/providers/cardco/wire.py",
-    f"{LIB}/providers/cardco/events.py",
-    f"{LIB}/providers/stripe/wire.py",
-    f"{LIB}/providers/stripe/events.py",
-    f"{LIB}/providers/adyen/wire.py",
-    f"{LIB}/providers/adyen/notifications.py",
+    *provider_money_modules(),
     f"{LIB}/settlements.py",
 )
 # Whose queries are mutated: every statement on an attempt, its lease, its events, escalations,
