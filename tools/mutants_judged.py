@@ -31,6 +31,7 @@ DOMAIN = "libs/paycore/paycore/domain.py"
 ATTEMPTS = "libs/paycore/paycore/attempts.py"
 SETTLEMENTS = "libs/paycore/paycore/settlements.py"
 STRIPE_WIRE = "libs/paycore/paycore/providers/stripe/wire.py"
+CARDCO_EVENTS = "libs/paycore/paycore/providers/cardco/events.py"
 
 JUDGED: tuple[Judged, ...] = (
     Judged(
@@ -194,5 +195,13 @@ JUDGED: tuple[Judged, ...] = (
         "- created: int = 0\n+ created: int = -1",
         "equivalent",
         "as the line above: parse_refund always passes created",
+    ),
+    Judged(
+        CARDCO_EVENTS,
+        "- event: dict[str, Any] = dataclasses.field(repr=False, compare=False)\n"
+        "+ event: dict[str, Any] = dataclasses.field(repr=False, compare=True)",
+        "equivalent",
+        "no caller compares two OperationEvents (the intake deduplicates a delivery by its key, and "
+        "operation_notification reads the fields one by one), so equality's fields change nothing",
     ),
 )
