@@ -36,6 +36,13 @@ AFTER_PROCESSING: Final = frozenset({"lose_response", "delay", "error_500_after"
                                      "empty_body"})
 
 
+def new_reference(prefix: str) -> str:
+    """A fresh reference: 16 random hex digits split by a letter, so that no run of digits in it
+    looks like a card number (which a provider's client refuses to send)."""
+    digits = uuid.uuid4().hex
+    return f"{prefix}_{digits[:8]}x{digits[8:16]}"
+
+
 async def eventually(predicate: Callable[[], Awaitable[bool]], what: str, within_s: float = 30.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within_s
@@ -82,7 +89,7 @@ class Conformance:
                account: ProviderAccountConfig | None = None) -> StoredRequest:
         """A new attempt's stored request, its body built by the provider's own client."""
         acct = account or self.store
-        reference = "ref_" + uuid.uuid4().hex[:16]
+        reference = new_reference("ref")
         method = self.adapter.methods[outcome]
         body = self.client.build_request_body(acct, amount_minor=AMOUNT, currency=CURRENCY,
                                               reference=reference, payment_method=method)
@@ -150,7 +157,7 @@ class Conformance:
     def stored_operation(self, ops: OperationCalls, kind: OperationKind, payment_id: str,
                          amount: int) -> StoredRequest:
         """A capture's, cancel's or refund's stored request, its body built by the provider's client."""
-        reference = f"{kind.value}_{uuid.uuid4().hex[:16]}"
+        reference = new_reference(kind.value)
         body = ops.build_operation_body(kind, provider_payment_id=payment_id, amount_minor=amount,
                                         reference=reference, currency=CURRENCY, account=self.store)
         return StoredRequest(uuid.uuid4(), self.store.provider_account,
@@ -164,7 +171,7 @@ class Conformance:
 
     async def hold(self) -> ProviderOutcome | str:
         """A payment authorized and held for a capture later, or why the client builds no hold."""
-        reference = "ref_" + uuid.uuid4().hex[:16]
+        reference = new_reference("ref")
         try:
             body = self.client.build_request_body(self.store, amount_minor=AMOUNT, currency=CURRENCY,
                                                   reference=reference, manual_capture=True,
