@@ -32,6 +32,7 @@ ATTEMPTS = "libs/paycore/paycore/attempts.py"
 SETTLEMENTS = "libs/paycore/paycore/settlements.py"
 STRIPE_WIRE = "libs/paycore/paycore/providers/stripe/wire.py"
 CARDCO_EVENTS = "libs/paycore/paycore/providers/cardco/events.py"
+STRIPE_EVENTS = "libs/paycore/paycore/providers/stripe/events.py"
 
 JUDGED: tuple[Judged, ...] = (
     Judged(
@@ -203,5 +204,20 @@ JUDGED: tuple[Judged, ...] = (
         "equivalent",
         "no caller compares two OperationEvents (the intake deduplicates a delivery by its key, and "
         "operation_notification reads the fields one by one), so equality's fields change nothing",
+    ),
+    Judged(
+        STRIPE_EVENTS,
+        "- return VerifiedDelivery(account, did, replay, operation, key=operation.event_id or did,\n"
+        "+ return VerifiedDelivery(account, did, replay, operation, key=operation.event_id and did,",
+        "equivalent",
+        "a Stripe event always has an id (the envelope refuses one without an evt_ id: invalid-id), "
+        "and delivery_id reads that same id from the body, so either operand is the same string",
+    ),
+    Judged(
+        STRIPE_EVENTS,
+        "- raw_ts = timestamps[0]\n+ raw_ts = timestamps[ -1]",
+        "equivalent",
+        "reached only with exactly one t= item (the line above returns None for any other count), "
+        "so the first is the last",
     ),
 )
