@@ -1,0 +1,71 @@
+"""Adyen's notification items at their edges: what the generated mutation run over
+``providers/adyen/notifications.py`` found untested (issue 26), each seen red against its mutant.
+
+An amount of zero is read (Adyen notifies zero-value authorisations, a card's verification),
+for evidence to judge against the attempt's amount; only a negative one is unreadable. A
+refund's notification states the refund's amount, never the payment's.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from paycore.domain import OperationKind
+from paycore.providers.adyen import AdyenProvider, InvalidItem
+from paycore.providers.adyen.notifications import parse_item, parse_operation_item
+from paycore.providers.base import NotificationUnverified
+from tests.unit.test_adyen_notifications import basic, batch, item, provider, signed, verify
+
+__all__ = ["provider"]  # the fixture, shared with the notifications' own tests
+
+
+def test_an_authorisation_of_amount_zero_is_read_and_a_negative_one_refused() -> None:
+    zero = parse_item("false", item(amount={"value": 0, "currency": "EUR"}))
+    assert zero.amount_minor == 0 and zero.outcome.amount_minor == 0
+    with pytest.raises(InvalidItem, match="invalid-amount"):
+        parse_item("false", item(amount={"value": -1, "currency": "EUR"}))
+
+
+def test_a_modification_of_amount_zero_is_read_and_a_negative_one_refused() -> None:
+    def capture(value: int) -> dict[str, object]:
+        return item(eventCode="CAPTURE", originalReference="NC6HT9CRT65ZGN82", pspReference="CAP0001",
+                    amount={"value": value, "currency": "EUR"})
+
+    zero = parse_operation_item("false", capture(0))
+    assert zero is not None and zero.outcome.operation is OperationKind.CAPTURE
+    assert zero.outcome.amount_minor == 0
+    with pytest.raises(InvalidItem, match="invalid-amount"):
+        parse_operation_item("false", capture(-1))
+
+
+def test_a_payments_notification_carries_its_amount_and_a_refunds_none_of_the_payments() -> None:
+    paid = parse_item("false", item())
+    assert (paid.outcome.amount_minor, paid.outcome.claim and paid.outcome.claim.amount_minor) == (4999, 4999)
+    refund = parse_item("false", item(eventCode="REFUND", originalReference="NC6HT9CRT65ZGN82",
+                                      pspReference="REF0001", amount={"value": 1000, "currency": "EUR"}))
+    assert (refund.outcome.amount_minor, refund.outcome.claim and refund.outcome.claim.amount_minor) == (
+        None, None)
+
+
+@pytest.mark.parametrize(("live", "livemode"),
+                         [("true", True), (True, True), ("false", False), (False, False)])
+def test_a_batchs_live_flag_is_read_as_text_or_as_a_json_boolean(live: object, livemode: bool) -> None:
+    assert parse_item(live, item()).payload_livemode is livemode
+
+
+def test_basic_auth_with_a_character_outside_base64_is_malformed(provider: AdyenProvider) -> None:
+    token = basic()["authorization"].removeprefix("Basic ")
+    with pytest.raises(NotificationUnverified) as refused:
+        verify(provider, batch(signed(item())), {"authorization": f"Basic {token[:4]}!{token[4:]}"})
+    assert (refused.value.reason, refused.value.malformed) == ("invalid-basic-auth", True)
+
+
+def test_a_delivery_under_the_current_password_and_key_logs_nothing_of_a_previous_one(
+    provider: AdyenProvider, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    [delivery] = verify(provider, batch(signed(item())))
+    assert not delivery.previous_secret
+    assert [r.getMessage() for r in caplog.records if "previous" in r.getMessage()] == []
