@@ -33,6 +33,7 @@ SETTLEMENTS = "libs/paycore/paycore/settlements.py"
 STRIPE_WIRE = "libs/paycore/paycore/providers/stripe/wire.py"
 CARDCO_EVENTS = "libs/paycore/paycore/providers/cardco/events.py"
 STRIPE_EVENTS = "libs/paycore/paycore/providers/stripe/events.py"
+ADYEN_NOTIFICATIONS = "libs/paycore/paycore/providers/adyen/notifications.py"
 
 JUDGED: tuple[Judged, ...] = (
     Judged(
@@ -219,5 +220,13 @@ JUDGED: tuple[Judged, ...] = (
         "equivalent",
         "reached only with exactly one t= item (the line above returns None for any other count), "
         "so the first is the last",
+    ),
+    Judged(
+        ADYEN_NOTIFICATIONS,
+        "- for item, by_previous in zip(items, previous_key, strict=True))\n"
+        "+ for item, by_previous in zip(items, previous_key, strict=False))",
+        "equivalent",
+        "previous_key is built from items one for one a few lines above, so the two always have the "
+        "same length and zip never has anything to be strict about",
     ),
 )

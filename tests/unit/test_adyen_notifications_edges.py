@@ -14,9 +14,14 @@ import pytest
 
 from paycore.domain import OperationKind
 from paycore.providers.adyen import AdyenProvider, InvalidItem
-from paycore.providers.adyen.notifications import parse_item, parse_operation_item
+from paycore.providers.adyen.notifications import (
+    hmac_key_bytes,
+    item_verifies,
+    parse_item,
+    parse_operation_item,
+)
 from paycore.providers.base import NotificationUnverified
-from tests.unit.test_adyen_notifications import basic, batch, item, provider, signed, verify
+from tests.unit.test_adyen_notifications import HMAC_KEY, basic, batch, item, provider, signed, verify
 
 __all__ = ["provider"]  # the fixture, shared with the notifications' own tests
 
@@ -69,3 +74,17 @@ def test_a_delivery_under_the_current_password_and_key_logs_nothing_of_a_previou
     [delivery] = verify(provider, batch(signed(item())))
     assert not delivery.previous_secret
     assert [r.getMessage() for r in caplog.records if "previous" in r.getMessage()] == []
+
+
+@pytest.mark.parametrize("unsignable", [
+    pytest.param({"amount": None}, id="amount-missing"),
+    pytest.param({"amount": {"value": "4999", "currency": "EUR"}}, id="amount-value-text"),
+    pytest.param({"pspReference": 42}, id="psp-reference-a-number"),
+])
+def test_an_item_whose_fields_cannot_be_signed_never_verifies(unsignable: dict[str, object]) -> None:
+    # Signed as it should be, then changed so that no signing string exists: its signature
+    # (any text at all) must not verify it.
+    it = signed(item())
+    it.update(unsignable)
+    it = {k: v for k, v in it.items() if v is not None}
+    assert not item_verifies(it, hmac_key_bytes(HMAC_KEY))
