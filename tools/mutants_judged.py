@@ -229,4 +229,24 @@ JUDGED: tuple[Judged, ...] = (
         "previous_key is built from items one for one a few lines above, so the two always have the "
         "same length and zip never has anything to be strict about",
     ),
+    Judged(
+        ADYEN_NOTIFICATIONS,
+        "- return parse_item(live, items[0])\n+ return parse_item(live, items[ -1])",
+        "equivalent",
+        "reached only when the stored batch holds exactly one item (len(items) != 1 is refused just "
+        "above), so the first item is the last",
+    ),
+    Judged(
+        ADYEN_NOTIFICATIONS,
+        "- return parse_operation_item(live, items[0])\n+ return parse_operation_item(live, items[ -1])",
+        "equivalent",
+        "as parse_notification's: exactly one item by the check above",
+    ),
+    Judged(
+        ADYEN_NOTIFICATIONS,
+        '- return item_key(items[0]["NotificationRequestItem"])\n'
+        '+ return item_key(items[ -1]["NotificationRequestItem"])',
+        "equivalent",
+        "reached only for a list of exactly one item (the line above returns None otherwise)",
+    ),
 )
