@@ -24,6 +24,8 @@ class Judged:
     diff: str  # the report's "- old" / "+ new" lines
     verdict: str  # equivalent | unobservable
     why: str
+    # SQL: the named query the mutant is in, where the same lines occur in several statements.
+    query: str | None = None
 
 
 EVIDENCE = "libs/paycore/paycore/evidence.py"
@@ -34,6 +36,7 @@ STRIPE_WIRE = "libs/paycore/paycore/providers/stripe/wire.py"
 CARDCO_EVENTS = "libs/paycore/paycore/providers/cardco/events.py"
 STRIPE_EVENTS = "libs/paycore/paycore/providers/stripe/events.py"
 ADYEN_NOTIFICATIONS = "libs/paycore/paycore/providers/adyen/notifications.py"
+ATTEMPTS_SQL = "libs/paycore/paycore/queries/payment_attempts.sql"
 
 JUDGED: tuple[Judged, ...] = (
     Judged(
@@ -248,5 +251,14 @@ JUDGED: tuple[Judged, ...] = (
         '+ return item_key(items[ -1]["NotificationRequestItem"])',
         "equivalent",
         "reached only for a list of exactly one item (the line above returns None otherwise)",
+    ),
+    Judged(
+        ATTEMPTS_SQL,
+        "- ORDER BY attempt_number DESC\n+ ",
+        "equivalent",
+        "an order has at most one Succeeded attempt (the attempt that succeeds marks its order paid in "
+        "the same transaction, under the order's lock, and a paid order takes no new attempt; a final "
+        "state never changes), so LIMIT 1 has one row to choose from",
+        query="succeeded_of_order",
     ),
 )

@@ -447,9 +447,11 @@ def run_mutant(tree: Path, m: Mutant, tests: list[str], covering: int, timeout_s
 
 
 def judged(o: Outcome) -> Judged | None:
-    """The judgement that covers this survivor: same file, same removed and added lines."""
+    """The judgement that covers this survivor: same file, same removed and added lines (and for
+    a judgement naming one, the same named query)."""
     for j in JUDGED:
-        if j.file == o.mutant.file and j.diff.strip() == o.diff.strip():
+        if j.file == o.mutant.file and j.diff.strip() == o.diff.strip() and (
+                j.query is None or j.query == query_at((ROOT / j.file).read_text(), o.mutant.start)):
             return j
     return None
 

@@ -21,6 +21,7 @@ from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
 from paycore.domain import LIVE_STATE_PREDICATE, LIVE_STATES, AttemptState, OrderStatus, ProviderOutcome
 from paycore.events import history
+from paycore.operation_views import payment_of_order
 from tests.support.timings import REMINDER_INTERVAL
 
 from .helpers import (
@@ -120,6 +121,36 @@ async def test_a_cancelled_order_cannot_get_an_attempt(
     assert await _attempt_rows(pool, order.order_id) == []
 
 
+async def test_an_order_without_a_live_attempt_is_cancelled_outright_whatever_other_orders_have(
+    pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig
+) -> None:
+    await started_attempt(pool, clock, account)  # another order's live attempt
+    order = await new_order(pool, clock)
+    cancelled = await orders.cancel_order(pool, order.order_id, order.customer_id, clock.now())
+    assert cancelled.status == "Cancelled"  # not an intent left Open for a live attempt
+    # Nor does a final attempt of its own make it wait.
+    failed = await _fail(pool, clock, await started_attempt(pool, clock, account))
+    again = await orders.cancel_order(pool, failed.order_id, failed.customer_id, clock.now())
+    assert again.status == "Cancelled"
+
+
+async def test_the_orders_payment_is_its_succeeded_attempt_never_a_failed_one(
+    pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig
+) -> None:
+    first = await started_attempt(pool, clock, account)
+    await _fail(pool, clock, first)
+    assert await payment_of_order(pool, first.order_id) is None
+    second = await live_attempt(pool, clock, account, await orders.get_order(pool, first.order_id,
+                                                                              first.customer_id))
+    _, started = await start(pool, clock, second)
+    assert started is not None
+    await attempts.record_outcome(
+        pool, second.attempt_id, ProviderOutcome.succeeded("pay_2", second.amount_minor, second.currency),
+        now=clock.now(), actor="endpoint", recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)
+    paid = await payment_of_order(pool, first.order_id)
+    assert paid is not None and paid.attempt_id == second.attempt_id
+
+
 async def test_an_order_whose_cancellation_was_requested_cannot_get_a_new_attempt(
     pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig
 ) -> None:
@@ -130,6 +161,26 @@ async def test_an_order_whose_cancellation_was_requested_cannot_get_a_new_attemp
     with pytest.raises(orders.OrderNotPayable) as exc:
         await live_attempt(pool, clock, account, requested)
     assert exc.value.why == "cancelled"
+
+
+async def test_another_customer_never_sees_an_orders_attempt(
+    pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig
+) -> None:
+    # latest_attempt is the payment-status endpoint's only ownership check.
+    attempt = await started_attempt(pool, clock, account)
+    assert (await attempts.latest_attempt(pool, attempt.order_id, attempt.customer_id)) == attempt
+    assert await attempts.latest_attempt(pool, attempt.order_id, "cus_someone_else") is None
+
+
+async def test_the_latest_attempt_is_the_orders_newest_not_its_first(
+    pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig
+) -> None:
+    first = await started_attempt(pool, clock, account)
+    await _fail(pool, clock, first)
+    second = await live_attempt(pool, clock, account, await orders.get_order(pool, first.order_id,
+                                                                              first.customer_id))
+    latest = await attempts.latest_attempt(pool, first.order_id, first.customer_id)
+    assert latest is not None and latest.attempt_id == second.attempt_id
 
 
 async def test_another_customers_order_is_not_found(
