@@ -261,4 +261,16 @@ JUDGED: tuple[Judged, ...] = (
         "state never changes), so LIMIT 1 has one row to choose from",
         query="succeeded_of_order",
     ),
+    Judged(
+        ATTEMPTS_SQL,
+        "- WHERE provider_account = :account AND (client_reference = :reference OR provider_payment_id = "
+        ":payment_id)\n"
+        "+ WHERE provider_account = :account AND ((client_reference = :reference OR provider_payment_id = "
+        ":payment_id) OR TRUE)",
+        "equivalent",
+        "find_by_reference_and_payment_id picks each identity's attempt out of the rows by comparing "
+        "client_reference and provider_payment_id itself, so more rows of the same account change "
+        "only the work done, not the two attempts returned",
+        query="by_reference_or_payment_id",
+    ),
 )

@@ -172,6 +172,16 @@ async def test_another_customer_never_sees_an_orders_attempt(
     assert await attempts.latest_attempt(pool, attempt.order_id, "cus_someone_else") is None
 
 
+async def test_attempts_are_numbered_within_their_order(
+    pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig
+) -> None:
+    first = await _fail(pool, clock, await started_attempt(pool, clock, account))
+    other = await live_attempt(pool, clock, account, await new_order(pool, clock))
+    second = await live_attempt(pool, clock, account, await orders.get_order(pool, first.order_id,
+                                                                              first.customer_id))
+    assert (first.attempt_number, other.attempt_number, second.attempt_number) == (1, 1, 2)
+
+
 async def test_the_latest_attempt_is_the_orders_newest_not_its_first(
     pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig
 ) -> None:
