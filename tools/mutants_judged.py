@@ -273,4 +273,15 @@ JUDGED: tuple[Judged, ...] = (
         "only the work done, not the two attempts returned",
         query="by_reference_or_payment_id",
     ),
+    Judged(
+        ATTEMPTS_SQL,
+        "- WHERE provider_account = :account AND provider_payment_id = :payment_id "
+        "AND attempt_id <> :attempt_id\n"
+        "+ WHERE provider_account = :account AND provider_payment_id = :payment_id "
+        "AND (attempt_id <> :attempt_id OR TRUE)",
+        "equivalent",
+        "judge_outcome asks for an owner only when the id differs from the one this attempt recorded, so "
+        "this attempt's own row never holds it and excluding it changes no result",
+        query="payment_id_owner",
+    ),
 )

@@ -284,6 +284,19 @@ async def test_a_provider_payment_id_owned_by_another_attempt_raises_an_escalati
     assert await escalation_rows(pool, attempt) == []
 
 
+async def test_the_same_provider_payment_id_in_another_account_is_no_conflict(
+    pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt
+) -> None:
+    # A provider payment id is unique within its account only (the unique index says so).
+    await record(pool, clock, attempt, succeeded(attempt, "pay_1"))
+    live = await started_attempt(pool, clock, await seed_account(pool, clock, environment="live"),
+                                 customer="cus_2")
+    done = await record(pool, clock, live, succeeded(live, "pay_1"), actor="notification-handler",
+                        from_send=False)
+    assert (done.state, done.provider_payment_id) == (AttemptState.SUCCEEDED, "pay_1")
+    assert await escalation_rows(pool, live) == []
+
+
 @pytest.mark.parametrize(("amount_delta", "currency"), [(1, None), (0, "USD")], ids=["amount", "currency"])
 async def test_an_amount_or_currency_mismatch_raises_a_mismatch_escalation_and_leaves_the_state(
     pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt, amount_delta: int, currency: str | None
