@@ -332,6 +332,15 @@ async def test_the_on_conflict_predicate_for_the_live_attempt_insert_matches_the
 # --- try_mark_started ----------------------------------------------------------------------------------
 
 
+async def test_starting_an_attempt_starts_no_other_orders_attempt(
+    pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig
+) -> None:
+    waiting = await live_attempt(pool, clock, account, await new_order(pool, clock, customer="cus_2"))
+    started = await started_attempt(pool, clock, account)  # the same version, another attempt
+    assert waiting.version == 0 and started.state is AttemptState.STARTED
+    assert await attempts.get_attempt(pool, waiting.attempt_id) == waiting  # still NotStarted, unsent
+
+
 async def test_exactly_one_of_two_concurrent_starts_with_the_same_version_wins(
     pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig
 ) -> None:
