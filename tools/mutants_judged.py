@@ -37,6 +37,7 @@ CARDCO_EVENTS = "libs/paycore/paycore/providers/cardco/events.py"
 STRIPE_EVENTS = "libs/paycore/paycore/providers/stripe/events.py"
 ADYEN_NOTIFICATIONS = "libs/paycore/paycore/providers/adyen/notifications.py"
 ATTEMPTS_SQL = "libs/paycore/paycore/queries/payment_attempts.sql"
+WRITER = "libs/paycore/paycore/writer.py"
 
 JUDGED: tuple[Judged, ...] = (
     Judged(
@@ -283,5 +284,19 @@ JUDGED: tuple[Judged, ...] = (
         "judge_outcome asks for an owner only when the id differs from the one this attempt recorded, so "
         "this attempt's own row never holds it and excluding it changes no result",
         query="payment_id_owner",
+    ),
+    Judged(
+        WRITER,
+        "- finished: bool = False\n+ finished: bool = True",
+        "equivalent",
+        "a dataclass default no caller uses: execute, Executed's only constructor, always passes finished",
+    ),
+    Judged(
+        WRITER,
+        "- finished = False\n+ finished = True",
+        "equivalent",
+        "execute's only reader of finished is escalate_and_finish, whose decision (decide_escalation) "
+        "always has finish_after_s and whose call always has a lease, so the initial value is always "
+        "replaced by leases.finish's answer; every other caller ignores it",
     ),
 )
