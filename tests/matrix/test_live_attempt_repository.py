@@ -53,10 +53,27 @@ async def _attempt_rows(pool: asyncpg.Pool, order_id: str) -> list[asyncpg.Recor
     return rows
 
 
-async def _fail(pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt) -> Attempt:
+async def _record(pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt,
+                  outcome: ProviderOutcome) -> Attempt:
     return (await attempts.record_outcome(
-        pool, attempt.attempt_id, ProviderOutcome.failed("card_declined"), now=clock.now(),
-        actor="endpoint", recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)).attempt
+        pool, attempt.attempt_id, outcome, now=clock.now(), actor="endpoint", recheck_after_s=RECHECK_S,
+        reminder_interval=REMINDER_INTERVAL)).attempt
+
+
+async def _fail(pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt) -> Attempt:
+    return await _record(pool, clock, attempt, ProviderOutcome.failed("card_declined"))
+
+
+async def _succeed(pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt, payment_id: str) -> Attempt:
+    return await _record(pool, clock, attempt,
+                         ProviderOutcome.succeeded(payment_id, attempt.amount_minor, attempt.currency))
+
+
+async def _next_attempt(pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig,
+                        after: Attempt) -> Attempt:
+    """The next attempt of ``after``'s order (``after`` final)."""
+    return await live_attempt(pool, clock, account, await orders.get_order(pool, after.order_id,
+                                                                            after.customer_id))
 
 
 # --- get_or_create_live_attempt ------------------------------------------------------------------------
@@ -98,9 +115,7 @@ async def test_a_paid_order_cannot_get_another_attempt(
     pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig
 ) -> None:
     attempt = await started_attempt(pool, clock, account)
-    await attempts.record_outcome(
-        pool, attempt.attempt_id, ProviderOutcome.succeeded("pay_1", attempt.amount_minor, attempt.currency),
-        now=clock.now(), actor="endpoint", recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)
+    await _succeed(pool, clock, attempt, "pay_1")
     order = await orders.get_order(pool, attempt.order_id, attempt.customer_id)
     assert order.status == "Paid"
     with pytest.raises(orders.OrderNotPayable) as exc:
@@ -140,13 +155,9 @@ async def test_the_orders_payment_is_its_succeeded_attempt_never_a_failed_one(
     first = await started_attempt(pool, clock, account)
     await _fail(pool, clock, first)
     assert await payment_of_order(pool, first.order_id) is None
-    second = await live_attempt(pool, clock, account, await orders.get_order(pool, first.order_id,
-                                                                              first.customer_id))
-    _, started = await start(pool, clock, second)
-    assert started is not None
-    await attempts.record_outcome(
-        pool, second.attempt_id, ProviderOutcome.succeeded("pay_2", second.amount_minor, second.currency),
-        now=clock.now(), actor="endpoint", recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)
+    _, second = await start(pool, clock, await _next_attempt(pool, clock, account, first))
+    assert second is not None
+    await _succeed(pool, clock, second, "pay_2")
     paid = await payment_of_order(pool, first.order_id)
     assert paid is not None and paid.attempt_id == second.attempt_id
 
@@ -177,8 +188,7 @@ async def test_attempts_are_numbered_within_their_order(
 ) -> None:
     first = await _fail(pool, clock, await started_attempt(pool, clock, account))
     other = await live_attempt(pool, clock, account, await new_order(pool, clock))
-    second = await live_attempt(pool, clock, account, await orders.get_order(pool, first.order_id,
-                                                                              first.customer_id))
+    second = await _next_attempt(pool, clock, account, first)
     assert (first.attempt_number, other.attempt_number, second.attempt_number) == (1, 1, 2)
 
 
@@ -187,8 +197,7 @@ async def test_the_latest_attempt_is_the_orders_newest_not_its_first(
 ) -> None:
     first = await started_attempt(pool, clock, account)
     await _fail(pool, clock, first)
-    second = await live_attempt(pool, clock, account, await orders.get_order(pool, first.order_id,
-                                                                              first.customer_id))
+    second = await _next_attempt(pool, clock, account, first)
     latest = await attempts.latest_attempt(pool, first.order_id, first.customer_id)
     assert latest is not None and latest.attempt_id == second.attempt_id
 
@@ -409,9 +418,7 @@ async def test_a_stale_start_after_another_caller_paid_the_order_is_a_conflict_n
     attempt = await live_attempt(pool, clock, account, order)
     result, started = await start(pool, clock, attempt)
     assert result is StartResult.STARTED and started is not None
-    await attempts.record_outcome(
-        pool, started.attempt_id, ProviderOutcome.succeeded("pay_1", started.amount_minor, started.currency),
-        now=clock.now(), actor="endpoint", recheck_after_s=RECHECK_S, reminder_interval=REMINDER_INTERVAL)
+    await _succeed(pool, clock, started, "pay_1")
     assert (await orders.get_order(pool, order.order_id, order.customer_id)).status is OrderStatus.PAID
     assert await start(pool, clock, attempt) == (StartResult.CONFLICT, None)
     assert await event_count(pool, attempt.attempt_id, "send_intent") == 1

@@ -85,14 +85,16 @@ class Conformance:
     def client_of(self, *accounts: ProviderAccountConfig) -> Provider:
         return self.package.client(list(accounts), self.clock, max_call_duration_s=CEILING_S)
 
-    def stored(self, outcome: str = "succeeded", *,
-               account: ProviderAccountConfig | None = None) -> StoredRequest:
-        """A new attempt's stored request, its body built by the provider's own client."""
+    def stored(self, outcome: str = "succeeded", *, account: ProviderAccountConfig | None = None,
+               manual_capture: bool = False) -> StoredRequest:
+        """A new attempt's stored request, its body built by the provider's own client (which
+        raises ``ValueError`` for a hold it cannot make)."""
         acct = account or self.store
         reference = new_reference("ref")
         method = self.adapter.methods[outcome]
         body = self.client.build_request_body(acct, amount_minor=AMOUNT, currency=CURRENCY,
-                                              reference=reference, payment_method=method)
+                                              reference=reference, payment_method=method,
+                                              manual_capture=manual_capture)
         return StoredRequest(uuid.uuid4(), acct.provider_account, acct.payments_endpoint, acct.api_version,
                              str(uuid.uuid4()), body, reference, AMOUNT, CURRENCY)
 
@@ -171,15 +173,10 @@ class Conformance:
 
     async def hold(self) -> ProviderOutcome | str:
         """A payment authorized and held for a capture later, or why the client builds no hold."""
-        reference = new_reference("ref")
         try:
-            body = self.client.build_request_body(self.store, amount_minor=AMOUNT, currency=CURRENCY,
-                                                  reference=reference, manual_capture=True,
-                                                  payment_method=self.adapter.methods["succeeded"])
+            stored = self.stored("succeeded", manual_capture=True)
         except ValueError as refused:
             return f"{type(refused).__name__}: {refused}"
-        stored = StoredRequest(uuid.uuid4(), self.store.provider_account, self.store.payments_endpoint,
-                               self.store.api_version, str(uuid.uuid4()), body, reference, AMOUNT, CURRENCY)
         return await self.create(stored)
 
 
