@@ -61,7 +61,6 @@ ROOT = Path(__file__).resolve().parents[1]
 LIB = "libs/paycore/paycore"
 
 
-
 def provider_money_modules() -> tuple[str, ...]:
     """Each registered provider package's wire and notifications (``events.py`` or
     ``notifications.py``), as the registry lists the packages."""

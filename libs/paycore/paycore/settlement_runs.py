@@ -1,9 +1,9 @@
 """The daily settlement runs: one per account and day, whichever recovery instance claims it.
 
-Recovery's settlement task (``paycore_recovery.settlement_task``) claims the day's run of
-each account before reconciling it, so that several instances reconcile each account once; a
-run whose instance died mid-way is taken over once its lease expires (reconciling is
-idempotent, so the second run records only what the first did not).
+Recovery's settlement task claims the day's run of each account before reconciling it, so
+that several instances reconcile each account once; a run whose instance died mid-way is taken
+over once its lease expires (reconciling is idempotent, so the second run records only what
+the first did not).
 """
 
 from __future__ import annotations
