@@ -51,7 +51,11 @@ async def test_a_partial_refund_ends_succeeded_by_the_providers_evidence(flows: 
     order_id, attempt_id = await paid(flows)
     async with sender(flows) as s:
         op = await s.request(attempt_id, OperationKind.REFUND, 1000, requested_by="test")
-    assert isinstance(op, Operation) and op.state is FIRST_ENDING[flows.wire.name], op
+    # Adyen's first ending ("received") is not final: its REFUND notification may be applied
+    # before the sender's answer returns (seen once in CI on a loaded machine), and then the
+    # operation is already Succeeded. Never anything else.
+    assert isinstance(op, Operation), op
+    assert op.state in {FIRST_ENDING[flows.wire.name], OperationState.SUCCEEDED}, op
     assert op.first_sent_at is not None and op.escalation_deadline is not None
     window = (op.escalation_deadline - op.first_sent_at).total_seconds()
     assert window == OPERATION_KEY_WINDOW_S[flows.wire.name]  # resent only inside it
