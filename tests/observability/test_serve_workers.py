@@ -71,8 +71,14 @@ async def test_two_workers_share_the_port_and_one_admin_port_aggregates_them(db_
             assert _value(text, "paycore_checkout_attempts_created_total") == paid
             assert _value(text, 'paycore_checkout_outcomes_total{reason="",state="Succeeded"}') == paid
             assert _value(text, 'paycore_http_workers{service="checkout"}') == 2
+            # The request histogram is observed once the response has gone out, so the last
+            # payment's sample may land just after the client has its answer: poll for it.
             paid_route = 'method="POST",route="/orders/{order_id}/payment",service="checkout",status="200"'
-            assert _value(text, f"paycore_http_request_duration_seconds_count{{{paid_route}}}") == paid
+            paid_sample = f"paycore_http_request_duration_seconds_count{{{paid_route}}}"
+            async with asyncio.timeout(10):
+                while _value(text, paid_sample) < paid:
+                    text = (await http.get(f"http://127.0.0.1:{admin}/metrics")).text
+            assert _value(text, paid_sample) == paid
 
             proc.send_signal(signal.SIGTERM)
             async with asyncio.timeout(20):
