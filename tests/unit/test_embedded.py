@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import io
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -19,7 +20,13 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from paycore_devstack._process import accepts_connections, free_port
-from paycore_devstack.embedded import start_embedded_postgres, start_tansu
+from paycore_devstack.embedded import (
+    EmbeddedError,
+    add_system_user,
+    ensure_system_user,
+    start_embedded_postgres,
+    start_tansu,
+)
 from paycore_devstack.supervisor import (
     Probe,
     ServiceExited,
@@ -91,6 +98,29 @@ async def test_embedded_postgres_starts_and_answers(embedded_dir: Path) -> None:
             assert await conn.fetchval("SELECT count(*) FROM kept") == 0
         finally:
             await conn.close()
+
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="creating a system user takes root")
+
+
+@ROOT_ONLY
+def test_losing_the_race_to_create_the_system_user_is_no_failure() -> None:
+    # CI on a fresh machine: two chaos runs started their first embedded PostgreSQL together,
+    # both found no system user, and the second useradd failed (exit 9, the name was taken).
+    user = f"pc_{uuid.uuid4().hex[:10]}"
+    try:
+        ensure_system_user(user)  # the first process: creates it
+        assert pwd.getpwnam(user).pw_name == user
+        add_system_user(user)  # the second, which looked before the first had created it
+        ensure_system_user(user)
+    finally:
+        subprocess.run(["userdel", user], capture_output=True, check=False)
+
+
+@ROOT_ONLY
+def test_a_system_user_that_cannot_be_created_says_why() -> None:
+    with pytest.raises(EmbeddedError, match="useradd exited"):
+        add_system_user("no such:name")
 
 
 # --------------------------------------------------------------------------- supervisor
