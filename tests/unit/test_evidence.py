@@ -11,7 +11,7 @@ from uuid import UUID
 import pytest
 
 from paycore.domain import ACCEPTED, Claim, EscalationReason, Verdict
-from paycore.evidence import distinct_payments, identify, judge
+from paycore.evidence import distinct_payments, identify, judge, judge_operation
 
 ATTEMPT_ID = uuid.UUID("00000000-0000-4000-8000-000000000001")
 OTHER_ID = uuid.UUID("00000000-0000-4000-8000-000000000002")
@@ -116,3 +116,34 @@ def test_several_payments_for_one_reference_are_told_apart_by_their_ids() -> Non
     claims = [claim(provider_payment_id="pay_2"), ABOUT_IT, claim(), Claim(provider_payment_id=None)]
     assert distinct_payments(claims) == ["pay_1", "pay_2"]
     assert distinct_payments([ABOUT_IT, ABOUT_IT]) == ["pay_1"]  # one payment: no MULTIPLE_PAYMENTS
+
+
+# judge_operation: (case, reported payment id, reported operation id, recorded operation id, claim,
+# reason, attribute). The operation (a refund of 4999 on pay_1) is the Subject above.
+OPERATION_CASES: list[tuple[str, str | None, str | None, str | None, Claim | None, EscalationReason | None,
+                            str | None]] = [
+    ("the payment and the refund it recorded", "pay_1", "re_1", "re_1", ABOUT_IT, None, None),
+    ("no refund id recorded yet: the answer names it", "pay_1", "re_1", None, ABOUT_IT, None, None),
+    # An answer that names no refund (a timeout's, a cancel's) says nothing against the one
+    # recorded: it is judged by what it does say.
+    ("the answer names no refund, one is recorded", "pay_1", None, "re_1", ABOUT_IT, None, None),
+    ("nothing named at all", None, None, None, None, None, None),
+    ("another refund than the recorded one", "pay_1", "re_2", "re_1", ABOUT_IT,
+     EscalationReason.PROVIDER_ID_CONFLICT, "provider_operation_id"),
+    ("another payment", "pay_2", "re_1", "re_1", ABOUT_IT, EscalationReason.PROVIDER_ID_CONFLICT,
+     "provider_payment_id"),
+    ("another amount", "pay_1", "re_1", "re_1", claim(amount_minor=1), EscalationReason.MISMATCH, "amount"),
+]
+
+
+@pytest.mark.parametrize(("reported_payment", "reported_op", "recorded_op", "evidence", "reason",
+                          "attribute"),
+                         [case[1:] for case in OPERATION_CASES], ids=[case[0] for case in OPERATION_CASES])
+def test_judge_operation(reported_payment: str | None, reported_op: str | None, recorded_op: str | None,
+                         evidence: Claim | None, reason: EscalationReason | None,
+                         attribute: str | None) -> None:
+    verdict = judge_operation(Subject(), evidence, reported_payment_id=reported_payment, payment_id="pay_1",
+                              reported_operation_id=reported_op, recorded_operation_id=recorded_op)
+    assert (verdict.reason, verdict.attribute) == (reason, attribute)
+    if reason is None:
+        assert verdict == ACCEPTED
