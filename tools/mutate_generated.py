@@ -505,6 +505,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="keep the report's results, run the rest")
     parser.add_argument("--suites", nargs="+", default=list(SUITES), metavar="PATH",
                         help="the test files or folders whose tests may kill a mutant (default: SUITES)")
+    parser.add_argument("--skip", type=int, default=0, metavar="N",
+                        help="leave out the first N mutants of the listing (a sitting whose report is lost)")
     parser.add_argument("--list", action="store_true",
                         help="count the mutants per module and operator, run nothing")
     parser.add_argument("--keep", action="store_true", help="keep the temporary copies")
@@ -517,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         for tree in trees:
             copy_tree(ROOT, tree)
         mutants = all_mutants(trees[0], args.module)
+        mutants = mutants[args.skip:]  # the listing's order is fixed: by operator, then occurrence
         if args.list:
             counts: dict[tuple[str, str], int] = defaultdict(int)
             for m in mutants:
