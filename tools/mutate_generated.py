@@ -403,6 +403,19 @@ def _diff(m: Mutant, pristine: str, mutated: str) -> str:
     return "\n".join(removed + added)
 
 
+def _imports(tree: Path, file: str, mutated: str) -> bool:
+    """Whether ``file`` with ``mutated`` as its text still imports (the tree is restored after)."""
+    target = tree / file
+    pristine = target.read_text()
+    target.write_text(mutated)
+    try:
+        done = subprocess.run([sys.executable, "-c", f"import {module_of(tree, file)}"], cwd=tree,
+                              env=run_env(tree), capture_output=True, timeout=120)
+    finally:
+        target.write_text(pristine)
+    return done.returncode == 0
+
+
 def run_mutant(tree: Path, m: Mutant, tests: list[str], covering: int, timeout_s: float) -> Outcome:
     target = tree / m.file
     pristine = target.read_text()
@@ -414,6 +427,10 @@ def run_mutant(tree: Path, m: Mutant, tests: list[str], covering: int, timeout_s
         return Outcome(m, "incompetent", 0, covering, 0.0, "the operator made no change here")
     diff = _diff(m, pristine, mutated)
     if not tests:
+        # A line no test's context executes runs at import (a module constant, a type alias):
+        # a mutant there that breaks the import is caught by every test, not a survivor.
+        if m.kind == "python" and not _imports(tree, m.file, mutated):
+            return Outcome(m, "incompetent", 0, 0, 0.0, "the mutated module fails at import", diff)
         return Outcome(m, "not covered", 0, 0, 0.0, "no test of the suites executes this line", diff)
     order = tree / ".mutant-order"
     order.write_text("\n".join(tests))

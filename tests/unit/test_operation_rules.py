@@ -3,6 +3,8 @@ more back than was taken -- a table of cases, no database."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from paycore.domain import (
@@ -14,7 +16,9 @@ from paycore.domain import (
     OperationKind,
     OperationRefusal,
     OperationState,
+    OperationStep,
     can_transition_operation,
+    decide_operation_step,
     headroom,
     refuse_operation,
 )
@@ -114,3 +118,38 @@ def test_two_partial_refunds_decided_in_turn_cannot_both_pass() -> None:
     room = headroom(authorized_minor=10_00, captured_upfront_minor=10_00, operations=first)
     assert refuse_operation(REFUND, 6_00, room) is OperationRefusal.EXCEEDS_REFUNDABLE
     assert refuse_operation(REFUND, 4_00, room) is None
+
+
+# --- recovery's step for a due live operation ---------------------------------------------------
+
+NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+BEFORE, AT, AFTER = NOW + timedelta(seconds=1), NOW, NOW - timedelta(seconds=1)  # the deadline's places
+Step = OperationStep
+
+# (case, state, provider status, deadline, lookup, found, found pending, step)
+STEP_CASES: list[tuple[str, OperationState, str | None, datetime | None, str, int, bool, OperationStep]] = [
+    ("never sent", S.NOT_STARTED, None, AFTER, "not_found", 0, False, Step.CLOSE_NEVER_SENT),
+    ("one found", S.UNKNOWN, None, BEFORE, "found", 1, False, Step.APPLY_FOUND),
+    ("two found for one reference", S.UNKNOWN, None, BEFORE, "found", 2, False, Step.ESCALATE_MULTIPLE),
+    ("found pending, acknowledged, past the deadline", S.UNKNOWN, "pending", AFTER, "found", 1, True,
+     Step.ESCALATE_DEADLINE),
+    ("found pending, acknowledged, before the deadline", S.UNKNOWN, "pending", BEFORE, "found", 1, True,
+     Step.APPLY_FOUND),
+    ("not found, before the deadline", S.UNKNOWN, None, BEFORE, "not_found", 0, False, Step.RESEND),
+    # At the deadline itself a resend could already be a new operation: the key's window is
+    # counted to it, so it is past, as for a payment (Attempt.past_deadline).
+    ("not found, at the deadline", S.UNKNOWN, None, AT, "not_found", 0, False, Step.ESCALATE_DEADLINE),
+    ("not found, after the deadline", S.UNKNOWN, None, AFTER, "not_found", 0, False, Step.ESCALATE_DEADLINE),
+    ("no deadline counts as past", S.UNKNOWN, None, None, "unsupported", 0, False, Step.ESCALATE_DEADLINE),
+    ("acknowledged, nothing learnt", S.UNKNOWN, "pending", BEFORE, "not_found", 0, False, Step.WAIT),
+    ("the lookup failed", S.UNKNOWN, None, BEFORE, "unavailable", 0, False, Step.WAIT),
+    ("no lookup: resend under the same key", S.UNKNOWN, None, BEFORE, "unsupported", 0, False, Step.RESEND),
+]
+
+
+@pytest.mark.parametrize(("state", "provider_status", "deadline", "lookup", "found", "pending", "step"),
+                         [case[1:] for case in STEP_CASES], ids=[case[0] for case in STEP_CASES])
+def test_decide_operation_step(state: OperationState, provider_status: str | None, deadline: datetime | None,
+                               lookup: str, found: int, pending: bool, step: OperationStep) -> None:
+    assert decide_operation_step(state, provider_status=provider_status, escalation_deadline=deadline,
+                                 lookup=lookup, found=found, found_pending=pending, now=NOW) is step
