@@ -67,6 +67,14 @@ JUDGED: tuple[Judged, ...] = (
     ),
     Judged(
         DOMAIN,
+        "- order_held: bool = False  # the payment is a hold: the order is Authorized, not Paid\n"
+        "+ order_held: bool = True  # the payment is a hold: the order is Authorized, not Paid",
+        "equivalent",
+        "order_held is read only when order_paid is set (writer.queue_success_effects), and the one "
+        "Decision that sets order_paid (a payment's Succeeded) always passes order_held",
+    ),
+    Judged(
+        DOMAIN,
         "- delay_s: float = 0.0\n+ delay_s: float = 1.0",
         "equivalent",
         "PassDecision's default delay is taken only by the gather steps (LOOK_UP, READ_HISTORY, "

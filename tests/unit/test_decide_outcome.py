@@ -291,3 +291,10 @@ def test_an_orders_status_follows_its_refunds_and_its_hold() -> None:
     assert after(OrderStatus.AUTHORIZED, R, ok, 1500, 3000) is OrderStatus.AUTHORIZED
     assert after(OrderStatus.AUTHORIZED, C, ok, 1500, 3000) is OrderStatus.PARTIALLY_REFUNDED
     assert after(OrderStatus.AUTHORIZED, C, ok, 3000, 3000) is OrderStatus.REFUNDED
+    # Only a success moves a hold: a failed capture or cancel leaves the order Authorized (the
+    # money is still held), and a capture's or cancel's success moves no order that is no hold.
+    failed = OperationState.FAILED
+    assert after(OrderStatus.AUTHORIZED, C, failed, 0) is OrderStatus.AUTHORIZED
+    assert after(OrderStatus.AUTHORIZED, V, failed, 0) is OrderStatus.AUTHORIZED
+    assert after(OrderStatus.PAID, C, ok, 0) is OrderStatus.PAID
+    assert after(OrderStatus.PAID, V, ok, 0) is OrderStatus.PAID

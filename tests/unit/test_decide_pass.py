@@ -129,6 +129,9 @@ def test_an_action_without_expiry_is_looked_up_by_its_payment_id_and_applied_whe
     assert decide(a, PassFacts()).step is Step.LOOK_UP_ACTION
     assert decide(a, PassFacts(action_status=Lookups("found", ("pay_1",)))).step is Step.APPLY
     assert decide(a, PassFacts(action_status=Lookups("failed"))).step is Step.FINISH
+    # With no payment id there is nothing to look up by: it waits for its poll.
+    unknown_id = dataclasses.replace(a, provider_payment_id=None)
+    assert decide(unknown_id, PassFacts()) == PassDecision(Step.FINISH, 300, result=Pass.RESCHEDULED)
 
 
 # -- Unknown: lookups -------------------------------------------------------------------------------
