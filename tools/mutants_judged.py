@@ -75,6 +75,15 @@ JUDGED: tuple[Judged, ...] = (
     ),
     Judged(
         DOMAIN,
+        "- if room.capturable_minor == 0 or amount_minor != room.capturable_minor:\n"
+        "+ if room.capturable_minor == -1 or amount_minor != room.capturable_minor:",
+        "equivalent",
+        "a headroom is never negative (the capturable amount is 0 or the whole authorized amount), "
+        "so the first test is never true; and with a positive amount (refused before) a hold of 0 "
+        "is refused by the second test anyway",
+    ),
+    Judged(
+        DOMAIN,
         "- delay_s: float = 0.0\n+ delay_s: float = 1.0",
         "equivalent",
         "PassDecision's default delay is taken only by the gather steps (LOOK_UP, READ_HISTORY, "

@@ -335,6 +335,19 @@ def _module_level_names(source: str, line: int) -> set[str]:
     return set()
 
 
+def _statement_lines(source: str, line: int) -> list[int]:
+    """The lines of the innermost statement on ``line`` (a compound one's header only)."""
+    enclosing = [node for node in ast.walk(ast.parse(source))
+                 if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno)]
+    best = max(enclosing, key=lambda n: (n.lineno, -(n.end_lineno or n.lineno)), default=None)
+    if best is None:
+        return [line]
+    body = getattr(best, "body", None)
+    last = body[0].lineno - 1 if isinstance(body, list) and body and body[0].lineno > best.lineno \
+        else (best.end_lineno or best.lineno)
+    return list(range(best.lineno, max(last, line) + 1))
+
+
 def tests_for(m: Mutant, source: str, mapping: CoverageMap) -> list[str]:
     """The tests that execute the mutated line, by the rules in the module's docstring."""
     if "/queries/" in m.file:
@@ -346,7 +359,10 @@ def tests_for(m: Mutant, source: str, mapping: CoverageMap) -> list[str]:
     elif m.file.endswith(".sql"):
         tests = {t for t in mapping.seconds if t.startswith(MIGRATION_TESTS)}
     else:
-        tests = mapping.tests_of(m.file, [m.line])
+        # Every line of the statement: coverage records a continuation line only when it runs
+        # (``a or (b and c)`` on two lines: the second not when ``a`` is true), and a test that
+        # stops at the first line may be the one that tells the mutant apart.
+        tests = mapping.tests_of(m.file, _statement_lines(source, m.line))
         if not tests:
             names = _module_level_names(source, m.line)
             if names:

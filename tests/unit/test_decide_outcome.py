@@ -281,6 +281,7 @@ def test_an_orders_status_follows_its_refunds_and_its_hold() -> None:
     R, C, V = OperationKind.REFUND, OperationKind.CAPTURE, OperationKind.CANCEL
     ok, back = OperationState.SUCCEEDED, OperationState.RETURNED
     assert after(OrderStatus.PAID, R, ok, 2000) is OrderStatus.PARTIALLY_REFUNDED
+    assert after(OrderStatus.PAID, R, ok, 1) is OrderStatus.PARTIALLY_REFUNDED  # one minor unit back
     assert after(OrderStatus.PARTIALLY_REFUNDED, R, ok, 5000) is OrderStatus.REFUNDED
     assert after(OrderStatus.REFUNDED, R, back, 0) is OrderStatus.PAID  # the refund came back
     assert after(OrderStatus.AUTHORIZED, C, ok, 0, 3000) is OrderStatus.PAID

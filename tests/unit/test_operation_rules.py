@@ -100,6 +100,8 @@ REFUSAL_CASES = {
     "capture of a captured payment": (CAPTURE, 1_00, CAPTURED, OperationRefusal.NOT_CAPTURABLE),
     "cancel of the hold": (CANCEL, 10_00, HOLD, None),
     "cancel of part of the hold": (CANCEL, 9_99, HOLD, OperationRefusal.NOT_CANCELABLE),
+    "cancel of a hold of one minor unit": (CANCEL, 1, Headroom(captured_minor=0, capturable_minor=1,
+                                                              refundable_minor=0), None),
     "cancel of a captured payment": (CANCEL, 10_00, CAPTURED, OperationRefusal.NOT_CANCELABLE),
     "a second cancel or a cancel after a capture": (CANCEL, 10_00, DONE, OperationRefusal.NOT_CANCELABLE),
 }
