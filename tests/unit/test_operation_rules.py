@@ -68,6 +68,10 @@ HEADROOM_CASES = {
                                                         (REFUND, S.STARTED, 2_00)),
                                          Headroom(7_00, 0, 5_00)),
     "a failed capture leaves the hold": (10_00, 0, ops((CAPTURE, S.FAILED, 7_00)), Headroom(0, 10_00, 0)),
+    # A refund recorded against a capture in flight that then failed: more refunds hold than
+    # was captured, and the refundable amount is none, never below it.
+    "a refund of a capture that failed": (10_00, 0, ops((CAPTURE, S.FAILED, 7_00), (REFUND, S.UNKNOWN, 2_00)),
+                                          Headroom(0, 10_00, 0)),
     "a cancel holds the payment": (10_00, 0, ops((CANCEL, S.STARTED, 10_00)), Headroom(0, 0, 0)),
     "a payment that did not succeed": (0, 0, [], Headroom(0, 0, 0)),
 }
