@@ -2249,4 +2249,32 @@ MUTATIONS: tuple[Mutation, ...] = (
         t("tests/unit/test_cardco_events_edges.py", "test_the_envelopes_account_and_mode_join_the_objects_as_statements_to_agree"),
         "a Cardco event's envelope account is a statement the evidence must agree with",
     ),
+    Mutation(
+        "failed-capture-keeps-the-hold", DOMAIN,
+        "if current is OrderStatus.AUTHORIZED and target is OperationState.SUCCEEDED:",
+        "if current is OrderStatus.AUTHORIZED or target is OperationState.SUCCEEDED:",
+        t("tests/unit/test_decide_outcome.py", "test_an_orders_status_follows_its_refunds_and_its_hold"),
+        "a capture or cancel that failed leaves its order Authorized: a failed capture never marks it Paid",
+    ),
+    Mutation(
+        "operation-deadline-instant-is-past", DOMAIN,
+        "past_deadline = escalation_deadline is None or now >= escalation_deadline",
+        "past_deadline = escalation_deadline is None or now > escalation_deadline",
+        t("tests/unit/test_operation_rules.py", "test_decide_operation_step"),
+        "at its deadline a live operation is escalated, not resent: the key's window may have closed",
+    ),
+    Mutation(
+        "operation-answer-without-id-no-conflict", EVIDENCE_RULES,
+        "if (reported_operation_id is not None and recorded_operation_id is not None",
+        "if (reported_operation_id is None and recorded_operation_id is not None",
+        t("tests/unit/test_evidence.py", "test_judge_operation"),
+        "an answer that names no refund is judged by what it says, not as naming another refund",
+    ),
+    Mutation(
+        "refundable-never-below-zero", DOMAIN,
+        "refundable_minor=max(captured - refunded, 0))",
+        "refundable_minor=max(captured - refunded, -1))",
+        t("tests/unit/test_operation_rules.py", "test_headroom"),
+        "a refund held against a capture that failed leaves nothing refundable, never a negative amount",
+    ),
 )
