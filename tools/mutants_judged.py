@@ -33,6 +33,7 @@ DOMAIN = "libs/paycore/paycore/domain.py"
 ATTEMPTS = "libs/paycore/paycore/attempts.py"
 SETTLEMENTS = "libs/paycore/paycore/settlements.py"
 STRIPE_WIRE = "libs/paycore/paycore/providers/stripe/wire.py"
+CARDCO_WIRE = "libs/paycore/paycore/providers/cardco/wire.py"
 CARDCO_EVENTS = "libs/paycore/paycore/providers/cardco/events.py"
 STRIPE_EVENTS = "libs/paycore/paycore/providers/stripe/events.py"
 ADYEN_NOTIFICATIONS = "libs/paycore/paycore/providers/adyen/notifications.py"
@@ -40,6 +41,20 @@ ATTEMPTS_SQL = "libs/paycore/paycore/queries/payment_attempts.sql"
 WRITER = "libs/paycore/paycore/writer.py"
 
 JUDGED: tuple[Judged, ...] = (
+    Judged(
+        SETTLEMENTS,
+        "- if covered_until <= covered_from:\n+ if covered_until < covered_from:",
+        "equivalent",
+        "both missing-row queries take the window half-open (first_sent_at >= :covered_from AND "
+        "first_sent_at < :covered_until), so a window whose ends are equal finds nothing either way",
+    ),
+    *(Judged(
+        CARDCO_WIRE,
+        f"- amount_refunded: int = 0\n+ amount_refunded: int = {default}",
+        "equivalent",
+        "ProviderPayment is built in one place, parse_payment, which always passes amount_refunded "
+        "(0 when the body has none): the dataclass default is never taken",
+    ) for default in ("1", "-1")),
     Judged(
         EVIDENCE,
         '- _, account, environment = provider_account.rsplit(":", 2)\n'

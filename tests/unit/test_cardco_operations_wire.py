@@ -95,6 +95,7 @@ VALID_REFUNDS = [
     pytest.param(refund_object(failure_reason=MISSING), id="failure_reason-absent-reads-null"),
     pytest.param(refund_object(livemode=True, amount=1, currency="JPY", created=0), id="edges"),
     pytest.param(refund_object(reference="R" * 64), id="reference-64"),
+    pytest.param(refund_object(reference="R"), id="reference-1"),
     pytest.param(refund_object(reason="requested_by_customer", metadata={"a": 1}), id="unknown-fields"),
 ]
 
