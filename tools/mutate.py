@@ -15,6 +15,7 @@ selected mutation was killed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,6 +126,17 @@ def first_failure(output: str) -> str:
     return f"{node}: {error[:300]}" if error else node
 
 
+@contextlib.contextmanager
+def mutated(target: Path, text: str) -> Iterator[None]:
+    """``target`` holds ``text`` inside the block and its own text again after, whatever happens."""
+    pristine = target.read_text()
+    target.write_text(text)
+    try:
+        yield
+    finally:
+        target.write_text(pristine)
+
+
 def run_one(tree: Path, env: dict[str, str], m: Mutation, tests: tuple[str, ...]) -> Result:
     target = tree / m.file
     if not target.is_file():
@@ -133,11 +146,8 @@ def run_one(tree: Path, env: dict[str, str], m: Mutation, tests: tuple[str, ...]
     if found != 1:
         return Result(m, "stale", f"original text found {found} times in {m.file}")
     start = time.monotonic()
-    target.write_text(pristine.replace(m.original, m.replacement))
-    try:
+    with mutated(target, pristine.replace(m.original, m.replacement)):
         code, output = pytest(tree, env, tests)
-    finally:
-        target.write_text(pristine)
     took = time.monotonic() - start
     if code == 0:
         return Result(m, "survived", "every listed test passed", took)

@@ -54,6 +54,7 @@ import orjson
 
 from tools.mutants_judged import JUDGED, Judged
 from tools.mutate import check_imports_come_from, copy_tree, module_of, run_env
+from tools.mutate import mutated as mutated_file  # the target holds a mutant's text, then its own
 from tools.sql_mutants import mutants_of as sql_mutants_of
 from tools.sql_mutants import query_at
 
@@ -421,14 +422,9 @@ def _diff(m: Mutant, pristine: str, mutated: str) -> str:
 
 def _imports(tree: Path, file: str, mutated: str) -> bool:
     """Whether ``file`` with ``mutated`` as its text still imports (the tree is restored after)."""
-    target = tree / file
-    pristine = target.read_text()
-    target.write_text(mutated)
-    try:
+    with mutated_file(tree / file, mutated):
         done = subprocess.run([sys.executable, "-c", f"import {module_of(tree, file)}"], cwd=tree,
                               env=run_env(tree), capture_output=True, timeout=120)
-    finally:
-        target.write_text(pristine)
     return done.returncode == 0
 
 
@@ -454,14 +450,12 @@ def run_mutant(tree: Path, m: Mutant, tests: list[str], covering: int, timeout_s
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "tools.mutant_plugin",
            "-rfE", *tests]
     start = time.monotonic()
-    target.write_text(mutated)
-    try:
-        done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout_s)
-        code, output = done.returncode, done.stdout + done.stderr
-    except subprocess.TimeoutExpired:
-        code, output = -1, ""
-    finally:
-        target.write_text(pristine)
+    with mutated_file(target, mutated):
+        try:
+            done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout_s)
+            code, output = done.returncode, done.stdout + done.stderr
+        except subprocess.TimeoutExpired:
+            code, output = -1, ""
     took = time.monotonic() - start
     if code == 0:
         return Outcome(m, "survived", len(tests), covering, took, "", diff)
