@@ -2,8 +2,9 @@
 # Builds the paycore image (deploy/Dockerfile) with podman, else docker: what `make image` runs.
 #   IMAGE   the tag (default localhost/paycore:<git describe>)
 #   BASE    the base both stages use; unset: the official python:3.11.7-slim-bookworm when it is
-#           present or a registry serves it within PULL_TIMEOUT s (default 20), else the stand-in
-#           localhost/paycore-base:3.11-bookworm that `make base-image` builds from Debian's packages
+#           present or a registry serves it within PULL_TIMEOUT s (default 20), pinned to the
+#           digest pulled, else the stand-in localhost/paycore-base:3.11-bookworm that
+#           `make base-image` builds from Debian's packages
 #   ENGINE  podman or docker (default: podman when installed, else docker)
 # podman builds with --format docker: the OCI format has no HEALTHCHECK and podman drops it.
 set -euo pipefail
@@ -23,7 +24,17 @@ if [ -z "${BASE:-}" ]; then
     BASE=$standin
   fi
 fi
+# The base by digest: a registry's tag can move between two builds, the digest of what was
+# pulled cannot. A local image (the stand-in) is kept by name. The digest goes in a label either way.
+if [ "$engine" = podman ]; then digest_of='{{.Digest}}'; else digest_of='{{index .RepoDigests 0}}'; fi
+base_digest=$("$engine" image inspect --format "$digest_of" "$BASE" 2>/dev/null || true)
+base_digest=${base_digest##*@}
+case "$BASE" in
+  *@*|localhost/*) ;;
+  *) [ -n "$base_digest" ] && BASE=$BASE@$base_digest ;;
+esac
 args=(build -f "$root/deploy/Dockerfile" -t "$image" --build-arg "BASE=$BASE"
+      --build-arg "BASE_DIGEST=${base_digest:-unknown}"
       --build-arg "VERSION=${VERSION:-0.1.0}"
       --build-arg "REVISION=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)")
 [ "$engine" = podman ] && args+=(--format docker --network host)

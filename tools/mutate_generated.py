@@ -86,19 +86,20 @@ PYTHON_TARGETS: tuple[str, ...] = (
     *provider_money_modules(),
     f"{LIB}/settlements.py",
 )
-# Whose queries are mutated: every statement on an attempt, its lease, its events, escalations,
-# outbox rows (the relay's claims among them), orders and replayed deliveries (named queries,
-# docs/decisions/0007-named-queries.md).
+# Whose queries are mutated: every statement on an attempt, its lease, the operations after it
+# (captures, cancels, refunds), outbox rows (the relay's claims among them), escalations, orders,
+# history events and replayed deliveries (named queries, docs/decisions/0007-named-queries.md).
+# The order is the run's (and --skip's): money first.
 SQL_TARGETS: tuple[str, ...] = tuple(f"{LIB}/queries/{table}.sql" for table in (
-    "payment_attempts", "payment_attempt_events", "payment_escalations", "outbox_messages", "orders",
-    "webhook_deliveries_seen", "settlement_lines", "settlement_exceptions"))
+    "payment_attempts", "payment_operations", "outbox_messages", "payment_escalations", "orders",
+    "payment_attempt_events", "webhook_deliveries_seen", "settlement_lines", "settlement_exceptions"))
 # The modules that run those queries: a query's mutant runs the tests that execute a function
 # naming it (the coverage map covers these too).
 SQL_CALLERS: tuple[str, ...] = (
     f"{LIB}/attempt_row.py", f"{LIB}/attempts.py", f"{LIB}/writer.py", f"{LIB}/leases.py",
     f"{LIB}/orders.py", f"{LIB}/outbox.py", f"{LIB}/escalations.py", f"{LIB}/events.py",
     f"{LIB}/notifications.py", f"{LIB}/dead_ends.py", f"{LIB}/conflicts.py", f"{LIB}/webhook_replays.py",
-    "services/dispatcher/paycore_dispatcher/relay.py", f"{LIB}/settlements.py",
+    "services/dispatcher/paycore_dispatcher/relay.py", f"{LIB}/settlements.py", f"{LIB}/operations.py",
 )
 MIGRATIONS = f"{LIB}/migrations"
 # The suites whose tests may kill a mutant (not the chaos runs, the browser or the deployment).

@@ -11,6 +11,7 @@ target sets it): image builds take minutes.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
@@ -133,6 +134,16 @@ def test_runs_as_uid_10001_on_a_read_only_root(run: Run) -> None:
     done = run.once("-c", "import os; print(os.getuid(), os.getgid()); open('/opt/venv/x', 'w')",
                     entrypoint="python")
     assert done.stdout.split() == ["10001", "10001"] and "Read-only file system" in done.stderr, done
+
+
+def test_the_image_records_the_digest_of_its_base(image: str) -> None:
+    labels = json.loads(podman("image", "inspect", "--format", "{{json .Labels}}", image).stdout)
+    base = labels["org.opencontainers.image.base.name"]
+    digest = labels["org.opencontainers.image.base.digest"]
+    assert digest == podman("image", "inspect", "--format", "{{.Digest}}", base).stdout.strip()
+    assert digest.startswith("sha256:") and len(digest) == len("sha256:") + 64
+    # A registry's base is built FROM its digest; only a local one (the stand-in) goes by name.
+    assert base.startswith("localhost/") or base.endswith("@" + digest)
 
 
 def test_paycore_help_is_the_default_command(run: Run) -> None:
