@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from paycore.account_settings import PROVIDERS
+from paycore.providers.registry import DEFAULT_PACKAGE
 from paycore_cli.arguments import (
     admin_port_number,
     duration,
@@ -332,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     chaos.add_argument("--kills", type=int, default=3, choices=range(0, 21), metavar="N",
                        help="SIGKILL and restart each service kind N times (default %(default)s)")
     chaos.add_argument("--seed", type=int, default=1, help="the plan's seed (default %(default)s)")
-    chaos.add_argument("--provider", choices=PROVIDERS, default="cardco",
+    chaos.add_argument("--provider", choices=PROVIDERS, default=DEFAULT_PACKAGE.name,
                        help="the provider the run configures, in the sandbox's dialect for it "
                             "(default %(default)s)")
     chaos.add_argument("--no-db-kill", action="store_true", help="do not kill -9 the PostgreSQL postmaster")

@@ -1,4 +1,4 @@
-"""The local Cardco sandbox as the ``paycore`` command starts it: its settings, app and built-in account.
+"""The local provider sandbox as the ``paycore`` command starts it: its settings, app and built-in account.
 
 The sandbox package is imported only when one of these functions runs.
 """
@@ -15,7 +15,6 @@ from paycore_cli.common import CommandError
 SANDBOX_ACCOUNT = "acct_store"
 SANDBOX_ENVIRONMENT = "test"
 SANDBOX_API_KEY = "sk_test_acct_store_local"
-WEBHOOK_PATH = "/webhooks/cardco"
 
 
 def sandbox_settings() -> Any:

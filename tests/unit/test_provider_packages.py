@@ -31,7 +31,12 @@ ALLOWED: dict[str, str] = {
     # What a person reads: help texts, descriptions and examples that name a provider.
     "libs/paycore/paycore/providers/package.py":
         "the accounts file's shared keys' descriptions, which the docs' table is generated from",
-    "cli/paycore_cli/": "help texts and examples (cardco:acct_store:live), the local Cardco sandbox",
+    "cli/paycore_cli/common.py": "`paycore up`'s help: the wires the sandbox speaks, the intake's routes",
+    "cli/paycore_cli/parser.py":
+        "help texts: the sandbox's wires, examples (cardco:acct_store:live, PAYCORE_CARDCO_*)",
+    "cli/paycore_cli/operation_commands.py": "help texts' example settings (PAYCORE_CARDCO_*)",
+    "cli/paycore_cli/settlement_commands.py":
+        "help texts: each provider's settings and settlement report file, an example account",
     "services/recovery/paycore_recovery/settings.py": "a setting's description (Stripe's Search)",
     # Each provider's wire by design.
     "services/sandbox/": "the sandbox speaks each provider's wire (its dialects)",
