@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -145,3 +146,103 @@ async def test_a_refund_whose_answer_was_lost_is_resolved_by_recovery_once(flows
     assert (await get_operation(flows.pool, lost.operation_id)).state is state
     made = (await flows.sandbox.http.get("/_sandbox/refunds")).json()["data"]
     assert len(made) == 1  # one refund at the provider, whatever was resent
+
+
+# A refund whose request reaches the provider only after paycore's call gave up: the sandbox's
+# late_arrival holds the request without an answer and runs it LATE_MS later (as for a payment in
+# tests/providers/test_flows.py, test_a_late_original_after_the_resend_is_answered_from_the_key_...).
+LATE_MS = 2000
+# What recovery does, per provider, when the late original ran before it looked: Cardco's and
+# Stripe's lookups find the refund; Adyen has none, so the same-key resend is answered from the
+# key's stored result ("received"). When it runs after the resend, nothing was there to find:
+# the resend makes the refund, and the provider answers the late original from the key.
+LATE_RECOVERY = {
+    ("cardco", "before-recovery"): OperationStep.APPLY_FOUND,
+    ("stripe", "before-recovery"): OperationStep.APPLY_FOUND,
+    ("adyen", "before-recovery"): OperationStep.RESEND,
+    ("cardco", "after-the-resend"): OperationStep.RESEND,
+    ("stripe", "after-the-resend"): OperationStep.RESEND,
+    ("adyen", "after-the-resend"): OperationStep.RESEND,
+}
+
+
+async def refund_requests(flows: ProviderStack) -> list[dict[str, Any]]:
+    """The refund POSTs that reached the provider (at arrival, a late one too), oldest first."""
+    return [q for q in await flows.sandbox.requests()
+            if q["method"] == "POST" and q["path"].endswith("/refunds")]
+
+
+async def provider_refunds(flows: ProviderStack) -> list[dict[str, Any]]:
+    r = await flows.sandbox.http.get("/_sandbox/refunds")
+    r.raise_for_status()
+    return list(r.json()["data"])
+
+
+@pytest.mark.parametrize("arrives", ["before-recovery", "after-the-resend"])
+async def test_a_refund_request_arriving_late_is_one_refund_resolved_by_recovery(
+    flows: ProviderStack, arrives: str,
+) -> None:
+    """The refund's only send gets no answer (Unknown); its request reaches the provider late,
+    before recovery looks or after recovery's same-key resend. Recovery resolves it by evidence
+    only: the provider holds one refund, the operation ends Succeeded once, one refund-succeeded
+    is queued, and the provider's webhooks, delivered afterwards, change nothing."""
+    order_id, attempt_id = await paid(flows)
+    await flows.sandbox.fault("late_arrival", times=1, delay_ms=LATE_MS,
+                              match={"dialect": flows.wire.name, "operation": "refund"})
+    async with sender(flows) as s:
+        sending = asyncio.create_task(s.request(attempt_id, OperationKind.REFUND, 1000, requested_by="test"))
+
+        async def in_flight() -> bool:
+            return bool(await refund_requests(flows)) and flows.clock.pending_timers > 0
+
+        await eventually(in_flight, what="the refund's POST to be held")
+        flows.clock.advance(flows.settings.budgets.call_s)  # no answer within the call budget
+        late = await sending
+    assert isinstance(late, Operation) and late.state is OperationState.UNKNOWN, late
+    assert await provider_refunds(flows) == []  # paycore gave up before the request arrived
+
+    async def original_ran() -> bool:
+        return (await refund_requests(flows))[0]["status"] is not None
+
+    if arrives == "before-recovery":
+        await eventually(original_ran, what="the late original to run at the provider")
+    await flows.advance(flows.settings.recheck_after_s + 1)
+    assert await flows.worker().operations.run_pass() == [LATE_RECOVERY[flows.wire.name, arrives]]
+    if arrives == "after-the-resend":
+        await eventually(original_ran, what="the late original to run at the provider")
+
+    async def both_answered() -> bool:
+        return all(q["status"] is not None for q in await refund_requests(flows))
+
+    await eventually(both_answered, what="every refund POST to be answered")
+    posts = await refund_requests(flows)
+    assert all(q["body"] == late.request_body for q in posts)
+    # Which request made the refund, and which the provider answered from the key's stored result.
+    if arrives == "after-the-resend":
+        replayed = [True, False]  # the resend made it; the late original was answered from the key
+    elif flows.wire.lookups:
+        replayed = [False]  # the late original made it; the lookup found it, nothing was resent
+    else:
+        replayed = [False, True]  # Adyen: the late original made it; the resend was answered from the key
+    assert [q["replayed"] for q in posts] == replayed
+
+    # The provider's webhooks arrive after recovery: Adyen's REFUND ends its acknowledged refund;
+    # for the others they tell what recovery already recorded.
+    await flows.subscribe()
+    events = (await flows.sandbox.http.get("/_sandbox/events")).json()["data"]
+    for event in events:
+        await flows.sandbox.redeliver(event["id"])
+    done = await ended(flows, late)
+    await eventually(flows.deliveries_settled, what="every webhook to be delivered")
+
+    [made] = await provider_refunds(flows)  # one refund at the provider
+    assert (made["reference"], made["amount"], made["status"]) == (late.client_reference, 1000, "succeeded")
+    assert done.state is OperationState.SUCCEEDED
+    succeeded = await flows.pool.fetchval(
+        "SELECT count(*) FROM payment_attempt_events WHERE operation_id = $1 AND kind = 'transition' "
+        "AND detail->>'to' = 'Succeeded'", late.operation_id)
+    assert succeeded == 1
+    effects = await effects_of(flows.pool, attempt_id)
+    assert [e for e in effects if e.startswith("refund-")] == ["refund-succeeded"]
+    assert await order_status(flows.pool, order_id) == "PartiallyRefunded"
+    assert await flows.open_escalations() == []

@@ -3,8 +3,9 @@
 The sandbox delivers Cardco's ``refund.*`` webhooks over HTTP to the intake service, on real
 PostgreSQL: a pending refund settles by webhook; a refund that fails frees its amount; a
 succeeded refund that comes back (a closed card) is Returned, its amount refundable again and a
-person told; redeliveries and reordered events change nothing twice; a refund of ours never
-made by paycore is kept and escalated, never dropped.
+person told; redeliveries and reordered events change nothing twice (its failure reported
+before its success leaves it Failed, and a person told); a refund of ours never made by paycore
+is kept and escalated, never dropped.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import Any
 
 import orjson
 
-from paycore.domain import OperationKind, OperationState
-from paycore.operations import Operation, get_operation
+from paycore.domain import OperationKind, OperationRefusal, OperationState
+from paycore.operations import Operation, Refused, get_operation
 from tests.support.webhooks import WebhookStack
 
 from .support import effects_of, eventually, order_status, paid_order, sender
@@ -112,6 +113,59 @@ async def test_redelivered_and_reordered_refund_events_change_it_once(hooks: Web
         "AND detail->>'to' = 'Failed'", op.operation_id)
     assert moves == 1
     assert (await effects_of(hooks.pool, op.attempt_id)).count("refund-failed") == 1
+
+
+async def test_a_refund_reported_failed_before_its_success_stays_failed_and_a_person_is_told(
+        hooks: WebhookStack) -> None:
+    """A refund that succeeded and then came back is sent as succeeded, then failed (Returned).
+    Delivered the other way round, the failure ends it first: Failed is final, so the stale
+    success is a contradiction a person is told of; the refund stays Failed, its amount
+    refundable again (the customer did not get the money), its effects queued once."""
+    # Not subscribed: the test delivers the sandbox's own events itself, in the order it likes.
+    op = await refund(hooks, 1093)  # pending until settled
+    assert op.state is S.STARTED
+    for change in ("settle", "fail"):  # it succeeds, then the network sends it back
+        r = await hooks.sandbox.http.post(f"/_sandbox/refunds/{op.provider_operation_id}/{change}",
+                                          json={"result": "succeeded"} if change == "settle" else {})
+        assert r.status_code == 200, r.text
+
+    async def all_three() -> list[dict[str, Any]] | None:
+        events = await refund_events(hooks, op)
+        return events if len(events) == 3 else None
+
+    three = await eventually(all_three, what="the refund's three events")
+    events = sorted(three, key=lambda e: e["sequence"])
+    pending, succeeded, failed = events
+    assert [e["type"] for e in events] == ["refund.pending", "refund.succeeded", "refund.failed"]
+    for event in (failed, succeeded, pending, succeeded):  # the failure first; the success redelivered
+        r = await hooks.deliver(orjson.dumps(event), msg_id=event["id"])
+        assert r.status_code == 200, r.text
+
+    current = await get_operation(hooks.pool, op.operation_id)
+    assert current.state is S.FAILED
+    moves = await hooks.pool.fetch(
+        "SELECT detail->>'to' AS target FROM payment_attempt_events WHERE operation_id = $1 "
+        "AND kind = 'transition' ORDER BY event_id", op.operation_id)
+    assert [m["target"] for m in moves] == ["NotStarted", "Started", "Failed"]  # never Succeeded nor Returned
+    effects = await effects_of(hooks.pool, op.attempt_id)
+    assert [e for e in effects if e.startswith("refund-")] == ["refund-failed"]
+    order_id = await hooks.pool.fetchval("SELECT order_id FROM payment_attempts WHERE attempt_id = $1",
+                                         op.attempt_id)
+    assert await order_status(hooks.pool, order_id) == "Paid"
+    episodes = await hooks.pool.fetch("SELECT reason, escalation_key, detail FROM payment_escalations "
+                                      "WHERE resolved_at IS NULL")
+    assert [(e["reason"], e["escalation_key"]) for e in episodes] == [
+        ("contradiction", f"operation:{op.operation_id}:contradiction")]  # once, for both deliveries
+    assert (episodes[0]["detail"]["from"], episodes[0]["detail"]["to"]) == ("Failed", "Failed")
+    # The provider agrees nothing stays refunded, and the whole payment is refundable again.
+    [payment] = [p for p in await hooks.sandbox.ledger() if p["id"] == succeeded["data"]["object"]["payment"]]
+    assert payment["amount_refunded"] == 0
+    async with sender(hooks) as s:
+        assert await s.request(op.attempt_id, REFUND, 5001, requested_by="test") == Refused(
+            OperationRefusal.EXCEEDS_REFUNDABLE)
+        again = await s.request(op.attempt_id, REFUND, 5000, requested_by="test")
+    assert isinstance(again, Operation) and again.state is S.SUCCEEDED
+    assert await order_status(hooks.pool, order_id) == "Refunded"
 
 
 async def test_a_refund_made_elsewhere_is_announced_as_before(hooks: WebhookStack) -> None:
