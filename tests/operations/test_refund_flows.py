@@ -149,9 +149,10 @@ async def test_a_refund_whose_answer_was_lost_is_resolved_by_recovery_once(flows
 
 
 # A refund whose request reaches the provider only after paycore's call gave up: the sandbox's
-# late_arrival holds the request without an answer and runs it LATE_MS later (as for a payment in
-# tests/providers/test_flows.py, test_a_late_original_after_the_resend_is_answered_from_the_key_...).
-LATE_MS = 2000
+# late_arrival holds the request without an answer, and it lands when the test releases it
+# (POST /_sandbox/late-arrivals/release), before recovery looks or after its resend; the delay
+# is only a bound no run reaches, so no step races a timer.
+LATE_MS = 600_000
 # What recovery does, per provider, when the late original ran before it looked: Cardco's and
 # Stripe's lookups find the refund; Adyen has none, so the same-key resend is answered from the
 # key's stored result ("received"). When it runs after the resend, nothing was there to find:
@@ -204,12 +205,17 @@ async def test_a_refund_request_arriving_late_is_one_refund_resolved_by_recovery
     async def original_ran() -> bool:
         return (await refund_requests(flows))[0]["status"] is not None
 
-    if arrives == "before-recovery":
+    async def the_original_lands() -> None:
+        (await flows.sandbox.http.post("/_sandbox/late-arrivals/release")).raise_for_status()
         await eventually(original_ran, what="the late original to run at the provider")
+
+    if arrives == "before-recovery":
+        await the_original_lands()
     await flows.advance(flows.settings.recheck_after_s + 1)
     assert await flows.worker().operations.run_pass() == [LATE_RECOVERY[flows.wire.name, arrives]]
     if arrives == "after-the-resend":
-        await eventually(original_ran, what="the late original to run at the provider")
+        assert (await refund_requests(flows))[0]["status"] is None  # still held: the resend was first
+        await the_original_lands()
 
     async def both_answered() -> bool:
         return all(q["status"] is not None for q in await refund_requests(flows))

@@ -70,6 +70,23 @@ async def test_late_arrival_is_processed_later(client: httpx.AsyncClient,
     assert entry["idempotency_key"] == key
 
 
+async def test_a_late_arrival_lands_when_released_not_before(client: httpx.AsyncClient,
+                                                            impatient: httpx.AsyncClient) -> None:
+    key, body = new_key(), payment_body()
+    await add_faults(client, {"fault": "late_arrival", "match": {"any": True}, "times": 1,
+                              "delay_ms": 600_000})  # far longer than the test
+    await _no_answer(impatient, body, key)
+    assert await ledger(client) == []
+    released = await client.post("/_sandbox/late-arrivals/release")
+    assert released.status_code == 200
+
+    async def arrived() -> list[dict[str, Any]]:
+        return await ledger(client)
+
+    [entry] = await eventually(arrived, what="the released arrival to be processed")
+    assert entry["idempotency_key"] == key
+
+
 async def test_late_arrival_after_retry_does_not_double_charge(
         client: httpx.AsyncClient, impatient: httpx.AsyncClient) -> None:
     key, body = new_key(), payment_body()

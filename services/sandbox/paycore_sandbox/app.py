@@ -69,6 +69,7 @@ def create_app(settings: SandboxSettings | None = None) -> Starlette:
         Route("/_sandbox/faults", control.add_faults, methods=["POST"]),
         Route("/_sandbox/faults", control.list_faults, methods=["GET"]),
         Route("/_sandbox/faults", control.clear_faults, methods=["DELETE"]),
+        Route("/_sandbox/late-arrivals/release", control.release_late_arrivals, methods=["POST"]),
         Route("/_sandbox/clock", control.advance_clock, methods=["POST"]),
         Route("/_sandbox/clock", control.get_clock, methods=["GET"]),
         Route("/_sandbox/reset", control.reset, methods=["POST"]),

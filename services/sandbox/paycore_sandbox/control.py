@@ -11,6 +11,8 @@ pending one becomes ``succeeded``, ``failed`` or, a refund only, ``canceled``, a
 ``GET /_sandbox/captures`` (every one ever made, with its idempotency key).
 
 Sandbox extensions for tests: ``GET /_sandbox/faults`` (active rules),
+``POST /_sandbox/late-arrivals/release`` (every ``late_arrival`` request still waiting
+lands now: a test chooses the moment instead of racing the delay),
 ``GET /_sandbox/clock``, ``POST /_sandbox/reset`` (forget everything, release
 held requests), ``GET /_sandbox/requests`` (every ``/v1`` request, in arrival
 order, Authorization reduced to ``sk_test``/``sk_live``) and
@@ -112,6 +114,12 @@ async def list_faults(request: Request) -> Response:
 async def clear_faults(request: Request) -> Response:
     sandbox_of(request).state.faults.clear()
     return JSONResponse({"rules": []})
+
+
+async def release_late_arrivals(request: Request) -> Response:
+    """Every ``late_arrival`` request still waiting lands now, whatever its delay."""
+    sandbox_of(request).state.late_arrivals.release_all()
+    return JSONResponse({"released": True})
 
 
 async def advance_clock(request: Request) -> Response:

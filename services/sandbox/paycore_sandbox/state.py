@@ -45,6 +45,9 @@ class SandboxState:
         self.settlements = SettlementBook(self.ledger, self.movements)
         self.events = WebhookEmitter(sandbox.clock, self._on_event)
         self.gate = HoldGate()
+        # Where late arrivals wait out their delay; POST /_sandbox/late-arrivals/release ends the
+        # wait, so a test picks the moment the request lands instead of racing a timer.
+        self.late_arrivals = HoldGate()
         self._buckets = {
             (a.account, a.environment): TokenBucket(a.lookup_rate_per_s, a.lookup_burst)
             for a in settings.accounts

@@ -82,7 +82,7 @@ async def with_faults(request: Request, sandbox: Sandbox, state: SandboxState,
         delay_s = rule.delay_s
 
         async def arrive_later() -> None:
-            await asyncio.sleep(delay_s)
+            await state.late_arrivals.sleep(delay_s)  # the delay, or until released
             await process(0.0)
 
         sandbox.spawn(arrive_later())
