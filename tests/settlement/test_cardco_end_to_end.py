@@ -84,6 +84,8 @@ async def test_every_kind_of_exception_in_one_closed_day_then_missing_after_the_
     failed = await sandbox.post(f"/_sandbox/refunds/{reversed_refund.provider_operation_id}/fail", json={})
     assert failed.status_code == 200, failed.text
     suppressed = await pay(stack, 2500)
+    refunded_here = await pay(stack, 3500)
+    suppressed_refund = await refund(stack, refunded_here, 800)
     # a payment whose answer paycore could not read: Succeeded at Cardco, Unknown here
     await stack.sandbox.fault("malformed_body", match={"any": True, "operation": "create"}, times=1)
     unknown_order = await stack.shop.create_order(amount_minor=4200)
@@ -104,7 +106,8 @@ async def test_every_kind_of_exception_in_one_closed_day_then_missing_after_the_
                 {"type": "charge", "payment": in_dollars.provider_payment_id,
                  "reference": in_dollars.reference, "currency": "EUR", "gross": 2000, "fee": fee(2000)},
                 {"duplicate": twice.provider_payment_id},
-                {"suppress": suppressed.provider_payment_id})
+                {"suppress": suppressed.provider_payment_id},
+                {"suppress": suppressed_refund.provider_operation_id})
     closed = await close(stack, day)
 
     run = await reconcile(stack, day)
@@ -113,9 +116,10 @@ async def test_every_kind_of_exception_in_one_closed_day_then_missing_after_the_
     batch = await batch_row(stack.pool, batch_id_of(day))
     assert (outcome.provider_batch_id, outcome.result, outcome.batch_id) == (
         batch_id_of(day), "recorded", batch["batch_id"])
-    # charge + refund of `matched`, `twice`'s first charge, `reversed_payment`'s charge and refund
+    # charge + refund of `matched`, `twice`'s first charge, `reversed_payment`'s charge and refund,
+    # `refunded_here`'s charge
     assert (outcome.line_count, outcome.matched_count, outcome.exception_count, outcome.bad_line_count,
-            outcome.new_exceptions) == (12, 5, 7, 0, 7) == (
+            outcome.new_exceptions) == (13, 6, 7, 0, 7) == (
         closed["lines"], batch["matched_count"], batch["exception_count"], batch["bad_line_count"], 7)
     assert (batch["state"], batch["provider_status"], batch["source"], batch["currency"]) == (
         "reconciled", "closed", "api", "EUR")
@@ -130,13 +134,14 @@ async def test_every_kind_of_exception_in_one_closed_day_then_missing_after_the_
     assert_escalated(found)
     lines = {r["line_no"]: dict(r) for r in await stack.pool.fetch(
         "SELECT * FROM settlement_lines WHERE batch_id = $1", batch["batch_id"])}
-    assert len(lines) == 12
+    assert len(lines) == 13
     matched_lines = {(r["kind"], r["attempt_id"], r["operation_id"]) for r in lines.values()
                      if r["outcome"] == "matched"}
     assert matched_lines == {
         ("charge", matched.attempt_id, None), ("refund", matched.attempt_id, matched_refund.operation_id),
         ("charge", twice.attempt_id, None), ("charge", reversed_payment.attempt_id, None),
-        ("refund", reversed_payment.attempt_id, reversed_refund.operation_id)}
+        ("refund", reversed_payment.attempt_id, reversed_refund.operation_id),
+        ("charge", refunded_here.attempt_id, None)}
     for e in found:  # each names its line, and the line names it
         assert lines[e["line_no"]]["exception_kind"] == e["kind"] and e["detail"]["line_no"] == e["line_no"]
         assert e["detail"]["provider_batch_id"] == batch_id_of(day)
@@ -171,18 +176,32 @@ async def test_every_kind_of_exception_in_one_closed_day_then_missing_after_the_
                                     "provider_status", "state", "line_count", "matched_count",
                                     "exception_count", "bad_line_count", "gross_minor")} == {
         "batch_id": batch["batch_id"], "provider_account": ACCOUNT, "provider_batch_id": batch_id_of(day),
-        "batch_date": day.isoformat(), "provider_status": "closed", "state": "reconciled", "line_count": 12,
-        "matched_count": 5, "exception_count": 7, "bad_line_count": 0, "gross_minor": closed["gross"]}
+        "batch_date": day.isoformat(), "provider_status": "closed", "state": "reconciled", "line_count": 13,
+        "matched_count": 6, "exception_count": 7, "bad_line_count": 0, "gross_minor": closed["gross"]}
 
-    # Past the grace period: the suppressed payment is missing from Cardco's books, and only it.
+    # Past the grace period: the suppressed payment and refund are missing from Cardco's books, and
+    # only they.
     later = dt.datetime.combine(day, dt.time(12), dt.UTC) + GRACE + dt.timedelta(days=1)
+    before = await counts(stack.pool)
     again = await reconcile(stack, day, now=later)
-    assert [o.result for o in again.outcomes] == ["unchanged"] and again.new_missing == 1
-    [missing] = by_kind(await exceptions(stack.pool))["missing-payment"]
+    assert [o.result for o in again.outcomes] == ["unchanged"] and again.new_missing == 2
+    kinds = by_kind(await exceptions(stack.pool))
+    [missing] = kinds["missing-payment"]
     assert (missing["attempt_id"], missing["batch_id"], missing["detail"]["provider_payment_id"],
             missing["detail"]["amount_minor"], missing["detail"]["order_id"]) == (
         suppressed.attempt_id, None, suppressed.provider_payment_id, 2500, suppressed.order_id)
+    [missing_refund] = kinds["missing-refund"]
+    assert (missing_refund["attempt_id"], missing_refund["operation_id"], missing_refund["batch_id"],
+            missing_refund["line_no"]) == (
+        refunded_here.attempt_id, suppressed_refund.operation_id, None, None)
+    assert {k: missing_refund["detail"][k] for k in (
+        "operation_kind", "provider_operation_id", "reference", "amount_minor", "currency")} == {
+        "operation_kind": "refund", "provider_operation_id": suppressed_refund.provider_operation_id,
+        "reference": suppressed_refund.client_reference, "amount_minor": 800, "currency": "EUR"}
     assert_escalated(await exceptions(stack.pool))
+    # each its row, its escalation and the escalation's alert; nothing of the batch again
+    assert await counts(stack.pool) == {**before, **{t: before[t] + 2 for t in (
+        "settlement_exceptions", "payment_escalations", "outbox_messages")}}
     assert (await reconcile(stack, day, now=later)).new_missing == 0  # found again: nothing new
 
 

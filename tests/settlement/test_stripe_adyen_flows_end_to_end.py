@@ -107,9 +107,9 @@ def at(day: date, days: int = 0, hours: int = 0) -> datetime:
 # --------------------------------------------------------------------------- paycore's own flows
 
 
-async def paid(stack: ProviderStack, amount: int) -> asyncpg.Record:
+async def paid(stack: ProviderStack, amount: int, currency: str = "EUR") -> asyncpg.Record:
     """An order paid through checkout: its Succeeded attempt's row."""
-    order = await stack.shop.create_order(amount_minor=amount)
+    order = await stack.shop.create_order(amount_minor=amount, currency=currency)
     r = await stack.shop.pay_with(order, stack.wire.method("visa"))
     assert r.status_code == 200 and r.json()["state"] == "Succeeded", r.text
     row = await stack.pool.fetchrow("SELECT * FROM payment_attempts WHERE attempt_id = $1",
@@ -209,11 +209,19 @@ async def adyen_dashboard_refund(stack: ProviderStack, psp: str, amount: int) ->
     return modification
 
 
-async def fail_refund_at_provider(stack: ProviderStack, refund: asyncpg.Record) -> None:
-    """The provider's refund comes back after it succeeded (the customer's card could not take it)."""
+async def sandbox_refund_id(stack: ProviderStack, refund: asyncpg.Record) -> str:
+    """The sandbox's own id of a refund paycore sent (Adyen's wire shows another: the modification's
+    pspReference), by which its settlement lines are suppressed."""
     r = await stack.sandbox.http.get("/_sandbox/refunds", params={"reference": refund["client_reference"]})
     [movement] = r.json()["data"]
-    failed = await stack.sandbox.http.post(f"/_sandbox/refunds/{movement['id']}/fail", json={})
+    found: str = movement["id"]
+    return found
+
+
+async def fail_refund_at_provider(stack: ProviderStack, refund: asyncpg.Record) -> None:
+    """The provider's refund comes back after it succeeded (the customer's card could not take it)."""
+    movement = await sandbox_refund_id(stack, refund)
+    failed = await stack.sandbox.http.post(f"/_sandbox/refunds/{movement}/fail", json={})
     assert failed.status_code == 200, failed.text
 
 
@@ -242,6 +250,7 @@ class Scenario:
     matched: asyncpg.Record  # paid and partly refunded by paycore, settled as it is
     refund: asyncpg.Record
     missing: asyncpg.Record  # paid here, its line suppressed at the provider
+    missing_refund: asyncpg.Record  # refunded here (its payment settled), its line suppressed
     expected: dict[str, Expected] = field(default_factory=dict)  # by exception kind
     matched_lines: int = 0
     by_reference: asyncpg.Record | None = None  # its line names only the merchant reference
@@ -256,26 +265,32 @@ async def stripe_scenario(stack: ProviderStack) -> Scenario:
     returned_refund = await refunded(stack, returned, 500)
     await fail_refund_at_provider(stack, returned_refund)  # Stripe's refund_failure
     wrong = await paid(stack, 4000)
+    in_dollars = await paid(stack, 2000, "USD")
     twice = await paid(stack, 4200)
     missing = await paid(stack, 2500)
+    missing_refund = await refunded(stack, await paid(stack, 3500), 800)
     foreign = await stripe_dashboard_payment(stack, 999)
     foreign_refund = await stripe_dashboard_refund(stack, matched["provider_payment_id"], 700)
     await plant(stack, day,
                 {"suppress": wrong["provider_payment_id"]},
                 {"type": "charge", "payment": wrong["provider_payment_id"], "currency": "EUR", "gross": 4001,
                  "fee": fee(4001)},
+                *charged_in_dollars_settled_in_euros(in_dollars),
                 {"duplicate": twice["provider_payment_id"]},
                 {"suppress": missing["provider_payment_id"]},
+                {"suppress": await sandbox_refund_id(stack, missing_refund)},
                 {"stripe_type": "payment_failure_refund", "payment": matched["provider_payment_id"],
                  "currency": "EUR", "gross": -50})
-    return Scenario(day, matched, refund, missing, {
+    return Scenario(day, matched, refund, missing, missing_refund, {
         "not-succeeded-here": Expected(lost_at_provider, attempt=lost),  # found by its reference
         "refund-reversed": Expected(returned["provider_payment_id"], returned_refund["provider_operation_id"],
                                     returned, returned_refund),
-        "amount-mismatch": ours(wrong), "duplicate-line": ours(twice), "charge-reversed": ours(matched),
+        "amount-mismatch": ours(wrong), "currency-mismatch": ours(in_dollars), "duplicate-line": ours(twice),
+        "charge-reversed": ours(matched),
         "unknown-payment": Expected(foreign["id"]),
         "unknown-refund": Expected(matched["provider_payment_id"], foreign_refund, attempt=matched),
-    }, matched_lines=5)  # matched's charge and refund, returned's charge and refund, twice's first
+    }, matched_lines=6)
+    # matched's charge and refund, returned's charge and refund, twice's first, missing_refund's charge
 
 
 async def adyen_scenario(stack: ProviderStack) -> Scenario:
@@ -291,9 +306,11 @@ async def adyen_scenario(stack: ProviderStack) -> Scenario:
     returned_refund = await refunded(stack, returned, 500)
     await fail_refund_at_provider(stack, returned_refund)  # RefundedReversed
     wrong = await paid(stack, 4000)
+    in_dollars = await paid(stack, 2000, "USD")
     by_reference = await paid(stack, 2000)
     twice = await paid(stack, 4200)
     missing = await paid(stack, 2500)
+    missing_refund = await refunded(stack, await paid(stack, 3500), 800)
     await eventually(stack.deliveries_settled, what="every notification delivered")
     await plant(stack, day,
                 {"suppress": wrong["provider_payment_id"]},
@@ -303,21 +320,32 @@ async def adyen_scenario(stack: ProviderStack) -> Scenario:
                 {"suppress": by_reference["provider_payment_id"]},
                 {"type": "charge", "reference": by_reference["client_reference"], "currency": "EUR",
                  "gross": 2000, "fee": fee(2000)},
+                *charged_in_dollars_settled_in_euros(in_dollars),
                 {"duplicate": twice["provider_payment_id"]},
                 {"suppress": missing["provider_payment_id"]},
+                {"suppress": await sandbox_refund_id(stack, missing_refund)},
                 {"adyen_type": "Chargeback", "payment": matched["provider_payment_id"], "currency": "EUR",
                  "gross": -5000})
-    return Scenario(day, matched, refund, missing, {
+    return Scenario(day, matched, refund, missing, missing_refund, {
         "not-succeeded-here": Expected(lost_at_provider, attempt=lost),  # found by its merchant reference
         "refund-reversed": Expected(returned["provider_payment_id"], returned_refund["provider_operation_id"],
                                     returned, returned_refund),
-        "amount-mismatch": ours(wrong), "duplicate-line": ours(twice),
+        "amount-mismatch": ours(wrong), "currency-mismatch": ours(in_dollars), "duplicate-line": ours(twice),
         # the sandbox writes a planted Chargeback's Modification Reference as the payment's pspReference
         "chargeback": Expected(matched["provider_payment_id"], matched["provider_payment_id"], matched),
         "unknown-payment": Expected(foreign),
         "unknown-refund": Expected(foreign, foreign_refund),
-    }, matched_lines=6, by_reference=by_reference)
-    # matched: matched's charge and refund, returned's charge and refund, by_reference's, twice's first
+    }, matched_lines=7, by_reference=by_reference)
+    # matched: matched's charge and refund, returned's charge and refund, by_reference's, twice's first,
+    # missing_refund's charge
+
+
+def charged_in_dollars_settled_in_euros(payment: asyncpg.Record) -> list[dict[str, Any]]:
+    """The provider's line for a payment paycore charged in dollars, paid out as as many euros."""
+    assert payment["currency"] == "USD", payment
+    return [{"suppress": payment["provider_payment_id"]},
+            {"type": "charge", "payment": payment["provider_payment_id"], "currency": "EUR",
+             "gross": payment["amount_minor"], "fee": fee(payment["amount_minor"])}]
 
 
 def malformed_stripe_rows() -> bytes:
@@ -366,11 +394,11 @@ async def table_counts(pool: asyncpg.Pool) -> dict[str, int]:
     return {t: await pool.fetchval(f"SELECT count(*) FROM {t}") for t in tables}
 
 
-def one_more_exception(before: dict[str, int]) -> dict[str, int]:
-    """The counts after one new exception: its row, its escalation and the escalation's alert."""
-    return {**before, "settlement_exceptions": before["settlement_exceptions"] + 1,
-            "payment_escalations": before["payment_escalations"] + 1,
-            "outbox_messages": before["outbox_messages"] + 1}
+def more_exceptions(before: dict[str, int], new: int) -> dict[str, int]:
+    """The counts after ``new`` new exceptions: each its row, its escalation and the escalation's alert."""
+    return {**before, "settlement_exceptions": before["settlement_exceptions"] + new,
+            "payment_escalations": before["payment_escalations"] + new,
+            "outbox_messages": before["outbox_messages"] + new}
 
 
 async def check_line_exceptions(stack: ProviderStack, scenario: Scenario) -> None:
@@ -407,6 +435,9 @@ async def check_line_exceptions(stack: ProviderStack, scenario: Scenario) -> Non
     lost_attempt = scenario.expected["not-succeeded-here"].attempt
     assert lost_attempt is not None and lost["reference"] == lost_attempt["client_reference"]
     assert found["refund-reversed"]["detail"]["ours"]["operation_kind"] == "refund"
+    currency = found["currency-mismatch"]["detail"]
+    assert (currency["gross_currency"], currency["gross_minor"], currency["ours"]["attempt_currency"],
+            currency["ours"]["attempt_amount_minor"]) == ("EUR", 2000, "USD", 2000)
 
 
 async def check_matched(stack: ProviderStack, scenario: Scenario) -> None:
@@ -429,13 +460,28 @@ async def check_matched(stack: ProviderStack, scenario: Scenario) -> None:
 
 
 async def check_missing(stack: ProviderStack, scenario: Scenario) -> None:
-    [missing] = [e for e in await exceptions(stack.pool) if e["kind"] == "missing-payment"]
-    assert (missing["attempt_id"], missing["batch_id"], missing["line_no"]) == (
-        scenario.missing["attempt_id"], None, None)
+    """The payment and the refund whose lines were suppressed are missing, each once, escalated with
+    what paycore has of them; nothing else is."""
+    found = [e for e in await exceptions(stack.pool) if e["kind"].startswith("missing-")]
+    assert sorted(e["kind"] for e in found) == ["missing-payment", "missing-refund"], found
+    missing = next(e for e in found if e["kind"] == "missing-payment")
+    assert (missing["attempt_id"], missing["operation_id"], missing["batch_id"], missing["line_no"]) == (
+        scenario.missing["attempt_id"], None, None, None)
     assert missing["detail"]["provider_payment_id"] == scenario.missing["provider_payment_id"]
-    escalation = await stack.pool.fetchrow("SELECT reason FROM payment_escalations WHERE escalation_id = $1",
-                                           missing["escalation_id"])
-    assert escalation["reason"] == "settlement-exception:missing-payment"
+    refund = next(e for e in found if e["kind"] == "missing-refund")
+    ours_refund = scenario.missing_refund
+    assert (refund["attempt_id"], refund["operation_id"], refund["batch_id"], refund["line_no"]) == (
+        ours_refund["attempt_id"], ours_refund["operation_id"], None, None)
+    assert {k: refund["detail"][k] for k in ("operation_kind", "provider_operation_id", "reference",
+                                            "amount_minor", "currency")} == {
+        "operation_kind": "refund", "provider_operation_id": ours_refund["provider_operation_id"],
+        "reference": ours_refund["client_reference"], "amount_minor": 800, "currency": "EUR"}
+    for exc in (missing, refund):
+        escalation = await stack.pool.fetchrow(
+            "SELECT reason, detail, resolved_at FROM payment_escalations WHERE escalation_id = $1",
+            exc["escalation_id"])
+        assert (escalation["reason"], escalation["detail"], escalation["resolved_at"]) == (
+            exception_reason(exc["kind"]), exc["detail"], None)
 
 
 async def check_effect(pool: asyncpg.Pool, batch_id: int) -> dict[str, Any]:
@@ -492,14 +538,14 @@ async def test_stripe_a_day_of_balance_transactions_through_the_sdk_finds_every_
     assert len(await settlement_escalations(pool)) == len(scenario.expected) + 1
 
     # The same day again, after the grace period: nothing of the batch is read again; only the
-    # payment no line named is now missing, once.
+    # payment and the refund no line named are now missing, once each.
     before = await table_counts(pool)
     later = await run_account(stack, scenario.day, at(scenario.day, days=GRACE.days, hours=1))
     assert [(o.result, o.batch_id) for o in later.outcomes] == [("unchanged", batch_id)]
-    assert later.new_missing == 1
+    assert later.new_missing == 2
     await check_missing(stack, scenario)
     after = await table_counts(pool)
-    assert after == one_more_exception(before)
+    assert after == more_exceptions(before, 2)
     again = await run_account(stack, scenario.day, at(scenario.day, days=GRACE.days, hours=2))
     assert ([o.result for o in again.outcomes], again.new_missing) == (["unchanged"], 0)
     assert await table_counts(pool) == after
@@ -540,12 +586,12 @@ async def test_stripe_the_itemized_payout_report_as_a_file_finds_every_exception
     await check_effect(pool, outcome.batch_id)
     assert len(await settlement_escalations(pool)) == len(scenario.expected) + 2
 
-    # The grace period over: the payment whose line was suppressed is missing.
+    # The grace period over: the payment and the refund whose lines were suppressed are missing.
     assert await record_missing(pool, stack.wire.provider_account, now=now, grace=GRACE,
                                 reminder_interval=REMIND) == 0
     late = at(scenario.day, days=GRACE.days, hours=1)
     assert await record_missing(pool, stack.wire.provider_account, now=late, grace=GRACE,
-                                reminder_interval=REMIND) == 1
+                                reminder_interval=REMIND) == 2
     await check_missing(stack, scenario)
 
     # The same file again: the closed payout is not read again.
@@ -591,12 +637,12 @@ async def test_adyen_report_batches_probed_and_downloaded_find_every_exception_t
     assert len(await settlement_escalations(pool)) == len(scenario.expected) + 2
 
     # Again after the grace period: the probe starts after batch 1 (the last recorded), finds no
-    # batch 2, reads nothing again; the suppressed payment is now missing, once.
+    # batch 2, reads nothing again; the suppressed payment and refund are now missing, once each.
     before = await table_counts(pool)
     later = await run_account(stack, scenario.day, at(scenario.day, days=GRACE.days, hours=1))
-    assert (later.outcomes, later.unreadable, later.new_missing) == ((), (), 1)
+    assert (later.outcomes, later.unreadable, later.new_missing) == ((), (), 2)
     await check_missing(stack, scenario)
-    assert await table_counts(pool) == one_more_exception(before)
+    assert await table_counts(pool) == more_exceptions(before, 2)
 
     # The next day's batch is number 2: only it is read.
     next_day = scenario.day + timedelta(days=1)
@@ -632,11 +678,11 @@ async def test_adyen_a_downloaded_report_file_finds_the_same_exceptions(
     await check_line_exceptions(stack, scenario)
     await check_matched(stack, scenario)
     assert await record_missing(pool, stack.wire.provider_account, now=now, grace=GRACE,
-                                reminder_interval=REMIND) == 1
+                                reminder_interval=REMIND) == 2
     await check_missing(stack, scenario)
     assert outcome.batch_id is not None
     await check_effect(pool, outcome.batch_id)
-    assert len(await settlement_escalations(pool)) == len(scenario.expected) + 3
+    assert len(await settlement_escalations(pool)) == len(scenario.expected) + 4  # two malformed, two missing
     before = await table_counts(pool)
     batch, lines = await read_report_file("adyen", path, stack.wire.provider_account)
     again = await reconcile_batch(pool, batch, lines, now=now, reminder_interval=REMIND)
