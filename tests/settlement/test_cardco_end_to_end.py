@@ -135,6 +135,8 @@ async def test_every_kind_of_exception_in_one_closed_day_then_missing_after_the_
     lines = {r["line_no"]: dict(r) for r in await stack.pool.fetch(
         "SELECT * FROM settlement_lines WHERE batch_id = $1", batch["batch_id"])}
     assert len(lines) == 13
+    # Cardco's lines CSV has no exchange rate (docs/providers/cardco.md): none is stored.
+    assert {r["exchange_rate"] for r in lines.values()} == {None}
     matched_lines = {(r["kind"], r["attempt_id"], r["operation_id"]) for r in lines.values()
                      if r["outcome"] == "matched"}
     assert matched_lines == {

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import replace
 from datetime import date, timedelta
+from decimal import Decimal
 from typing import Any
 
 import asyncpg
@@ -283,6 +284,26 @@ async def test_a_line_settled_in_another_currency_counts_by_what_it_settled_for(
     outcome = await run(pool, clock, batch, lines)
     assert outcome.result == "recorded"
     assert await pool.fetchval("SELECT gross_minor FROM settlement_batches") == 4500 + 999
+
+
+async def test_each_lines_exchange_rate_is_stored_as_the_provider_gave_it_and_none_as_null(
+        pool: asyncpg.Pool, clock: FakeClock, account: ProviderAccountConfig) -> None:
+    # The accounting view keeps the rate exactly (numeric, never a float): 50.00 USD charged, settled
+    # as 45.06 EUR less a 1.00 EUR fee at 0.90123456; a line in the currency charged states none.
+    ok = await paid(pool, clock, account)
+    converted = replace(line(1, LineKind.CHARGE, 5000, payment="pay_not_ours", currency="USD"),
+                        net_currency="EUR", fee_minor=100, net_minor=4406,
+                        exchange_rate=Decimal("0.90123456"))
+    same = replace(line(2, LineKind.CHARGE, 5000, fee=95, payment=ok["provider_payment_id"]),
+                   exchange_rate=Decimal("1"))
+    lines: Lines = [converted, same, line(3, LineKind.FEE, 0, fee=120)]
+    outcome = await run(pool, clock, batch_of(account, lines, totals=False), lines)
+    assert (outcome.result, outcome.matched_count) == ("recorded", 1)
+    rows = await pool.fetch("SELECT line_no, gross_currency, net_currency, net_minor, exchange_rate"
+                            " FROM settlement_lines ORDER BY line_no")
+    assert [tuple(r) for r in rows] == [(1, "USD", "EUR", 4406, Decimal("0.90123456")),
+                                        (2, "EUR", "EUR", 4905, Decimal("1")), (3, "EUR", "EUR", -120, None)]
+    assert str(rows[0]["exchange_rate"]) == "0.90123456"  # not rounded on the way through COPY
 
 
 async def test_an_unreadable_row_the_provider_counted_leaves_the_line_count_whole(

@@ -25,6 +25,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
@@ -457,6 +458,11 @@ async def check_matched(stack: ProviderStack, scenario: Scenario) -> None:
     ours_refund = scenario.refund
     assert (refund["outcome"], refund["provider_operation_id"], refund["reference"], refund["gross_minor"]) \
         == ("matched", ours_refund["provider_operation_id"], ours_refund["client_reference"], -1000)
+    # The exchange rate as the provider gave it: Adyen's report states one for every payment's row
+    # (the sandbox's is 1, settled in the currency charged); Stripe's balance transactions say null
+    # and its itemized report has no such column.
+    rate = Decimal(1) if stack.wire.name == "adyen" else None
+    assert (charge["exchange_rate"], refund["exchange_rate"]) == (rate, rate)
 
 
 async def check_missing(stack: ProviderStack, scenario: Scenario) -> None:
@@ -628,6 +634,7 @@ async def test_adyen_report_batches_probed_and_downloaded_find_every_exception_t
     rows = outcome.line_count  # the data rows before the planted ones, the MerchantPayout included
     payout = await pool.fetchrow("SELECT * FROM settlement_lines WHERE kind = 'payout'")
     assert (payout["line_no"], payout["outcome"], payout["record_type"]) == (rows, "booked", "MerchantPayout")
+    assert payout["exchange_rate"] is None  # its Exchange Rate is empty: stored as none, not 1
     malformed = await malformed_lines(pool)
     assert sorted(malformed) == [rows + 1, rows + 2]
     assert "UTF-8" in malformed[rows + 1] and "PaidOut" in malformed[rows + 2]

@@ -11,7 +11,8 @@ the attempt and the refund to the operation, by the ids alone.
 What localstripe does not do, and so is not checked here (the sandbox's Stripe dialect is, in
 ``test_stripe_adyen_flows_end_to_end.py``): its Charge does not copy the intent's ``metadata``,
 so a charge line carries no ``paycore_reference`` and cannot be matched by reference; its
-balance transactions carry no fee (``fee`` 0, ``net`` = ``amount``); it has no refund failures,
+balance transactions carry no fee (``fee`` 0, ``net`` = ``amount``) and an ``exchange_rate`` of
+1.0 whatever the currency; it has no refund failures,
 disputes, payouts or payout reconciliation report; and its clock is the wall clock, so the day
 read is today's (UTC), still open.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import asyncpg
 import pytest
@@ -101,6 +103,8 @@ async def test_a_payment_and_its_refund_made_in_localstripe_are_matched_from_its
     assert (line["outcome"], line["provider_operation_id"], line["gross_minor"], line["attempt_id"],
             line["reference"]) == ("matched", refund.provider_operation_id, -1000, attempt.attempt_id,
                                    refund.client_reference)  # a refund keeps the metadata paycore sent
+    # localstripe states an exchange_rate of 1.0 on both transactions: stored as it said, beside the line
+    assert (charge["exchange_rate"], line["exchange_rate"]) == (Decimal("1.0"), Decimal("1.0"))
     # localstripe's other tests' payments (one localstripe per module) would be unknown-payment;
     # this one's are not exceptions.
     ours = await stack.pool.fetchval(
