@@ -1,8 +1,10 @@
 """Reconciling one batch against the books (paycore.settlements), on a real PostgreSQL.
 
 The lines here are the provider-neutral values each provider's reader yields; the readers
-themselves, against the sandbox's reports, are tested in tests/providers/ and
-tests/settlement/test_providers_end_to_end.py.
+themselves are tested on report files in tests/providers/test_settlement_readers.py, and against
+the sandbox's reports end to end in tests/settlement/test_cardco_end_to_end.py,
+tests/settlement/test_stripe_adyen_flows_end_to_end.py, tests/settlement/test_stripe_adyen_end_to_end.py
+and (Stripe's, against localstripe) tests/settlement/test_stripe_localstripe_settlement.py.
 """
 
 from __future__ import annotations
