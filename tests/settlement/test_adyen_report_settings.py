@@ -119,6 +119,7 @@ def test_a_bad_report_user_in_the_accounts_file_is_refused_naming_its_field(
 
 @pytest.mark.parametrize("field", [
     {"report_username": "r@Company.Shop", "report_password_env": "EU_REPORT_PW"},
+    {"report_username": "r@Company.Shop"},
     {"reports_base_url": "http://127.0.0.1:8700"},
 ])
 def test_the_report_fields_are_for_adyen_accounts_only(tmp_path: Path, field: dict[str, Any]) -> None:

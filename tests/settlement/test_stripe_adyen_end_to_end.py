@@ -26,7 +26,7 @@ import pytest
 from harness.servers import serve_asgi
 from paycore import accounts, orders
 from paycore.clock import FakeClock
-from paycore.config import ConfigError, ProviderAccountConfig, Secret, load_settings
+from paycore.config import ProviderAccountConfig, Secret, load_settings
 from paycore.providers.adyen.provider import API_VERSION as ADYEN_API_VERSION
 from paycore.providers.adyen.provider import AdyenAccountConfig
 from paycore.providers.settlement_sources import read_report_file, settlement_source
@@ -462,33 +462,8 @@ async def test_an_adyen_report_file_with_a_row_that_is_not_utf8(
 
 
 # -- Settings ---------------------------------------------------------------------------------
-
-ADYEN_ENV = {"PAYCORE_ADYEN_API_KEY": "AQE_key", "PAYCORE_ADYEN_MERCHANT_ACCOUNT": "acct_store",
-             "PAYCORE_ADYEN_RETURN_URL": "https://shop.example/return", "PAYCORE_DEFAULT_PROVIDER": "adyen"}
-
-
-def refused_by(env: dict[str, str]) -> str:
-    with pytest.raises(ConfigError) as caught:
-        load_settings(env)
-    return caught.value.variable
-
-
-@pytest.mark.parametrize("half", [{"PAYCORE_ADYEN_REPORT_USERNAME": REPORT_USER},
-                                  {"PAYCORE_ADYEN_REPORT_PASSWORD": "pw"}])
-def test_the_adyen_report_user_and_password_are_set_together(half: dict[str, str]) -> None:
-    assert refused_by({**ADYEN_ENV, **half}) == "PAYCORE_ADYEN_REPORT_PASSWORD"
-
-
-def test_the_adyen_report_user_from_the_environment() -> None:
-    plain = load_settings(ADYEN_ENV).default_account
-    assert (plain.report_username, plain.report_password, plain.reports_base_url) == (
-        None, None, "https://ca-test.adyen.com")
-    account = load_settings({**ADYEN_ENV, "PAYCORE_ADYEN_REPORT_USERNAME": REPORT_USER,
-                             "PAYCORE_ADYEN_REPORT_PASSWORD": "pw",
-                             "PAYCORE_ADYEN_REPORTS_BASE_URL": "http://127.0.0.1:9"}).default_account
-    assert account.report_username == REPORT_USER and account.report_password is not None
-    assert account.report_password.reveal() == "pw" and "'pw'" not in repr(account)
-    assert account.reports_base_url == "http://127.0.0.1:9"
+# How the report user's settings load and are refused is in test_adyen_report_settings.py; here, that
+# a report user loaded from the accounts file reads the sandbox's reports.
 
 
 def accounts_file(tmp_path: Path, entries: list[dict[str, Any]]) -> dict[str, str]:
@@ -516,30 +491,6 @@ async def test_an_adyen_report_user_from_the_accounts_file_reads_the_sandbox(
     await close(client, day, dialect="adyen")
     [batch] = await settlement_source(account).batches(account.provider_account, day, day)
     assert (batch.provider_batch_id, batch.batch_date, batch.status) == ("1", day, "closed")
-
-
-@pytest.mark.parametrize(("entry", "field"), [
-    ({"report_username": REPORT_USER}, "report_password_env"),
-    ({"report_password_env": "SHOP_REPORTS"}, "report_password_env"),
-    ({"report_username": REPORT_USER, "report_password_env": "UNSET_VARIABLE"}, "report_password_env"),
-    ({"reports_base_url": "not a url"}, "reports_base_url"),
-    ({"provider": "stripe", "environment": None, "return_url": None, "report_username": REPORT_USER},
-     "report_username"),
-])
-def test_a_bad_report_user_in_the_accounts_file_is_refused_naming_its_field(
-        tmp_path: Path, entry: dict[str, Any], field: str) -> None:
-    merged = {k: v for k, v in {**ADYEN_ENTRY, **entry}.items() if v is not None}
-    env = {"PAYCORE_DEFAULT_PROVIDER": merged["provider"], "SHOP_KEY": "sk_test_shop", "SHOP_REPORTS": "pw",
-           **accounts_file(tmp_path, [merged])}
-    assert refused_by(env) == f"PAYCORE_ACCOUNTS_FILE[0].{field}"
-
-
-def test_an_adyen_account_without_a_report_user_cannot_be_read_from_the_api() -> None:
-    account = load_settings(ADYEN_ENV).default_account
-    with pytest.raises(SettlementSourceError) as caught:
-        settlement_source(account)
-    assert "PAYCORE_ADYEN_REPORT_USERNAME" in str(caught.value)
-    assert "report_password_env" in str(caught.value)
 
 
 async def test_a_stripe_day_read_while_open_then_again_once_it_has_ended(
