@@ -1,7 +1,8 @@
 """The packages' edges: the library imports no service, no command and no development stack,
 and does not depend on the embedded servers (docs/architecture.md, "Packages"); the benches
 stand on harness/ and the services, never on tests/; services call the library's functions
-and never take its SQL; the live states are spelled once."""
+and never take its SQL; the live and final states are spelled once; an escalation's reason is
+a member of the one vocabulary, never text."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
-from paycore.domain import LIVE_STATES
+from paycore.domain import FINAL_STATES, LIVE_STATES
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = ROOT / "libs" / "paycore"
@@ -148,3 +149,71 @@ def test_the_live_states_are_spelled_once_in_paycore_domain() -> None:
              if (lines := _live_state_spellings(tree)) and path != domain}
     assert found == {}
     assert _live_state_spellings(ast.parse(domain.read_text(encoding="utf-8")))  # the one spelling
+
+
+def _state_member_spellings(tree: ast.AST, states: frozenset[str]) -> list[int]:
+    """Lines listing exactly ``states`` as ``AttemptState`` members: a tuple, list or set."""
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Tuple | ast.List | ast.Set) or not node.elts:
+            continue
+        members = {e.attr for e in node.elts if isinstance(e, ast.Attribute)
+                   and isinstance(e.value, ast.Name) and e.value.id == "AttemptState"}
+        if len(members) == len(node.elts) and members == states:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_live_and_final_states_as_members_are_spelled_once_in_paycore_domain() -> None:
+    """Elsewhere ``state in FINAL_STATES`` / ``attempt.is_final`` (and the live ones likewise)."""
+    domain = ROOT / "libs" / "paycore" / "paycore" / "domain.py"
+    for states in (frozenset(s.name for s in FINAL_STATES), frozenset(s.name for s in LIVE_STATES)):
+        found = {str(path.relative_to(ROOT)): lines for path, tree in _sources("libs", "services", "cli")
+                 if (lines := _state_member_spellings(tree, states)) and path != domain}
+        assert found == {}, sorted(states)
+        assert _state_member_spellings(ast.parse(domain.read_text(encoding="utf-8")), states)
+
+
+def _called(func: ast.expr) -> str | None:
+    """The name a call is made by: ``f(...)`` or ``module.f(...)``."""
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+
+
+def _is_text(value: ast.expr) -> bool:
+    if isinstance(value, ast.Constant):
+        return isinstance(value.value, str)
+    if isinstance(value, ast.Call):
+        return _called(value.func) == "str"
+    if isinstance(value, ast.Attribute):
+        return value.attr == "value"
+    return isinstance(value, ast.JoinedStr | ast.BinOp)
+
+
+def _textual_escalation_reasons(tree: ast.AST) -> tuple[int, list[int]]:
+    """How many calls of ``raise_escalation`` a module makes, and the lines of those whose
+    ``reason`` is text (a literal, an f-string, a concatenation, ``str(...)`` or a member's
+    ``.value``) rather than an ``EscalationReason``."""
+    calls, lines = 0, []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if _called(node.func) != "raise_escalation":
+            continue
+        calls += 1
+        if any(kw.arg == "reason" and _is_text(kw.value) for kw in node.keywords):
+            lines.append(node.lineno)
+    return calls, lines
+
+
+def test_no_caller_passes_text_as_an_escalation_reason() -> None:
+    """Every reason comes from paycore.domain.EscalationReason (a qualifier, such as
+    resend-not-safe's condition, goes in ``qualifier=``): the values stored and documented are
+    the enum's, and a new reason is a new member, not a new string somewhere."""
+    found, calls = {}, 0
+    for path, tree in _sources("libs", "services", "cli", "devstack", "tools"):
+        made, lines = _textual_escalation_reasons(tree)
+        calls += made
+        if lines:
+            found[str(path.relative_to(ROOT))] = lines
+    assert found == {}
+    assert calls >= 10  # the scan sees the callers (the writer, the webhook handlers, the relay, ...)

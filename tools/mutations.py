@@ -2257,11 +2257,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a capture or cancel that failed leaves its order Authorized: a failed capture never marks it Paid",
     ),
     Mutation(
-        "operation-deadline-instant-is-past", DOMAIN,
-        "past_deadline = escalation_deadline is None or now >= escalation_deadline",
-        "past_deadline = escalation_deadline is None or now > escalation_deadline",
-        t("tests/unit/test_operation_rules.py", "test_decide_operation_step"),
-        "at its deadline a live operation is escalated, not resent: the key's window may have closed",
+        "deadline-instant-is-past", DOMAIN,
+        "return escalation_deadline is None or now >= escalation_deadline",
+        "return escalation_deadline is None or now > escalation_deadline",
+        (*t("tests/unit/test_operation_rules.py", "test_decide_operation_step"),
+         *t("tests/unit/test_decide_pass.py", "test_nothing_found_past_the_deadline_sends_nothing_and_escalates")),
+        "at its deadline a live attempt or operation is escalated, not resent: the key's window may have closed",
     ),
     Mutation(
         "operation-answer-without-id-no-conflict", EVIDENCE_RULES,

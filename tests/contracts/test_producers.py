@@ -17,7 +17,7 @@ from pathlib import Path
 from jsonschema import Draft202012Validator
 
 from paycore import contracts, escalations
-from paycore.domain import OPERATION_EFFECTS
+from paycore.domain import OPERATION_EFFECTS, EscalationReason
 from paycore_recovery.reminders import send_due_reminders
 from tests.matrix.test_notification_matrix import account, live_attempt, succeeded_event
 from tests.support.timings import REMINDER_INTERVAL
@@ -41,9 +41,11 @@ async def test_every_payload_the_producers_write_validates_against_the_released_
     assert (await hooks.deliver(refund)).json()["result"] == "applied"
     other = await live_attempt(hooks, account(hooks).provider_account, customer="cus_bob")
     async with hooks.pool.acquire() as conn, conn.transaction():
-        for key, attempt_id in ((f"attempt:{other.attempt_id}:deadline", other.attempt_id),
-                                ("notification:cardco:acct_store:test:unmatched:evt_1", None)):
-            await escalations.raise_escalation(conn, key=key, reason="contract-test", now=hooks.clock.now(),
+        for key, reason, attempt_id in (
+                (f"attempt:{other.attempt_id}:deadline", EscalationReason.DEADLINE, other.attempt_id),
+                ("notification:cardco:acct_store:test:unmatched:evt_1", EscalationReason.UNMATCHED_PAYMENT,
+                 None)):
+            await escalations.raise_escalation(conn, key=key, reason=reason, now=hooks.clock.now(),
                                                attempt_id=attempt_id, reminder_interval=REMINDER_INTERVAL)
     hooks.clock.advance(REMINDER_INTERVAL.total_seconds())
     settings = hooks.settings

@@ -21,6 +21,7 @@ from harness.servers import serve_asgi
 from paycore import escalations
 from paycore.clock import FakeClock, SystemClock
 from paycore.consumer import InboxConsumer, Message, _Listener
+from paycore.domain import EscalationReason
 from paycore.kafka import KafkaSettings
 from paycore_dispatcher.alerts import AlertSender, alert_consumer
 from paycore_dispatcher.demo_consumers import demo_consumer
@@ -307,7 +308,7 @@ async def test_alert_delivery_posts_each_alert_once_deduplicated_and_retries_wit
     pool: asyncpg.Pool, clock: FakeClock, ks: KafkaSettings, fmt: str
 ) -> None:
     ids = []
-    for reason in ("deadline", "mismatch"):
+    for reason in (EscalationReason.DEADLINE, EscalationReason.MISMATCH):
         async with pool.acquire() as conn, conn.transaction():
             ids.append(await escalations.raise_escalation(conn, key=f"notification:x:{reason}",
                                                           reason=reason, now=clock.now(),

@@ -23,6 +23,7 @@ from paycore import contracts, escalations, outbox_admin
 from paycore.attempts import Attempt
 from paycore.clock import FakeClock
 from paycore.db import create_pool
+from paycore.domain import EscalationReason
 from paycore.kafka import KafkaSettings
 from paycore.logs import JsonFormatter
 from tests.matrix.helpers import seed_account, started_attempt
@@ -225,8 +226,9 @@ async def test_an_alert_for_an_attempt_whose_confirmation_is_stuck_is_delivered_
         assert (row["dead_lettered_at"] is not None) == (state == "dead-lettered")
         async with pool.acquire() as conn, conn.transaction():
             esc = await escalations.raise_escalation(conn, key=f"attempt:{a.attempt_id}:deadline",
-                                                     reason="deadline", attempt_id=a.attempt_id,
-                                                     now=clock.now(), reminder_interval=REMINDER_INTERVAL)
+                                                     reason=EscalationReason.DEADLINE,
+                                                     attempt_id=a.attempt_id, now=clock.now(),
+                                                     reminder_interval=REMINDER_INTERVAL)
         result = await r.run_once()  # same instant: the confirmation is not due, the alert is
         assert result.published >= 1
     got = await alerts(ks, 1)
@@ -329,7 +331,7 @@ async def test_a_resolved_escalation_that_recurs_opens_a_new_episode_whose_alert
         r = relay(pool, pub, clock, ks)
         for _ in range(2):
             async with pool.acquire() as conn, conn.transaction():
-                ids.append(await escalations.raise_escalation(conn, key=key, reason="deadline",
+                ids.append(await escalations.raise_escalation(conn, key=key, reason=EscalationReason.DEADLINE,
                                                               attempt_id=a.attempt_id, now=clock.now(),
                                                               reminder_interval=REMINDER_INTERVAL))
             assert (await r.run_once()).published == 1
@@ -350,8 +352,8 @@ async def test_a_crash_after_an_escalation_commits_before_the_alert_is_sent_stil
     a = attempts[0]
     async with pool.acquire() as conn, conn.transaction():
         esc = await escalations.raise_escalation(conn, key=f"attempt:{a.attempt_id}:deadline",
-                                                 reason="deadline", attempt_id=a.attempt_id, now=clock.now(),
-                                                 reminder_interval=REMINDER_INTERVAL)
+                                                 reason=EscalationReason.DEADLINE, attempt_id=a.attempt_id,
+                                                 now=clock.now(), reminder_interval=REMINDER_INTERVAL)
     async with kafka_publisher(ks) as pub:
         # A relay claims the alert and dies before the broker has it.
         gate = asyncio.Event()

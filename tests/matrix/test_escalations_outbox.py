@@ -11,6 +11,7 @@ import pytest
 from paycore import escalations, outbox
 from paycore.attempts import Attempt
 from paycore.clock import FakeClock
+from paycore.domain import EscalationReason
 from tests.support.timings import REMINDER_INTERVAL
 
 from .helpers import finish, seed_account, started_attempt, wait_until_blocked_by
@@ -23,12 +24,13 @@ async def attempt(pool: asyncpg.Pool, clock: FakeClock) -> Attempt:
 
 
 async def _raise(
-    pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt, reason: str = "deadline"
+    pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt,
+    reason: EscalationReason = EscalationReason.DEADLINE,
 ) -> int | None:
     async with pool.acquire() as conn, conn.transaction():
         return await escalations.raise_escalation(
             conn, key=f"attempt:{attempt.attempt_id}:{reason}", reason=reason,
-            attempt_id=attempt.attempt_id, now=clock.now(), detail={"why": reason},
+            attempt_id=attempt.attempt_id, now=clock.now(), detail={"why": reason.value},
             reminder_interval=REMINDER_INTERVAL)
 
 
@@ -79,7 +81,7 @@ async def test_two_workers_raising_the_same_escalation_at_once_alert_once(
     async with pool.acquire() as first:
         tx = first.transaction()
         await tx.start()
-        first_id = await escalations.raise_escalation(first, key=key, reason="deadline",
+        first_id = await escalations.raise_escalation(first, key=key, reason=EscalationReason.DEADLINE,
                                                       attempt_id=attempt.attempt_id, now=clock.now(),
                                                       reminder_interval=REMINDER_INTERVAL)
         second = asyncio.create_task(_raise(pool, clock, attempt))
@@ -113,8 +115,8 @@ async def test_a_resolved_escalation_that_recurs_opens_a_new_episode_with_its_ow
 async def test_a_different_reason_for_the_same_attempt_opens_its_own_episode(
     pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt
 ) -> None:
-    deadline = await _raise(pool, clock, attempt, "deadline")
-    expired = await _raise(pool, clock, attempt, "resend-not-safe")
+    deadline = await _raise(pool, clock, attempt, EscalationReason.DEADLINE)
+    expired = await _raise(pool, clock, attempt, EscalationReason.RESEND_NOT_SAFE)
     assert deadline is not None and expired is not None and deadline != expired
     assert len(await _alerts(pool)) == 2
 

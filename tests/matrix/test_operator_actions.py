@@ -17,6 +17,7 @@ import pytest
 from paycore import escalations, outbox, outbox_admin
 from paycore.attempts import Attempt
 from paycore.clock import FakeClock
+from paycore.domain import EscalationReason
 from paycore.operator_actions import (
     ActionKind,
     InvalidOperatorAction,
@@ -44,7 +45,7 @@ async def open_episode(
 ) -> int:
     async with pool.acquire() as conn, conn.transaction():
         eid = await escalations.raise_escalation(
-            conn, key=f"test:{uuid.uuid4()}:{key}", reason=key, now=clock.now(),
+            conn, key=f"test:{uuid.uuid4()}:{key}", reason=EscalationReason.DEADLINE, now=clock.now(),
             attempt_id=attempt.attempt_id if attempt else None, reminder_interval=REMINDER)
     assert eid is not None
     return eid
@@ -59,7 +60,7 @@ async def dead_lettered(pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt) 
         await conn.execute("UPDATE outbox_messages SET delivery_attempts = 10, last_error = 'broker down',"
                            " dead_lettered_at = $2 WHERE message_id = $1", mid, clock.now())
         eid = await escalations.raise_escalation(
-            conn, key=escalations.dead_letter_key(mid), reason="outbox-dead-letter",
+            conn, key=escalations.dead_letter_key(mid), reason=EscalationReason.OUTBOX_DEAD_LETTER,
             attempt_id=attempt.attempt_id, now=clock.now(), reminder_interval=REMINDER)
     assert eid is not None
     return mid, eid

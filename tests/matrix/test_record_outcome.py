@@ -21,7 +21,7 @@ from paycore.attempt_row import ATTEMPTS
 from paycore.attempts import Attempt, Lease, OutcomeNotConfirmed
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
-from paycore.domain import AttemptState, ProviderOutcome
+from paycore.domain import AttemptState, EscalationReason, ProviderOutcome
 from paycore.errors import AttemptNotFound
 from tests.support.timings import REMINDER_INTERVAL
 
@@ -153,7 +153,7 @@ async def test_a_final_outcome_resolves_the_attempts_open_escalations(
 ) -> None:
     async with pool.acquire() as conn, conn.transaction():
         escalation_id = await escalations.raise_escalation(
-            conn, key=f"attempt:{attempt.attempt_id}:deadline", reason="deadline",
+            conn, key=f"attempt:{attempt.attempt_id}:deadline", reason=EscalationReason.DEADLINE,
             attempt_id=attempt.attempt_id, now=clock.now(), reminder_interval=REMINDER_INTERVAL)
     assert escalation_id is not None
     clock.advance(60)

@@ -16,7 +16,7 @@ from paycore import escalations, rate_limits
 from paycore.attempts import Attempt, record_outcome
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
-from paycore.domain import AttemptState, ProviderOutcome
+from paycore.domain import AttemptState, EscalationReason, ProviderOutcome
 from paycore_recovery.metrics import RecoveryMetrics
 from tests.matrix.helpers import RECHECK_S, live_attempt, new_order, seed_account, started_attempt
 from tests.support.timings import REMINDER_INTERVAL
@@ -48,7 +48,7 @@ async def unknown_attempt(pool: asyncpg.Pool, clock: FakeClock, account: Provide
     return recorded.attempt
 
 
-async def escalate(pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt, reason: str) -> int:
+async def escalate(pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt, reason: EscalationReason) -> int:
     async with pool.acquire() as conn, conn.transaction():
         escalation_id = await escalations.raise_escalation(
             conn, key=escalations.attempt_key(attempt.attempt_id, reason), reason=reason,
@@ -67,11 +67,11 @@ async def test_an_unknown_attempt_past_its_escalation_deadline_without_an_episod
     clock.advance((overdue.escalation_deadline - clock.now()).total_seconds() + 1)
     escalated = await unknown_attempt(pool, clock, account, "cus_escalated")  # its deadline is a day away
     clock.advance((escalated.escalation_deadline - clock.now()).total_seconds() + 1)  # type: ignore[operator]
-    await escalate(pool, clock, escalated, "deadline")  # recovery did its job for this one
+    await escalate(pool, clock, escalated, EscalationReason.DEADLINE)  # recovery did its job for this one
     await unknown_attempt(pool, clock, account, "cus_fresh")  # within its deadline
     assert value(await refreshed(pool, clock), "paycore_attempts_past_escalation_deadline") == 1
 
-    await escalate(pool, clock, overdue, "deadline")
+    await escalate(pool, clock, overdue, EscalationReason.DEADLINE)
     assert value(await refreshed(pool, clock), "paycore_attempts_past_escalation_deadline") == 0
 
 
@@ -82,12 +82,14 @@ async def test_open_escalations_by_reason_and_acknowledgement_and_the_oldest_una
     assert value(registry, "paycore_escalations_unacknowledged_oldest_age_seconds") == 0
     assert value(registry, "paycore_escalations_open", reason="deadline", acknowledged="false") is None
 
-    first = await escalate(pool, clock, await unknown_attempt(pool, clock, account, "cus_a"), "deadline")
+    first = await escalate(pool, clock, await unknown_attempt(pool, clock, account, "cus_a"),
+                           EscalationReason.DEADLINE)
     clock.advance(600)
-    await escalate(pool, clock, await unknown_attempt(pool, clock, account, "cus_b"), "deadline")
+    await escalate(pool, clock, await unknown_attempt(pool, clock, account, "cus_b"),
+                   EscalationReason.DEADLINE)
     clock.advance(60)
     resolved = await escalate(pool, clock, await unknown_attempt(pool, clock, account, "cus_c"),
-                              "resend-rejected")
+                              EscalationReason.RESEND_REJECTED)
     await escalations.resolve(pool, resolved, operator="ops-1", reason="handled", now=clock.now())
     clock.advance(40)
     registry = await refreshed(pool, clock)

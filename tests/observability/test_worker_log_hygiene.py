@@ -33,6 +33,7 @@ from starlette.routing import Route
 from harness.servers import free_port, serve_asgi
 from paycore import escalations
 from paycore.clock import FakeClock
+from paycore.domain import EscalationReason
 from paycore.kafka import KafkaSettings
 from paycore_incidents.app import Topics
 from paycore_incidents.commands import ensure_topics
@@ -161,8 +162,9 @@ async def test_consumers_alerts_and_the_incident_agent_log_json_lines_without_se
             attempt = await started_attempt(pool, clock, account)
             async with pool.acquire() as conn, conn.transaction():
                 escalation_id = await escalations.raise_escalation(
-                    conn, key=escalations.attempt_key(attempt.attempt_id, "deadline"), reason="deadline",
-                    now=clock.now(), attempt_id=attempt.attempt_id, reminder_interval=REMINDER_INTERVAL)
+                    conn, key=escalations.attempt_key(attempt.attempt_id, "deadline"),
+                    reason=EscalationReason.DEADLINE, now=clock.now(), attempt_id=attempt.attempt_id,
+                    reminder_interval=REMINDER_INTERVAL)
             for effect in ("fulfillment-request", "order-confirmation"):
                 await queue_effect(pool, clock, attempt.attempt_id, effect)
 

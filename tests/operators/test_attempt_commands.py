@@ -14,6 +14,7 @@ from harness.postgres import create_test_database, drop_database, with_database
 from paycore import escalations
 from paycore.clock import FakeClock
 from paycore.db import create_pool
+from paycore.domain import EscalationReason
 from paycore_cli.main import main
 from tests.matrix.helpers import seed_account, started_attempt
 from tests.operators.test_dead_ends import escalate, unknown_attempt
@@ -58,7 +59,8 @@ def seed_identity_conflict(dsn: str) -> tuple[int, UUID]:
             b = await started_attempt(pool, clock, account, customer="cus_2")
             async with pool.acquire() as conn, conn.transaction():
                 escalation_id = await escalations.raise_escalation(
-                    conn, key="notification:test:evt_x:identity-conflict", reason="identity-conflict",
+                    conn, key="notification:test:evt_x:identity-conflict",
+                    reason=EscalationReason.IDENTITY_CONFLICT,
                     attempt_id=a.attempt_id, now=clock.now(), reminder_interval=REMINDER_INTERVAL,
                     detail={"reference_attempt_id": str(a.attempt_id),
                             "provider_payment_id_attempt_id": str(b.attempt_id)})

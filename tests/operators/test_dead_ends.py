@@ -15,7 +15,7 @@ from paycore.attempts import Attempt, get_attempt, record_outcome
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
 from paycore.dead_ends import CLOSED_REASON, CloseRefused, close_as_not_charged
-from paycore.domain import AttemptState, ProviderOutcome
+from paycore.domain import AttemptState, EscalationReason, ProviderOutcome
 from paycore.events import EventKind, append_event
 from paycore.notifications import record_notification
 from paycore.operator_actions import ActionKind, InvalidOperatorAction, list_actions
@@ -51,11 +51,14 @@ async def unknown_attempt(pool: asyncpg.Pool, clock: FakeClock, account: Provide
 
 
 async def escalate(pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt, reason: str = "deadline") -> int:
-    """The episode recovery opens when it gives up (writer.escalate_and_finish uses this key)."""
+    """The episode recovery opens when it gives up (writer.escalate_and_finish uses this key);
+    ``reason`` as stored, qualified or not (``resend-not-safe:account-not-configured``)."""
+    member, _, qualifier = reason.partition(":")
     async with pool.acquire() as conn, conn.transaction():
         escalation_id = await escalations.raise_escalation(
-            conn, key=escalations.attempt_key(attempt.attempt_id, reason), reason=reason,
-            attempt_id=attempt.attempt_id, now=clock.now(), reminder_interval=REMINDER_INTERVAL)
+            conn, key=escalations.attempt_key(attempt.attempt_id, reason), reason=EscalationReason(member),
+            qualifier=qualifier or None, attempt_id=attempt.attempt_id, now=clock.now(),
+            reminder_interval=REMINDER_INTERVAL)
     assert escalation_id is not None
     return escalation_id
 

@@ -20,7 +20,7 @@ from paycore import escalations, leases, outbox, outbox_admin, rate_limits
 from paycore.attempts import Attempt, record_outcome
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
-from paycore.domain import ProviderOutcome
+from paycore.domain import EscalationReason, ProviderOutcome
 from paycore.events import EventKind, append_event
 from paycore.notifications import record_notification
 from paycore_console import inspection
@@ -48,8 +48,8 @@ async def episode(pool: asyncpg.Pool, at: datetime, reason: str = "deadline", *,
                   key: str | None = None) -> int:
     async with pool.acquire() as conn, conn.transaction():
         eid = await escalations.raise_escalation(
-            conn, key=key or f"test:{uuid.uuid4()}", reason=reason, now=at, attempt_id=attempt_id,
-            reminder_interval=REMINDER, detail=detail)
+            conn, key=key or f"test:{uuid.uuid4()}", reason=EscalationReason(reason), now=at,
+            attempt_id=attempt_id, reminder_interval=REMINDER, detail=detail)
     assert eid is not None
     return eid
 

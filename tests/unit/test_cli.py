@@ -23,6 +23,7 @@ from harness.postgres import create_database, drop_database, with_database
 from harness.servers import serve_asgi
 from paycore.clock import SystemClock
 from paycore.db import migrate, migrations
+from paycore.domain import EscalationReason
 from paycore_cli.common import local_jwt_secret, paycore_home
 from paycore_cli.main import main
 from paycore_cli.parser import build_parser
@@ -533,7 +534,8 @@ def _raise_escalation(dsn: str, key: str) -> int:
         pool = await create_pool(dsn, max_size=1)  # jsonb codecs, as the services use
         try:
             async with pool.acquire() as conn:
-                escalation_id = await raise_escalation(conn, key=key, reason="test", now=SystemClock().now(),
+                escalation_id = await raise_escalation(conn, key=key, reason=EscalationReason.DEADLINE,
+                                                       now=SystemClock().now(),
                                                        reminder_interval=REMINDER_INTERVAL)
         finally:
             await pool.close()

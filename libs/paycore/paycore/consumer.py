@@ -52,6 +52,7 @@ from paycore import contracts, escalations, kafka, pgtext, queries, tracing
 from paycore.clock import Clock
 from paycore.config import REMINDER_INTERVAL
 from paycore.db import delete_in_batches
+from paycore.domain import EscalationReason
 from paycore.errors import PaycoreError
 from paycore.kafka import KafkaSettings
 from paycore.liveness import SLACK_S, Liveness, beat
@@ -301,7 +302,7 @@ class InboxConsumer:
             await escalations.raise_escalation(
                 conn, key=escalations.consumer_poison_key(self.group_id, message.topic, message.partition,
                                                           message.offset),
-                reason="consumer-poison-message",
+                reason=EscalationReason.CONSUMER_POISON_MESSAGE,
                 now=self.clock.now(), reminder_interval=self.reminder_interval,
                 detail={"consumer_group": self.group_id, "topic": message.topic,
                         "partition": message.partition, "offset": message.offset, **names,

@@ -54,6 +54,17 @@ RESOLVABLE_STATES: frozenset[AttemptState] = frozenset(
     {AttemptState.STARTED, AttemptState.UNKNOWN}
 )
 
+
+def past_escalation_deadline(escalation_deadline: datetime | None, now: datetime) -> bool:
+    """At or past a stamped escalation deadline, when no send may go out any more: the one rule
+    for an attempt (:meth:`Attempt.past_deadline`) and an operation (:func:`decide_operation_step`).
+
+    No deadline counts as past: one is stamped when the first send is recorded (the schema ties
+    it to ``first_sent_at``), so without one nothing may be sent either.
+    """
+    return escalation_deadline is None or now >= escalation_deadline
+
+
 # The whole state machine. A final state has no way out; Unknown never becomes
 # NotApplied (a later no-effect rejection proves nothing about an earlier send);
 # NotStarted becomes NotApplied only when recovery closes it as never-sent.
@@ -331,7 +342,7 @@ def decide_operation_step(state: OperationState, *, provider_status: str | None,
     """
     if state is OperationState.NOT_STARTED:
         return OperationStep.CLOSE_NEVER_SENT
-    past_deadline = escalation_deadline is None or now >= escalation_deadline
+    past_deadline = past_escalation_deadline(escalation_deadline, now)
     if lookup == "found":
         if found != 1:
             return OperationStep.ESCALATE_MULTIPLE
@@ -490,12 +501,12 @@ class Attempt:
         return self.state in LIVE_STATES
 
     def past_deadline(self, now: datetime) -> bool:
-        """At or past the stamped escalation deadline, when no send may go out any more.
+        """At or past the stamped escalation deadline (:func:`past_escalation_deadline`).
 
-        An attempt without one never crossed the send boundary (the schema ties the deadline to
-        ``first_sent_at``), so nothing may be sent for it either: it counts as past.
+        An attempt without one never crossed the send boundary, so nothing may be sent for it
+        either: it counts as past.
         """
-        return self.escalation_deadline is None or now >= self.escalation_deadline
+        return past_escalation_deadline(self.escalation_deadline, now)
 
     def action_is_current(self, now: datetime) -> bool:
         """A customer action is shown only on a Started attempt and only before it expires."""
@@ -558,7 +569,14 @@ class Escalation:
     @property
     def text(self) -> str:
         """As stored and keyed: ``deadline``, ``resend-not-safe:order-not-payable``."""
-        return self.reason.value if self.qualifier is None else f"{self.reason.value}:{self.qualifier}"
+        return reason_text(self.reason, self.qualifier)
+
+
+def reason_text(reason: EscalationReason, qualifier: str | None = None) -> str:
+    """An episode's reason as ``payment_escalations.reason`` stores it: the reason, or
+    ``<reason>:<qualifier>`` (``resend-not-safe:order-not-payable``,
+    ``settlement-exception:<kind>``); the text before any ``:`` is always a member."""
+    return reason.value if qualifier is None else f"{reason.value}:{qualifier}"
 
 
 # -- what a provider said ---------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from uuid import UUID
 import asyncpg
 
 from paycore import outbox, queries
+from paycore.domain import EscalationReason, reason_text
 from paycore.errors import PaycoreError
 from paycore.operator_actions import (
     ActionKind,
@@ -84,7 +85,8 @@ async def raise_escalation(
     conn: asyncpg.Connection,
     *,
     key: str,
-    reason: str,
+    reason: EscalationReason,
+    qualifier: str | None = None,
     now: datetime,
     attempt_id: UUID | None = None,
     reminder_interval: timedelta,
@@ -92,14 +94,18 @@ async def raise_escalation(
 ) -> int | None:
     """Open an episode for ``key`` unless one is open; returns the new id or None.
 
+    ``reason`` is a member of the one vocabulary; ``qualifier`` narrows it as stored
+    (``resend-not-safe:<condition>``, ``settlement-exception:<kind>``: :func:`reason_text`).
+
     Must run inside the caller's transaction, after the attempt row is locked or
     conditionally written, so the alert commits with its cause. The first
     reminder falls due after ``reminder_interval``: every caller passes
     ``Settings.reminder_interval`` (``PAYCORE_REMINDER_INTERVAL_S``), whichever
     service raised the episode.
     """
+    text = reason_text(reason, qualifier)
     row = await ESCALATIONS.raise_episode.fetchrow(
-        conn, escalation_key=key, attempt_id=attempt_id, reason=reason, detail=detail or {}, now=now,
+        conn, escalation_key=key, attempt_id=attempt_id, reason=text, detail=detail or {}, now=now,
         next_reminder_at=now + reminder_interval,
     )
     if row is None:
@@ -112,7 +118,7 @@ async def raise_escalation(
         payload={
             "escalation_id": escalation_id,
             "escalation_key": key,
-            "reason": reason,
+            "reason": text,
             "attempt_id": str(attempt_id) if attempt_id else None,
             "alert": "initial",
             "provider_account": row["provider_account"],

@@ -49,7 +49,7 @@ async def warn_lapsing(pool: asyncpg.Pool, held: HeldPayment, *, lapses_at: date
     async with pool.acquire() as conn, conn.transaction():
         opened = await escalations.raise_escalation(
             conn, key=escalations.attempt_key(held.attempt_id, EscalationReason.AUTHORIZATION_LAPSING.value),
-            reason=EscalationReason.AUTHORIZATION_LAPSING.value, attempt_id=held.attempt_id, now=now,
+            reason=EscalationReason.AUTHORIZATION_LAPSING, attempt_id=held.attempt_id, now=now,
             reminder_interval=reminder_interval,
             detail={"order_id": held.order_id, "amount_minor": held.amount_minor, "currency": held.currency,
                     "lapses_at": lapses_at.isoformat()})

@@ -350,7 +350,7 @@ async def _escalate(conn: asyncpg.Connection, operation: Operation, reason: Esca
     """Open ``operation``'s episode ``operation:<id>:<reason>`` (its alert only if new), in the
     caller's transaction, naming the operation and what it moves."""
     await escalations.raise_escalation(
-        conn, key=escalations.operation_key(operation.operation_id, reason.value), reason=reason.value,
+        conn, key=escalations.operation_key(operation.operation_id, reason.value), reason=reason,
         attempt_id=operation.attempt_id, now=now, reminder_interval=reminder_interval,
         detail={"operation_id": str(operation.operation_id), "operation": operation.kind.value,
                 "amount_minor": operation.amount_minor, "currency": operation.currency, **detail})

@@ -34,7 +34,7 @@ import asyncpg
 import orjson
 
 from paycore import queries, settlement_effects
-from paycore.domain import EscalationReason
+from paycore.domain import EscalationReason, reason_text
 from paycore.escalations import raise_escalation
 from paycore.settlement_lines import (
     BadLine,
@@ -66,7 +66,7 @@ Progress = Callable[[SettlementBatch, int], None]  # (batch, lines read so far)
 
 def exception_reason(kind: str) -> str:
     """The escalation reason of a settlement exception: ``settlement-exception:<kind>``."""
-    return f"{EscalationReason.SETTLEMENT_EXCEPTION.value}:{kind}"
+    return reason_text(EscalationReason.SETTLEMENT_EXCEPTION, kind)
 
 
 @dataclass(frozen=True)
@@ -270,7 +270,8 @@ async def _escalate(conn: asyncpg.Connection, exceptions: Sequence[asyncpg.Recor
     # close when the attempt settles, and a settlement exception is not answered by that.
     for exception in exceptions:
         escalation_id = await raise_escalation(
-            conn, key=exception["exception_key"], reason=exception_reason(exception["kind"]), now=now,
+            conn, key=exception["exception_key"], reason=EscalationReason.SETTLEMENT_EXCEPTION,
+            qualifier=exception["kind"], now=now,
             reminder_interval=reminder_interval, detail=dict(exception["detail"]))
         if escalation_id is not None:
             await EXCEPTIONS.attach_escalation.execute(

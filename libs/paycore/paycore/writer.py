@@ -49,8 +49,8 @@ class Escalator:
         """Open ``e``'s episode (its alert only if new); the new episode's id, or None."""
         key = escalations.attempt_key(self.attempt_id, e.text, self.evidence_key if e.per_evidence else None)
         return await escalations.raise_escalation(
-            self.conn, key=key, reason=e.text, attempt_id=self.attempt_id, now=self.now,
-            detail=dict(e.detail), reminder_interval=self.reminder_interval)
+            self.conn, key=key, reason=e.reason, qualifier=e.qualifier, attempt_id=self.attempt_id,
+            now=self.now, detail=dict(e.detail), reminder_interval=self.reminder_interval)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from paycore import currencies
-from paycore.domain import AttemptState
+from paycore.domain import FINAL_STATES, AttemptState
 from paycore.errors import InvalidPaymentMethod
 from paycore.http.bodies import read_json_object
 from paycore.http.outage import not_ready
@@ -78,7 +78,7 @@ def status_response(status: PaymentStatus, *, posted: bool) -> Response:
             "The payment was recorded but could not be started. Nothing was sent; retry shortly.",
             headers={"Retry-After": str(START_RETRY_AFTER_S)}, **body,
         )
-    if status.state in (AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.NOT_APPLIED):
+    if status.state in FINAL_STATES:
         return _json(body, 200)
     if status.state is AttemptState.STARTED and status.next_action is not None:
         return _json(body, 200)  # the customer's step, while it is current

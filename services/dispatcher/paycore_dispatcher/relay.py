@@ -55,6 +55,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from paycore import contracts, escalations, outbox, tracing
 from paycore.clock import Clock
 from paycore.db import DATABASE_ERRORS
+from paycore.domain import EscalationReason
 from paycore.liveness import SLACK_S, Liveness, beat
 from paycore.logs import bind_log_context
 from paycore.outbox import OUTBOX
@@ -425,7 +426,7 @@ class Relay:
                          self.name, _payload_get(row, "escalation_key"))
             return True
         await escalations.raise_escalation(
-            conn, key=escalations.dead_letter_key(row.message_id), reason="outbox-dead-letter",
+            conn, key=escalations.dead_letter_key(row.message_id), reason=EscalationReason.OUTBOX_DEAD_LETTER,
             attempt_id=row.attempt_id, now=now, reminder_interval=self.config.reminder_interval,
             detail={"message_id": row.message_id, "dedup_key": row.dedup_key, "kind": row.kind,
                     "ordering_key": row.ordering_key, "delivery_attempts": attempts, "last_error": error},

@@ -105,7 +105,7 @@ async def _handle(
         assert by_reference is not None and identified.verdict.reason is not None
         await escalations.raise_escalation(
             conn, key=escalations.identity_conflict_key(provider_account, key, n.payment_id),
-            reason=identified.verdict.reason.value,
+            reason=identified.verdict.reason,
             attempt_id=by_reference.attempt_id, now=now, reminder_interval=reminder_interval,
             detail={
                 **identified.verdict.detail,  # both attempts
@@ -121,7 +121,7 @@ async def _handle(
         # Never silently ignored: stored for reconciliation, one episode per subject.
         await escalations.raise_escalation(
             conn, key=escalations.unmatched_key(provider_account, key, n.payment_id, n.reference),
-            reason="unmatched-payment",
+            reason=EscalationReason.UNMATCHED_PAYMENT,
             attempt_id=None, now=now, reminder_interval=reminder_interval,
             detail={"provider_account": provider_account, "provider_payment_id": n.payment_id,
                     "client_reference": n.reference, "notification_event_id": recorded.event_id},
@@ -186,7 +186,7 @@ async def record_unparseable(
                 return DeliveryResult.DUPLICATE
             await escalations.raise_escalation(
                 conn, key=escalations.unparseable_key(provider_account, digest),
-                reason="unparseable-notification", attempt_id=None, now=now,
+                reason=EscalationReason.UNPARSEABLE_NOTIFICATION, attempt_id=None, now=now,
                 reminder_interval=reminder_interval,
                 detail={"provider_account": provider_account, "webhook_id": key, "why": why,
                         "body_sha256": digest, "notification_event_id": recorded.event_id},

@@ -100,7 +100,7 @@ async def _handle(conn: asyncpg.Connection, *, provider_account: str, n: Operati
         assert by_id is not None and by_reference is not None
         await escalations.raise_escalation(
             conn, key=escalations.identity_conflict_key(provider_account, key, outcome.provider_operation_id),
-            reason=EscalationReason.IDENTITY_CONFLICT.value, attempt_id=by_reference.attempt_id, now=now,
+            reason=EscalationReason.IDENTITY_CONFLICT, attempt_id=by_reference.attempt_id, now=now,
             reminder_interval=reminder_interval,
             detail={"by_reference": str(by_reference.operation_id), "by_provider_id": str(by_id.operation_id),
                     "provider_account": provider_account, "notification_event_id": recorded.event_id})
@@ -108,7 +108,7 @@ async def _handle(conn: asyncpg.Connection, *, provider_account: str, n: Operati
     # 4. Nothing of ours: kept, and a person told.
     if op is None:
         await escalations.raise_escalation(
-            conn, reason=EscalationReason.UNMATCHED_OPERATION.value,
+            conn, reason=EscalationReason.UNMATCHED_OPERATION,
             key=escalations.unmatched_key(provider_account, key, outcome.provider_operation_id, reference),
             attempt_id=None, now=now, reminder_interval=reminder_interval,
             detail={"provider_account": provider_account, "operation": outcome.operation.value,
@@ -125,7 +125,7 @@ async def _handle(conn: asyncpg.Connection, *, provider_account: str, n: Operati
     if verdict.reason is not None:
         await escalations.raise_escalation(
             conn, key=escalations.operation_key(op.operation_id, f"{verdict.reason.value}:{key}"),
-            reason=verdict.reason.value, attempt_id=op.attempt_id, now=now,
+            reason=verdict.reason, attempt_id=op.attempt_id, now=now,
             reminder_interval=reminder_interval,
             detail={**verdict.detail, "operation_id": str(op.operation_id),
                     "notification_event_id": recorded.event_id})
