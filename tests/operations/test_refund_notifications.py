@@ -95,17 +95,30 @@ async def refund_events(hooks: WebhookStack, op: Operation) -> list[dict[str, An
             if e["type"].startswith("refund.") and e["data"]["object"]["id"] == op.provider_operation_id]
 
 
+async def refund_events_in_order(hooks: WebhookStack, op: Operation, count: int) -> list[dict[str, Any]]:
+    """The refund's ``count`` events once the sandbox has made them all, by their sequence."""
+    async def all_made() -> list[dict[str, Any]] | None:
+        events = await refund_events(hooks, op)
+        return events if len(events) == count else None
+
+    made = await eventually(all_made, what=f"the refund's {count} events")
+    return sorted(made, key=lambda e: e["sequence"])
+
+
+async def deliver_each(hooks: WebhookStack, events: tuple[dict[str, Any], ...]) -> None:
+    """Each event to the intake, in the order given, as the provider (re)delivers it."""
+    for event in events:
+        r = await hooks.deliver(orjson.dumps(event), msg_id=event["id"])
+        assert r.status_code == 200, r.text
+
+
 async def test_redelivered_and_reordered_refund_events_change_it_once(hooks: WebhookStack) -> None:
     # Not subscribed: the test delivers the sandbox's own events itself, in the order it likes.
     op = await refund(hooks, 1092)  # pending, then failed
-    async def both() -> list[dict[str, Any]] | None:
-        events = await refund_events(hooks, op)
-        return events if len(events) == 2 else None
-    pending, failed = sorted(await eventually(both, what="both refund events"), key=lambda e: e["sequence"])
+    pending, failed = await refund_events_in_order(hooks, op, 2)
     assert (pending["type"], failed["type"]) == ("refund.pending", "refund.failed")
-    for event in (failed, failed, pending, failed):  # failed first, twice, then the stale pending
-        r = await hooks.deliver(orjson.dumps(event), msg_id=event["id"])
-        assert r.status_code == 200, r.text
+    # Failed first, twice, then the stale pending.
+    await deliver_each(hooks, (failed, failed, pending, failed))
     current = await get_operation(hooks.pool, op.operation_id)
     assert current.state is S.FAILED
     moves = await hooks.pool.fetchval(
@@ -128,18 +141,11 @@ async def test_a_refund_reported_failed_before_its_success_stays_failed_and_a_pe
         r = await hooks.sandbox.http.post(f"/_sandbox/refunds/{op.provider_operation_id}/{change}",
                                           json={"result": "succeeded"} if change == "settle" else {})
         assert r.status_code == 200, r.text
-
-    async def all_three() -> list[dict[str, Any]] | None:
-        events = await refund_events(hooks, op)
-        return events if len(events) == 3 else None
-
-    three = await eventually(all_three, what="the refund's three events")
-    events = sorted(three, key=lambda e: e["sequence"])
+    events = await refund_events_in_order(hooks, op, 3)
     pending, succeeded, failed = events
     assert [e["type"] for e in events] == ["refund.pending", "refund.succeeded", "refund.failed"]
-    for event in (failed, succeeded, pending, succeeded):  # the failure first; the success redelivered
-        r = await hooks.deliver(orjson.dumps(event), msg_id=event["id"])
-        assert r.status_code == 200, r.text
+    # The failure first; the success redelivered.
+    await deliver_each(hooks, (failed, succeeded, pending, succeeded))
 
     current = await get_operation(hooks.pool, op.operation_id)
     assert current.state is S.FAILED
