@@ -318,6 +318,34 @@ JUDGED: tuple[Judged, ...] = (
         query="payment_id_owner",
     ),
     Judged(
+        ATTEMPTS_SQL,
+        "- ORDER BY e.position\n+ ",
+        "equivalent",
+        "the events are one attempt row cross-joined with one unnest: a join with no condition is always "
+        "a nested loop, and either way round it yields the function's rows in their ordinality, so the "
+        "inserted events are numbered in that order with or without the ORDER BY (kept: SQL promises "
+        "no order without it)",
+    ),
+    Judged(
+        ATTEMPTS_SQL,
+        "- WHERE attempt_id = :attempt_id AND version = :version AND state = :state\n"
+        "+ WHERE attempt_id = :attempt_id AND version = :version AND (state = :state OR TRUE)",
+        "equivalent",
+        "every statement that changes an attempt's state also adds 1 to its version, and the writer binds "
+        "the state and the version of one read of the row (writer.execute: attempt.state, "
+        "attempt.version), so a row still at :version is still in :state; the state is the version's "
+        "second spelling, kept for a reader of the statement (apply_outcome and close_as_not_charged)",
+    ),
+    Judged(
+        ATTEMPTS_SQL,
+        "- WHERE attempt_id = :attempt_id AND version = :version AND state = 'NotStarted'\n"
+        "+ WHERE (attempt_id = :attempt_id OR TRUE) AND version = :version AND state = 'NotStarted'",
+        "equivalent",
+        "the next line asks for this claim's lease token, and every claim (claim, claim_due) gives each "
+        "attempt a fresh uuid4 of its own, so only this attempt's row carries it",
+        query="close_never_sent",
+    ),
+    Judged(
         WRITER,
         "- finished: bool = False\n+ finished: bool = True",
         "equivalent",

@@ -231,6 +231,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         "an outcome write never overwrites a winner it did not read",
     ),
     Mutation(
+        "apply-outcome-keeps-payment-id", ATTEMPTS_SQL,
+        "provider_payment_id = COALESCE(provider_payment_id, :payment_id),",
+        "provider_payment_id = COALESCE(:payment_id, provider_payment_id),",
+        t(RECORD, "test_the_outcome_write_keeps_a_recorded_provider_payment_id_whatever_it_is_handed"),
+        "an outcome write never replaces the provider payment id an attempt recorded (found by the "
+        "generated run's sitting on the named queries)",
+    ),
+    Mutation(
         "mark-started-guard", ATTEMPTS_SQL,
         "WHERE a.attempt_id = :attempt_id AND a.version = :version AND a.state = 'NotStarted'",
         "WHERE a.attempt_id = :attempt_id AND (a.version = :version OR TRUE) AND (a.state = 'NotStarted' OR TRUE)",

@@ -16,12 +16,12 @@ from typing import Any
 import asyncpg
 import pytest
 
-from paycore import attempts, escalations, orders
+from paycore import attempts, escalations, orders, writer
 from paycore.attempt_row import ATTEMPTS
 from paycore.attempts import Attempt, Lease, OutcomeNotConfirmed
 from paycore.clock import FakeClock
 from paycore.config import ProviderAccountConfig
-from paycore.domain import AttemptState, EscalationReason, ProviderOutcome
+from paycore.domain import AttemptState, Decision, EscalationReason, OutcomeWrite, ProviderOutcome
 from paycore.errors import AttemptNotFound
 from tests.support.timings import REMINDER_INTERVAL
 
@@ -313,6 +313,25 @@ async def test_an_amount_or_currency_mismatch_raises_a_mismatch_escalation_and_l
     assert esc["reason"] == "mismatch"
     assert (await order_of(pool, attempt)).status == "Open"
     assert await business_rows(pool, attempt) == []
+
+
+async def test_the_outcome_write_keeps_a_recorded_provider_payment_id_whatever_it_is_handed(
+    pool: asyncpg.Pool, clock: FakeClock, attempt: Attempt
+) -> None:
+    """The decisions never hand the write another id than the one recorded (a different one is a
+    provider-id conflict, above); the statement keeps the recorded one even if a caller did, so the
+    id lookups and refunds go by can never be swapped under an attempt."""
+    await pool.execute("UPDATE payment_attempts SET provider_payment_id = 'pay_1', version = version + 1 "
+                       "WHERE attempt_id = $1", attempt.attempt_id)
+    read = await attempts.get_attempt(pool, attempt.attempt_id)
+    write = OutcomeWrite(target=AttemptState.UNKNOWN, provider_status=None, next_action=None,
+                         next_action_expires_at=None, outcome_reason="timeout", provider_payment_id="pay_2",
+                         next_check_at=clock.now())
+    decision = Decision(AttemptState.STARTED, AttemptState.UNKNOWN, write=write)
+    async with pool.acquire() as conn, conn.transaction():
+        done = await writer.execute(conn, read, decision, now=clock.now(), actor="test", history=[])
+    assert done.attempt is not None and done.attempt.provider_payment_id == "pay_1"
+    assert (await attempts.get_attempt(pool, attempt.attempt_id)).provider_payment_id == "pay_1"
 
 
 async def test_a_success_reported_with_a_different_provider_payment_id_after_succeeded_is_escalated(
