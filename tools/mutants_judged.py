@@ -39,6 +39,11 @@ STRIPE_EVENTS = "libs/paycore/paycore/providers/stripe/events.py"
 ADYEN_NOTIFICATIONS = "libs/paycore/paycore/providers/adyen/notifications.py"
 ATTEMPTS_SQL = "libs/paycore/paycore/queries/payment_attempts.sql"
 WRITER = "libs/paycore/paycore/writer.py"
+CLOSE_NEVER_SENT_LEASE = (
+    "the close's outcome does not depend on which worker writes it: the version and the state already "
+    "refuse it once the endpoint started the attempt, and any worker that decided it decided the same "
+    "NotApplied(never-sent); the lease only says who writes, so a close under a lease that lapsed, or "
+    "by the same owner's other claim, is the same close, once (a second writer misses the version)")
 
 JUDGED: tuple[Judged, ...] = (
     Judged(
@@ -343,6 +348,51 @@ JUDGED: tuple[Judged, ...] = (
         "equivalent",
         "the next line asks for this claim's lease token, and every claim (claim, claim_due) gives each "
         "attempt a fresh uuid4 of its own, so only this attempt's row carries it",
+        query="close_never_sent",
+    ),
+    Judged(
+        ATTEMPTS_SQL,
+        "- WHERE attempt_id = :attempt_id AND version = :version AND state = 'NotStarted'\n"
+        "+ WHERE attempt_id = :attempt_id AND (version = :version OR TRUE) AND state = 'NotStarted'",
+        "equivalent",
+        "an attempt is NotStarted only at the version it was inserted with (claims keep the version, "
+        "every state change adds 1 and leaves NotStarted for good), so state = 'NotStarted' already "
+        "refuses the close after the endpoint's start won the race; the version is its second spelling",
+        query="close_never_sent",
+    ),
+    Judged(
+        ATTEMPTS_SQL,
+        "- WHERE attempt_id = :attempt_id AND version = :version AND state = 'NotStarted'\n"
+        "+ WHERE attempt_id = :attempt_id AND version = :version AND (state = 'NotStarted' OR TRUE)",
+        "equivalent",
+        "the worker read the attempt NotStarted at :version, and the endpoint's start (the only way out "
+        "of NotStarted besides this close) adds 1 to the version, so the version alone refuses the close "
+        "after a start; the state is its second spelling",
+        query="close_never_sent",
+    ),
+    Judged(
+        ATTEMPTS_SQL,
+        "- AND recovery_owner = :owner AND lease_token = :token AND lease_expires_at > :now\n"
+        "+ AND (recovery_owner = :owner OR TRUE) AND lease_token = :token AND lease_expires_at > :now",
+        "equivalent",
+        "the lease token beside it is a fresh uuid4 per claim, held by the one worker that claimed: a row "
+        "carrying this token is this owner's; the owner is named for the reader and the logs",
+        query="close_never_sent",
+    ),
+    Judged(
+        ATTEMPTS_SQL,
+        "- AND recovery_owner = :owner AND lease_token = :token AND lease_expires_at > :now\n"
+        "+ AND recovery_owner = :owner AND (lease_token = :token OR TRUE) AND lease_expires_at > :now",
+        "equivalent",
+        CLOSE_NEVER_SENT_LEASE,
+        query="close_never_sent",
+    ),
+    Judged(
+        ATTEMPTS_SQL,
+        "- AND recovery_owner = :owner AND lease_token = :token AND lease_expires_at > :now\n"
+        "+ AND recovery_owner = :owner AND lease_token = :token AND (lease_expires_at > :now OR TRUE)",
+        "equivalent",
+        CLOSE_NEVER_SENT_LEASE,
         query="close_never_sent",
     ),
     Judged(
