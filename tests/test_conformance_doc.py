@@ -50,3 +50,23 @@ def test_each_guard_of_issue_26_names_its_test_and_a_listed_mutation() -> None:
         assert REFERENCE.search(tests)
         named = re.findall(r"`([a-z0-9-]+)`", mutations)
         assert named and set(named) <= listed, named
+
+
+def test_every_mutation_a_table_names_is_in_make_mutate() -> None:
+    """A mutations column names entries of tools/mutations.py: a renamed entry is renamed here too."""
+    from tools.mutations import MUTATIONS
+
+    listed = {m.name for m in MUTATIONS}
+    named: list[str] = []
+    in_mutation_table = False
+    for line in (ROOT / "docs" / "conformance.md").read_text(encoding="utf-8").splitlines():
+        if not line.startswith("|"):
+            in_mutation_table = False
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[-1] in ("mutation", "mutations"):
+            in_mutation_table = True
+        elif in_mutation_table and not set(cells[-1]) <= set("-: "):
+            named += re.findall(r"`([a-z0-9]+(?:-[a-z0-9]+)+)`", cells[-1])
+    assert len(named) > 50
+    assert sorted(set(named) - listed) == []
