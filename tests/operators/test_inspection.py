@@ -46,10 +46,12 @@ async def raw_attempt(pool: asyncpg.Pool, clock: FakeClock, account: ProviderAcc
 async def episode(pool: asyncpg.Pool, at: datetime, reason: str = "deadline", *,
                   attempt_id: uuid.UUID | None = None, detail: dict[str, Any] | None = None,
                   key: str | None = None) -> int:
+    member, _, qualifier = reason.partition(":")  # as stored: "<reason>" or "<reason>:<qualifier>"
     async with pool.acquire() as conn, conn.transaction():
         eid = await escalations.raise_escalation(
-            conn, key=key or f"test:{uuid.uuid4()}", reason=EscalationReason(reason), now=at,
-            attempt_id=attempt_id, reminder_interval=REMINDER, detail=detail)
+            conn, key=key or f"test:{uuid.uuid4()}", reason=EscalationReason(member),
+            qualifier=qualifier or None, now=at, attempt_id=attempt_id, reminder_interval=REMINDER,
+            detail=detail)
     assert eid is not None
     return eid
 
