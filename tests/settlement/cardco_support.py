@@ -26,10 +26,6 @@ ACCOUNT = "cardco:acct_store:test"
 REMIND = dt.timedelta(minutes=15)
 GRACE = dt.timedelta(days=3)
 # What one reconciliation writes; a rerun that records nothing leaves every count as it was.
-TABLES = ("settlement_batches", "settlement_lines", "settlement_exceptions", "payment_escalations",
-          "outbox_messages")
-
-
 @dataclass(frozen=True)
 class Payment:
     order_id: str
@@ -116,10 +112,6 @@ async def reconcile(stack: Stack, day_from: dt.date, day_to: dt.date | None = No
     source = settlement_source(account_of(stack, account))
     return await reconcile_account(stack.pool, source, account, day_from, day_to or day_from,
                                    now=now or stack.clock.now(), grace=GRACE, reminder_interval=REMIND)
-
-
-async def counts(pool: asyncpg.Pool) -> dict[str, int]:
-    return {t: await pool.fetchval(f"SELECT count(*) FROM {t}") for t in TABLES}
 
 
 async def exceptions(pool: asyncpg.Pool) -> list[dict[str, Any]]:

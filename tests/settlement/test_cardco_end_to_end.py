@@ -34,7 +34,6 @@ from .cardco_support import (
     batch_id_of,
     batch_row,
     close,
-    counts,
     exceptions,
     next_day,
     pay,
@@ -44,6 +43,7 @@ from .cardco_support import (
     refund,
     settlement_day,
 )
+from .row_counts import counts, more_exceptions
 
 
 def by_kind(found: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -202,8 +202,7 @@ async def test_every_kind_of_exception_in_one_closed_day_then_missing_after_the_
         "reference": suppressed_refund.client_reference, "amount_minor": 800, "currency": "EUR"}
     assert_escalated(await exceptions(stack.pool))
     # each its row, its escalation and the escalation's alert; nothing of the batch again
-    assert await counts(stack.pool) == {**before, **{t: before[t] + 2 for t in (
-        "settlement_exceptions", "payment_escalations", "outbox_messages")}}
+    assert await counts(stack.pool) == more_exceptions(before, 2)
     assert (await reconcile(stack, day, now=later)).new_missing == 0  # found again: nothing new
 
 

@@ -52,6 +52,8 @@ from tests.sandbox.support import STORE_TEST_KEY
 from tests.support.providers import ProviderStack, running_provider_stack
 from tests.support.stack import eventually
 
+from .row_counts import counts, more_exceptions
+
 REMIND: Final = timedelta(minutes=15)
 GRACE: Final = timedelta(days=3)  # PAYCORE_SETTLEMENT_GRACE_S's default
 REPORT_USER: Final = "report@Company.Sandbox"  # the sandbox's report user (services/sandbox/README.md)
@@ -389,19 +391,6 @@ async def settlement_escalations(pool: asyncpg.Pool) -> list[asyncpg.Record]:
                                  " WHERE reason LIKE 'settlement-exception:%' ORDER BY escalation_id"))
 
 
-async def table_counts(pool: asyncpg.Pool) -> dict[str, int]:
-    tables = ("settlement_batches", "settlement_lines", "settlement_exceptions", "payment_escalations",
-              "outbox_messages")
-    return {t: await pool.fetchval(f"SELECT count(*) FROM {t}") for t in tables}
-
-
-def more_exceptions(before: dict[str, int], new: int) -> dict[str, int]:
-    """The counts after ``new`` new exceptions: each its row, its escalation and the escalation's alert."""
-    return {**before, "settlement_exceptions": before["settlement_exceptions"] + new,
-            "payment_escalations": before["payment_escalations"] + new,
-            "outbox_messages": before["outbox_messages"] + new}
-
-
 async def check_line_exceptions(stack: ProviderStack, scenario: Scenario) -> None:
     """Each planted line is its one exception, naming the provider's ids, with what paycore has, and
     its escalation carrying the same evidence."""
@@ -545,16 +534,16 @@ async def test_stripe_a_day_of_balance_transactions_through_the_sdk_finds_every_
 
     # The same day again, after the grace period: nothing of the batch is read again; only the
     # payment and the refund no line named are now missing, once each.
-    before = await table_counts(pool)
+    before = await counts(pool)
     later = await run_account(stack, scenario.day, at(scenario.day, days=GRACE.days, hours=1))
     assert [(o.result, o.batch_id) for o in later.outcomes] == [("unchanged", batch_id)]
     assert later.new_missing == 2
     await check_missing(stack, scenario)
-    after = await table_counts(pool)
+    after = await counts(pool)
     assert after == more_exceptions(before, 2)
     again = await run_account(stack, scenario.day, at(scenario.day, days=GRACE.days, hours=2))
     assert ([o.result for o in again.outcomes], again.new_missing) == (["unchanged"], 0)
-    assert await table_counts(pool) == after
+    assert await counts(pool) == after
 
 
 async def download(stack: ProviderStack, path: str, tmp_path: Path, *, auth: tuple[str, str] | None = None,
@@ -601,11 +590,11 @@ async def test_stripe_the_itemized_payout_report_as_a_file_finds_every_exception
     await check_missing(stack, scenario)
 
     # The same file again: the closed payout is not read again.
-    before = await table_counts(pool)
+    before = await counts(pool)
     batch, lines = await read_report_file("stripe", path, stack.wire.provider_account)
     again = await reconcile_batch(pool, batch, lines, now=late, reminder_interval=REMIND)
     assert (again.result, again.batch_id) == ("unchanged", outcome.batch_id)
-    assert await table_counts(pool) == before
+    assert await counts(pool) == before
 
 
 # --------------------------------------------------------------------------- Adyen
@@ -645,11 +634,11 @@ async def test_adyen_report_batches_probed_and_downloaded_find_every_exception_t
 
     # Again after the grace period: the probe starts after batch 1 (the last recorded), finds no
     # batch 2, reads nothing again; the suppressed payment and refund are now missing, once each.
-    before = await table_counts(pool)
+    before = await counts(pool)
     later = await run_account(stack, scenario.day, at(scenario.day, days=GRACE.days, hours=1))
     assert (later.outcomes, later.unreadable, later.new_missing) == ((), (), 2)
     await check_missing(stack, scenario)
-    assert await table_counts(pool) == more_exceptions(before, 2)
+    assert await counts(pool) == more_exceptions(before, 2)
 
     # The next day's batch is number 2: only it is read.
     next_day = scenario.day + timedelta(days=1)
@@ -690,10 +679,10 @@ async def test_adyen_a_downloaded_report_file_finds_the_same_exceptions(
     assert outcome.batch_id is not None
     await check_effect(pool, outcome.batch_id)
     assert len(await settlement_escalations(pool)) == len(scenario.expected) + 4  # two malformed, two missing
-    before = await table_counts(pool)
+    before = await counts(pool)
     batch, lines = await read_report_file("adyen", path, stack.wire.provider_account)
     again = await reconcile_batch(pool, batch, lines, now=now, reminder_interval=REMIND)
-    assert again.result == "unchanged" and await table_counts(pool) == before
+    assert again.result == "unchanged" and await counts(pool) == before
 
 
 async def test_adyen_a_payout_that_does_not_net_to_zero_is_one_unbalanced_batch_and_none_of_its_lines(
